@@ -1,0 +1,91 @@
+"""Source positions and diagnostics shared by every stage of the pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A region of source text. Lines and columns are 1-based; the end is exclusive."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    @staticmethod
+    def point(line: int, column: int) -> Span:
+        return Span(line, column, line, column + 1)
+
+    def to(self, other: Span) -> Span:
+        """The span that starts where this one starts and ends where ``other`` ends."""
+        return Span(self.line, self.column, other.end_line, other.end_column)
+
+
+UNKNOWN_SPAN = Span(1, 1, 1, 1)
+
+
+@dataclass(slots=True)
+class Diagnostic:
+    code: str
+    message: str
+    span: Span
+    severity: Severity = Severity.ERROR
+    file: str | None = None
+    # Related notes (e.g. "first defined here"), kept short.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "line": self.span.line,
+            "column": self.span.column,
+            "end_line": self.span.end_line,
+            "end_column": self.span.end_column,
+            "severity": self.severity.value,
+            "code": self.code,
+            "message": self.message,
+        }
+
+    def format(self) -> str:
+        where = f"{self.file}:" if self.file else ""
+        return (
+            f"{where}{self.span.line}:{self.span.column}: "
+            f"{self.severity.value}[{self.code}]: {self.message}"
+        )
+
+
+def error(code: str, message: str, span: Span) -> Diagnostic:
+    return Diagnostic(code, message, span, Severity.ERROR)
+
+
+def warning(code: str, message: str, span: Span) -> Diagnostic:
+    return Diagnostic(code, message, span, Severity.WARNING)
+
+
+def info(code: str, message: str, span: Span) -> Diagnostic:
+    return Diagnostic(code, message, span, Severity.INFO)
+
+
+class AgentScriptError(Exception):
+    """Raised by :func:`agentscript.load` when a file has errors; carries every diagnostic."""
+
+    def __init__(self, diagnostics: list[Diagnostic], path: str | None = None) -> None:
+        self.diagnostics = diagnostics
+        self.path = path
+        errors = [d for d in diagnostics if d.is_error]
+        head = errors[0].format() if errors else "no errors"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"{head}{more}")
