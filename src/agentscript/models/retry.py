@@ -1,0 +1,151 @@
+"""Retrying transient provider failures, and wording the ones that reach the user.
+
+Providers disable their SDK's own retries and use :func:`call_with_retries` instead, so the
+backoff is configurable (tests run with a zero delay) and the attempt count is known when the
+final error is worded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently to retry a transient failure.
+
+    ``max_retries`` counts retries, so a call is attempted at most ``max_retries + 1`` times.
+    The delay before retry ``n`` (0-based) is ``base_delay * 2**n`` with jitter, capped at
+    ``max_delay``.
+    """
+
+    max_retries: int = 2
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("retry delays must be >= 0")
+
+    def delay(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based)."""
+        raw = self.base_delay * float(2**retry)
+        # Jitter spreads out clients that failed together (e.g. after a shared 429).
+        return min(self.max_delay, raw * (0.5 + random.random() / 2))
+
+
+class RetriesExhausted(Exception):
+    """Raised by :func:`call_with_retries` when a transient failure outlived the policy.
+
+    ``__cause__`` is the last failure; ``attempts`` is how many calls were made.
+    """
+
+    def __init__(self, attempts: int) -> None:
+        super().__init__(f"gave up after {attempts} attempts")
+        self.attempts = attempts
+
+
+async def call_with_retries(
+    operation: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    is_transient: Callable[[BaseException], bool],
+    *,
+    sleep: Sleep = asyncio.sleep,
+) -> T:
+    """Await ``operation()``, retrying while it raises a transient failure.
+
+    A non-transient failure propagates unchanged at once. A transient one that is still
+    failing after ``policy.max_retries`` retries becomes :class:`RetriesExhausted` chained
+    to the last failure, so callers can word it with the attempt count.
+    """
+    attempt = 0
+    while True:
+        try:
+            return await operation()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            if attempt >= policy.max_retries:
+                raise RetriesExhausted(attempt + 1) from exc
+            await sleep(policy.delay(attempt))
+            attempt += 1
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """Replace every occurrence of each (non-trivial) secret in ``text`` with ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def server_message(body: object, fallback: str = "") -> str:
+    """The human part of an error body, in either the OpenAI or the Anthropic shape.
+
+    Both wrap it as ``{"error": {"message": ...}}``; some OpenAI-compatible servers put it at
+    the top level or send plain text.
+    """
+    message: Any = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            message = error.get("message")
+        elif isinstance(error, str):
+            message = error
+        if message is None:
+            message = body.get("message") or body.get("detail")
+    elif isinstance(body, str):
+        message = body
+    text = str(message).strip() if message else fallback.strip()
+    if len(text) > 500:
+        text = text[:500] + "..."
+    return text
+
+
+def describe_status(
+    provider: str,
+    status: int,
+    message: str,
+    *,
+    model: str,
+    key_env: str,
+    attempts: int = 1,
+) -> str:
+    """A sentence a user can act on, for an HTTP error status from ``provider``."""
+    detail = f": {message}" if message else ""
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    if status == 401:
+        # The server's wording for a bad key can quote part of it, so it is left out.
+        return f"{provider} rejected the API key (HTTP 401). Check {key_env}."
+    if status == 403:
+        return (
+            f"{provider} refused access (HTTP 403){detail}. "
+            f"Check that the key in {key_env} may use model '{model}'."
+        )
+    if status == 404:
+        return (
+            f"{provider} does not know model '{model}' (HTTP 404){detail}. "
+            "Check the model name and the base URL."
+        )
+    if status == 429:
+        return f"{provider} is rate limiting requests or the quota is used up (HTTP 429){tries}{detail}"
+    if status >= 500:
+        return f"{provider} had a server error (HTTP {status}){tries}{detail}"
+    if 400 <= status < 500:
+        return f"{provider} refused the request (HTTP {status}){detail}"
+    return f"{provider} failed (HTTP {status}){tries}{detail}"
+
+
+def is_transient_status(status: int) -> bool:
+    """Statuses worth retrying: timeouts, conflicts, rate limits and server errors."""
+    return status in (408, 409, 429) or status >= 500
