@@ -110,7 +110,10 @@ class ModelResponse:
     model: str | None = None  # the model that actually answered
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"text": self.text, "tool_calls": [c.to_json() for c in self.tool_calls]}
+        data: dict[str, Any] = {
+            "text": self.text,
+            "tool_calls": [c.to_json() for c in self.tool_calls],
+        }
         if self.usage is not None:
             data["usage"] = self.usage.to_json()
         return data
@@ -133,7 +136,9 @@ class Model(Protocol):
 
     name: str
 
-    async def complete(self, request: ModelRequest, *, stream: TextSink | None = None) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
         """Answer one reasoning iteration. When ``stream`` is given, text is also fed to it
         as it arrives (tool calls are never streamed)."""
         ...

@@ -1,0 +1,154 @@
+"""Tokens of one expression.
+
+An expression ends at the end of its line (a ``\\`` before the newline continues it), at a
+``#`` comment, or where the caller's limit is. The lexer never raises: malformed input becomes
+an ``ERROR`` token with a message, so the parser can report it at the right place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KEYWORDS = frozenset({"and", "or", "not", "is", "in", "if", "else", "True", "False", "None"})
+
+# Longest operators first so '==' wins over '='.
+OPERATORS = (
+    "...",
+    "==",
+    "!=",
+    "<=",
+    ">=",
+    "<",
+    ">",
+    "+",
+    "-",
+    "*",
+    "/",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    ".",
+    "=",
+    "%",
+)
+
+_NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?)?")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "'": "'", "0": "\0"}
+
+
+@dataclass(slots=True)
+class Token:
+    kind: str  # NUMBER STRING DATE IDENT AT OP KEYWORD ERROR END
+    text: str
+    start: int
+    end: int
+    value: object = None
+
+
+class Lexer:
+    """Tokenises ``text[start:limit]``, stopping at the end of the (continued) line."""
+
+    __slots__ = ("limit", "pos", "text")
+
+    def __init__(self, text: str, start: int, limit: int | None = None) -> None:
+        self.text = text
+        self.pos = start
+        self.limit = len(text) if limit is None else limit
+
+    def tokens(self) -> list[Token]:
+        out: list[Token] = []
+        while True:
+            token = self.next()
+            out.append(token)
+            if token.kind == "END":
+                return out
+
+    def next(self) -> Token:
+        text, limit = self.text, self.limit
+        pos = self.pos
+        while pos < limit:
+            ch = text[pos]
+            if ch in " \t":
+                pos += 1
+            elif ch == "\\" and pos + 1 < limit and text[pos + 1] == "\n":
+                pos += 2  # line continuation
+            else:
+                break
+        self.pos = pos
+        if pos >= limit or text[pos] == "\n" or text[pos] == "#":
+            return Token("END", "", pos, pos)
+        ch = text[pos]
+        if ch == '"' or ch == "'":
+            return self._string(pos, ch)
+        if ch.isdigit() or (ch == "." and pos + 1 < limit and text[pos + 1].isdigit()):
+            m = _DATE.match(text, pos)
+            if m and m.end() <= limit:
+                self.pos = m.end()
+                kind = "DATE" if "T" not in m.group() else "DATETIME"
+                return Token(kind, m.group(), pos, m.end(), m.group())
+            m = _NUMBER.match(text, pos)
+            assert m is not None
+            self.pos = m.end()
+            raw = m.group()
+            value: object = float(raw) if any(c in raw for c in ".eE") else int(raw)
+            return Token("NUMBER", raw, pos, m.end(), value)
+        if ch == "@":
+            m = _IDENT.match(text, pos + 1)
+            if m:
+                self.pos = m.end()
+                return Token("AT", m.group(), pos, m.end())
+            self.pos = pos + 1
+            return Token("ERROR", "@", pos, pos + 1, "expected a namespace name after '@'")
+        m = _IDENT.match(text, pos)
+        if m:
+            self.pos = m.end()
+            word = m.group()
+            return Token("KEYWORD" if word in KEYWORDS else "IDENT", word, pos, m.end())
+        for op in OPERATORS:
+            if text.startswith(op, pos):
+                self.pos = pos + len(op)
+                return Token("OP", op, pos, self.pos)
+        self.pos = pos + 1
+        return Token("ERROR", ch, pos, pos + 1, f"unexpected character {ch!r}")
+
+    def _string(self, start: int, quote: str) -> Token:
+        text, limit = self.text, self.limit
+        pos = start + 1
+        chars: list[str] = []
+        while pos < limit:
+            ch = text[pos]
+            if ch == quote:
+                self.pos = pos + 1
+                if quote == "'":
+                    return Token(
+                        "ERROR",
+                        text[start : pos + 1],
+                        start,
+                        pos + 1,
+                        "strings use double quotes: write \"...\" instead of '...'",
+                    )
+                return Token("STRING", text[start : pos + 1], start, pos + 1, "".join(chars))
+            if ch == "\n":
+                break
+            if ch == "\\" and pos + 1 < limit and text[pos + 1] != "\n":
+                chars.append(_ESCAPES.get(text[pos + 1], "\\" + text[pos + 1]))
+                pos += 2
+                continue
+            chars.append(ch)
+            pos += 1
+        self.pos = pos
+        return Token(
+            "ERROR",
+            text[start:pos],
+            start,
+            pos,
+            "unterminated string: add the closing '\"' on the same line",
+        )

@@ -1,0 +1,377 @@
+"""Expression parser: Python precedence, never raises, reports precise diagnostics.
+
+Precedence, lowest first: ternary ``a if c else b``; ``or``; ``and``; ``not``; comparisons
+(``== != < <= > >= is, is not, in, not in``, chained like Python); ``+ -``; ``* / %``; unary
+``+ - *``(spread); postfix member ``.x``, index ``[i]``, call ``f(...)``; atoms.
+
+The parser stops at the first token that cannot continue an expression (``to``, ``=``, ``,``,
+``:``, ``}``), so callers parse ``set a = b``, ``x to y`` and ``{!expr}`` with it.
+"""
+
+from __future__ import annotations
+
+from agentscript.diagnostics import Diagnostic, Span, error
+from agentscript.expr.lexer import Lexer, Token
+from agentscript.expr.nodes import (
+    AtName,
+    Binary,
+    Call,
+    Compare,
+    DictExpr,
+    EllipsisExpr,
+    ErrorExpr,
+    Expr,
+    Index,
+    ListExpr,
+    Literal,
+    Member,
+    Name,
+    Spread,
+    Ternary,
+    Unary,
+)
+from agentscript.source import Source
+
+MAX_DEPTH = 100
+_COMPARE_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class ExprParser:
+    """Parses one expression from ``source.text[start:limit]``."""
+
+    def __init__(self, source: Source, start: int, limit: int | None = None) -> None:
+        self.source = source
+        self.tokens = Lexer(source.text, start, limit).tokens()
+        self.i = 0
+        self.depth = 0
+        self.diagnostics: list[Diagnostic] = []
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    @property
+    def end_offset(self) -> int:
+        """Offset just after the last consumed token."""
+        return self.tokens[self.i - 1].end if self.i else self.tokens[0].start
+
+    @property
+    def next_offset(self) -> int:
+        """Offset of the first unconsumed token."""
+        return self.tok.start
+
+    def at_end(self) -> bool:
+        return self.tok.kind == "END"
+
+    def advance(self) -> Token:
+        token = self.tokens[self.i]
+        if token.kind != "END":
+            self.i += 1
+        return token
+
+    def is_op(self, *ops: str) -> bool:
+        t = self.tok
+        return t.kind == "OP" and t.text in ops
+
+    def is_kw(self, *words: str) -> bool:
+        t = self.tok
+        return t.kind == "KEYWORD" and t.text in words
+
+    def span(self, start: int, end: int) -> Span:
+        return self.source.span(start, end)
+
+    def report(self, message: str, start: int, end: int, code: str = "syntax-error") -> None:
+        # One error per position is enough; cascades only add noise.
+        span = self.span(start, max(end, start + 1))
+        if not any(d.span == span for d in self.diagnostics):
+            self.diagnostics.append(error(code, message, span))
+
+    def error_here(self, message: str) -> ErrorExpr:
+        t = self.tok
+        if t.kind == "ERROR":
+            message = str(t.value)
+            self.advance()
+            code = "unterminated-string" if message.startswith("unterminated") else "syntax-error"
+            self.report(message, t.start, t.end, code)
+            return ErrorExpr(self.span(t.start, t.end), t.text)
+        self.report(message, t.start, t.end)
+        return ErrorExpr(self.span(t.start, max(t.end, t.start + 1)), t.text)
+
+    # ------------------------------------------------------------------ grammar
+
+    def parse(self) -> Expr:
+        try:
+            return self.ternary()
+        except _TooDeep:
+            t = self.tok
+            self.report("expression is nested too deeply", t.start, t.end)
+            while not self.at_end():
+                self.advance()
+            return ErrorExpr(self.span(t.start, t.end), "")
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _TooDeep
+
+    def ternary(self) -> Expr:
+        self.enter()
+        try:
+            body = self.or_expr()
+            if self.is_kw("if"):
+                self.advance()
+                condition = self.or_expr()
+                if not self.is_kw("else"):
+                    self.error_here(
+                        "expected 'else' in conditional expression 'a if condition else b'"
+                    )
+                    return Ternary(
+                        body.span.to(condition.span), body, condition, ErrorExpr(condition.span)
+                    )
+                self.advance()
+                orelse = self.ternary()
+                return Ternary(body.span.to(orelse.span), body, condition, orelse)
+            return body
+        finally:
+            self.depth -= 1
+
+    def or_expr(self) -> Expr:
+        left = self.and_expr()
+        while self.is_kw("or"):
+            self.advance()
+            right = self.and_expr()
+            left = Binary(left.span.to(right.span), "or", left, right)
+        return left
+
+    def and_expr(self) -> Expr:
+        left = self.not_expr()
+        while self.is_kw("and"):
+            self.advance()
+            right = self.not_expr()
+            left = Binary(left.span.to(right.span), "and", left, right)
+        return left
+
+    def not_expr(self) -> Expr:
+        if self.is_kw("not"):
+            start = self.advance()
+            self.enter()
+            try:
+                operand = self.not_expr()
+            finally:
+                self.depth -= 1
+            return Unary(self.span(start.start, start.end).to(operand.span), "not", operand)
+        return self.comparison()
+
+    def comparison(self) -> Expr:
+        left = self.additive()
+        ops: list[str] = []
+        comparators: list[Expr] = []
+        while True:
+            t = self.tok
+            if t.kind == "OP" and t.text in _COMPARE_OPS:
+                self.advance()
+                op = t.text
+            elif self.is_kw("is"):
+                self.advance()
+                op = "is"
+                if self.is_kw("not"):
+                    self.advance()
+                    op = "is not"
+            elif self.is_kw("in"):
+                self.advance()
+                op = "in"
+            elif self.is_kw("not") and self.tokens[self.i + 1].text == "in":
+                self.advance()
+                self.advance()
+                op = "not in"
+            else:
+                break
+            ops.append(op)
+            comparators.append(self.additive())
+        if not ops:
+            return left
+        return Compare(left.span.to(comparators[-1].span), left, ops, comparators)
+
+    def additive(self) -> Expr:
+        left = self.multiplicative()
+        while self.is_op("+", "-"):
+            op = self.advance().text
+            right = self.multiplicative()
+            left = Binary(left.span.to(right.span), op, left, right)
+        return left
+
+    def multiplicative(self) -> Expr:
+        left = self.unary()
+        while self.is_op("*", "/", "%"):
+            op = self.advance().text
+            right = self.unary()
+            left = Binary(left.span.to(right.span), op, left, right)
+        return left
+
+    def unary(self) -> Expr:
+        if self.is_op("-", "+", "*"):
+            start = self.advance()
+            self.enter()
+            try:
+                operand = self.unary()
+            finally:
+                self.depth -= 1
+            span = self.span(start.start, start.end).to(operand.span)
+            if start.text == "*":
+                return Spread(span, operand)
+            if start.text == "-" and isinstance(operand, Literal) and operand.kind == "number":
+                value = operand.value
+                assert isinstance(value, int | float)
+                return Literal(span, -value, "number")
+            return Unary(span, start.text, operand)
+        return self.postfix()
+
+    def postfix(self) -> Expr:
+        node = self.atom()
+        while True:
+            if self.is_op("."):
+                dot = self.advance()
+                t = self.tok
+                if t.kind in ("IDENT", "KEYWORD"):
+                    self.advance()
+                    node = Member(node.span.to(self.span(t.start, t.end)), node, t.text)
+                else:
+                    self.report("expected a name after '.'", dot.start, dot.end + 1)
+                    return node
+            elif self.is_op("["):
+                self.advance()
+                self.enter()
+                try:
+                    index = self.ternary()
+                finally:
+                    self.depth -= 1
+                close = self.expect_closer("]")
+                node = Index(node.span.to(self.span(close, close + 1)), node, index)
+            elif self.is_op("("):
+                self.advance()
+                args = self.sequence(")")
+                close = self.expect_closer(")")
+                node = Call(node.span.to(self.span(close, close + 1)), node, args)
+            else:
+                return node
+
+    def expect_closer(self, closer: str) -> int:
+        if self.is_op(closer):
+            return self.advance().start
+        t = self.tok
+        self.report(f"expected '{closer}'", t.start, t.end)
+        return t.start
+
+    def sequence(self, closer: str) -> list[Expr]:
+        items: list[Expr] = []
+        self.enter()
+        try:
+            while not self.is_op(closer) and not self.at_end():
+                items.append(self.ternary())
+                if self.is_op(","):
+                    self.advance()
+                elif not self.is_op(closer):
+                    break
+        finally:
+            self.depth -= 1
+        return items
+
+    def atom(self) -> Expr:
+        t = self.tok
+        span = self.span(t.start, t.end)
+        kind = t.kind
+        if kind == "NUMBER":
+            self.advance()
+            return Literal(span, t.value, "number")
+        if kind == "STRING":
+            self.advance()
+            return Literal(span, t.value, "string")
+        if kind in ("DATE", "DATETIME"):
+            self.advance()
+            return Literal(span, t.value, kind.lower())
+        if kind == "AT":
+            self.advance()
+            return AtName(span, t.text)
+        if kind == "IDENT":
+            self.advance()
+            return Name(span, t.text)
+        if kind == "KEYWORD":
+            if t.text in ("True", "False"):
+                self.advance()
+                return Literal(span, t.text == "True", "bool")
+            if t.text == "None":
+                self.advance()
+                return Literal(span, None, "none")
+            return self.error_here(f"expected a value, found '{t.text}'")
+        if kind == "OP":
+            if t.text == "...":
+                self.advance()
+                return EllipsisExpr(span)
+            if t.text == "(":
+                self.advance()
+                self.enter()
+                try:
+                    inner = self.ternary()
+                finally:
+                    self.depth -= 1
+                self.expect_closer(")")
+                return inner
+            if t.text == "[":
+                self.advance()
+                items = self.sequence("]")
+                close = self.expect_closer("]")
+                return ListExpr(self.span(t.start, close + 1), items)
+            if t.text == "{":
+                return self.dict_literal(t)
+        if kind == "END":
+            return self.error_here("expected an expression")
+        return self.error_here(f"unexpected '{t.text}' in expression")
+
+    def dict_literal(self, open_token: Token) -> Expr:
+        self.advance()
+        keys: list[Expr] = []
+        values: list[Expr] = []
+        self.enter()
+        try:
+            while not self.is_op("}") and not self.at_end():
+                t = self.tok
+                if t.kind == "IDENT":  # bare keys are allowed: {name: "x"}
+                    self.advance()
+                    key: Expr = Literal(self.span(t.start, t.end), t.text, "string")
+                else:
+                    key = self.ternary()
+                if not self.is_op(":"):
+                    self.error_here("expected ':' after a dictionary key")
+                    break
+                self.advance()
+                keys.append(key)
+                values.append(self.ternary())
+                if self.is_op(","):
+                    self.advance()
+                elif not self.is_op("}"):
+                    break
+        finally:
+            self.depth -= 1
+        close = self.expect_closer("}")
+        return DictExpr(self.span(open_token.start, close + 1), keys, values)
+
+
+def parse_expression(text: str, line: int = 1, column: int = 1) -> tuple[Expr, list[Diagnostic]]:
+    """Parse a whole string as one expression (used for conditions outside .agent files)."""
+    source = Source(text, first_line=line, first_column=column)
+    parser = ExprParser(source, 0)
+    expr = parser.parse()
+    if not parser.at_end() and not parser.diagnostics:
+        t = parser.tok
+        parser.report(f"unexpected '{t.text}' after the expression", t.start, len(text))
+    # A '#' stops the lexer; in a standalone condition it is an error, not a comment.
+    elif parser.at_end() and parser.tok.start < len(text.rstrip()) and not parser.diagnostics:
+        parser.report("unexpected '#' in expression", parser.tok.start, len(text))
+    return expr, parser.diagnostics

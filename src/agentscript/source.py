@@ -1,0 +1,48 @@
+"""Source text with a line table, so offsets map to (line, column) spans cheaply."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from agentscript.diagnostics import Span
+
+
+class Source:
+    """Normalised text (LF newlines, no BOM) and the offset where each line starts."""
+
+    __slots__ = ("_column_offset", "_line_offset", "line_starts", "path", "text")
+
+    def __init__(
+        self, text: str, path: str | None = None, *, first_line: int = 1, first_column: int = 1
+    ) -> None:
+        self.text = text
+        self.path = path
+        starts = [0]
+        find = text.find
+        i = find("\n")
+        while i != -1:
+            starts.append(i + 1)
+            i = find("\n", i + 1)
+        self.line_starts = starts
+        self._line_offset = first_line - 1
+        self._column_offset = first_column - 1
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        index = bisect_right(self.line_starts, offset) - 1
+        column = offset - self.line_starts[index] + 1
+        if index == 0:
+            column += self._column_offset
+        return index + 1 + self._line_offset, column
+
+    def span(self, start: int, end: int) -> Span:
+        line, column = self.line_col(start)
+        end_line, end_column = self.line_col(max(end, start))
+        return Span(line, column, end_line, end_column)
+
+
+def normalise_newlines(text: str) -> str:
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
