@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from decimal import Decimal
 
+from agentscript.expr.lexer import KEYWORDS
 from agentscript.expr.nodes import (
     AtName,
     Binary,
@@ -51,7 +53,11 @@ ATOM = 9
 
 _BINARY_LEVEL = {"or": OR, "and": AND, "+": ADD, "-": ADD, "*": MUL, "/": MUL, "%": MUL}
 
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+# The lexer's escapes; other characters (control characters included) are written as they are.
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+# A dict key that starts with a bare name is read as the name's string (`{name: 1}`), so any
+# other key that would start with one is parenthesized.
+_LEADING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def precedence(expr: Expr) -> int:
@@ -81,20 +87,12 @@ def print_expr(expr: Expr) -> str:
 
 def format_string(value: str) -> str:
     """A double-quoted string literal whose parse gives back ``value``."""
-    out = []
-    for ch in value:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+    return '"' + "".join(_ESCAPES.get(ch, ch) for ch in value) + '"'
 
 
 def format_number(value: object) -> str:
-    """Ints as written in decimal; floats in positional notation (never exponent form, which
-    the lexer does not read), keeping a ``.0`` so a float stays a float."""
+    """Ints in decimal; floats in positional notation (``0.0000001``, not ``1e-07``), keeping a
+    ``.0`` so a float stays a float."""
     if isinstance(value, bool):  # bool is an int subclass; a number literal is never one
         raise TypeError(f"not a number: {value!r}")
     if isinstance(value, int):
@@ -124,6 +122,14 @@ def _wrap(expr: Expr, minimum: int) -> str:
     """Print ``expr``, parenthesized when it binds more loosely than ``minimum``."""
     text = _print(expr)
     return f"({text})" if precedence(expr) < minimum else text
+
+
+def _dict_key(key: Expr) -> str:
+    text = _print(key)
+    match = _LEADING_NAME.match(text)
+    if match and match.group() not in KEYWORDS:
+        return f"({text})"
+    return text
 
 
 def _print_literal(expr: Literal) -> str:
@@ -201,7 +207,9 @@ def _print(expr: Expr) -> str:
     if isinstance(expr, ListExpr):
         return "[" + ", ".join(_print(i) for i in expr.items) + "]"
     if isinstance(expr, DictExpr):
-        pairs = (f"{_print(k)}: {_print(v)}" for k, v in zip(expr.keys, expr.values, strict=True))
+        pairs = (
+            f"{_dict_key(k)}: {_print(v)}" for k, v in zip(expr.keys, expr.values, strict=True)
+        )
         return "{" + ", ".join(pairs) + "}"
     if isinstance(expr, ErrorExpr):
         return expr.text
