@@ -80,7 +80,9 @@ class AnthropicModel:
         retry_base_delay: float = 0.5,
     ) -> None:
         if not model or not model.strip():
-            raise ModelError("Anthropic model name is empty: write e.g. anthropic:claude-sonnet-4-5")
+            raise ModelError(
+                "Anthropic model name is empty: write e.g. anthropic:claude-sonnet-4-5"
+            )
         self._sdk = _import_anthropic()
         self.model = model.strip()
         self.name = f"anthropic:{self.model}"
@@ -122,7 +124,9 @@ class AnthropicModel:
             self._client_loop = loop
         return self._client
 
-    async def complete(self, request: ModelRequest, *, stream: TextSink | None = None) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
         kwargs = self._build_kwargs(request)
         emitted = _Flag()
 
@@ -233,7 +237,9 @@ class AnthropicModel:
         tries = f" ({attempts} attempts)" if attempts > 1 else ""
         where = self.base_url or "api.anthropic.com"
         if isinstance(exc, sdk.APITimeoutError):
-            text = f"{_PROVIDER} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
+            text = (
+                f"{_PROVIDER} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
+            )
         elif isinstance(exc, sdk.APIConnectionError):
             text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
         elif isinstance(exc, sdk.APIStatusError):
@@ -243,7 +249,12 @@ class AnthropicModel:
                 text = f"{_PROVIDER} reported an error while answering{tries}: {message}"
             else:
                 text = describe_status(
-                    _PROVIDER, status, message, model=self.model, key_env=_KEY_ENV, attempts=attempts
+                    _PROVIDER,
+                    status,
+                    message,
+                    model=self.model,
+                    key_env=_KEY_ENV,
+                    attempts=attempts,
                 )
         elif isinstance(exc, sdk.APIError):
             message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
@@ -417,4 +428,3 @@ class _StreamAssembler:
             usage=usage,
             model=self.model or model,
         )
-

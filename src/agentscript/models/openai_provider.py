@@ -131,7 +131,9 @@ class OpenAIModel:
             self._client_loop = loop
         return self._client
 
-    async def complete(self, request: ModelRequest, *, stream: TextSink | None = None) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
         kwargs = self._build_kwargs(request, streaming=stream is not None)
         emitted = _Flag()
 
@@ -236,7 +238,9 @@ class OpenAIModel:
         tries = f" ({attempts} attempts)" if attempts > 1 else ""
         where = self.base_url or "api.openai.com"
         if isinstance(exc, sdk.APITimeoutError):
-            text = f"{_PROVIDER} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
+            text = (
+                f"{_PROVIDER} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
+            )
         elif isinstance(exc, sdk.APIConnectionError):
             text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
         elif isinstance(exc, sdk.APIStatusError):
@@ -297,7 +301,9 @@ def _message(message: Message) -> dict[str, Any]:
                 "the OpenAI API needs it to match the call"
             )
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    raise ModelError(f"Unsupported message role '{message.role}' (expected user, assistant or tool)")
+    raise ModelError(
+        f"Unsupported message role '{message.role}' (expected user, assistant or tool)"
+    )
 
 
 def _arguments_text(call: ToolCall) -> str:

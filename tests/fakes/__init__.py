@@ -1,0 +1,1 @@
+"""Local stand-ins for external services, used by the tests (no network)."""
