@@ -43,6 +43,7 @@ class Reply:
     usage: tuple[int, int] = (11, 7)  # (input tokens, output tokens)
     interleave: bool = False  # stream parallel tool-call fragments interleaved
     stream_error: str | None = None  # streaming only: fail with this after the first text piece
+    stream_usage: bool = True  # streaming only: honour stream_options.include_usage
 
 
 @dataclass
@@ -67,7 +68,10 @@ class _FakeServer:
         self._stopping = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # A short poll interval keeps shutdown() (once per test) quick.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     @property
     def port(self) -> int:
@@ -276,7 +280,7 @@ class OpenAIServer(_FakeServer):
             for parts in per_call:
                 events += parts
         events.append(chunk({}, "tool_calls" if reply.calls else "stop"))
-        if (request.get("stream_options") or {}).get("include_usage"):
+        if reply.stream_usage and (request.get("stream_options") or {}).get("include_usage"):
             events.append(
                 (
                     None,
