@@ -157,7 +157,11 @@ def test_operators_are_spaced() -> None:
         (b("-", n("a"), b("-", n("b"), n("c"))), "a - (b - c)"),
         (b("*", b("+", n("a"), n("b")), n("c")), "(a + b) * c"),
         (b("+", n("a"), b("*", n("b"), n("c"))), "a + b * c"),
-        (b("or", b("and", n("a"), n("b")), n("c")), "a and b or c"),
+        # ... except `and` inside `or`, parenthesized for the reader.
+        (b("or", b("and", n("a"), n("b")), n("c")), "(a and b) or c"),
+        (b("or", n("c"), b("and", n("a"), n("b"))), "c or (a and b)"),
+        (b("or", b("or", n("a"), n("b")), n("c")), "a or b or c"),
+        (b("and", b("and", n("a"), n("b")), n("c")), "a and b and c"),
         (b("and", b("or", n("a"), n("b")), n("c")), "(a or b) and c"),
         # `not` binds more loosely than comparisons.
         (Unary(S, "not", cmp(n("a"), "==", n("b"))), "not a == b"),

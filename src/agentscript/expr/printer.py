@@ -3,7 +3,8 @@
 The printer is the inverse of the expression parser: ``parse_expression(print_expr(e))`` yields a
 tree with the same shape as ``e``. Output is canonical: one space around binary and comparison
 operators, ``, `` between list items and call arguments, ``": "`` in dicts, double-quoted strings,
-and only the parentheses that precedence requires (the parser keeps no parentheses in the tree).
+and only the parentheses that precedence requires (the parser keeps no parentheses in the tree),
+except that ``and`` inside ``or`` is always parenthesized: ``(a and b) or c``.
 
 Precedence, lowest to highest (see ``parser.py``): ternary, ``or``, ``and``, ``not``, comparisons,
 ``+ -``, ``* /``, unary ``+ -`` and spread ``*``, then postfix member/index/call, then atoms.
@@ -132,6 +133,12 @@ def _dict_key(key: Expr) -> str:
     return text
 
 
+def _clarify_and(operand: Expr, text: str) -> str:
+    if isinstance(operand, Binary) and operand.op == "and" and not text.startswith("("):
+        return f"({text})"
+    return text
+
+
 def _print_literal(expr: Literal) -> str:
     kind, value = expr.kind, expr.value
     if kind == "string" and isinstance(value, str):
@@ -191,7 +198,12 @@ def _print(expr: Expr) -> str:
     if isinstance(expr, Binary):
         level = _BINARY_LEVEL.get(expr.op, ADD)
         # Left-associative: the right operand needs a strictly stronger binding.
-        return f"{_wrap(expr.left, level)} {expr.op} {_wrap(expr.right, level + 1)}"
+        left, right = _wrap(expr.left, level), _wrap(expr.right, level + 1)
+        if expr.op == "or":
+            # The one deliberate extra: `(a and b) or c` reads unambiguously, so `and` inside
+            # `or` keeps parentheses that precedence alone would drop.
+            left, right = _clarify_and(expr.left, left), _clarify_and(expr.right, right)
+        return f"{left} {expr.op} {right}"
     if isinstance(expr, Compare):
         # Chains are one node; a comparison nested as an operand needs parentheses.
         parts = [_wrap(expr.left, COMPARE + 1)]
