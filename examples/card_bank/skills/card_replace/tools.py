@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 CARDS = {
-    "1001": [{"card_id": "C-11", "label": "Debit ending 1111"}, {"card_id": "C-12", "label": "Credit ending 2222"}],
+    "1001": [
+        {"card_id": "C-11", "label": "Debit ending 1111"},
+        {"card_id": "C-12", "label": "Credit ending 2222"},
+    ],
     "1002": [{"card_id": "C-21", "label": "Debit ending 3333"}],
 }
 FEES = {"standard": 0.0, "express": 5.0}
