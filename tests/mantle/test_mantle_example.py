@@ -167,3 +167,23 @@ def test_response_variants_and_interpolation(project: Project) -> None:
     assert default is confirm.default_variant
     greeting = project.responses["utter_welcome_back"].variants[0].text
     assert render_response_text(greeting or "", {}, None) == "Welcome back, {customer_name}."
+
+
+def test_step_helpers_on_the_corpus_style_instructions(project: Project) -> None:
+    from agentscript.mantle.queries import collect_key, step_satisfied
+
+    block = project.skills["card_replace"].blocks["order_card"]
+    assert collect_key("card_replace", block.steps[1]) == "card_replace.card_id"
+    assert collect_key("card_replace", block.steps[0]) is None
+    assert not step_satisfied("card_replace", block.steps[1], {})
+    assert step_satisfied("card_replace", block.steps[1], {"card_replace.card_id": "C-11"})
+    assert not step_satisfied("card_replace", block.steps[0], {"card_replace.card_id": "C-11"})
+
+
+def test_is_mantle_project(tmp_path: Path) -> None:
+    from agentscript.mantle import is_mantle_project
+
+    assert is_mantle_project(EXAMPLE)
+    assert not is_mantle_project(tmp_path)
+    (tmp_path / "skills" / "x").mkdir(parents=True)
+    assert not is_mantle_project(tmp_path)
