@@ -1,7 +1,9 @@
 """Tokens of one expression.
 
 An expression ends at the end of its line (a ``\\`` before the newline continues it), at a
-``#`` comment, or where the caller's limit is. The lexer never raises: malformed input becomes
+``#`` comment, or where the caller's limit is. Inside open brackets it goes on over the following
+lines, like Python, as long as they are indented deeper than the line the expression started on
+(or start with a closing bracket): so an unclosed bracket cannot swallow the rest of the file. The lexer never raises: malformed input becomes
 an ``ERROR`` token with a message, so the parser can report it at the right place.
 """
 
@@ -42,6 +44,8 @@ _NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?)?")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "'": "'", "0": "\0"}
+_OPENERS = frozenset("([{")
+_CLOSERS = frozenset(")]}")
 
 
 @dataclass(slots=True)
@@ -56,17 +60,21 @@ class Token:
 class Lexer:
     """Tokenises ``text[start:limit]``, stopping at the end of the (continued) line."""
 
-    __slots__ = ("limit", "pos", "text")
+    __slots__ = ("_after_colon", "_base_indent", "depth", "limit", "pos", "text")
 
     def __init__(self, text: str, start: int, limit: int | None = None) -> None:
         self.text = text
         self.pos = start
         self.limit = len(text) if limit is None else limit
+        self.depth = 0  # open brackets so far
+        self._base_indent = -1  # indentation of the first line, computed when first needed
+        self._after_colon = False  # the last token was ':'
 
     def tokens(self) -> list[Token]:
         out: list[Token] = []
         while True:
             token = self.next()
+            self._after_colon = token.kind == "OP" and token.text == ":"
             out.append(token)
             if token.kind == "END":
                 return out
@@ -80,6 +88,11 @@ class Lexer:
                 pos += 1
             elif ch == "\\" and pos + 1 < limit and text[pos + 1] == "\n":
                 pos += 2  # line continuation
+            elif self.depth and (ch == "\n" or ch == "#"):
+                joined = self._join_lines(pos)
+                if joined == pos:
+                    break
+                pos = joined
             else:
                 break
         self.pos = pos
@@ -115,14 +128,48 @@ class Lexer:
         for op in OPERATORS:
             if text.startswith(op, pos):
                 self.pos = pos + len(op)
+                if op in _OPENERS:
+                    self.depth += 1
+                elif op in _CLOSERS and self.depth:
+                    self.depth -= 1
                 return Token("OP", op, pos, self.pos)
         self.pos = pos + 1
         return Token("ERROR", ch, pos, pos + 1, f"unexpected character {ch!r}")
+
+    def _join_lines(self, pos: int) -> int:
+        """Inside brackets, at a newline or comment: the offset where the expression goes on,
+        or ``pos`` itself when the next line does not continue it."""
+        text, limit = self.text, self.limit
+        if self._after_colon:
+            # `if (x:` with the body below: the body is not part of the expression.
+            return pos
+        if self._base_indent < 0:
+            self._base_indent = _indent_at(text, text.rfind("\n", 0, pos) + 1)
+        origin = pos
+        while True:
+            newline = text.find("\n", pos, limit)
+            if newline == -1:
+                return origin
+            line_start = newline + 1
+            content = line_start
+            while content < limit and text[content] in " \t":
+                content += 1
+            if content >= limit:
+                return origin
+            ch = text[content]
+            if ch == "\n" or ch == "#":  # blank or comment lines inside brackets are skipped
+                pos = content
+                continue
+            indent = _indent_at(text, line_start)
+            if indent > self._base_indent or (ch in _CLOSERS and indent == self._base_indent):
+                return content
+            return origin
 
     def _string(self, start: int, quote: str) -> Token:
         text, limit = self.text, self.limit
         pos = start + 1
         chars: list[str] = []
+        bad_escape = -1
         while pos < limit:
             ch = text[pos]
             if ch == quote:
@@ -135,11 +182,23 @@ class Lexer:
                         pos + 1,
                         "strings use double quotes: write \"...\" instead of '...'",
                     )
+                if bad_escape >= 0:
+                    return Token(
+                        "ERROR",
+                        text[start : pos + 1],
+                        start,
+                        pos + 1,
+                        f"unknown escape '{text[bad_escape : bad_escape + 2]}' in string: "
+                        "use \\n, \\t, \\r, \\\", \\' , \\\\ or \\0",
+                    )
                 return Token("STRING", text[start : pos + 1], start, pos + 1, "".join(chars))
             if ch == "\n":
                 break
             if ch == "\\" and pos + 1 < limit and text[pos + 1] != "\n":
-                chars.append(_ESCAPES.get(text[pos + 1], "\\" + text[pos + 1]))
+                escaped = _ESCAPES.get(text[pos + 1])
+                if escaped is None and bad_escape < 0:
+                    bad_escape = pos
+                chars.append(escaped or "\\" + text[pos + 1])
                 pos += 2
                 continue
             chars.append(ch)
@@ -152,3 +211,19 @@ class Lexer:
             pos,
             "unterminated string: add the closing '\"' on the same line",
         )
+
+
+def _indent_at(text: str, line_start: int) -> int:
+    """Width of the indentation of the line starting at ``line_start`` (a tab counts as 4)."""
+    width = 0
+    pos = line_start
+    while pos < len(text):
+        ch = text[pos]
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            width += 4 - width % 4
+        else:
+            break
+        pos += 1
+    return width

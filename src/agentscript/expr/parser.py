@@ -246,27 +246,35 @@ class ExprParser:
                     self.report("expected a name after '.'", dot.start, dot.end + 1)
                     return node
             elif self.is_op("["):
-                self.advance()
+                opener = self.advance()
                 self.enter()
                 try:
                     index = self.ternary()
                 finally:
                     self.depth -= 1
-                close = self.expect_closer("]")
+                close = self.expect_closer(opener)
                 node = Index(node.span.to(self.span(close, close + 1)), node, index)
             elif self.is_op("("):
-                self.advance()
+                opener = self.advance()
                 args = self.sequence(")")
-                close = self.expect_closer(")")
+                close = self.expect_closer(opener)
                 node = Call(node.span.to(self.span(close, close + 1)), node, args)
             else:
                 return node
 
-    def expect_closer(self, closer: str) -> int:
+    def expect_closer(self, opener: Token) -> int:
+        """Consume the bracket closing ``opener``; return its offset (or where it should be)."""
+        closer = _CLOSERS[opener.text]
         if self.is_op(closer):
             return self.advance().start
         t = self.tok
-        self.report(f"expected '{closer}'", t.start, t.end)
+        if self.source.line_col(t.start)[0] != self.source.line_col(opener.start)[0]:
+            # The expression ran on over lines: the mistake is the bracket left open.
+            self.report(
+                f"'{opener.text}' is never closed: expected '{closer}'", opener.start, opener.end
+            )
+        else:
+            self.report(f"expected '{closer}'", t.start, t.end)
         return t.start
 
     def sequence(self, closer: str) -> list[Expr]:
@@ -321,12 +329,12 @@ class ExprParser:
                     inner = self.ternary()
                 finally:
                     self.depth -= 1
-                self.expect_closer(")")
+                self.expect_closer(t)
                 return inner
             if t.text == "[":
                 self.advance()
                 items = self.sequence("]")
-                close = self.expect_closer("]")
+                close = self.expect_closer(t)
                 return ListExpr(self.span(t.start, close + 1), items)
             if t.text == "{":
                 return self.dict_literal(t)
@@ -359,7 +367,7 @@ class ExprParser:
                     break
         finally:
             self.depth -= 1
-        close = self.expect_closer("}")
+        close = self.expect_closer(open_token)
         return DictExpr(self.span(open_token.start, close + 1), keys, values)
 
 

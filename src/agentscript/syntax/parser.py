@@ -55,7 +55,7 @@ _STATEMENT_WORDS = frozenset(
 _KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 _DECL = re.compile(
     r"(?:(?P<mod>[A-Za-z_]\w*)[ \t]+)?(?P<type>[A-Za-z_]\w*)"
-    r"(?:[ \t]*\[[ \t]*(?P<param>[A-Za-z_]\w*)[ \t]*\])?[ \t]*(?P<rest>=|#|$)",
+    r"(?:[ \t]*\[[ \t]*(?P<param>[A-Za-z_]\w*)[ \t]*\])?[ \t]*(?P<rest>=(?!=)|#|$)",
     re.MULTILINE,
 )
 _NOT_TYPES = frozenset(
@@ -153,7 +153,9 @@ class Parser:
             return None
         if text[pos] == "#":
             return text[pos + 1 : end].strip()
-        if parser is None or not parser.diagnostics:
+        # One error per line: whatever follows an earlier error on it is a cascade.
+        last = self.diagnostics[-1] if self.diagnostics else None
+        if last is None or not last.is_error or last.span.end_line < line.number:
             self.report(
                 "syntax-error",
                 f"unexpected '{text[pos:end].strip()[:40]}' after {what}",
@@ -214,14 +216,27 @@ class Parser:
         first_span: Span | None = None
         if depth > MAX_BLOCK_DEPTH:
             return self.skip_too_deep(parent_indent)
+        # Where the current run of blank lines started: a block that ends gives its trailing
+        # blank lines back, so the enclosing block records them before its next item.
+        blank_start = self.i
+        inside_until = -1  # comment lines before this index are known to stay in the block
         while self.i < len(lines):
             line = lines[self.i]
             if line.kind == "blank":
+                if not blanks:
+                    blank_start = self.i
                 blanks += 1
                 self.i += 1
                 continue
-            if line.indent <= parent_indent:
-                break
+            if line.indent <= parent_indent and (line.kind == "content" or self.i >= inside_until):
+                # A comment left of the block stays in it if the block goes on after it.
+                j = self.next_content(self.i)
+                if line.kind == "comment" and j < len(lines) and lines[j].indent > parent_indent:
+                    inside_until = j
+                else:
+                    if blanks:
+                        self.i = blank_start
+                    break
             if line.kind == "comment":
                 comments.append(self.text[line.content + 1 : line.end].rstrip())
                 self.i += 1
@@ -305,7 +320,11 @@ class Parser:
             word = m.group()
             after = m.end()
             nxt = text[after] if after < line.end else "\n"
-            if word in _STATEMENT_WORDS and (nxt in " \t\n" or (word == "else" and nxt == ":")):
+            if word in _STATEMENT_WORDS and (
+                nxt in " \t\n"
+                or (nxt == ":" and word in ("if", "else"))
+                or (nxt == "(" and word == "if")
+            ):
                 return self.statement(line, word, after, depth)
         return self.entry(line, pos, depth)
 
@@ -323,6 +342,7 @@ class Parser:
         )
         if pos < line.end and text[pos] == ":":
             pos = self.skip_spaces(pos + 1)
+            self.check_key_words(key)
         else:
             self.report(
                 "missing-colon" if not key.quoted else "syntax-error",
@@ -332,6 +352,27 @@ class Parser:
         entry = Entry(key.span, key)
         self.entry_value(entry, line, pos, depth)
         return entry
+
+    def check_key_words(self, key: Key) -> None:
+        """A key is a name or a ``kind name`` pair of identifiers (quoted keys are free text)."""
+        if key.quoted:
+            return
+        if len(key.parts) > 2:
+            self.report(
+                "syntax-error",
+                f"'{key}' is not a key: a key is one name or two ('kind name'); "
+                "quote it to use other text",
+                key.span,
+            )
+            return
+        for part in key.parts:
+            if "-" in part:
+                self.report(
+                    "invalid-name",
+                    f"'{part}' is not a valid name: use letters, digits and '_'",
+                    key.span,
+                )
+                return
 
     def key(self, line: _Line, pos: int) -> Key | None:
         text = self.text
@@ -370,20 +411,23 @@ class Parser:
         end = line.end
         if pos >= end or text[pos] == "#":
             entry.trailing_comment = self.finish_line(None, pos, line, "the key")
-            entry.block = self.child_block(line, depth)
+            entry.value = self.empty_block(line)
+            if entry.value is None:
+                entry.block = self.child_block(line, depth)
         elif text.startswith("->", pos):
             entry.arrow = True
             entry.trailing_comment = self.finish_line(None, pos + 2, line, "'->'")
             entry.block = self.child_block(line, depth)
             if entry.block is None:
+                self.report(
+                    "missing-block",
+                    "expected an indented procedure after '->'",
+                    self.span(pos, pos + 2),
+                )
                 entry.block = Block(self.span(pos, pos + 2), [])
         elif text[pos] == "|":
             entry.value = self.template(line, pos, line.indent)
-        elif (
-            text.startswith("empty", pos)
-            and text[pos + 5 : end].strip() in ("",)
-            and (pos + 5 == end or text[pos + 5] in " \t")
-        ):
+        elif self.is_empty_word(pos, end):
             entry.value = EmptyValue(self.span(pos, pos + 5))
             entry.trailing_comment = self.finish_line(None, pos + 5, line, "'empty'")
         else:
@@ -395,6 +439,31 @@ class Parser:
             entry.span = entry.key.span.to(entry.value.span)
         if entry.block is not None and entry.block.items:
             entry.span = entry.span.to(entry.block.span)
+
+    def is_empty_word(self, pos: int, end: int) -> bool:
+        """Whether ``text[pos:end]`` is the keyword ``empty``, optionally with a comment."""
+        text = self.text
+        if not text.startswith("empty", pos):
+            return False
+        rest = self.skip_spaces(pos + 5)
+        return rest >= end or (text[rest] == "#" and rest > pos + 5)
+
+    def empty_block(self, owner: _Line) -> EmptyValue | None:
+        """``key:`` followed by a block holding only ``empty`` means the same as ``key: empty``."""
+        lines = self.lines
+        j = self.next_content(self.i)
+        if j >= len(lines) or lines[j].indent <= owner.indent:
+            return None
+        line = lines[j]
+        if not self.is_empty_word(line.content, line.end):
+            return None
+        after = self.next_content(j + 1)
+        if after < len(lines) and lines[after].indent > owner.indent:
+            return None
+        self.i = j
+        value = EmptyValue(self.span(line.content, line.content + 5))
+        value.trailing_comment = self.finish_line(None, line.content + 5, line, "'empty'")
+        return value
 
     def colinear_value(self, line: _Line, pos: int) -> Value:
         text = self.text
@@ -767,6 +836,7 @@ class Parser:
                     self.span(pos, max(pos + 1, line.end)),
                 )
                 break
+            self.check_key_words(key)
             value, parser = self.expr_at(pos + 1)
             bindings.append(WithBinding(key.parts[0], value, key.span.to(value.span)))
             if parser.is_op(","):
