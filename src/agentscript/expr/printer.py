@@ -207,9 +207,9 @@ def _print(expr: Expr) -> str:
     if isinstance(expr, Compare):
         # Chains are one node; a comparison nested as an operand needs parentheses.
         parts = [_wrap(expr.left, COMPARE + 1)]
-        for op, right in zip(expr.ops, expr.comparators, strict=True):
+        for op, comparator in zip(expr.ops, expr.comparators, strict=True):
             parts.append(op)
-            parts.append(_wrap(right, COMPARE + 1))
+            parts.append(_wrap(comparator, COMPARE + 1))
         return " ".join(parts)
     if isinstance(expr, Ternary):
         body = _wrap(expr.body, OR)
