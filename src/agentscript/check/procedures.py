@@ -78,17 +78,21 @@ class ProcedureChecker:
     # ------------------------------------------------------------ templates
 
     def template(self, template: Template, scope: Scope) -> None:
+        newlines = 0  # lines consumed by earlier parts, to place the info on the right line
         for part in template.parts:
             if isinstance(part, str):
                 match = _MISSING_BANG.search(part)
                 if match is not None:
+                    line = template.span.line + newlines + part.count("\n", 0, match.start())
                     self.ctx.info(
                         "instruction-template-syntax",
                         "This looks like an interpolation without '!': write {!@...} to insert "
                         "the value; {@...} is literal text.",
-                        _offset_span(template, part, match.start()),
+                        Span(line, template.span.column, line, template.span.column + 1),
                     )
+                newlines += part.count("\n")
             else:
+                newlines += part.source.count("\n")
                 self.exprs.check(part.expr, scope)
 
     # ------------------------------------------------------------ procedures
@@ -513,12 +517,6 @@ def _always_transitions(item: Item) -> bool:
 
 def _item_text(item: Entry | SequenceItem) -> str:
     return " ".join(item.key.parts) if isinstance(item, Entry) else "-"
-
-
-def _offset_span(template: Template, part: str, offset: int) -> Span:
-    """Best-effort position of ``offset`` inside a text part: the template's line is enough."""
-    line = template.span.line + part.count("\n", 0, offset)
-    return Span(line, template.span.column, line, template.span.column + 1)
 
 
 __all__ = ["EllipsisExpr", "ProcedureChecker"]
