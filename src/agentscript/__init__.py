@@ -1,1 +1,27 @@
-"""agentscript."""
+"""agentscript: an open runtime for deterministic-first LLM agents.
+
+>>> import agentscript
+>>> agent = agentscript.load("examples/order_status/order_status.agent")
+>>> session = agent.session(model=agentscript.ScriptedModel())
+"""
+
+from agentscript.diagnostics import AgentScriptError, Diagnostic, Severity, Span
+from agentscript.engine.session import Agent, Reply, Session
+from agentscript.engine.turn import Limits
+from agentscript.loader import load
+from agentscript.models.scripted import ScriptedModel
+from agentscript.syntax import parse
+
+__all__ = [
+    "Agent",
+    "AgentScriptError",
+    "Diagnostic",
+    "Limits",
+    "Reply",
+    "ScriptedModel",
+    "Session",
+    "Severity",
+    "Span",
+    "load",
+    "parse",
+]

@@ -1,0 +1,314 @@
+"""The deterministic interpreter: ``set``, ``run``, ``if``, ``transition``, ``|`` and ``collect``.
+
+Used for ``before_reasoning``/``after_reasoning`` hooks, for resolving
+``reasoning.instructions`` before every LLM call (S3), and for tool callbacks (S7).
+
+A transition is raised as :class:`TransitionSignal`, so the rest of the procedure does not run
+(S4); a failing deterministic action or expression raises :class:`ProcedureFailure` (S12).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentscript.actions.registry import ActionError, ActionRequest, ActionRunner
+from agentscript.check.outline import ActionDef
+from agentscript.engine.program import Node, Program
+from agentscript.engine.state import SessionState
+from agentscript.expr.evaluate import Env, EvalError
+from agentscript.expr.nodes import EllipsisExpr, Expr, reference_path
+from agentscript.expr.values import to_display
+from agentscript.syntax.tree import (
+    Block,
+    CollectStmt,
+    IfStmt,
+    Interpolation,
+    RunStmt,
+    SetStmt,
+    Template,
+    TemplateStmt,
+    TransitionStmt,
+    WithStmt,
+)
+from agentscript.trace import TurnTrace, elapsed_ms
+
+
+def render_text(
+    program: Program, text: Template | Expr | None, env: Env, warnings: list[str]
+) -> str:
+    """Resolve a template or expression to prompt text; a failing ``{!expr}`` renders empty."""
+    if text is None:
+        return ""
+    if isinstance(text, Template):
+        out: list[str] = []
+        for part in text.parts:
+            if isinstance(part, Interpolation):
+                try:
+                    out.append(to_display(program.compiled(part.expr)(env)))
+                except EvalError as exc:
+                    warnings.append(
+                        f"{{!{part.source}}} at line {exc.span.line} rendered empty: {exc.message}"
+                    )
+            else:
+                out.append(part)
+        return "".join(out)
+    try:
+        return to_display(program.compiled(text)(env))
+    except EvalError as exc:
+        warnings.append(f"text at line {exc.span.line} rendered empty: {exc.message}")
+        return ""
+
+
+class TransitionSignal(Exception):
+    """Control moves to ``target`` now; ``via`` says what caused it."""
+
+    def __init__(self, target: str, via: str) -> None:
+        super().__init__(target)
+        self.target = target
+        self.via = via
+
+
+class ProcedureFailure(Exception):
+    """A deterministic step failed: the turn ends with ``system.messages.error``."""
+
+
+class ProcedureExecutor:
+    """Runs procedures against one session's state, recording every step in the trace."""
+
+    def __init__(
+        self,
+        program: Program,
+        state: SessionState,
+        runner: ActionRunner,
+        trace: TurnTrace,
+        user_input: str,
+    ) -> None:
+        self.program = program
+        self.state = state
+        self.runner = runner
+        self.trace = trace
+        self.system_variables: dict[str, Any] = {"user_input": user_input}
+        self.linked = {n for n, v in program.outline.variables.items() if v.is_linked}
+        self.declared = program.outline.variables
+        self.knowledge = program.outline.knowledge
+        self.actions_run: list[str] = []
+        self.displayable: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        # collect: the first unfilled slot found during this resolution
+        self._asked_collect = False
+
+    # ------------------------------------------------------------------ evaluation
+
+    def env(self, node: Node, outputs: dict[str, Any] | None = None) -> Env:
+        namespaces: dict[str, Any] = {
+            "variables": self.state.variables,
+            "system_variables": self.system_variables,
+            "actions": node.tool_names,
+            "knowledge": self.knowledge,
+        }
+        if outputs is not None:
+            namespaces["outputs"] = outputs
+        return Env(namespaces)
+
+    def value(self, expr: Expr, env: Env) -> Any:
+        return self.program.compiled(expr)(env)
+
+    def condition(self, expr: Expr, env: Env) -> bool:
+        """A condition that cannot be evaluated is false (fail closed), and noted."""
+        try:
+            return bool(self.value(expr, env))
+        except EvalError as exc:
+            self.warnings.append(
+                f"condition at line {exc.span.line} treated as false: {exc.message}"
+            )
+            return False
+
+    def render(self, text: Template | Expr | None, env: Env) -> str:
+        return render_text(self.program, text, env, self.warnings)
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self.state.variables)
+
+    # ------------------------------------------------------------------ statements
+
+    async def exec_block(
+        self,
+        block: Block | None,
+        node: Node,
+        *,
+        prompt: list[str] | None = None,
+        outputs: dict[str, Any] | None = None,
+    ) -> None:
+        """Run ``block``; ``prompt`` collects ``|`` text (only when resolving instructions)."""
+        if block is None:
+            return
+        for item in block.items:
+            if isinstance(item, TemplateStmt):
+                if prompt is not None:
+                    prompt.append(self.render(item.template, self.env(node, outputs)))
+            elif isinstance(item, SetStmt):
+                self.exec_set(item, node, outputs)
+            elif isinstance(item, RunStmt):
+                await self.exec_run(item, node, outputs)
+            elif isinstance(item, IfStmt):
+                await self.exec_if(item, node, prompt, outputs)
+            elif isinstance(item, TransitionStmt):
+                target = self.program.node_of(item.targets[0]) if item.targets else None
+                if target is None or target not in self.program.nodes:
+                    raise ProcedureFailure(
+                        f"transition at line {item.span.line} has no valid target"
+                    )
+                raise TransitionSignal(target, f"transition at line {item.span.line}")
+            elif isinstance(item, CollectStmt) and prompt is not None:
+                self.exec_collect(item, node, prompt)
+            # `with`, `available when` and entries are declarations, not steps.
+
+    def exec_set(self, stmt: SetStmt, node: Node, outputs: dict[str, Any] | None) -> None:
+        path = reference_path(stmt.target)
+        if path is None or len(path) != 2 or path[0] != "variables":
+            raise ProcedureFailure(
+                f"set at line {stmt.span.line}: the target must be @variables.<name>"
+            )
+        name = path[1]
+        if name in self.linked:
+            raise ProcedureFailure(
+                f"set at line {stmt.span.line}: @variables.{name} is linked (read-only)"
+            )
+        try:
+            self.state.variables[name] = self.value(stmt.value, self.env(node, outputs))
+        except EvalError as exc:
+            raise ProcedureFailure(
+                f"set @variables.{name} at line {exc.span.line}: {exc.message}"
+            ) from None
+
+    async def exec_if(
+        self, stmt: IfStmt, node: Node, prompt: list[str] | None, outputs: dict[str, Any] | None
+    ) -> None:
+        env = self.env(node, outputs)
+        if self.condition(stmt.condition, env):
+            await self.exec_block(stmt.body, node, prompt=prompt, outputs=outputs)
+            return
+        for clause in stmt.else_ifs:
+            if self.condition(clause.condition, env):
+                await self.exec_block(clause.body, node, prompt=prompt, outputs=outputs)
+                return
+        if stmt.else_clause is not None:
+            await self.exec_block(stmt.else_clause.body, node, prompt=prompt, outputs=outputs)
+
+    def exec_collect(self, stmt: CollectStmt, node: Node, prompt: list[str]) -> None:
+        """Ask for the first unfilled collect variable; later ones wait (multi-turn slot filling)."""
+        path = reference_path(stmt.target)
+        if path is None or len(path) != 2 or path[0] != "variables":
+            return
+        if self.state.variables.get(path[1]) is not None or self._asked_collect:
+            return
+        self._asked_collect = True
+        slot = next((s for s in node.collect_slots if s.statement is stmt), None)
+        message = self.render(slot.message, self.env(node)) if slot and slot.message else ""
+        variable = self.declared.get(path[1])
+        what = message or (variable.description if variable and variable.description else path[1])
+        tool = f"capture_{node.name}_fields"
+        prompt.append(f"Ask the user for: {what}. When they answer, call {tool} with the value.")
+
+    async def exec_run(self, stmt: RunStmt, node: Node, outputs: dict[str, Any] | None) -> None:
+        path = reference_path(stmt.target)
+        action = (
+            node.actions.get(path[1]) if path and len(path) == 2 and path[0] == "actions" else None
+        )
+        if action is None:
+            raise ProcedureFailure(
+                f"run at line {stmt.span.line}: no action {_describe(stmt.target)} in '{node.name}'"
+            )
+        env = self.env(node, outputs)
+        inputs = self.defaults(action, env)
+        if stmt.body is not None:
+            for item in stmt.body.items:
+                if isinstance(item, WithStmt):
+                    for binding in item.bindings:
+                        if isinstance(binding.value, EllipsisExpr):
+                            continue  # `...` has no meaning without an LLM; the input stays unset
+                        try:
+                            inputs[binding.param] = self.value(binding.value, env)
+                        except EvalError as exc:
+                            raise ProcedureFailure(
+                                f"with {binding.param} at line {exc.span.line}: {exc.message}"
+                            ) from None
+        results = await self.call_action(action, inputs, node, source="deterministic")
+        if results is None:
+            raise ProcedureFailure(self._last_error or f"action '{action.name}' failed")
+        await self.exec_callback(stmt.body, node, results)
+
+    async def exec_callback(self, body: Block | None, node: Node, outputs: dict[str, Any]) -> None:
+        step = self._open_action_step
+        try:
+            await self.exec_block(body, node, outputs=outputs)
+        finally:
+            if step is not None:
+                step["postVars"] = self.snapshot()
+
+    def defaults(self, action: ActionDef, env: Env) -> dict[str, Any]:
+        inputs: dict[str, Any] = {}
+        for name, param in action.inputs.items():
+            if param.default is not None:
+                try:
+                    inputs[name] = self.value(param.default, env)
+                except EvalError as exc:
+                    raise ProcedureFailure(f"default of input '{name}': {exc.message}") from None
+        return inputs
+
+    # ------------------------------------------------------------------ actions
+
+    _last_error: str | None = None
+    _open_action_step: dict[str, Any] | None = None
+
+    async def call_action(
+        self,
+        action: ActionDef,
+        inputs: dict[str, Any],
+        node: Node,
+        *,
+        source: str,
+        tool: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Run an action and record an ACTION_STEP; returns its outputs or None on failure."""
+        step = self.trace.add(
+            "ACTION_STEP",
+            name=tool or action.name,
+            action=action.name,
+            target=action.target,
+            node=node.name,
+            source=source,
+            input=dict(inputs),
+            output=None,
+            error=None,
+            preVars=self.snapshot(),
+            postVars=None,
+        )
+        started = time.perf_counter()
+        self._open_action_step = step
+        self.actions_run.append(tool or action.name)
+        try:
+            outputs = await self.runner.run(ActionRequest(action.name, action.target, inputs))
+        except ActionError as exc:
+            step["error"] = str(exc)
+            step["durationMs"] = elapsed_ms(started)
+            step["postVars"] = self.snapshot()
+            self._last_error = str(exc)
+            return None
+        step["durationMs"] = elapsed_ms(started)
+        step["output"] = outputs
+        step["postVars"] = self.snapshot()
+        shown = {
+            k: v
+            for k, v in outputs.items()
+            if k in action.outputs and action.outputs[k].is_displayable
+        }
+        if shown:
+            self.displayable.append({"action": action.name, "outputs": shown})
+        return outputs
+
+
+def _describe(expr: Expr) -> str:
+    path = reference_path(expr)
+    return "@" + ".".join(path) if path else "(not a reference)"

@@ -1,0 +1,254 @@
+"""Loaded agents and their sessions: the Python API of the runtime.
+
+>>> agent = agentscript.load("examples/order_status/order_status.agent")
+>>> session = agent.session(model=my_model, variables={"order_ID": "1234"})
+>>> reply = session.send("Where is my order?")
+>>> reply.text, reply.node, reply.trace["planTrace"]["steps"][0]["type"]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
+from agentscript.check.outline import AgentOutline
+from agentscript.engine.procedures import render_text
+from agentscript.engine.program import Program
+from agentscript.engine.state import SessionState
+from agentscript.engine.turn import Limits, TurnResult, TurnRunner
+from agentscript.expr.evaluate import Env, EvalError
+from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.models.base import Model
+from agentscript.trace import TurnTrace
+
+
+@dataclass
+class Reply:
+    """What one turn produced."""
+
+    text: str  # every message of the turn, joined by blank lines
+    messages: list[str]
+    node: str | None  # the subagent the turn ended in
+    path: list[str]  # every subagent entered, in order
+    actions: list[str]  # tools and actions run, in order
+    escalated: bool
+    ended: bool
+    error: str | None
+    displayable: list[dict[str, Any]]
+    confirmation: str | None  # the question, when a call waits for a yes/no
+    variables: dict[str, Any]
+    trace: dict[str, Any]
+    trace_file: str | None = None
+    exhausted: bool = False  # the scripted model had no move left
+    refused: bool = False  # the turn was not run (e.g. the session had ended)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Agent:
+    """A checked agent, ready to start sessions. Create with :func:`agentscript.load`."""
+
+    def __init__(
+        self, outline: AgentOutline, *, path: Path | None = None, name: str | None = None
+    ) -> None:
+        self.outline = outline
+        self.program = Program(outline)
+        self.path = path
+        self.name = name or outline.agent_name or (path.stem if path else "agent")
+        self.handlers: dict[str, Handler] = {}
+
+    def register_handler(self, scheme: str, handler: Handler) -> None:
+        """Run every action whose target is ``scheme://...`` with ``handler`` (all sessions)."""
+        self.handlers[scheme.lower()] = handler
+
+    def session(
+        self,
+        *,
+        model: Model,
+        actions: Mapping[str, ActionFunction] | None = None,
+        variables: Mapping[str, Any] | None = None,
+        stubs: StubBook | None = None,
+        limits: Limits | None = None,
+        trace_dir: str | Path | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        state = SessionState(
+            session_id or uuid.uuid4().hex[:16], self.initial_variables(variables or {})
+        )
+        return Session(
+            self,
+            state,
+            model=model,
+            actions=actions,
+            stubs=stubs,
+            limits=limits,
+            trace_dir=trace_dir,
+        )
+
+    def restore(
+        self,
+        data: Mapping[str, Any] | str,
+        *,
+        model: Model,
+        actions: Mapping[str, ActionFunction] | None = None,
+        stubs: StubBook | None = None,
+        limits: Limits | None = None,
+        trace_dir: str | Path | None = None,
+    ) -> Session:
+        """Rebuild a session saved with :meth:`Session.to_json`."""
+        import json
+
+        payload = json.loads(data) if isinstance(data, str) else dict(data)
+        state = SessionState.from_json(payload)
+        session = Session(
+            self,
+            state,
+            model=model,
+            actions=actions,
+            stubs=stubs,
+            limits=limits,
+            trace_dir=trace_dir,
+        )
+        session.runner.stubs.restore(state.stub_usage)
+        return session
+
+    def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults of every declared variable, overridden by ``given`` (linked ones included)."""
+        declared = self.outline.variables
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            raise ValueError(f"unknown variable(s) {unknown}; declared: {sorted(declared)}")
+        values: dict[str, Any] = {}
+        env = Env({"variables": {}, "knowledge": self.outline.knowledge})
+        for name, info in declared.items():
+            if info.default is None:
+                values[name] = None
+                continue
+            try:
+                values[name] = self.program.compiled(info.default)(env)
+            except EvalError as exc:
+                raise ValueError(f"default of @variables.{name}: {exc.message}") from None
+        for name, value in given.items():
+            info = declared[name]
+            try:
+                values[name] = coerce_to_type(value, info.type)
+            except TypeMismatch as exc:
+                raise ValueError(f"@variables.{name}: {exc.message}") from None
+        return values
+
+    def welcome(self, variables: Mapping[str, Any]) -> str:
+        env = Env({"variables": variables, "knowledge": self.outline.knowledge})
+        return render_text(self.program, self.outline.messages.welcome, env, [])
+
+
+class Session:
+    """One conversation with an agent. Not thread-safe: one turn at a time."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        state: SessionState,
+        *,
+        model: Model,
+        actions: Mapping[str, ActionFunction] | None = None,
+        stubs: StubBook | None = None,
+        limits: Limits | None = None,
+        trace_dir: str | Path | None = None,
+    ) -> None:
+        self.agent = agent
+        self.state = state
+        self.model = model
+        self.limits = limits or Limits()
+        self.trace_dir = Path(trace_dir) if trace_dir is not None else None
+        self.runner = ActionRunner(
+            stubs=stubs,
+            functions=actions,
+            handlers=agent.handlers,
+            agent_dir=agent.path.parent if agent.path else None,
+            timeout=self.limits.action_timeout,
+        )
+        self.welcome = agent.welcome(state.variables)
+        self.on_text: Callable[[str], None] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.state.session_id
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        return dict(self.state.variables)
+
+    @property
+    def ended(self) -> bool:
+        return self.state.ended
+
+    def send(self, text: str) -> Reply:
+        """Run one turn synchronously (not from inside a running event loop)."""
+        return asyncio.run(self.send_async(text))
+
+    async def send_async(self, text: str) -> Reply:
+        state = self.state
+        state.turn += 1
+        plan_id = f"{state.session_id}-{state.turn}"
+        trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
+        if state.ended:
+            message = "the session has ended; start a new session to continue"
+            trace.add("ERROR_STEP", message=message)
+            return self._reply(TurnResult(error=message), trace, refused=True)
+        runner = TurnRunner(
+            self.agent.program,
+            state,
+            self.runner,
+            trace,
+            text,
+            model=self.model,
+            limits=self.limits,
+            stream=self.on_text,
+        )
+        result = await runner.run()
+        state.stub_usage = self.runner.stubs.state()
+        return self._reply(
+            result, trace, actions=runner.actions_run, displayable=runner.displayable
+        )
+
+    def _reply(
+        self,
+        result: TurnResult,
+        trace: TurnTrace,
+        *,
+        actions: list[str] | None = None,
+        displayable: list[dict[str, Any]] | None = None,
+        refused: bool = False,
+    ) -> Reply:
+        text = "\n\n".join(m for m in result.messages if m)
+        trace.response = text
+        trace_file = str(trace.write(self.trace_dir)) if self.trace_dir is not None else None
+        return Reply(
+            text=text,
+            messages=list(result.messages),
+            node=self.state.current_node,
+            path=list(result.path),
+            actions=list(actions or []),
+            escalated=result.escalated,
+            ended=result.ended or self.state.ended,
+            error=result.error,
+            displayable=list(displayable or []),
+            confirmation=result.confirmation,
+            variables=dict(self.state.variables),
+            trace=trace.to_json(),
+            trace_file=trace_file,
+            exhausted=result.exhausted,
+            refused=refused,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The session's state as JSON-compatible data (see :meth:`Agent.restore`)."""
+        self.state.stub_usage = self.runner.stubs.state()
+        return self.state.to_json()

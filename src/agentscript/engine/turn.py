@@ -1,0 +1,650 @@
+"""One turn of an Agent Script session: rules S1-S13 of the design.
+
+``TurnRunner.run`` takes the user's utterance and drives nodes until one produces the reply:
+router first (S1), ``before_reasoning`` once per node entry (S2), instructions resolved before
+every LLM call (S3), one-way transitions (S4), gated tools (S5), the loop ending on text and
+``after_reasoning`` (S6), tool calls with deferred transitions (S7), checked variable writes
+(S8), limits (S11), failures (S12), escalation, end of session and confirmation (S13).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentscript.engine.procedures import ProcedureExecutor, ProcedureFailure, TransitionSignal
+from agentscript.engine.program import Node, Tool
+from agentscript.engine.state import PendingConfirmation
+from agentscript.expr.evaluate import EvalError
+from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.models.base import (
+    Message,
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ScriptExhausted,
+    ToolCall,
+)
+from agentscript.syntax.tree import Block
+from agentscript.trace import elapsed_ms
+
+YES = frozenset(
+    {
+        "yes",
+        "y",
+        "yeah",
+        "yep",
+        "sure",
+        "ok",
+        "okay",
+        "confirm",
+        "confirmed",
+        "go ahead",
+        "please do",
+        "do it",
+    }
+)
+NO = frozenset({"no", "n", "nope", "cancel", "stop", "don't", "do not", "decline", "never mind"})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-turn bounds (S11) and hostile-input bounds on tool arguments."""
+
+    max_llm_calls: int = 16
+    max_transitions: int = 10
+    max_tool_calls_per_step: int = 8
+    max_argument_chars: int = 20_000
+    max_argument_depth: int = 16
+    action_timeout: float = 30.0
+
+
+class LimitReached(Exception):
+    pass
+
+
+class TurnError(Exception):
+    """The turn cannot go on (model failure, deterministic failure, limit)."""
+
+
+@dataclass
+class StepOutcome:
+    transition: tuple[str, str] | None = None  # (target, via)
+    stop: str | None = None  # "escalate" | "end_session" | "confirmation"
+
+
+@dataclass
+class TurnResult:
+    messages: list[str] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)
+    escalated: bool = False
+    ended: bool = False
+    error: str | None = None
+    exhausted: bool = False  # the scripted model had no move left
+    confirmation: str | None = None
+
+
+class TurnRunner(ProcedureExecutor):
+    def __init__(
+        self,
+        *args: Any,
+        model: Model,
+        limits: Limits,
+        stream: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(*args)
+        self.model = model
+        self.limits = limits
+        self.stream = stream
+        self.result = TurnResult()
+        self.llm_calls = 0
+        self.transitions = 0
+
+    async def run(self) -> TurnResult:
+        self.result = TurnResult()
+        self.llm_calls = 0
+        self.transitions = 0
+        state = self.state
+        program = self.program
+        try:
+            if state.pending_confirmation is not None:
+                node_name, transitioned = await self.resolve_confirmation(
+                    state.pending_confirmation
+                )
+                reason = (
+                    "transition after confirmation" if transitioned else "confirmation resolved"
+                )
+                await self.drive(node_name, reason, skip_before=not transitioned)
+            else:
+                state.history.append(Message("user", self.system_variables["user_input"]))
+                if state.resume_node and state.resume_node in program.nodes:
+                    start, reason = state.resume_node, "collect in progress"
+                elif program.outline.reset_to_initial_node or not state.current_node:
+                    start, reason = program.start, "turn start (router)"
+                else:
+                    start, reason = state.current_node, "turn start (previous subagent)"
+                await self.drive(start, reason)
+        except (TurnError, ProcedureFailure, LimitReached) as exc:
+            self.fail(str(exc))
+        return self.result
+
+    def fail(self, message: str) -> None:
+        self.trace.add("ERROR_STEP", message=message, node=self.state.current_node)
+        self.result.error = message
+        error_text = self.render(self.program.outline.messages.error, self.env(self.any_node()))
+        text = error_text or "Sorry, something went wrong."
+        self.result.messages.append(text)
+        self.trace.add("RESPONSE_STEP", text=text, node=self.state.current_node, kind="error")
+
+    def any_node(self) -> Node:
+        name = self.state.current_node or self.program.start
+        return self.program.nodes.get(name) or next(iter(self.program.nodes.values()))
+
+    # ------------------------------------------------------------------ nodes
+
+    async def drive(self, node_name: str, reason: str, *, skip_before: bool = False) -> None:
+        """Run ``node_name`` and follow transitions until a node ends the turn."""
+        current = node_name
+        while True:
+            try:
+                await self.run_node(current, reason, skip_before)
+                return
+            except TransitionSignal as signal:
+                reason = f"transition from {current}"
+                current = self.follow(current, signal)
+                skip_before = False
+
+    def follow(self, source: str, signal: TransitionSignal) -> str:
+        self.transitions += 1
+        self.trace.add(
+            "TRANSITION_STEP", **{"from": source, "to": signal.target, "via": signal.via}
+        )
+        if self.transitions > self.limits.max_transitions:
+            raise LimitReached(
+                f"more than {self.limits.max_transitions} transitions in one turn "
+                f"(last: {source} -> {signal.target}); the turn was stopped"
+            )
+        return signal.target
+
+    async def run_node(self, name: str, reason: str, skip_before: bool) -> None:
+        node = self.program.nodes[name]
+        self.state.current_node = name
+        self.result.path.append(name)
+        self.trace.add("NODE_ENTER", node=name, reason=reason)
+        if not skip_before and node.info.before_reasoning is not None:
+            await self.run_hook(node, "before_reasoning")
+        iteration = 0
+        while True:
+            iteration += 1
+            self.llm_calls += 1
+            if self.llm_calls > self.limits.max_llm_calls:
+                raise LimitReached(
+                    f"more than {self.limits.max_llm_calls} LLM calls in one turn; the turn was stopped"
+                )
+            instructions, visible = await self.resolve(node, iteration)
+            response = await self.ask_model(node, iteration, instructions, visible)
+            if response.tool_calls:
+                outcome = await self.dispatch(node, response, visible)
+                if outcome.stop is not None:
+                    return
+                if outcome.transition is not None:
+                    raise TransitionSignal(*outcome.transition)
+                continue
+            text = response.text or ""
+            self.state.history.append(Message("assistant", text))
+            self.result.messages.append(text)
+            self.trace.add("RESPONSE_STEP", text=text, node=name)
+            if node.info.after_reasoning is not None:
+                await self.run_hook(node, "after_reasoning")
+            return
+
+    async def run_hook(self, node: Node, hook: str) -> None:
+        block = (
+            node.info.before_reasoning if hook == "before_reasoning" else node.info.after_reasoning
+        )
+        step = self.trace.add(
+            "HOOK_STEP", node=node.name, hook=hook, preVars=self.snapshot(), postVars=None
+        )
+        started = time.perf_counter()
+        try:
+            await self.exec_block(block, node)
+        except TransitionSignal as signal:
+            step["transition"] = signal.target
+            raise
+        finally:
+            step["postVars"] = self.snapshot()
+            step["durationMs"] = elapsed_ms(started)
+
+    # ------------------------------------------------------------------ resolution (S3, S5)
+
+    async def resolve(self, node: Node, iteration: int) -> tuple[str, dict[str, Tool]]:
+        pre = self.snapshot()
+        self._asked_collect = False
+        self.warnings = []
+        prompt: list[str] = []
+        started = time.perf_counter()
+        step: dict[str, Any] = {
+            "node": node.name,
+            "iteration": iteration,
+            "instructions": "",
+            "tools": [],
+            "hiddenTools": [],
+            "preVars": pre,
+            "postVars": None,
+        }
+        instructions = node.info.instructions
+        try:
+            if isinstance(instructions, Block):
+                await self.exec_block(instructions, node, prompt=prompt)
+            elif instructions is not None:
+                prompt.append(self.render(instructions, self.env(node)))
+        except TransitionSignal as signal:
+            step.update(
+                postVars=self.snapshot(), transition=signal.target, discarded="\n".join(prompt)
+            )
+            step["durationMs"] = elapsed_ms(started)
+            if self.warnings:
+                step["warnings"] = list(self.warnings)
+            self.trace.steps.append({"type": "RESOLUTION_STEP", **step})
+            raise
+        text = "\n".join(prompt)
+        visible, hidden = self.gate_tools(node)
+        self.track_collect(node)
+        step.update(
+            instructions=text,
+            tools=list(visible),
+            hiddenTools=hidden,
+            postVars=self.snapshot(),
+            durationMs=elapsed_ms(started),
+        )
+        if self.warnings:
+            step["warnings"] = list(self.warnings)
+        self.trace.steps.append({"type": "RESOLUTION_STEP", **step})
+        return text, visible
+
+    def gate_tools(self, node: Node) -> tuple[dict[str, Tool], list[str]]:
+        """S5: a tool whose ``available when`` is false or fails to evaluate is hidden."""
+        visible: dict[str, Tool] = {}
+        hidden: list[str] = []
+        env = self.env(node)
+        variables = self.state.variables
+        for tool in node.tools.values():
+            if tool.kind == "capture":
+                open_slots = any(variables.get(s.variable) is None for s in node.collect_slots)
+                (visible.__setitem__(tool.name, tool) if open_slots else hidden.append(tool.name))
+                continue
+            if tool.kind == "unresolved" or (
+                tool.guard is not None and not self.condition(tool.guard, env)
+            ):
+                hidden.append(tool.name)
+            else:
+                visible[tool.name] = tool
+        return visible, hidden
+
+    def track_collect(self, node: Node) -> None:
+        if not node.collect_slots:
+            return
+        missing = any(self.state.variables.get(s.variable) is None for s in node.collect_slots)
+        if missing:
+            self.state.resume_node = node.name
+        elif self.state.resume_node == node.name:
+            self.state.resume_node = None
+
+    # ------------------------------------------------------------------ the model
+
+    def system_prompt(self, node: Node) -> str:
+        """S9: the subagent's system instructions replace the global ones."""
+        text = node.info.system_instructions
+        if text is None:
+            text = self.program.outline.system_instructions
+        return self.render(text, self.env(node))
+
+    async def ask_model(
+        self, node: Node, iteration: int, instructions: str, visible: dict[str, Tool]
+    ) -> ModelResponse:
+        request = ModelRequest(
+            system=self.system_prompt(node),
+            instructions=instructions,
+            messages=list(self.state.history),
+            tools=[tool.spec for tool in visible.values()],
+            params=dict(node.params),
+            model=node.model,
+            node=node.name,
+        )
+        step = self.trace.add(
+            "LLM_STEP",
+            node=node.name,
+            iteration=iteration,
+            input={
+                "system": request.system,
+                "instructions": request.instructions,
+                "messages": [m.to_json() for m in request.messages],
+                "tools": [
+                    {"name": t.name, "description": t.description, "parameters": t.parameters}
+                    for t in request.tools
+                ],
+            },
+            output=None,
+        )
+        started = time.perf_counter()
+        try:
+            response = await self.model.complete(request, stream=self.stream)
+        except ScriptExhausted as exc:
+            self.result.exhausted = True
+            step["error"] = str(exc)
+            raise TurnError(str(exc)) from None
+        except ModelError as exc:
+            step["error"] = str(exc)
+            raise TurnError(f"the model failed: {exc}") from None
+        step["durationMs"] = elapsed_ms(started)
+        step["output"] = response.to_json()
+        if response.model:
+            step["model"] = response.model
+        return response
+
+    # ------------------------------------------------------------------ tool calls (S5, S7, S8, S13)
+
+    async def dispatch(
+        self, node: Node, response: ModelResponse, visible: dict[str, Tool]
+    ) -> StepOutcome:
+        calls = response.tool_calls
+        self.state.history.append(Message("assistant", response.text or "", tool_calls=list(calls)))
+        outcome = StepOutcome()
+        for index, call in enumerate(calls):
+            if index >= self.limits.max_tool_calls_per_step:
+                self.refuse(
+                    call, f"more than {self.limits.max_tool_calls_per_step} tool calls in one step"
+                )
+                continue
+            if outcome.stop is not None:
+                self.refuse(call, f"not run: the turn already ended ({outcome.stop})")
+                continue
+            result, transition, stop = await self.invoke(node, call, visible)
+            self.state.history.append(
+                Message(
+                    "tool",
+                    json.dumps(result, default=repr, ensure_ascii=False),
+                    tool_call_id=call.id,
+                    name=call.name,
+                )
+            )
+            if transition is not None and outcome.transition is None:
+                outcome.transition = (transition, f"tool {call.name}")  # S7: the first one wins
+            if stop is not None:
+                outcome.stop = stop
+        return outcome
+
+    def refuse(self, call: ToolCall, reason: str) -> dict[str, Any]:
+        self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
+        self.state.history.append(
+            Message("tool", json.dumps({"error": reason}), tool_call_id=call.id, name=call.name)
+        )
+        return {"error": reason}
+
+    async def invoke(
+        self, node: Node, call: ToolCall, visible: dict[str, Tool]
+    ) -> tuple[dict[str, Any], str | None, str | None]:
+        """Run one tool call; returns (result for the model, transition target, stop)."""
+        tool = node.tools.get(call.name)
+        if tool is None:
+            reason = f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+            self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
+            return {"error": reason}, None, None
+        if call.name not in visible:
+            reason = f"tool '{call.name}' is not available now"
+            self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
+            return {"error": reason}, None, None
+        arguments, problem = self.check_arguments(tool, call)
+        if problem is not None:
+            self.trace.add("REFUSED_STEP", name=call.name, reason=problem, arguments=call.arguments)
+            return {"error": problem}, None, None
+        kind = tool.kind
+        if kind in ("transition", "cancel"):
+            self.actions_run.append(tool.name)
+            target = tool.target_node
+            if target is None or target not in self.program.nodes:
+                return {"error": f"tool '{tool.name}' has no valid target"}, None, None
+            if kind == "cancel":
+                self.state.resume_node = None
+            callback_transition = await self.run_tool_callback(tool, node, {})
+            return {"status": f"transferring to {target}"}, callback_transition or target, None
+        if kind in ("set_variables", "capture"):
+            return await self.set_variables(tool, node, arguments)
+        if kind == "escalate":
+            self.actions_run.append(tool.name)
+            self.trace.add("EVENT_STEP", event="escalate", node=node.name, tool=tool.name)
+            self.result.escalated = True
+            return {"status": "escalated to a human agent"}, None, "escalate"
+        if kind == "end_session":
+            self.actions_run.append(tool.name)
+            self.trace.add("EVENT_STEP", event="end_session", node=node.name, tool=tool.name)
+            self.result.ended = True
+            self.state.ended = True
+            return {"status": "session ended"}, None, "end_session"
+        if kind == "delegate":
+            return await self.delegate(tool, node)
+        if kind == "action" and tool.action is not None:
+            if tool.requires_confirmation:
+                return self.hold_for_confirmation(tool, node, call, arguments)
+            return await self.run_tool_action(tool, node, arguments)
+        return {"error": f"tool '{tool.name}' cannot be run by this runtime ({kind})"}, None, None
+
+    def check_arguments(self, tool: Tool, call: ToolCall) -> tuple[dict[str, Any], str | None]:
+        """Only declared parameters, required ones present, values of the declared type."""
+        if call.arguments is None:
+            return (
+                {},
+                f"the arguments of '{call.name}' are not a JSON object: {call.raw_arguments[:200]!r}",
+            )
+        args = call.arguments
+        unknown = sorted(set(args) - set(tool.parameters))
+        if unknown:
+            allowed = sorted(tool.parameters) or "none"
+            return {}, f"unknown argument(s) {unknown} for '{call.name}'; allowed: {allowed}"
+        size = len(json.dumps(args, default=repr))
+        if size > self.limits.max_argument_chars:
+            return {}, f"arguments of '{call.name}' are too large ({size} characters)"
+        if _depth(args) > self.limits.max_argument_depth:
+            return {}, f"arguments of '{call.name}' are nested too deeply"
+        checked: dict[str, Any] = {}
+        for name, param in tool.parameters.items():
+            if name not in args or args[name] is None:
+                if param.required:
+                    return {}, f"missing required argument '{name}' for '{call.name}'"
+                continue
+            try:
+                checked[name] = coerce_to_type(args[name], param.type)
+            except TypeMismatch as exc:
+                return {}, f"argument '{name}' of '{call.name}': {exc.message}"
+        return checked, None
+
+    async def set_variables(
+        self, tool: Tool, node: Node, arguments: dict[str, Any]
+    ) -> tuple[dict[str, Any], str | None, str | None]:
+        """S8: only declared mutable variables, values already type-checked."""
+        self.actions_run.append(tool.name)
+        step = self.trace.add(
+            "ACTION_STEP",
+            name=tool.name,
+            action="@utils.setVariables" if tool.kind == "set_variables" else "collect",
+            node=node.name,
+            source="llm",
+            input=dict(arguments),
+            output=None,
+            error=None,
+            preVars=self.snapshot(),
+            postVars=None,
+        )
+        for name in arguments:
+            declared = self.declared.get(name)
+            if declared is None or not declared.is_mutable:
+                step["error"] = f"@variables.{name} is not a mutable variable"
+                step["postVars"] = self.snapshot()
+                return {"error": step["error"]}, None, None
+        env = self.env(node)
+        computed: dict[str, Any] = {}
+        for name, expr in tool.bound_inputs.items():
+            try:
+                computed[name] = self.value(expr, env)
+            except EvalError as exc:
+                step["error"] = f"with {name}: {exc.message}"
+                step["postVars"] = self.snapshot()
+                return {"error": step["error"]}, None, None
+        self.state.variables.update(arguments)
+        for name, value in computed.items():
+            declared = self.declared.get(name)
+            if declared is not None and declared.is_mutable:
+                self.state.variables[name] = value
+        transition = await self.run_tool_callback(tool, node, {}, step)
+        step["output"] = {"updated": sorted({*arguments, *computed})}
+        step["postVars"] = self.snapshot()
+        return {"status": "updated", "variables": sorted({*arguments, *computed})}, transition, None
+
+    def tool_inputs(self, tool: Tool, node: Node, arguments: dict[str, Any]) -> dict[str, Any]:
+        assert tool.action is not None
+        env = self.env(node)
+        inputs = self.defaults(tool.action, env)
+        for name, expr in tool.bound_inputs.items():
+            try:
+                inputs[name] = self.value(expr, env)
+            except EvalError as exc:
+                raise ProcedureFailure(
+                    f"with {name} of tool '{tool.name}': {exc.message}"
+                ) from None
+        inputs.update(arguments)
+        return inputs
+
+    async def run_tool_action(
+        self, tool: Tool, node: Node, arguments: dict[str, Any]
+    ) -> tuple[dict[str, Any], str | None, str | None]:
+        """S7 and S12: run the action, then its callback; a failure goes back to the model."""
+        assert tool.action is not None
+        inputs = self.tool_inputs(tool, node, arguments)
+        outputs = await self.call_action(tool.action, inputs, node, source="llm", tool=tool.name)
+        if outputs is None:
+            return {"error": self._last_error or "the action failed"}, None, None
+        transition = await self.run_tool_callback(tool, node, outputs, self._open_action_step)
+        hidden = {k for k, p in tool.action.outputs.items() if p.filter_from_agent}
+        return {k: v for k, v in outputs.items() if k not in hidden}, transition, None
+
+    async def run_tool_callback(
+        self, tool: Tool, node: Node, outputs: dict[str, Any], step: dict[str, Any] | None = None
+    ) -> str | None:
+        """Run the binding's body; a transition there is deferred to the end of the step."""
+        if tool.callback is None:
+            return None
+        try:
+            await self.exec_block(tool.callback, node, outputs=outputs)
+        except TransitionSignal as signal:
+            return signal.target
+        finally:
+            if step is not None:
+                step["postVars"] = self.snapshot()
+        return None
+
+    async def delegate(
+        self, tool: Tool, node: Node
+    ) -> tuple[dict[str, Any], str | None, str | None]:
+        """``@subagent.x`` as a tool: run x (and wherever it transitions), return its reply."""
+        target = tool.target_node
+        if target is None or target not in self.program.nodes:
+            return {"error": f"tool '{tool.name}' has no valid target"}, None, None
+        self.actions_run.append(tool.name)
+        self.trace.add(
+            "EVENT_STEP", event="delegate_start", node=node.name, tool=tool.name, target=target
+        )
+        outer_messages = self.result.messages
+        self.result.messages = []
+        try:
+            await self.drive(target, f"delegated by {node.name}")
+            reply = "\n".join(self.result.messages)
+        finally:
+            self.result.messages = outer_messages
+            self.state.current_node = node.name
+        self.trace.add(
+            "EVENT_STEP",
+            event="delegate_end",
+            node=node.name,
+            tool=tool.name,
+            target=target,
+            reply=reply,
+        )
+        if self.result.escalated:
+            return {"reply": reply}, None, "escalate"
+        if self.state.ended:
+            return {"reply": reply}, None, "end_session"
+        return {"reply": reply}, None, None
+
+    # ------------------------------------------------------------------ confirmation (S13)
+
+    def hold_for_confirmation(
+        self, tool: Tool, node: Node, call: ToolCall, arguments: dict[str, Any]
+    ) -> tuple[dict[str, Any], str | None, str | None]:
+        assert tool.action is not None
+        self.state.pending_confirmation = PendingConfirmation(
+            node.name, tool.name, call.id, arguments
+        )
+        label = tool.action.label or humanize_action(tool.action.name)
+        question = f"Before I run {label}, please confirm: yes or no?"
+        self.trace.add(
+            "EVENT_STEP",
+            event="confirmation_requested",
+            node=node.name,
+            tool=tool.name,
+            arguments=arguments,
+        )
+        self.result.messages.append(question)
+        self.result.confirmation = question
+        self.state.history.append(Message("assistant", question))
+        return {"status": "waiting for the user to confirm"}, None, "confirmation"
+
+    async def resolve_confirmation(self, pending: PendingConfirmation) -> tuple[str, bool]:
+        """The user's answer to a held call: run it on yes, report a refusal on no."""
+        self.state.pending_confirmation = None
+        answer = self.system_variables["user_input"].strip().lower().rstrip(".!")
+        confirmed = answer in YES
+        node = self.program.nodes.get(pending.node)
+        tool = node.tools.get(pending.tool) if node else None
+        self.trace.add(
+            "EVENT_STEP",
+            event="confirmation_resolved",
+            node=pending.node,
+            tool=pending.tool,
+            confirmed=confirmed,
+        )
+        self.state.history.append(Message("user", self.system_variables["user_input"]))
+        if node is None or tool is None:
+            return self.program.start, True
+        self.state.current_node = node.name
+        call = ToolCall(f"{pending.call_id}-confirmed", tool.name, dict(pending.arguments))
+        self.state.history.append(Message("assistant", "", tool_calls=[call]))
+        if not confirmed:
+            result: dict[str, Any] = {"status": "the user did not confirm; the action was not run"}
+            transition = None
+        else:
+            result, transition, _ = await self.run_tool_action(tool, node, dict(pending.arguments))
+        self.state.history.append(
+            Message("tool", json.dumps(result, default=repr), tool_call_id=call.id, name=call.name)
+        )
+        if transition is not None:
+            self.follow(node.name, TransitionSignal(transition, f"tool {tool.name}"))
+            return transition, True
+        return node.name, False
+
+
+def humanize_action(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > 64:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level

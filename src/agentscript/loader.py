@@ -1,0 +1,63 @@
+"""From a path to a checked agent: parse, check, and build the engine's program."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentscript.check import check
+from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
+from agentscript.engine.session import Agent
+from agentscript.syntax import Document, parse
+
+
+def read_source(path: Path) -> tuple[str | None, Diagnostic | None]:
+    """Read a file as UTF-8 (BOM tolerated); a binary or unreadable file is a diagnostic."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, _file_error(
+            "unreadable-file", f"cannot read file: {exc.strerror or exc}", path
+        )
+    if b"\x00" in data[:8192]:
+        return None, _file_error(
+            "binary-file", "this is a binary file, not Agent Script text", path
+        )
+    try:
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        diag = error(
+            "invalid-encoding",
+            f"not valid UTF-8 (byte {exc.start}); save the file as UTF-8",
+            Span.point(line, 1),
+        )
+        diag.file = str(path)
+        return None, diag
+
+
+def _file_error(code: str, message: str, path: Path) -> Diagnostic:
+    diag = error(code, message, Span(1, 1, 1, 1))
+    diag.file = str(path)
+    return diag
+
+
+def parse_file(path: str | Path) -> tuple[Document | None, list[Diagnostic]]:
+    file = Path(path)
+    text, problem = read_source(file)
+    if text is None:
+        return None, [problem] if problem else []
+    doc = parse(text, str(file))
+    return doc, list(doc.diagnostics)
+
+
+def load(path: str | Path, *, dialect: str | None = None) -> Agent:
+    """Load and check an ``.agent`` file; raise :class:`AgentScriptError` with every error."""
+    file = Path(path)
+    doc, diagnostics = parse_file(file)
+    if doc is None:
+        raise AgentScriptError(diagnostics, str(file))
+    result = check(doc, dialect=dialect)
+    diagnostics = diagnostics + result.diagnostics
+    if any(d.is_error for d in diagnostics):
+        raise AgentScriptError(diagnostics, str(file))
+    return Agent(result.outline, path=file)

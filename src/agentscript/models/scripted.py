@@ -1,0 +1,107 @@
+"""The scripted model: plays the ``model:`` moves of a conversation file, one per LLM call.
+
+A move is ``{say: text}``, ``{tool: name, args: {...}}`` or ``{tools: [{tool, args}, ...]}``.
+The model does not check that a tool is offered: a move naming a hidden or unknown tool
+reaches the engine like any hallucinated call, so refusals can be tested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentscript.models.base import (
+    ModelRequest,
+    ModelResponse,
+    ScriptExhausted,
+    TextSink,
+    ToolCall,
+)
+
+
+class MoveError(ValueError):
+    """A move in a conversation file is malformed."""
+
+
+@dataclass(slots=True)
+class Move:
+    text: str | None = None
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.text is not None:
+            return {"say": self.text}
+        if len(self.calls) == 1:
+            name, args = self.calls[0]
+            return {"tool": name, "args": args} if args else {"tool": name}
+        return {"tools": [{"tool": n, "args": a} for n, a in self.calls]}
+
+
+def parse_move(data: Any, where: str = "move") -> Move:
+    if not isinstance(data, Mapping):
+        raise MoveError(f"{where}: a move is a mapping with 'say', 'tool' or 'tools'")
+    keys = set(data)
+    if "say" in keys:
+        if keys - {"say"}:
+            raise MoveError(f"{where}: 'say' cannot be combined with {sorted(keys - {'say'})}")
+        return Move(text=str(data["say"]))
+    if "tool" in keys:
+        if keys - {"tool", "args"}:
+            raise MoveError(f"{where}: unknown key(s) {sorted(keys - {'tool', 'args'})}")
+        return Move(calls=[_call(data, where)])
+    if "tools" in keys:
+        calls = data["tools"]
+        if keys - {"tools"} or not isinstance(calls, list) or not calls:
+            raise MoveError(f"{where}: 'tools' is a non-empty list of {{tool, args}}")
+        return Move(calls=[_call(c, f"{where}.tools[{i}]") for i, c in enumerate(calls)])
+    raise MoveError(f"{where}: expected 'say', 'tool' or 'tools', got {sorted(keys)}")
+
+
+def _call(data: Any, where: str) -> tuple[str, dict[str, Any]]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("tool"), str):
+        raise MoveError(f"{where}: a tool call needs 'tool: <name>'")
+    args = data.get("args") or {}
+    if not isinstance(args, Mapping):
+        raise MoveError(f"{where}: 'args' must be a mapping")
+    return str(data["tool"]), dict(args)
+
+
+class ScriptedModel:
+    """Answers each LLM call with the next move of the current turn."""
+
+    name = "scripted"
+
+    def __init__(self, moves: Sequence[Move] = ()) -> None:
+        self._moves: list[Move] = list(moves)
+        self._next = 0
+        self._calls = 0
+        self.requests: list[ModelRequest] = []
+
+    def begin_turn(self, moves: Sequence[Move]) -> None:
+        self._moves = list(moves)
+        self._next = 0
+
+    def unused_moves(self) -> list[Move]:
+        return self._moves[self._next :]
+
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
+        self.requests.append(request)
+        if self._next >= len(self._moves):
+            raise ScriptExhausted(
+                f"the conversation script has no model move left for this turn "
+                f"(subagent '{request.node}' asked the model; add a move under 'model:')"
+            )
+        move = self._moves[self._next]
+        self._next += 1
+        if move.text is not None:
+            if stream is not None:
+                stream(move.text)
+            return ModelResponse(text=move.text, model=self.name)
+        calls = []
+        for name, args in move.calls:
+            self._calls += 1
+            calls.append(ToolCall(f"call_{self._calls}", name, dict(args)))
+        return ModelResponse(tool_calls=calls, model=self.name)

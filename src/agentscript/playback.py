@@ -1,0 +1,83 @@
+"""Plays a conversation file through a session with the scripted model (``agentscript run``)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentscript.conversation import Conversation
+from agentscript.engine.session import Agent, Reply
+from agentscript.models.scripted import ScriptedModel
+
+
+@dataclass
+class TurnReport:
+    user: str
+    reply: Reply
+    unused_moves: list[dict[str, Any]]
+    before: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        reply = self.reply
+        return {
+            "user": self.user,
+            "response": reply.text,
+            "node": reply.node,
+            "path": reply.path,
+            "actions": reply.actions,
+            "variables": reply.variables,
+            "trace_file": reply.trace_file,
+            "unused_moves": self.unused_moves,
+            "escalated": reply.escalated,
+            "ended": reply.ended,
+            "error": reply.error,
+            "displayable": reply.displayable,
+        }
+
+
+@dataclass
+class Playback:
+    session_id: str
+    welcome: str
+    turns: list[TurnReport] = field(default_factory=list)
+    variables: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """The script and the engine disagreed, or a turn was refused."""
+        return any(t.reply.exhausted or t.reply.refused for t in self.turns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "welcome": self.welcome,
+            "turns": [t.to_json() for t in self.turns],
+            "variables": self.variables,
+        }
+
+
+async def play_async(
+    agent: Agent, conversation: Conversation, *, trace_dir: Path | None = None
+) -> Playback:
+    model = ScriptedModel()
+    session = agent.session(
+        model=model,
+        variables=conversation.variables,
+        stubs=conversation.stub_book(),
+        trace_dir=trace_dir,
+    )
+    playback = Playback(session.id, session.welcome)
+    for turn in conversation.turns:
+        model.begin_turn(turn.moves)
+        before = session.variables
+        reply = await session.send_async(turn.user)
+        unused = [] if reply.refused else [m.to_json() for m in model.unused_moves()]
+        playback.turns.append(TurnReport(turn.user, reply, unused, before))
+    playback.variables = session.variables
+    return playback
+
+
+def play(agent: Agent, conversation: Conversation, *, trace_dir: Path | None = None) -> Playback:
+    return asyncio.run(play_async(agent, conversation, trace_dir=trace_dir))

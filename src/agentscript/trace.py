@@ -1,0 +1,88 @@
+"""Trace of a turn: every decision the engine took, as JSON steps.
+
+One file per turn at ``DIR/<agent>/sessions/<session id>/traces/<plan id>.json`` with the
+format pinned in the design (``agentscript-trace/1``). Step types: NODE_ENTER, HOOK_STEP,
+RESOLUTION_STEP, LLM_STEP, ACTION_STEP, TRANSITION_STEP, REFUSED_STEP, RESPONSE_STEP,
+ERROR_STEP, EVENT_STEP (and SKILL_STEP / BLOCK_STEP for Mantle projects).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+FORMAT = "agentscript-trace/1"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class TurnTrace:
+    """Collects the steps of one turn."""
+
+    __slots__ = (
+        "_start",
+        "agent",
+        "plan_id",
+        "response",
+        "session_id",
+        "steps",
+        "turn",
+        "user_input",
+    )
+
+    def __init__(
+        self, agent: str, session_id: str, plan_id: str, turn: int, user_input: str
+    ) -> None:
+        self.agent = agent
+        self.session_id = session_id
+        self.plan_id = plan_id
+        self.turn = turn
+        self.user_input = user_input
+        self.response = ""
+        self.steps: list[dict[str, Any]] = []
+        self._start = time.perf_counter()
+
+    def add(self, step_type: str, **fields: Any) -> dict[str, Any]:
+        step: dict[str, Any] = {"type": step_type, **fields}
+        self.steps.append(step)
+        return step
+
+    def of_type(self, step_type: str) -> list[dict[str, Any]]:
+        return [s for s in self.steps if s["type"] == step_type]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "agent": self.agent,
+            "sessionId": self.session_id,
+            "planId": self.plan_id,
+            "turn": self.turn,
+            "userInput": self.user_input,
+            "response": self.response,
+            "durationMs": round((time.perf_counter() - self._start) * 1000, 3),
+            "planTrace": {"steps": self.steps},
+        }
+
+    def write(self, directory: Path) -> Path:
+        folder = directory / _safe(self.agent) / "sessions" / _safe(self.session_id) / "traces"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{_safe(self.plan_id)}.json"
+        path.write_text(
+            json.dumps(self.to_json(), indent=2, default=_json_default) + "\n", encoding="utf-8"
+        )
+        return path
+
+
+def _safe(name: str) -> str:
+    return _SAFE.sub("_", name) or "_"
+
+
+def _json_default(value: object) -> object:
+    # Values in state are JSON-like; anything else (a host object) is shown, not serialised.
+    return repr(value)
+
+
+def elapsed_ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
