@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.check.outline import AgentOutline
@@ -25,6 +25,13 @@ from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+
+
+class TurnRunnerLike(Protocol):
+    actions_run: list[str]
+    displayable: list[dict[str, Any]]
+
+    async def run(self) -> TurnResult: ...
 
 
 @dataclass
@@ -63,6 +70,22 @@ class Agent:
         self.path = path
         self.name = name or outline.agent_name or (path.stem if path else "agent")
         self.handlers: dict[str, Handler] = {}
+
+    def new_turn(
+        self,
+        state: SessionState,
+        runner: ActionRunner,
+        trace: TurnTrace,
+        text: str,
+        *,
+        model: Model,
+        limits: Limits,
+        stream: Callable[[str], None] | None,
+    ) -> TurnRunnerLike:
+        """The object that runs one turn; other agent formats (Mantle) override this."""
+        return TurnRunner(
+            self.program, state, runner, trace, text, model=model, limits=limits, stream=stream
+        )
 
     def register_handler(self, scheme: str, handler: Handler) -> None:
         """Run every action whose target is ``scheme://...`` with ``handler`` (all sessions)."""
@@ -202,8 +225,7 @@ class Session:
             message = "the session has ended; start a new session to continue"
             trace.add("ERROR_STEP", message=message)
             return self._reply(TurnResult(error=message), trace, refused=True)
-        runner = TurnRunner(
-            self.agent.program,
+        runner = self.agent.new_turn(
             state,
             self.runner,
             trace,
