@@ -109,6 +109,20 @@ def test_empty_value() -> None:
     assert fmt("actions:   empty\n") == "actions: empty\n"
 
 
+def test_empty_written_as_a_block_becomes_colinear() -> None:
+    assert fmt("actions:\n    empty # nothing yet\n") == "actions: empty # nothing yet\n"
+
+
+def test_empty_block_with_two_comments_keeps_both() -> None:
+    text = "actions: # about actions\n        empty # about empty\n"
+    assert fmt(text) == "actions: # about actions\n    empty # about empty\n"
+
+
+def test_blank_lines_between_top_level_blocks() -> None:
+    text = "topic a:\n  x: 1\n\n\n\n\ntopic b:\n  y: 2\ntopic c:\n  z: 3\n"
+    assert fmt(text) == "topic a:\n    x: 1\n\n\ntopic b:\n    y: 2\ntopic c:\n    z: 3\n"
+
+
 def test_line_continuation_is_joined() -> None:
     assert fmt("key: foo \\\n  + bar\n") == "key: foo + bar\n"
     assert fmt("key: [1, \\\n  2, 3]\n") == "key: [1, 2, 3]\n"
@@ -329,6 +343,15 @@ def test_refuses_to_write_a_result_that_changes_the_tree(monkeypatch: pytest.Mon
     assert out == "a: 1\n"
     assert [d.code for d in diagnostics] == ["fmt-unsafe"]
     assert diagnostics[0].file == "x.agent"
+
+
+def test_refuses_to_write_a_result_that_loses_a_comment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(formatter_module, "format_document", lambda doc: "a: 1\n")
+    out, diagnostics = format_text("a: 1 # keep me\n")
+    assert out == "a: 1 # keep me\n"
+    assert [d.code for d in diagnostics] == ["fmt-unsafe"]
 
 
 def test_unprintable_tree_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:

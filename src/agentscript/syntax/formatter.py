@@ -62,8 +62,9 @@ def format_text(text: str, path: str | None = None) -> tuple[str, list[Diagnosti
     """Format ``text``; returns the new text and the parse diagnostics.
 
     A file with parse errors is returned unchanged, with its diagnostics. So is a file the
-    formatter cannot safely rewrite (the result would parse to a different tree); the
-    diagnostic ``fmt-unsafe`` then says so, which is a formatter bug worth reporting.
+    formatter cannot safely rewrite (the result would parse to a different tree, or lose a
+    comment); the diagnostic ``fmt-unsafe`` then says so, which is a formatter bug worth
+    reporting.
     """
     from agentscript.syntax import parse  # the parser imports the tree; import late
 
@@ -75,7 +76,11 @@ def format_text(text: str, path: str | None = None) -> tuple[str, list[Diagnosti
     except (TypeError, ValueError) as exc:
         return text, [*doc.diagnostics, _unsafe(f"cannot format this file: {exc}", path)]
     again = parse(formatted, path=path)
-    if again.has_errors or tree_signature(again) != tree_signature(doc):
+    if (
+        again.has_errors
+        or tree_signature(again) != tree_signature(doc)
+        or comment_texts(again) != comment_texts(doc)
+    ):
         return text, [
             *doc.diagnostics,
             _unsafe("formatting would change the meaning of this file; left unchanged", path),
@@ -175,8 +180,16 @@ class _Writer:
     ) -> None:
         """``head`` (``key:`` or ``-``) and the value on the same line; a template's lines go
         beneath it at column ``inner``."""
-        if value is not None and trailing is None:
-            trailing = value.trailing_comment
+        if value is not None and value.trailing_comment is not None:
+            if trailing is None:
+                trailing = value.trailing_comment
+            elif isinstance(value, EmptyValue):
+                # `key: # about key` over `    empty # about empty`: two comments, two lines.
+                self.line(column, head + _trailing(trailing))
+                self.line(inner, "empty" + _trailing(value.trailing_comment))
+                return
+            else:
+                self.comments(column, [" " + value.trailing_comment])
         if isinstance(value, Template):
             # Template text always starts on the line below `key: |` (the corpus style); the
             # parser reads `key: | text` to the same tree. A `#` after `|` is template text,
