@@ -1,0 +1,62 @@
+"""Shared helpers of the engine tests: load test agents, play conversation files, read traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import agentscript
+from agentscript.conversation import load_conversation
+from agentscript.engine.session import Agent, Reply, Session
+from agentscript.engine.turn import Limits
+from agentscript.models.scripted import ScriptedModel, parse_move
+from agentscript.playback import Playback, play
+
+HERE = Path(__file__).parent
+AGENTS = HERE / "agents"
+CONVERSATIONS = HERE / "conversations"
+
+
+def load_agent(name: str) -> Agent:
+    return agentscript.load(AGENTS / f"{name}.agent")
+
+
+def play_file(agent: str, conversation: str) -> Playback:
+    """Play ``conversations/<conversation>.yaml`` against ``agents/<agent>.agent``."""
+    return play(load_agent(agent), load_conversation(CONVERSATIONS / f"{conversation}.yaml"))
+
+
+def steps(reply: Reply, kind: str | None = None) -> list[dict[str, Any]]:
+    all_steps: list[dict[str, Any]] = reply.trace["planTrace"]["steps"]
+    return [s for s in all_steps if kind is None or s["type"] == kind]
+
+
+def types(reply: Reply) -> list[str]:
+    return [s["type"] for s in steps(reply)]
+
+
+class Scripted:
+    """A session driven turn by turn with moves written inline (for limits and restore)."""
+
+    def __init__(
+        self,
+        agent: str | Agent,
+        *,
+        variables: dict[str, Any] | None = None,
+        stubs: dict[str, Any] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        from agentscript.actions.registry import StubBook
+
+        self.agent = load_agent(agent) if isinstance(agent, str) else agent
+        self.model = ScriptedModel()
+        self.session: Session = self.agent.session(
+            model=self.model,
+            variables=variables or {},
+            stubs=StubBook.from_data(stubs or {}),
+            limits=limits,
+        )
+
+    def send(self, text: str, *moves: dict[str, Any]) -> Reply:
+        self.model.begin_turn([parse_move(m) for m in moves])
+        return self.session.send(text)
