@@ -16,7 +16,20 @@ $(STAMP): pyproject.toml requirements-dev.lock
 setup: $(STAMP)
 
 demo: setup
-	$(PY) -m agentscript.demo
+	@echo "== 1. Check the example agents (parser + checker) =="
+	-$(VENV)/bin/agentscript validate examples/
+	@echo
+	@rm -rf traces/Order_Status
+	@echo "== 2. Run the seed 002 Order_Management agent through a scripted conversation =="
+	$(VENV)/bin/agentscript run examples/order_status/order_status.agent \
+		--conversation examples/order_status/late_order.yaml --trace-dir traces
+	@echo
+	@echo "== 3. What the LLM was given (the resolved prompt of the trace's LLM_STEP) =="
+	@$(PY) -c "import json,glob,sys; f=sorted(glob.glob('traces/Order_Status/sessions/*/traces/*.json'))[-1]; \
+	steps=json.load(open(f))['planTrace']['steps']; \
+	[print('  [' + s['node'] + '] ' + s['input']['instructions'].replace(chr(10), chr(10) + '  ' + ' ' * (len(s['node']) + 3))) for s in steps if s['type']=='LLM_STEP']"
+	@echo
+	@echo "Trace files are in traces/ (one JSON file per turn)."
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
