@@ -23,6 +23,7 @@ class TurnTrace:
 
     __slots__ = (
         "_start",
+        "usage",
         "agent",
         "plan_id",
         "response",
@@ -42,12 +43,21 @@ class TurnTrace:
         self.user_input = user_input
         self.response = ""
         self.steps: list[dict[str, Any]] = []
+        # Totals over every LLM call of the turn (per-call figures are on each LLM_STEP).
+        self.usage = {"llm_calls": 0, "input_tokens": 0, "output_tokens": 0, "llm_ms": 0.0}
         self._start = time.perf_counter()
 
     def add(self, step_type: str, **fields: Any) -> dict[str, Any]:
         step: dict[str, Any] = {"type": step_type, **fields}
         self.steps.append(step)
         return step
+
+    def count_llm_call(self, duration_ms: float, input_tokens: int, output_tokens: int) -> None:
+        usage = self.usage
+        usage["llm_calls"] += 1
+        usage["input_tokens"] += input_tokens
+        usage["output_tokens"] += output_tokens
+        usage["llm_ms"] = round(usage["llm_ms"] + duration_ms, 3)
 
     def of_type(self, step_type: str) -> list[dict[str, Any]]:
         return [s for s in self.steps if s["type"] == step_type]
@@ -62,6 +72,7 @@ class TurnTrace:
             "userInput": self.user_input,
             "response": self.response,
             "durationMs": round((time.perf_counter() - self._start) * 1000, 3),
+            "usage": dict(self.usage),
             "planTrace": {"steps": self.steps},
         }
 

@@ -342,6 +342,10 @@ class TurnRunner(ProcedureExecutor):
             raise TurnError(f"the model failed: {exc}") from None
         step["durationMs"] = elapsed_ms(started)
         step["output"] = response.to_json()
+        usage = response.usage
+        self.trace.count_llm_call(
+            step["durationMs"], usage.input_tokens if usage else 0, usage.output_tokens if usage else 0
+        )
         if response.model:
             step["model"] = response.model
         return response
