@@ -23,13 +23,13 @@ class TurnTrace:
 
     __slots__ = (
         "_start",
-        "usage",
         "agent",
         "plan_id",
         "response",
         "session_id",
         "steps",
         "turn",
+        "usage",
         "user_input",
     )
 
