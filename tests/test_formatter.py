@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,9 +52,38 @@ def test_corpus_file_formats_idempotently_and_keeps_its_tree(path: Path) -> None
     assert "\t" not in "".join(line[: len(line) - len(line.lstrip())] for line in once.split("\n"))
 
 
+def _corpus_cases() -> list[tuple[str, str]]:
+    """Inputs of the parser corpus (``====`` headers, input, ``---``, tree) and broken files."""
+    cases: list[tuple[str, str]] = []
+    for path in sorted(CONFORMANCE.glob("parser-corpus/*.txt")):
+        chunks = re.split(r"^=+\n(.*)\n=+\n", path.read_text(encoding="utf-8"), flags=re.M)
+        for name, body in zip(chunks[1::2], chunks[2::2], strict=True):
+            cases.append((f"{path.stem}: {name}", body.split("\n---\n")[0]))
+    for path in sorted(CONFORMANCE.glob("error-recovery/*")):
+        cases.append((path.name, path.read_text(encoding="utf-8")))
+    return cases
+
+
+CORPUS_CASES = _corpus_cases()
+
+
+@pytest.mark.skipif(not CORPUS_CASES, reason="conformance corpus not available")
+@pytest.mark.parametrize(("name", "text"), CORPUS_CASES, ids=[n for n, _ in CORPUS_CASES])
+def test_parser_corpus_case_formats_safely(name: str, text: str) -> None:
+    original = parse(text)
+    out, diagnostics = format_text(text)
+    if original.has_errors:
+        assert out == text  # broken input is never rewritten
+        return
+    assert not any(d.code == "fmt-unsafe" for d in diagnostics), name
+    assert tree_signature(parse(out)) == tree_signature(original)
+    assert fmt(out) == out
+
+
 def test_corpus_is_present() -> None:
     # Guards the parametrized test above against silently running on nothing.
     assert len(AGENT_FILES) >= 270
+    assert len(CORPUS_CASES) >= 200
 
 
 # ---------------------------------------------------------------- layout
@@ -267,6 +297,11 @@ def test_procedure_statements_canonical_spacing() -> None:
     )
 
 
+def test_with_parameter_that_needs_quotes() -> None:
+    text = 'run @actions.p\n   with "Input:Question"=@variables.q, plain = 1\n'
+    assert fmt(text) == 'run @actions.p\n    with "Input:Question"=@variables.q, plain=1\n'
+
+
 def test_if_else_if_else_with_comments() -> None:
     text = (
         "instructions: ->\n"
@@ -313,12 +348,18 @@ def test_sequence_item_mapping_goes_on_the_dash_line() -> None:
     assert fmt(text) == 'block:\n    - a: "hello"\n'
 
 
-def test_sequence_item_mapping_round_trips() -> None:
-    # Exact placement of the later entries depends on how the parser reads them (see
-    # /tmp/parser-bugs-formatter.md); the tree must survive either way.
+def test_sequence_item_with_several_entries_goes_beneath_the_dash() -> None:
+    text = 'items:\n  -\n    name: "first"\n    value: 1\n  - name: "second"\n'
+    assert fmt(text) == (
+        'items:\n    -\n        name: "first"\n        value: 1\n    - name: "second"\n'
+    )
+
+
+def test_sequence_item_mapping_written_yaml_style_round_trips() -> None:
+    # However the parser nests the aligned entries (see /tmp/parser-bugs-formatter.md), the
+    # formatted text must parse to the same tree and be stable.
     text = 'hello:\n  - a: "hello"\n    b: 3\n    c: x == y\n'
     out = fmt(text)
-    assert out.startswith('hello:\n    - a: "hello"\n')
     assert tree_signature(parse(out)) == tree_signature(parse(text))
     assert fmt(out) == out
 

@@ -16,14 +16,17 @@ Canonical layout:
   a block and at most two between top-level items; blank lines at the start of a block or of the
   file are dropped.
 - ``\\`` line continuations are joined: the expression is printed on one line.
-- Sequence items are written ``- value``; a sequence item holding entries puts the first entry on
-  the dash line and aligns the others with it (two columns right of the dash), as YAML does.
+- Sequence items are written ``- value``. An item holding one simple entry is written
+  ``- name: x``; an item holding more goes beneath a bare ``-``, one level deeper, so indentation
+  stays four spaces and no entry's nesting depends on alignment with the dash.
 
 ``format_text`` never rewrites a file with parse errors, and refuses (returning the text
 unchanged with a diagnostic) if the formatted text would not parse back to the same tree.
 """
 
 from __future__ import annotations
+
+import re
 
 from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, error
 from agentscript.expr.printer import print_expr
@@ -56,6 +59,8 @@ __all__ = ["INDENT", "format_document", "format_text"]
 INDENT = 4
 MAX_BLANK_LINES_TOP = 2
 MAX_BLANK_LINES_NESTED = 1
+# A `with` parameter or key part the parser reads without quotes.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
 
 def format_text(text: str, path: str | None = None) -> tuple[str, list[Diagnostic]]:
@@ -204,14 +209,14 @@ class _Writer:
 
     def sequence_item(self, item: SequenceItem, column: int) -> None:
         block = item.block
-        if item.value is None and block is not None and _colinear_entry(block):
-            first = block.items[0]
-            assert isinstance(first, Entry)
-            self.entry(first, column, prefix="- ")
-            for nested in block.items[1:]:
-                self.blank_lines(nested.blank_lines_before, MAX_BLANK_LINES_NESTED)
-                self.item(nested, column + 2)
-            self.comments(column + 2, block.trailing_comments)
+        colinear = (
+            item.value is None
+            and item.trailing_comment is None
+            and block is not None
+            and _colinear_entry(block)
+        )
+        if colinear and block is not None and isinstance(block.items[0], Entry):
+            self.entry(block.items[0], column, prefix="- ")
             return
         self.headed_value("-", item.value, item.trailing_comment, column, column + INDENT)
         if block is not None:
@@ -228,7 +233,7 @@ class _Writer:
                 column, f"set {print_expr(stmt.target)} = {print_expr(stmt.value)}" + trailing
             )
         elif isinstance(stmt, WithStmt):
-            bindings = ", ".join(f"{b.param}={print_expr(b.value)}" for b in stmt.bindings)
+            bindings = ", ".join(f"{_param(b.param)}={print_expr(b.value)}" for b in stmt.bindings)
             self.line(column, f"with {bindings}" + trailing)
         elif isinstance(stmt, RunStmt):
             self.line(column, f"run {print_expr(stmt.target)}" + trailing)
@@ -290,6 +295,11 @@ def _key(key: Key) -> str:
     return f'"{key.parts[0]}"' if key.quoted else " ".join(key.parts)
 
 
+def _param(name: str) -> str:
+    """A ``with`` parameter: bare when it is a plain name, else quoted (``"Input:Question"``)."""
+    return name if _PLAIN_NAME.fullmatch(name) else f'"{name}"'
+
+
 def _value(value: Value) -> str:
     if isinstance(value, ExprValue):
         text = print_expr(value.expr)
@@ -310,8 +320,11 @@ def _trailing(comment: str | None) -> str:
 
 
 def _colinear_entry(block: Block) -> bool:
-    """Whether a sequence item's block can start on the dash line: ``- name: x``."""
-    if not block.items:
+    """Whether a sequence item's block is one simple entry, written ``- name: x``.
+
+    A longer mapping goes beneath a bare ``-`` instead: four-space indentation holds, and the
+    entries' alignment cannot change how they nest."""
+    if len(block.items) != 1 or block.trailing_comments:
         return False
     first = block.items[0]
-    return isinstance(first, Entry) and not first.comments
+    return isinstance(first, Entry) and not first.comments and first.block is None
