@@ -60,3 +60,30 @@ class Scripted:
     def send(self, text: str, *moves: dict[str, Any]) -> Reply:
         self.model.begin_turn([parse_move(m) for m in moves])
         return self.session.send(text)
+
+
+def assert_well_formed(messages: list[dict[str, Any]]) -> None:
+    """Every assistant tool call is answered by its tool result before any other message.
+
+    Provider APIs (OpenAI, Anthropic) reject a history that breaks this, so the engine
+    must never produce one.
+    """
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        index += 1
+        calls = [c["id"] for c in message.get("tool_calls", [])]
+        if message["role"] == "tool":
+            raise AssertionError(f"tool result without a preceding call: {message}")
+        if not calls:
+            continue
+        answered = []
+        while index < len(messages) and messages[index]["role"] == "tool":
+            answered.append(messages[index]["tool_call_id"])
+            index += 1
+        assert answered == calls, f"calls {calls} answered by {answered}"
+
+
+def assert_histories_well_formed(reply: Reply) -> None:
+    for step in steps(reply, "LLM_STEP"):
+        assert_well_formed(step["input"]["messages"])

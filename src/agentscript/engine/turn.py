@@ -380,6 +380,10 @@ class TurnRunner(ProcedureExecutor):
                 outcome.transition = (transition, f"tool {call.name}")  # S7: the first one wins
             if stop is not None:
                 outcome.stop = stop
+        if outcome.stop == "confirmation" and self.result.confirmation is not None:
+            # The question follows the tool results: providers reject any message between
+            # an assistant's tool calls and their results.
+            self.state.history.append(Message("assistant", self.result.confirmation))
         return outcome
 
     def refuse(self, call: ToolCall, reason: str) -> dict[str, Any]:
@@ -603,7 +607,6 @@ class TurnRunner(ProcedureExecutor):
         )
         self.result.messages.append(question)
         self.result.confirmation = question
-        self.state.history.append(Message("assistant", question))
         return {"status": "waiting for the user to confirm"}, None, "confirmation"
 
     async def resolve_confirmation(self, pending: PendingConfirmation) -> tuple[str, bool]:
