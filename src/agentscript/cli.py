@@ -320,5 +320,62 @@ def print_transcript(playback: Any) -> None:
             )
 
 
+# ---------------------------------------------------------------------- chat
+
+
+@main.command()
+@click.argument("agent")
+@click.option("--model", "model_spec", default=None, help="Model spec, e.g. openai:gpt-4o-mini.")
+@click.option("--base-url", default=None, help="Server URL (Ollama, vLLM, a gateway, ...).")
+@click.option(
+    "--var", "variables", multiple=True, metavar="NAME=VALUE", help="Initial variable (YAML value)."
+)
+@click.option(
+    "--trace-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write one trace file per turn.",
+)
+@click.option(
+    "--show",
+    multiple=True,
+    type=click.Choice(["prompt", "tools", "trace"]),
+    help="After each reply, show the resolved prompt, the tools offered, or the turn's steps.",
+)
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Save the chat as a conversation file that `agentscript run` replays.",
+)
+@click.option("--no-stream", is_flag=True, help="Print each reply whole instead of streaming it.")
+def chat(
+    agent: str,
+    model_spec: str | None,
+    base_url: str | None,
+    variables: tuple[str, ...],
+    trace_dir: str | None,
+    show: tuple[str, ...],
+    record: str | None,
+    no_stream: bool,
+) -> None:
+    """Chat with AGENT using a real model (one message per line when stdin is not a terminal)."""
+    from agentscript.chat import run_chat
+
+    loaded = load_agent_or_exit(agent)
+    sys.exit(
+        run_chat(
+            loaded,
+            model_spec=model_spec,
+            base_url=base_url,
+            variables=variables,
+            show=show,
+            trace_dir=trace_dir,
+            record=record,
+            stream=not no_stream,
+        )
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

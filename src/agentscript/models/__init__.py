@@ -10,6 +10,12 @@ from agentscript.models.base import (
     ToolSpec,
     Usage,
 )
+from agentscript.models.registry import (
+    describe_configuration_help,
+    load_config,
+    model_from_spec,
+    resolve_model,
+)
 
 __all__ = [
     "Message",
@@ -20,4 +26,8 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "describe_configuration_help",
+    "load_config",
+    "model_from_spec",
+    "resolve_model",
 ]

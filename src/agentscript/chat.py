@@ -1,0 +1,541 @@
+"""``agentscript chat``: talk to an agent with a real model, in a terminal or from a script.
+
+Interactive when stdin is a terminal (line editing and history through ``readline``, the
+welcome message, ``/commands``); otherwise one user message per input line and each reply on
+stdout, so a chat can be scripted. A turn that fails prints the agent's error text and the
+chat goes on; nothing here prints a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from agentscript.engine.session import Agent, Reply, Session
+from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
+from agentscript.models.recording import ConversationRecorder, RecordingModel
+from agentscript.models.registry import load_config, model_from_spec, resolve_model
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SHOW_CHOICES = ("prompt", "tools", "trace")
+COMMANDS = {
+    "/vars": "show the session's variables",
+    "/trace": "summarise the steps of the last turn",
+    "/reset": "start a new session",
+    "/quit": "leave the chat",
+    "/help": "list these commands",
+}
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_COMMAND = re.compile(r"/[a-z]+\Z")
+
+
+class ChatUsageError(Exception):
+    """A mistake in how chat was called (bad --var, no model); the message is for the user."""
+
+
+# ---------------------------------------------------------------------- options
+
+
+def parse_var(text: str) -> tuple[str, Any]:
+    """``name=value`` with the value read as YAML (``3`` a number, ``true`` a boolean,
+    anything unparsable a string, nothing after ``=`` the empty string)."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep:
+        raise ChatUsageError(f"--var {text!r}: write NAME=VALUE, e.g. --var order_ID=1234")
+    if not _VAR_NAME.match(name):
+        raise ChatUsageError(f"--var {text!r}: {name!r} is not a variable name")
+    if not raw.strip():
+        return name, ""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return name, raw
+    if value is None and raw.strip() not in ("null", "~"):
+        return name, raw
+    # Dates stay text (the engine's date type reads ISO text); a mapping or list only when
+    # written in flow style, so "--var note=a: b" is the text it looks like.
+    if isinstance(value, datetime.date):
+        return name, raw.strip()
+    if isinstance(value, dict | list) and not raw.lstrip().startswith(("[", "{")):
+        return name, raw
+    return name, value
+
+
+def parse_vars(items: Iterable[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for item in items:
+        name, value = parse_var(item)
+        values[name] = value
+    return values
+
+
+def agent_model_id(agent: Agent) -> str | None:
+    """The model id the agent names (``model_config: model:``), if any."""
+    config = getattr(agent.outline, "model_config", None)
+    model = getattr(config, "model", None)
+    return model if isinstance(model, str) and model.strip() else None
+
+
+def choose_model(
+    agent: Agent,
+    *,
+    spec: str | None = None,
+    base_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Model:
+    """``--model`` wins; else the agent's model id through ``agentscript.toml`` (looked up from
+    the agent's folder), ``AGENTSCRIPT_MODEL`` and the configured default. Raises ModelError
+    (with the configuration help when nothing is configured)."""
+    if spec:
+        return model_from_spec(spec, base_url=base_url)
+    start = agent.path.parent if agent.path is not None else None
+    config = load_config(start=start)
+    return resolve_model(agent_model_id(agent), config, base_url=base_url, env=env)
+
+
+@dataclass
+class ChatOptions:
+    variables: dict[str, Any] = field(default_factory=dict)
+    show: frozenset[str] = frozenset()
+    trace_dir: Path | None = None
+    record: Path | None = None
+    stream: bool = True
+
+
+# ---------------------------------------------------------------------- output
+
+
+class Console:
+    """Where chat output goes. Replies on stdout; details go to stdout in a terminal and to
+    stderr when scripted (so stdout holds only replies); errors always to stderr."""
+
+    def __init__(self, *, interactive: bool, color: bool = False) -> None:
+        self.interactive = interactive
+        self.color = color
+
+    def _style(self, text: str, **style: Any) -> str:
+        return click.style(text, **style) if self.color else text
+
+    def write(self, text: str) -> None:
+        click.echo(text, nl=False)
+        sys.stdout.flush()
+
+    def line(self, text: str = "") -> None:
+        click.echo(text)
+
+    def begin_reply(self) -> None:
+        if self.interactive:
+            self.write(self._style("agent> ", fg="green", bold=True))
+
+    def reply(self, text: str) -> None:
+        self.begin_reply()
+        self.line(text)
+
+    def detail(self, text: str) -> None:
+        click.echo(self._style(f"  {text}", dim=True), err=not self.interactive)
+
+    def notice(self, text: str) -> None:
+        click.echo(self._style(text, fg="yellow"), err=not self.interactive)
+
+    def error(self, text: str) -> None:
+        click.echo(self._style(text, fg="red"), err=True)
+
+
+# ---------------------------------------------------------------------- the chat
+
+
+class Chat:
+    """One chat: an agent, a model, the current session, and the display of each turn."""
+
+    def __init__(self, agent: Agent, model: Model, options: ChatOptions, console: Console) -> None:
+        self.agent = agent
+        self.options = options
+        self.console = console
+        self.model = RecordingModel(model, on_response=self._on_response)
+        self.recorder: ConversationRecorder | None = None
+        self.failed_turns = 0
+        self.last_reply: Reply | None = None
+        self._segment_open = False  # streamed text is on screen, its line not yet ended
+        self._streamed: list[str] = []  # final answers of this turn already shown live
+        self.session = self._new_session()
+
+    def _new_session(self) -> Session:
+        """Raises ValueError for unknown or ill-typed variables."""
+        session = self.agent.session(
+            model=self.model,
+            variables=self.options.variables,
+            trace_dir=self.options.trace_dir,
+        )
+        if self.options.stream:
+            session.on_text = self._on_text
+        if self.options.record is not None:
+            self.recorder = ConversationRecorder(self.options.variables)
+            self.save_recording()
+        self.last_reply = None
+        return session
+
+    def reset(self) -> None:
+        self.session = self._new_session()
+        self.console.notice("new session" + (" (recording restarted)" if self.recorder else ""))
+        self.welcome()
+
+    def welcome(self) -> None:
+        if self.session.welcome:
+            self.console.reply(self.session.welcome)
+
+    # ------------------------------------------------------------------ streaming
+
+    def _on_text(self, chunk: str) -> None:
+        if not chunk:
+            return
+        if not self._segment_open:
+            self._segment_open = True
+            self.console.begin_reply()
+        self.console.write(chunk)
+
+    def _on_response(self, request: ModelRequest, response: ModelResponse) -> None:
+        if not self._segment_open:
+            return
+        self._close_segment()
+        if not response.tool_calls:
+            self._streamed.append(response.text or "")
+
+    def _close_segment(self) -> None:
+        if self._segment_open:
+            self._segment_open = False
+            self.console.line()
+
+    # ------------------------------------------------------------------ one turn
+
+    def send(self, text: str) -> Reply | None:
+        """Run one turn and show it; None when the engine itself failed."""
+        before = self.session.variables
+        self.model.begin_turn()
+        self._streamed = []
+        try:
+            reply = self.session.send(text)
+        except KeyboardInterrupt:
+            self._close_segment()
+            self.console.error("interrupted; the turn was abandoned")
+            self.failed_turns += 1
+            return None
+        except Exception as exc:  # a bug must not end the chat or print a traceback
+            self._close_segment()
+            self.console.error(f"internal error: {type(exc).__name__}: {exc}; please report it")
+            self.failed_turns += 1
+            return None
+        self._close_segment()
+        self.last_reply = reply
+        self.show_reply(reply)
+        if reply.error is not None:
+            self.failed_turns += 1
+            self.console.error(f"error: {reply.error}")
+        if reply.escalated:
+            self.console.notice("[escalated to a human agent]")
+        if reply.ended:
+            self.console.notice(
+                "[session ended"
+                + ("; /reset starts a new one]" if self.console.interactive else "]")
+            )
+        for line in describe_turn(reply, before, self.options.show):
+            self.console.detail(line)
+        if self.recorder is not None and not reply.refused:
+            self.recorder.add_turn(text, self.model.moves, reply.trace)
+            self.save_recording()
+        return reply
+
+    def show_reply(self, reply: Reply) -> None:
+        """Print the turn's messages that were not already streamed, in order."""
+        pending = list(self._streamed)
+        for message in reply.messages:
+            if message in pending:
+                del pending[: pending.index(message) + 1]
+                continue
+            if message:
+                self.console.reply(message)
+
+    def save_recording(self) -> None:
+        if self.recorder is None or self.options.record is None:
+            return
+        try:
+            self.options.record.write_text(self.recorder.dump(), encoding="utf-8")
+        except OSError as exc:
+            raise ChatUsageError(
+                f"cannot write the recording {self.options.record}: {exc.strerror or exc}"
+            ) from None
+
+    # ------------------------------------------------------------------ commands
+
+    def command(self, line: str) -> bool:
+        """Run a ``/command``; False when the chat should stop."""
+        name = line.strip().split()[0].lower()
+        if name in ("/quit", "/exit"):
+            return False
+        if name == "/vars":
+            for var, value in self.session.variables.items():
+                self.console.line(f"{var} = {json.dumps(value, default=repr, ensure_ascii=False)}")
+        elif name == "/trace":
+            if self.last_reply is None:
+                self.console.notice("no turn yet")
+            else:
+                for summary in summarize_steps(self.last_reply.trace):
+                    self.console.line(summary)
+        elif name == "/reset":
+            self.reset()
+        else:
+            if name != "/help":
+                self.console.error(f"unknown command {name}")
+            for command, meaning in COMMANDS.items():
+                self.console.line(f"{command:8} {meaning}")
+        return True
+
+    def handle(self, line: str) -> bool:
+        """One line of input: a command or a user message. False when the chat should stop."""
+        text = line.strip()
+        if not text:
+            return True
+        head = text.split()[0].lower()
+        if head in COMMANDS or head == "/exit" or (_COMMAND.match(head) and " " not in text):
+            return self.command(text)
+        self.send(line.rstrip("\r\n"))
+        return True
+
+    # ------------------------------------------------------------------ loops
+
+    def run_lines(self, lines: Iterable[str]) -> int:
+        """Scripted mode: one message per line, each reply followed by a blank line."""
+        for line in lines:
+            if not line.strip():
+                continue
+            if not self.handle(line):
+                break
+            self.console.line()
+        return EXIT_FAILED if self.failed_turns else EXIT_OK
+
+    def run_interactive(self, read_line: Callable[[str], str]) -> int:
+        self.console.notice(
+            f"Chatting with {self.agent.name} ({self.model.name}). /help lists commands, /quit leaves."
+        )
+        self.welcome()
+        prompt = self.console._style("you> ", fg="cyan", bold=True)
+        while True:
+            try:
+                line = read_line(prompt)
+            except EOFError:
+                self.console.line()
+                return EXIT_OK
+            except KeyboardInterrupt:
+                self.console.line()
+                continue
+            if not self.handle(line):
+                return EXIT_OK
+
+
+# ---------------------------------------------------------------------- turn details
+
+
+def describe_turn(reply: Reply, before: Mapping[str, Any], show: frozenset[str]) -> list[str]:
+    """The ``--show`` lines of a turn, from its trace."""
+    if not show:
+        return []
+    lines: list[str] = []
+    steps: list[dict[str, Any]] = reply.trace.get("planTrace", {}).get("steps", [])
+    if "trace" in show and reply.path:
+        lines.append(f"path: {' -> '.join(reply.path)}")
+    system_shown: str | None = None
+    for step in steps:
+        kind = step.get("type")
+        if kind == "RESOLUTION_STEP" and "tools" in show and "transition" not in step:
+            offered = ", ".join(step.get("tools") or []) or "(none)"
+            hidden = ", ".join(step.get("hiddenTools") or []) or "(none)"
+            lines.append(
+                f"[{step.get('node')} #{step.get('iteration')}] tools: {offered}; hidden: {hidden}"
+            )
+        elif kind == "LLM_STEP" and "prompt" in show:
+            data = step.get("input") or {}
+            system = str(data.get("system") or "")
+            if system != system_shown:
+                system_shown = system
+                lines.extend(_block(f"[{step.get('node')}] system:", system))
+            lines.extend(
+                _block(
+                    f"[{step.get('node')} #{step.get('iteration')}] instructions:",
+                    str(data.get("instructions") or ""),
+                )
+            )
+        elif kind == "ACTION_STEP" and "trace" in show:
+            result = (
+                f"error: {step['error']}"
+                if step.get("error")
+                else json.dumps(step.get("output"), default=repr, ensure_ascii=False)
+            )
+            lines.append(
+                f"action {step.get('name')}({json.dumps(step.get('input'), default=repr, ensure_ascii=False)}) -> {result}"
+            )
+        elif kind == "REFUSED_STEP" and "trace" in show:
+            lines.append(f"refused {step.get('name')}: {step.get('reason')}")
+        elif kind == "TRANSITION_STEP" and "trace" in show:
+            lines.append(
+                f"transition {step.get('from')} -> {step.get('to')} (via {step.get('via')})"
+            )
+    if "trace" in show:
+        for name, value in reply.variables.items():
+            old = before.get(name)
+            if old != value:
+                lines.append(
+                    f"set {name}: {json.dumps(old, default=repr)} -> {json.dumps(value, default=repr)}"
+                )
+        if reply.trace_file:
+            lines.append(f"trace file: {reply.trace_file}")
+    return lines
+
+
+def _block(title: str, text: str) -> list[str]:
+    body = text.splitlines() or ["(empty)"]
+    return [title, *(f"  | {line}" for line in body)]
+
+
+def summarize_steps(trace: Mapping[str, Any]) -> list[str]:
+    """One line per step of a turn's trace (``/trace``)."""
+    lines: list[str] = []
+    for index, step in enumerate(trace.get("planTrace", {}).get("steps", []), start=1):
+        kind = str(step.get("type"))
+        detail = _step_detail(step)
+        lines.append(f"{index:3}. {kind:16} {detail}".rstrip())
+    return lines or ["(no steps)"]
+
+
+def _step_detail(step: Mapping[str, Any]) -> str:
+    kind = step.get("type")
+    node = step.get("node")
+    at = f"[{node}] " if node else ""
+    if kind == "NODE_ENTER":
+        return f"{at}{step.get('reason', '')}"
+    if kind == "RESOLUTION_STEP":
+        tools = ", ".join(step.get("tools") or []) or "-"
+        return f"{at}tools: {tools}" + (
+            f"; transition to {step['transition']}" if step.get("transition") else ""
+        )
+    if kind == "LLM_STEP":
+        if step.get("error"):
+            return f"{at}failed: {step['error']}"
+        output = step.get("output") or {}
+        calls = [c.get("name") for c in output.get("tool_calls") or []]
+        return f"{at}tool calls: {', '.join(map(str, calls))}" if calls else f"{at}text"
+    if kind == "ACTION_STEP":
+        outcome = f"error: {step['error']}" if step.get("error") else "ok"
+        return f"{at}{step.get('name')}: {outcome}"
+    if kind == "TRANSITION_STEP":
+        return f"{step.get('from')} -> {step.get('to')}"
+    if kind == "REFUSED_STEP":
+        return f"{step.get('name')}: {step.get('reason')}"
+    if kind in ("RESPONSE_STEP",):
+        return f"{at}{_short(str(step.get('text', '')))}"
+    if kind == "ERROR_STEP":
+        return str(step.get("message", ""))
+    if kind == "EVENT_STEP":
+        return f"{at}{step.get('event')}"
+    if kind == "HOOK_STEP":
+        return f"{at}{step.get('hook')}"
+    return ""
+
+
+def _short(text: str, limit: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def run_chat(
+    agent: Agent,
+    *,
+    model: Model | None = None,
+    model_spec: str | None = None,
+    base_url: str | None = None,
+    variables: Iterable[str] = (),
+    show: Iterable[str] = (),
+    trace_dir: str | Path | None = None,
+    record: str | Path | None = None,
+    stream: bool = True,
+    interactive: bool | None = None,
+    lines: Iterable[str] | None = None,
+    read_line: Callable[[str], str] | None = None,
+) -> int:
+    """Run a chat and return the exit code (0 ok, 1 a turn failed when scripted, 2 usage).
+
+    ``model`` skips model selection (tests, embedding). ``interactive`` defaults to whether
+    stdin is a terminal; ``lines`` / ``read_line`` replace stdin.
+    """
+    if interactive is None:
+        interactive = sys.stdin.isatty()
+    console = Console(interactive=interactive, color=interactive and sys.stdout.isatty())
+    try:
+        values = parse_vars(variables)
+        unknown_show = sorted(set(show) - set(SHOW_CHOICES))
+        if unknown_show:
+            raise ChatUsageError(
+                f"--show: unknown {unknown_show}; choose from {list(SHOW_CHOICES)}"
+            )
+        chosen = (
+            model if model is not None else choose_model(agent, spec=model_spec, base_url=base_url)
+        )
+        options = ChatOptions(
+            variables=values,
+            show=frozenset(show),
+            trace_dir=Path(trace_dir) if trace_dir is not None else None,
+            record=Path(record) if record is not None else None,
+            stream=stream,
+        )
+        try:
+            chat = Chat(agent, chosen, options, console)
+        except ValueError as exc:  # unknown or ill-typed --var
+            raise ChatUsageError(f"--var: {exc}") from None
+    except (ChatUsageError, ModelError) as exc:
+        console.error(str(exc))
+        return EXIT_USAGE
+    try:
+        if interactive:
+            return chat.run_interactive(read_line or _terminal_reader())
+        return chat.run_lines(lines if lines is not None else sys.stdin)
+    except ChatUsageError as exc:  # e.g. the recording became unwritable
+        console.error(str(exc))
+        return EXIT_USAGE
+
+
+def _terminal_reader() -> Callable[[str], str]:
+    """``input`` with line editing and in-session history (readline, where available)."""
+    try:
+        import readline
+
+        readline.parse_and_bind("tab: complete")
+    except ImportError:  # e.g. Windows without pyreadline: plain input still works
+        pass
+    return input
+
+
+__all__ = [
+    "SHOW_CHOICES",
+    "Chat",
+    "ChatOptions",
+    "ChatUsageError",
+    "Console",
+    "agent_model_id",
+    "choose_model",
+    "describe_turn",
+    "parse_var",
+    "parse_vars",
+    "run_chat",
+    "summarize_steps",
+]
