@@ -51,7 +51,7 @@ def test_S5_hidden_tool_is_not_offered_and_a_call_is_refused() -> None:
 
 def test_S5_available_when_that_cannot_be_evaluated_hides_the_tool() -> None:
     reply = play_file("tools", "tools_gates").turns[0].reply
-    shop = [s for s in steps(reply, "RESOLUTION_STEP") if s["node"] == "shop"][0]
+    shop = next(s for s in steps(reply, "RESOLUTION_STEP") if s["node"] == "shop")
     assert "broken_gate" in shop["hiddenTools"]
     assert any("treated as false" in w for w in shop["warnings"])
     assert steps(reply, "REFUSED_STEP")[1]["name"] == "broken_gate"

@@ -103,6 +103,7 @@ class TurnRunner(ProcedureExecutor):
         self.result = TurnResult()
         self.llm_calls = 0
         self.transitions = 0
+        self._step_mark = 0
 
     async def run(self) -> TurnResult:
         self.result = TurnResult()
@@ -356,6 +357,7 @@ class TurnRunner(ProcedureExecutor):
         self, node: Node, response: ModelResponse, visible: dict[str, Tool]
     ) -> StepOutcome:
         calls = response.tool_calls
+        self._step_mark = len(self.state.history)  # history before this step's tool calls
         self.state.history.append(Message("assistant", response.text or "", tool_calls=list(calls)))
         outcome = StepOutcome()
         for index, call in enumerate(calls):
@@ -567,11 +569,16 @@ class TurnRunner(ProcedureExecutor):
         )
         outer_messages = self.result.messages
         self.result.messages = []
+        # The delegate sees the history before the caller's pending tool calls and its own
+        # exchange stays out of the caller's history: its reply comes back as the tool result.
+        outer_history = self.state.history
+        self.state.history = list(outer_history[: self._step_mark])
         try:
             await self.drive(target, f"delegated by {node.name}")
             reply = "\n".join(self.result.messages)
         finally:
             self.result.messages = outer_messages
+            self.state.history = outer_history
             self.state.current_node = node.name
         self.trace.add(
             "EVENT_STEP",
