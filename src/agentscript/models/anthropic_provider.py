@@ -1,12 +1,11 @@
 """Anthropic Messages API provider.
 
-The ``anthropic`` SDK is an optional extra, imported only when a model is built.
+Only the protocol lives here; credentials, retries and error wording are in
+:mod:`agentscript.models.sdk_provider`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,21 +14,11 @@ from agentscript.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextSink,
     ToolCall,
     ToolSpec,
     Usage,
 )
-from agentscript.models.openai_provider import PLACEHOLDER_API_KEY, parse_tool_arguments
-from agentscript.models.retry import (
-    RetriesExhausted,
-    RetryPolicy,
-    call_with_retries,
-    describe_status,
-    is_transient_status,
-    redact,
-    server_message,
-)
+from agentscript.models.sdk_provider import SdkModel, nonempty, parse_tool_arguments
 
 DEFAULT_MAX_TOKENS = 1024
 
@@ -37,30 +26,8 @@ DEFAULT_MAX_TOKENS = 1024
 # with its welcome message, so a neutral user turn is put in front of it.
 CONVERSATION_START = "(The conversation starts.)"
 
-_RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream"})
-# Error types the API also reports inside a 200 stream; worth another attempt.
-_TRANSIENT_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
-_PROVIDER = "Anthropic"
-_KEY_ENV = "ANTHROPIC_API_KEY"
-
-
-def _import_anthropic() -> Any:
-    try:
-        import anthropic
-    except ImportError as exc:
-        raise ModelError(
-            "The Anthropic provider needs the 'anthropic' package: "
-            "pip install 'agentscript[anthropic]'"
-        ) from exc
-    return anthropic
-
-
-def _nonempty(value: str | None) -> str | None:
-    return value if value and value.strip() else None
-
-
-class AnthropicModel:
+class AnthropicModel(SdkModel):
     """A Claude model served through the Anthropic Messages API.
 
     ``api_key`` and ``base_url`` default to ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``)
@@ -68,97 +35,23 @@ class AnthropicModel:
     set it in ``params`` or ``request.params``.
     """
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 2,
-        params: dict[str, Any] | None = None,
-        retry_base_delay: float = 0.5,
-    ) -> None:
-        if not model or not model.strip():
-            raise ModelError(
-                "Anthropic model name is empty: write e.g. anthropic:claude-sonnet-4-5"
-            )
-        self._sdk = _import_anthropic()
-        self.model = model.strip()
-        self.name = f"anthropic:{self.model}"
-        self.base_url = _nonempty(base_url) or _nonempty(os.environ.get("ANTHROPIC_BASE_URL"))
-        self._api_key: str | None = _nonempty(api_key) or _nonempty(os.environ.get(_KEY_ENV))
-        self._auth_token: str | None = None
-        if self._api_key is None:
-            self._auth_token = _nonempty(os.environ.get("ANTHROPIC_AUTH_TOKEN"))
-        if self._api_key is None and self._auth_token is None:
-            if self.base_url is None:
-                raise ModelError(
-                    f"No API key for model '{self.name}': set {_KEY_ENV}, "
-                    "or pass --base-url (or set ANTHROPIC_BASE_URL) for a local server"
-                )
-            self._api_key = PLACEHOLDER_API_KEY
-        self.timeout = timeout
-        self.params: dict[str, Any] = dict(params or {})
-        self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay)
-        self._client: Any = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    def __repr__(self) -> str:
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
-        return f"AnthropicModel({self.model!r}{where})"
-
-    def _get_client(self) -> Any:
-        # A client's connection pool belongs to the event loop that first used it.
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            credentials = (
-                {"api_key": self._api_key} if self._api_key else {"auth_token": self._auth_token}
-            )
-            self._client = self._sdk.AsyncAnthropic(
-                **credentials,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=0,  # retried by call_with_retries, with our own backoff
-            )
-            self._client_loop = loop
-        return self._client
-
-    async def complete(
-        self, request: ModelRequest, *, stream: TextSink | None = None
-    ) -> ModelResponse:
-        kwargs = self._build_kwargs(request)
-        emitted = _Flag()
-
-        async def attempt() -> ModelResponse:
-            client = self._get_client()
-            if stream is None:
-                message = await client.messages.create(**kwargs)
-                return self._parse_message(message)
-            return await self._consume_stream(client, kwargs, stream, emitted)
-
-        def transient(exc: BaseException) -> bool:
-            # Once text reached the sink, a retry would show it twice.
-            return not emitted.set and self._is_transient(exc)
-
-        try:
-            return await call_with_retries(attempt, self.retry, transient)
-        except ModelError:
-            raise
-        except RetriesExhausted as exc:
-            raise self._model_error(exc.__cause__, attempts=exc.attempts) from None
-        except Exception as exc:
-            raise self._model_error(exc, attempts=1) from None
+    provider = "Anthropic"
+    prefix = "anthropic"
+    sdk_module = "anthropic"
+    client_class = "AsyncAnthropic"
+    example_model = "claude-sonnet-4-5"
+    key_env = "ANTHROPIC_API_KEY"
+    base_url_env = "ANTHROPIC_BASE_URL"
+    auth_token_env = "ANTHROPIC_AUTH_TOKEN"
+    default_host = "api.anthropic.com"
+    reserved_params = frozenset({"model", "messages", "tools", "system", "stream"})
+    # The API also reports these inside a 200 stream; worth another attempt.
+    transient_error_types = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
     # -- request ---------------------------------------------------------------------------
 
-    def _build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
-        params = {**self.params, **request.params}
-        clash = sorted(_RESERVED_PARAMS & params.keys())
-        if clash:
-            raise ModelError(
-                f"Model parameter(s) {', '.join(clash)} are set by agentscript and cannot be overridden"
-            )
+    def _build_kwargs(self, request: ModelRequest, *, streaming: bool) -> dict[str, Any]:
+        params = self._merged_params(request)
         max_tokens = params.pop("max_tokens", DEFAULT_MAX_TOKENS)
         if "stop" in params:  # the OpenAI spelling, accepted for portable agent params
             stop = params.pop("stop")
@@ -173,14 +66,19 @@ class AnthropicModel:
             kwargs["system"] = system
         if request.tools:
             kwargs["tools"] = build_tools(request.tools)
+        if streaming:
+            kwargs["stream"] = True
         if params:
             # extra_body passes any parameter through, including ones the SDK has no argument for.
             kwargs["extra_body"] = params
         return kwargs
 
+    async def _send(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        return await client.messages.create(**kwargs)
+
     # -- response --------------------------------------------------------------------------
 
-    def _parse_message(self, message: Any) -> ModelResponse:
+    def _parse_response(self, message: Any) -> ModelResponse:
         texts: list[str] = []
         calls: list[ToolCall] = []
         for block in getattr(message, "content", None) or []:
@@ -199,74 +97,14 @@ class AnthropicModel:
                 )
         usage = getattr(message, "usage", None)
         return ModelResponse(
-            text=_nonempty("".join(texts)),
+            text=nonempty("".join(texts)),
             tool_calls=calls,
             usage=_usage(usage) if usage is not None else None,
             model=getattr(message, "model", None) or self.model,
         )
 
-    async def _consume_stream(
-        self, client: Any, kwargs: dict[str, Any], sink: TextSink, emitted: _Flag
-    ) -> ModelResponse:
-        events = await client.messages.create(**kwargs, stream=True)
-        assembler = _StreamAssembler()
-        try:
-            async for event in events:
-                piece = assembler.add(event)
-                if piece:
-                    emitted.set = True
-                    sink(piece)
-        finally:
-            await events.close()
-        return assembler.response(self.model)
-
-    # -- errors ----------------------------------------------------------------------------
-
-    def _is_transient(self, exc: BaseException) -> bool:
-        sdk = self._sdk
-        if isinstance(exc, sdk.APIConnectionError):  # includes timeouts
-            return True
-        if isinstance(exc, sdk.APIStatusError):
-            if getattr(exc, "type", None) in _TRANSIENT_ERROR_TYPES:
-                return True
-            return is_transient_status(int(exc.status_code))
-        return False
-
-    def _model_error(self, exc: BaseException | None, *, attempts: int) -> ModelError:
-        sdk = self._sdk
-        tries = f" ({attempts} attempts)" if attempts > 1 else ""
-        where = self.base_url or "api.anthropic.com"
-        if isinstance(exc, sdk.APITimeoutError):
-            text = (
-                f"{_PROVIDER} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
-            )
-        elif isinstance(exc, sdk.APIConnectionError):
-            text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
-        elif isinstance(exc, sdk.APIStatusError):
-            message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
-            status = int(exc.status_code)
-            if status < 400:  # an error event inside a successful stream
-                text = f"{_PROVIDER} reported an error while answering{tries}: {message}"
-            else:
-                text = describe_status(
-                    _PROVIDER,
-                    status,
-                    message,
-                    model=self.model,
-                    key_env=_KEY_ENV,
-                    attempts=attempts,
-                )
-        elif isinstance(exc, sdk.APIError):
-            message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
-            text = f"{_PROVIDER} reported an error{tries}: {message}"
-        else:
-            text = f"{_PROVIDER} request failed: {type(exc).__name__}: {exc}"
-        return ModelError(redact(text, [self._api_key, self._auth_token]))
-
-
-@dataclass(slots=True)
-class _Flag:
-    set: bool = False
+    def _stream_assembler(self) -> _StreamAssembler:
+        return _StreamAssembler()
 
 
 def build_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -423,7 +261,7 @@ class _StreamAssembler:
                 )
         usage = Usage(self.input_tokens, self.output_tokens) if self.saw_usage else None
         return ModelResponse(
-            text=_nonempty("".join(texts)),
+            text=nonempty("".join(texts)),
             tool_calls=calls,
             usage=usage,
             model=self.model or model,

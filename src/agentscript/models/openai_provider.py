@@ -1,13 +1,12 @@
 """OpenAI Chat Completions provider (also any OpenAI-compatible server: vLLM, Ollama, ...).
 
-The ``openai`` SDK is an optional extra, imported only when a model is built.
+Only the protocol lives here; credentials, retries and error wording are in
+:mod:`agentscript.models.sdk_provider`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,64 +15,28 @@ from agentscript.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextSink,
     ToolCall,
     ToolSpec,
     Usage,
 )
-from agentscript.models.retry import (
-    RetriesExhausted,
-    RetryPolicy,
-    call_with_retries,
-    describe_status,
-    is_transient_status,
-    redact,
-    server_message,
+from agentscript.models.sdk_provider import (
+    PLACEHOLDER_API_KEY,
+    SdkModel,
+    nonempty,
+    parse_tool_arguments,
 )
 
-# Local servers ignore the key, but the SDK (and some servers) insist that one is sent.
-PLACEHOLDER_API_KEY = "agentscript-no-key"
-
-# Request fields the provider sets itself; params may not override them.
-_RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream", "stream_options"})
-
-_PROVIDER = "OpenAI"
-_KEY_ENV = "OPENAI_API_KEY"
-
-
-def parse_tool_arguments(raw: object) -> tuple[dict[str, Any] | None, str]:
-    """Arguments as sent by a model -> (JSON object or None, raw text).
-
-    Never raises: text that is not a JSON object gives None so the engine can tell the
-    model exactly what was wrong. An empty text means "no arguments".
-    """
-    if isinstance(raw, dict):
-        return raw, json.dumps(raw)
-    text = "" if raw is None else str(raw)
-    if not text.strip():
-        return {}, text
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None, text
-    return (value, text) if isinstance(value, dict) else (None, text)
+# The shared helpers stay importable from here, where callers have always found them.
+__all__ = [
+    "PLACEHOLDER_API_KEY",
+    "OpenAIModel",
+    "build_messages",
+    "build_tools",
+    "parse_tool_arguments",
+]
 
 
-def _import_openai() -> Any:
-    try:
-        import openai
-    except ImportError as exc:
-        raise ModelError(
-            "The OpenAI provider needs the 'openai' package: pip install 'agentscript[openai]'"
-        ) from exc
-    return openai
-
-
-def _nonempty(value: str | None) -> str | None:
-    return value if value and value.strip() else None
-
-
-class OpenAIModel:
+class OpenAIModel(SdkModel):
     """A chat model served through the OpenAI Chat Completions API.
 
     ``api_key`` and ``base_url`` default to ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``. With a
@@ -81,91 +44,20 @@ class OpenAIModel:
     max_tokens, top_p, ...) are sent with every request; ``request.params`` override them.
     """
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 2,
-        params: dict[str, Any] | None = None,
-        retry_base_delay: float = 0.5,
-    ) -> None:
-        if not model or not model.strip():
-            raise ModelError("OpenAI model name is empty: write e.g. openai:gpt-4o-mini")
-        self._sdk = _import_openai()
-        self.model = model.strip()
-        self.name = f"openai:{self.model}"
-        self.base_url = _nonempty(base_url) or _nonempty(os.environ.get("OPENAI_BASE_URL"))
-        key = _nonempty(api_key) or _nonempty(os.environ.get(_KEY_ENV))
-        if key is None:
-            if self.base_url is None:
-                raise ModelError(
-                    f"No API key for model '{self.name}': set {_KEY_ENV}, "
-                    "or pass --base-url (or set OPENAI_BASE_URL) for a local server"
-                )
-            key = PLACEHOLDER_API_KEY
-        self._api_key = key
-        self.timeout = timeout
-        self.params: dict[str, Any] = dict(params or {})
-        self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay)
-        self._client: Any = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    def __repr__(self) -> str:
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
-        return f"OpenAIModel({self.model!r}{where})"
-
-    def _get_client(self) -> Any:
-        # An SDK client's connection pool belongs to the event loop that first used it, so a
-        # caller that runs each turn under a fresh asyncio.run() gets a fresh client.
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = self._sdk.AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=0,  # retried by call_with_retries, with our own backoff
-            )
-            self._client_loop = loop
-        return self._client
-
-    async def complete(
-        self, request: ModelRequest, *, stream: TextSink | None = None
-    ) -> ModelResponse:
-        kwargs = self._build_kwargs(request, streaming=stream is not None)
-        emitted = _Flag()
-
-        async def attempt() -> ModelResponse:
-            client = self._get_client()
-            if stream is None:
-                completion = await client.chat.completions.create(**kwargs)
-                return self._parse_completion(completion)
-            return await self._consume_stream(client, kwargs, stream, emitted)
-
-        def transient(exc: BaseException) -> bool:
-            # Once text reached the sink, a retry would show it twice.
-            return not emitted.set and self._is_transient(exc)
-
-        try:
-            return await call_with_retries(attempt, self.retry, transient)
-        except ModelError:
-            raise
-        except RetriesExhausted as exc:
-            raise self._model_error(exc.__cause__, attempts=exc.attempts) from None
-        except Exception as exc:
-            raise self._model_error(exc, attempts=1) from None
+    provider = "OpenAI"
+    prefix = "openai"
+    sdk_module = "openai"
+    client_class = "AsyncOpenAI"
+    example_model = "gpt-4o-mini"
+    key_env = "OPENAI_API_KEY"
+    base_url_env = "OPENAI_BASE_URL"
+    default_host = "api.openai.com"
+    reserved_params = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 
     # -- request ---------------------------------------------------------------------------
 
     def _build_kwargs(self, request: ModelRequest, *, streaming: bool) -> dict[str, Any]:
-        params = {**self.params, **request.params}
-        clash = sorted(_RESERVED_PARAMS & params.keys())
-        if clash:
-            raise ModelError(
-                f"Model parameter(s) {', '.join(clash)} are set by agentscript and cannot be overridden"
-            )
+        params = self._merged_params(request)
         kwargs: dict[str, Any] = {"model": self.model, "messages": build_messages(request)}
         if request.tools:
             kwargs["tools"] = build_tools(request.tools)
@@ -177,14 +69,19 @@ class OpenAIModel:
             kwargs["extra_body"] = params
         return kwargs
 
+    async def _send(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        return await client.chat.completions.create(**kwargs)
+
     # -- response --------------------------------------------------------------------------
 
-    def _parse_completion(self, completion: Any) -> ModelResponse:
+    def _parse_response(self, completion: Any) -> ModelResponse:
         choices = getattr(completion, "choices", None) or []
         if not choices:
-            raise ModelError(f"{_PROVIDER} model '{self.model}' returned no answer (no choices)")
+            raise ModelError(
+                f"{self.provider} model '{self.model}' returned no answer (no choices)"
+            )
         message = choices[0].message
-        text = _nonempty(getattr(message, "content", None)) or _nonempty(
+        text = nonempty(getattr(message, "content", None)) or nonempty(
             getattr(message, "refusal", None)
         )
         calls: list[ToolCall] = []
@@ -208,62 +105,8 @@ class OpenAIModel:
             model=getattr(completion, "model", None) or self.model,
         )
 
-    async def _consume_stream(
-        self, client: Any, kwargs: dict[str, Any], sink: TextSink, emitted: _Flag
-    ) -> ModelResponse:
-        events = await client.chat.completions.create(**kwargs)
-        assembler = _StreamAssembler()
-        try:
-            async for chunk in events:
-                piece = assembler.add(chunk)
-                if piece:
-                    emitted.set = True
-                    sink(piece)
-        finally:
-            await events.close()
-        return assembler.response(self.model)
-
-    # -- errors ----------------------------------------------------------------------------
-
-    def _is_transient(self, exc: BaseException) -> bool:
-        sdk = self._sdk
-        if isinstance(exc, sdk.APIConnectionError):  # includes timeouts
-            return True
-        if isinstance(exc, sdk.APIStatusError):
-            return is_transient_status(int(exc.status_code))
-        return False
-
-    def _model_error(self, exc: BaseException | None, *, attempts: int) -> ModelError:
-        sdk = self._sdk
-        tries = f" ({attempts} attempts)" if attempts > 1 else ""
-        where = self.base_url or "api.openai.com"
-        if isinstance(exc, sdk.APITimeoutError):
-            text = (
-                f"{_PROVIDER} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
-            )
-        elif isinstance(exc, sdk.APIConnectionError):
-            text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
-        elif isinstance(exc, sdk.APIStatusError):
-            message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
-            text = describe_status(
-                _PROVIDER,
-                int(exc.status_code),
-                message,
-                model=self.model,
-                key_env=_KEY_ENV,
-                attempts=attempts,
-            )
-        elif isinstance(exc, sdk.APIError):
-            message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
-            text = f"{_PROVIDER} reported an error{tries}: {message}"
-        else:
-            text = f"{_PROVIDER} request failed: {type(exc).__name__}: {exc}"
-        return ModelError(redact(text, [self._api_key]))
-
-
-@dataclass(slots=True)
-class _Flag:
-    set: bool = False
+    def _stream_assembler(self) -> _StreamAssembler:
+        return _StreamAssembler()
 
 
 def build_messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -417,7 +260,7 @@ class _StreamAssembler:
                 )
             )
         return ModelResponse(
-            text=_nonempty("".join(self.text)),
+            text=nonempty("".join(self.text)),
             tool_calls=calls,
             usage=self.usage,
             model=self.model or model,

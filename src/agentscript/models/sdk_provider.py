@@ -1,0 +1,266 @@
+"""What every SDK-backed provider shares: credentials, client, retries, and error wording.
+
+A provider subclasses :class:`SdkModel`, names its SDK and environment in class attributes,
+and implements only its protocol: building the request, sending it, parsing the answer and
+assembling a stream. The SDK is an optional extra, imported only when a model is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Protocol
+
+from agentscript.models.base import ModelError, ModelRequest, ModelResponse, TextSink
+from agentscript.models.retry import (
+    RetriesExhausted,
+    RetryPolicy,
+    call_with_retries,
+    describe_status,
+    is_transient_status,
+    redact,
+    server_message,
+)
+
+# Local servers ignore the key, but the SDKs (and some servers) insist that one is sent.
+PLACEHOLDER_API_KEY = "agentscript-no-key"
+
+
+def nonempty(value: str | None) -> str | None:
+    """``value`` unless it is None or only white space."""
+    return value if value and value.strip() else None
+
+
+def parse_tool_arguments(raw: object) -> tuple[dict[str, Any] | None, str]:
+    """Arguments as sent by a model -> (JSON object or None, raw text).
+
+    Never raises: text that is not a JSON object gives None so the engine can tell the
+    model exactly what was wrong. An empty text means "no arguments".
+    """
+    if isinstance(raw, dict):
+        return raw, json.dumps(raw)
+    text = "" if raw is None else str(raw)
+    if not text.strip():
+        return {}, text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None, text
+    return (value, text) if isinstance(value, dict) else (None, text)
+
+
+class StreamAssembler(Protocol):
+    """Builds one response from the events of a streamed answer."""
+
+    def add(self, event: Any) -> str:
+        """Take one event; return its text delta ("" if none)."""
+        ...
+
+    def response(self, model: str) -> ModelResponse:
+        """The whole answer; ``model`` is used when the stream never named one."""
+        ...
+
+
+class SdkModel(ABC):
+    """A chat model reached through a vendor SDK's async client.
+
+    ``api_key`` and ``base_url`` default to the provider's environment variables. With a base
+    URL and no credential (a local server or proxy), a placeholder key is sent. ``params`` are
+    sent with every request; ``request.params`` override them.
+    """
+
+    # -- what a provider declares ----------------------------------------------------------
+
+    provider: ClassVar[str]  # as users know it, e.g. "OpenAI"
+    prefix: ClassVar[str]  # in model specs, and the name of the package extra
+    sdk_module: ClassVar[str]  # the SDK's import name
+    client_class: ClassVar[str]  # the SDK's async client
+    example_model: ClassVar[str]  # shown when the model name is missing
+    key_env: ClassVar[str]
+    base_url_env: ClassVar[str]
+    auth_token_env: ClassVar[str | None] = None  # a bearer token used when there is no key
+    default_host: ClassVar[str]  # named in connection errors when no base URL is set
+    reserved_params: ClassVar[frozenset[str]]  # request fields params may not override
+    # Error types that are worth another attempt whatever the HTTP status.
+    transient_error_types: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        params: dict[str, Any] | None = None,
+        retry_base_delay: float = 0.5,
+    ) -> None:
+        if not model or not model.strip():
+            raise ModelError(
+                f"{self.provider} model name is empty: write e.g. "
+                f"{self.prefix}:{self.example_model}"
+            )
+        self._sdk = self._import_sdk()
+        self.model = model.strip()
+        self.name = f"{self.prefix}:{self.model}"
+        self.base_url = nonempty(base_url) or nonempty(os.environ.get(self.base_url_env))
+        self._api_key = nonempty(api_key) or nonempty(os.environ.get(self.key_env))
+        self._auth_token: str | None = None
+        if self._api_key is None and self.auth_token_env:
+            self._auth_token = nonempty(os.environ.get(self.auth_token_env))
+        if self._api_key is None and self._auth_token is None:
+            if self.base_url is None:
+                raise ModelError(
+                    f"No API key for model '{self.name}': set {self.key_env}, "
+                    f"or pass --base-url (or set {self.base_url_env}) for a local server"
+                )
+            self._api_key = PLACEHOLDER_API_KEY
+        self.timeout = timeout
+        self.params: dict[str, Any] = dict(params or {})
+        self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay)
+        self._client: Any = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        where = f", base_url={self.base_url!r}" if self.base_url else ""
+        return f"{type(self).__name__}({self.model!r}{where})"
+
+    def _import_sdk(self) -> Any:
+        try:
+            return importlib.import_module(self.sdk_module)
+        except ImportError as exc:
+            raise ModelError(
+                f"The {self.provider} provider needs the '{self.sdk_module}' package: "
+                f"pip install 'agentscript[{self.prefix}]'"
+            ) from exc
+
+    def _get_client(self) -> Any:
+        # An SDK client's connection pool belongs to the event loop that first used it, so a
+        # caller that runs each turn under a fresh asyncio.run() gets a fresh client.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            credentials = (
+                {"api_key": self._api_key} if self._api_key else {"auth_token": self._auth_token}
+            )
+            self._client = getattr(self._sdk, self.client_class)(
+                **credentials,
+                base_url=self.base_url,
+                timeout=self.timeout,
+                max_retries=0,  # retried by call_with_retries, with our own backoff
+            )
+            self._client_loop = loop
+        return self._client
+
+    # -- the protocol, implemented by each provider ----------------------------------------
+
+    @abstractmethod
+    def _build_kwargs(self, request: ModelRequest, *, streaming: bool) -> dict[str, Any]:
+        """The SDK call's arguments for ``request`` (raise ModelError if it cannot be sent)."""
+
+    @abstractmethod
+    async def _send(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        """Make the SDK call: an answer object, or an event stream when streaming."""
+
+    @abstractmethod
+    def _parse_response(self, answer: Any) -> ModelResponse:
+        """A whole (not streamed) answer as a ModelResponse."""
+
+    @abstractmethod
+    def _stream_assembler(self) -> StreamAssembler:
+        """A fresh assembler for the events of one streamed answer."""
+
+    # -- shared machinery ------------------------------------------------------------------
+
+    def _merged_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The model's params overridden by the request's, refusing reserved fields."""
+        params = {**self.params, **request.params}
+        clash = sorted(self.reserved_params & params.keys())
+        if clash:
+            raise ModelError(
+                f"Model parameter(s) {', '.join(clash)} are set by agentscript and cannot be overridden"
+            )
+        return params
+
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
+        kwargs = self._build_kwargs(request, streaming=stream is not None)
+        shown: list[str] = []  # the text already fed to ``stream``
+
+        async def attempt() -> ModelResponse:
+            answer = await self._send(self._get_client(), kwargs)
+            if stream is None:
+                return self._parse_response(answer)
+            return await self._relay(answer, stream, shown)
+
+        def transient(exc: BaseException) -> bool:
+            # Once text reached the sink, a retry would show it twice.
+            return not shown and self._is_transient(exc)
+
+        try:
+            return await call_with_retries(attempt, self.retry, transient)
+        except ModelError:
+            raise
+        except RetriesExhausted as exc:
+            raise self._model_error(exc.__cause__, attempts=exc.attempts) from None
+        except Exception as exc:
+            raise self._model_error(exc, attempts=1) from None
+
+    async def _relay(self, events: Any, sink: TextSink, shown: list[str]) -> ModelResponse:
+        """Feed a stream's text to ``sink`` (and ``shown``) as it arrives; return the answer."""
+        assembler = self._stream_assembler()
+        try:
+            async for event in events:
+                piece = assembler.add(event)
+                if piece:
+                    shown.append(piece)
+                    sink(piece)
+        finally:
+            await events.close()
+        return assembler.response(self.model)
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        sdk = self._sdk
+        if isinstance(exc, sdk.APIConnectionError):  # includes timeouts
+            return True
+        if isinstance(exc, sdk.APIStatusError):
+            if getattr(exc, "type", None) in self.transient_error_types:
+                return True
+            return is_transient_status(int(exc.status_code))
+        return False
+
+    def _model_error(self, exc: BaseException | None, *, attempts: int) -> ModelError:
+        """A ModelError a user can act on, with every credential redacted."""
+        sdk = self._sdk
+        provider = self.provider
+        tries = f" ({attempts} attempts)" if attempts > 1 else ""
+        if isinstance(exc, sdk.APITimeoutError):
+            text = (
+                f"{provider} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
+            )
+        elif isinstance(exc, sdk.APIConnectionError):
+            where = self.base_url or self.default_host
+            text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
+        elif isinstance(exc, sdk.APIStatusError):
+            message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
+            status = int(exc.status_code)
+            if status < 400:  # an error event inside a successful stream
+                text = f"{provider} reported an error while answering{tries}: {message}"
+            else:
+                text = describe_status(
+                    provider,
+                    status,
+                    message,
+                    model=self.model,
+                    key_env=self.key_env,
+                    attempts=attempts,
+                )
+        elif isinstance(exc, sdk.APIError):
+            message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
+            text = f"{provider} reported an error{tries}: {message}"
+        else:
+            text = f"{provider} request failed: {type(exc).__name__}: {exc}"
+        return ModelError(redact(text, [self._api_key, self._auth_token]))
