@@ -209,7 +209,11 @@ class ProcedureExecutor:
         variable = self.declared.get(path[1])
         what = message or (variable.description if variable and variable.description else path[1])
         tool = f"capture_{node.name}_fields"
-        prompt.append(f"Ask the user for: {what}. When they answer, call {tool} with the value.")
+        # A message is usually a full sentence ("Which city?"): do not add a second stop.
+        end = "" if what.rstrip().endswith((".", "?", "!")) else "."
+        prompt.append(
+            f"Ask the user for: {what.rstrip()}{end} When they answer, call {tool} with the value."
+        )
 
     async def exec_run(self, stmt: RunStmt, node: Node, outputs: dict[str, Any] | None) -> None:
         path = reference_path(stmt.target)
