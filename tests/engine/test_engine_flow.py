@@ -48,7 +48,9 @@ def test_S2_before_reasoning_runs_once_per_entry_and_again_on_reentry() -> None:
 def test_S3_set_runs_before_every_llm_call() -> None:
     reply = play_file("flow", "flow_reentry").turns[0].reply
     a_resolutions = [s for s in steps(reply, "RESOLUTION_STEP") if s["node"] == "a"]
-    counters = [(s["preVars"]["a_resolutions"], s["postVars"]["a_resolutions"]) for s in a_resolutions]
+    counters = [
+        (s["preVars"]["a_resolutions"], s["postVars"]["a_resolutions"]) for s in a_resolutions
+    ]
     assert counters == [(0, 1), (1, 2), (2, 3)]
     a_calls = [s for s in steps(reply, "LLM_STEP") if s["node"] == "a"]
     assert len(a_calls) == len(a_resolutions) == 3

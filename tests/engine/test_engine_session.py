@@ -49,7 +49,7 @@ def test_S3_seed_002_example_builds_the_two_line_prompt() -> None:
 
 def test_collect_asks_one_field_per_turn_and_resumes_in_the_subagent() -> None:
     turns = [t.reply for t in play_file("collect", "collect_intake").turns]
-    first = [s for s in steps(turns[0], "RESOLUTION_STEP") if s["node"] == "intake"][0]
+    first = next(s for s in steps(turns[0], "RESOLUTION_STEP") if s["node"] == "intake")
     assert "Please give your full name." in first["instructions"]
     assert "Which city" not in first["instructions"]
     assert "capture_intake_fields" in first["tools"]
@@ -71,13 +71,16 @@ def test_collect_asks_one_field_per_turn_and_resumes_in_the_subagent() -> None:
 
 def test_collect_prompt_does_not_double_the_punctuation() -> None:
     reply = play_file("collect", "collect_intake").turns[0].reply
-    text = [s for s in steps(reply, "RESOLUTION_STEP") if s["node"] == "intake"][0]["instructions"]
+    text = next(s for s in steps(reply, "RESOLUTION_STEP") if s["node"] == "intake")["instructions"]
     assert ".." not in text and "?." not in text
 
 
 MOVES: list[tuple[str, list[dict[str, Any]]]] = [
     ("I need an appointment", [{"tool": "go_intake"}, {"say": "Name?"}]),
-    ("Ann Lee", [{"tool": "capture_intake_fields", "args": {"patient_name": "Ann Lee"}}, {"say": "City?"}]),
+    (
+        "Ann Lee",
+        [{"tool": "capture_intake_fields", "args": {"patient_name": "Ann Lee"}}, {"say": "City?"}],
+    ),
     ("Paris", [{"tool": "capture_intake_fields", "args": {"city": "Paris"}}, {"say": "Thanks."}]),
 ]
 
@@ -125,7 +128,9 @@ def example_runs() -> list[tuple[Path, Path]]:
 def test_every_example_conversation_runs_with_exit_0(agent: Path, conversation: Path) -> None:
     validated = CliRunner().invoke(main, ["validate", str(agent)])
     assert validated.exit_code == 0, validated.output
-    result = CliRunner().invoke(main, ["run", str(agent), "--conversation", str(conversation), "--json"])
+    result = CliRunner().invoke(
+        main, ["run", str(agent), "--conversation", str(conversation), "--json"]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert all(turn["error"] is None for turn in data["turns"])

@@ -217,7 +217,11 @@ def test_filter_from_agent_outputs_never_reach_the_model() -> None:
             assert "X-SECRET-9" not in json.dumps(step["input"])
     first = playback.turns[0].reply
     result = tool_results(steps(first, "LLM_STEP")[-1])[-1]
-    assert json.loads(result["content"]) == {"status": "processing", "total": 12.5, "receipt": "R-1"}
+    assert json.loads(result["content"]) == {
+        "status": "processing",
+        "total": 12.5,
+        "receipt": "R-1",
+    }
 
 
 def test_is_displayable_outputs_are_in_reply_displayable() -> None:

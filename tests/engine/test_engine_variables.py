@@ -88,11 +88,15 @@ def test_S8_linked_and_immutable_targets_are_rejected_before_running(tmp_path: P
         ("customer_id", "set-variables-immutable-target"),
         ("label", "set-variables-immutable-target"),
     ]:
-        path = checked_copy(tmp_path, "with items=...", f"with items=...\n                with {target}=...")
+        path = checked_copy(
+            tmp_path, "with items=...", f"with items=...\n                with {target}=..."
+        )
         with pytest.raises(AgentScriptError) as info:
             agentscript.load(path)
         assert code in {d.code for d in info.value.diagnostics}
-    path = checked_copy(tmp_path, "| Route.", '| Route.\n            set @variables.customer_id = "x"')
+    path = checked_copy(
+        tmp_path, "| Route.", '| Route.\n            set @variables.customer_id = "x"'
+    )
     with pytest.raises(AgentScriptError) as info:
         agentscript.load(path)
     assert "set-linked-variable" in {d.code for d in info.value.diagnostics}
