@@ -12,4 +12,6 @@ def verify(email: str) -> dict[str, Any]:
 
 
 def lookup(order_id: str) -> dict[str, Any]:
+    if order_id == "0":
+        raise LookupError("no order 0")
     return {"status": f"order {order_id} shipped"}
