@@ -19,6 +19,8 @@ import click
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# Diagnostics that mean the input could not be read at all (exit 2, like a usage error).
+UNREADABLE_CODES = frozenset({"file-not-found", "unreadable-file"})
 
 
 # ---------------------------------------------------------------------- file discovery
@@ -103,9 +105,12 @@ def render_diagnostic(diag: Diagnostic, lines: list[str] | None, color: bool) ->
 
 def source_lines(path: Path) -> list[str] | None:
     try:
-        return path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
+        data = path.read_bytes()
     except OSError:
         return None
+    if b"\x00" in data[:8192]:
+        return None  # a binary file: its bytes are not echoed under the diagnostic
+    return data.decode("utf-8-sig", errors="replace").splitlines()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -149,6 +154,8 @@ def validate(paths: tuple[str, ...], fmt: str, dialect: str | None) -> None:
         warnings = sum(d.severity.value == "warning" for d in all_diags)
         summary = f"{len(results)} file(s) checked: {errors} error(s), {warnings} warning(s)"
         click.echo(summary, err=True)
+    if any(d.code in UNREADABLE_CODES for d in all_diags):
+        sys.exit(EXIT_USAGE)  # a path that cannot be read is bad input, not a finding
     sys.exit(EXIT_FAILED if any(d.is_error for d in all_diags) else EXIT_OK)
 
 
@@ -196,7 +203,7 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
             click.echo(
                 "".join(
                     difflib.unified_diff(
-                        text.splitlines(keepends=True),
+                        text.replace("\r\n", "\n").splitlines(keepends=True),
                         formatted.splitlines(keepends=True),
                         f"{path} (original)",
                         f"{path} (formatted)",
@@ -207,7 +214,9 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
         elif check_only:
             click.echo(f"would reformat {path}")
         else:
-            path.write_text(formatted, encoding="utf-8")
+            # Line endings are not a formatting matter: a CRLF file stays CRLF.
+            newline = "\r\n" if "\r\n" in text else None
+            path.write_text(formatted, encoding="utf-8", newline=newline)
             click.echo(f"reformatted {path}")
     if failed:
         sys.exit(EXIT_USAGE if changed == 0 else EXIT_FAILED)
