@@ -198,3 +198,34 @@ def test_safety_too_many_tool_calls_in_one_step_are_refused() -> None:
 def test_safety_unknown_tool_is_refused_and_named_in_the_result() -> None:
     reply = call(notes_session(), "rm_rf", {})
     assert "unknown tool 'rm_rf'" in steps(reply, "REFUSED_STEP")[0]["reason"]
+
+
+def tools_variant(tmp_path: Path, old: str, new: str) -> agentscript.Agent:
+    text = (AGENTS / "tools.agent").read_text().replace(old, new, 1)
+    path = tmp_path / "tools_variant.agent"
+    path.write_text(text)
+    return agentscript.load(path)
+
+
+def test_failing_interpolation_renders_empty_with_a_warning(tmp_path: Path) -> None:
+    agent = tools_variant(tmp_path, "| Route.", "| Route [{!@variables.payload.level}].")
+    session = Scripted(agent, variables={"customer_id": "C"})
+    reply = session.send("x", {"say": "ok"})
+    resolution = steps(reply, "RESOLUTION_STEP")[0]
+    assert resolution["instructions"] == "Route []."
+    assert any("rendered empty" in w for w in resolution["warnings"])
+    assert reply.error is None
+
+
+def test_failing_set_expression_ends_the_turn_with_the_error_message(tmp_path: Path) -> None:
+    agent = tools_variant(
+        tmp_path,
+        "| Route.",
+        "set @variables.status = @variables.payload.level\n            | Route.",
+    )
+    session = Scripted(agent, variables={"customer_id": "C"})
+    reply = session.send("x", {"say": "never"})
+    assert reply.error is not None and "set @variables.status" in reply.error
+    assert reply.text == "Sorry, the shop had a problem."
+    assert steps(reply, "LLM_STEP") == []
+    assert not session.session.ended
