@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Any
 
@@ -20,13 +19,12 @@ from agentscript.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextSink,
     ToolCall,
     ToolSpec,
     Usage,
 )
-from agentscript.models.openai_provider import PLACEHOLDER_API_KEY
-from fakes.llm_servers import AnthropicServer, FakeCall, Reply
+from agentscript.models.sdk_provider import PLACEHOLDER_API_KEY
+from fakes.llm_servers import AnthropicServer, FakeCall, Reply, clear_env, complete, model_at
 
 KEY = "sk-ant-test-secret-98765"
 
@@ -39,14 +37,7 @@ LOOKUP = ToolSpec(
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    for name in (
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_AUTH_TOKEN",
-        "ANTHROPIC_BASE_URL",
-        "ANTHROPIC_PROFILE",
-        "ANTHROPIC_CUSTOM_HEADERS",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    clear_env(monkeypatch, "ANTHROPIC_")
     # Keeps the SDK away from any credentials file of the machine running the tests.
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))
 
@@ -63,15 +54,7 @@ def request(**overrides: Any) -> ModelRequest:
 
 
 def make(server: AnthropicServer, **options: Any) -> AnthropicModel:
-    options.setdefault("api_key", KEY)
-    options.setdefault("retry_base_delay", 0.0)
-    return AnthropicModel("claude-test", base_url=server.base_url, **options)
-
-
-def complete(
-    model: AnthropicModel, req: ModelRequest, stream: TextSink | None = None
-) -> ModelResponse:
-    return asyncio.run(model.complete(req, stream=stream))
+    return model_at(server, AnthropicModel, "claude-test", api_key=KEY, **options)
 
 
 def sent_key(headers: dict[str, str]) -> str:

@@ -17,7 +17,6 @@ from agentscript.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextSink,
     ToolCall,
     ToolSpec,
     Usage,
@@ -38,7 +37,8 @@ from agentscript.models.retry import (
     redact,
     server_message,
 )
-from fakes.llm_servers import FakeCall, OpenAIServer, Reply
+from agentscript.models.sdk_provider import nonempty
+from fakes.llm_servers import FakeCall, OpenAIServer, Reply, clear_env, complete, model_at
 
 KEY = "sk-test-secret-123456"
 
@@ -51,8 +51,7 @@ WEATHER = ToolSpec(
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"):
-        monkeypatch.delenv(name, raising=False)
+    clear_env(monkeypatch, "OPENAI_")
 
 
 def request(**overrides: Any) -> ModelRequest:
@@ -67,15 +66,7 @@ def request(**overrides: Any) -> ModelRequest:
 
 
 def make(server: OpenAIServer, **options: Any) -> OpenAIModel:
-    options.setdefault("api_key", KEY)
-    options.setdefault("retry_base_delay", 0.0)
-    return OpenAIModel("gpt-test", base_url=server.base_url, **options)
-
-
-def complete(
-    model: OpenAIModel, req: ModelRequest, stream: TextSink | None = None
-) -> ModelResponse:
-    return asyncio.run(model.complete(req, stream=stream))
+    return model_at(server, OpenAIModel, "gpt-test", api_key=KEY, **options)
 
 
 def free_port() -> int:
@@ -227,6 +218,12 @@ def test_malformed_arguments_never_raise() -> None:
         (None, '{"city": "Par'),
         (None, "[1, 2]"),
     ]
+
+
+def test_nonempty() -> None:
+    assert nonempty(" Paris ") == " Paris "
+    assert nonempty(" \n") is None
+    assert nonempty(None) is None
 
 
 def test_parse_tool_arguments() -> None:

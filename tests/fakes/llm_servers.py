@@ -6,16 +6,28 @@ script of :class:`Reply` objects, one per request, in order, and records every r
 events, cut into small pieces so the client has to reassemble text and tool arguments.
 
     with OpenAIServer([Reply(text="Hi")]) as server:
-        model = OpenAIModel("gpt-test", base_url=server.base_url, api_key="sk-test")
+        model = model_at(server, OpenAIModel, "gpt-test", api_key="sk-test")
+        assert complete(model, request).text == "Hi"
+
+The helpers at the end are what the provider tests share.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
+
+import pytest
+
+from agentscript.models.base import Model, ModelRequest, ModelResponse, TextSink
+from agentscript.models.sdk_provider import SdkModel
+
+M = TypeVar("M", bound=SdkModel)
 
 
 @dataclass
@@ -444,3 +456,25 @@ class AnthropicServer(_FakeServer):
 
     def stream_error_event(self, message: str) -> tuple[str | None, Any]:
         return "error", {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+
+
+# -- helpers for the provider tests ----------------------------------------------------------
+
+
+def clear_env(monkeypatch: pytest.MonkeyPatch, prefix: str) -> None:
+    """Hide every environment variable starting with ``prefix`` (the machine's own keys,
+    base URLs, profiles, ...) so that only what a test sets is seen."""
+    for name in list(os.environ):
+        if name.startswith(prefix):
+            monkeypatch.delenv(name, raising=False)
+
+
+def model_at(server: _FakeServer, cls: type[M], name: str, *, api_key: str, **options: Any) -> M:
+    """Provider ``cls`` pointed at ``server``, retrying without waiting between attempts."""
+    options.setdefault("retry_base_delay", 0.0)
+    return cls(name, api_key=api_key, base_url=server.base_url, **options)
+
+
+def complete(model: Model, request: ModelRequest, stream: TextSink | None = None) -> ModelResponse:
+    """One answer under a fresh event loop, as the CLI runs each turn."""
+    return asyncio.run(model.complete(request, stream=stream))
