@@ -50,9 +50,20 @@ def parse_file(path: str | Path) -> tuple[Document | None, list[Diagnostic]]:
     return doc, list(doc.diagnostics)
 
 
-def load(path: str | Path, *, dialect: str | None = None) -> Agent:
-    """Load and check an ``.agent`` file; raise :class:`AgentScriptError` with every error."""
+def load(
+    path: str | Path, *, dialect: str | None = None, stub_missing_tools: bool = False
+) -> Agent:
+    """Load and check an ``.agent`` file or a Mantle project folder (``agent.yml`` also
+    names its folder); raise :class:`AgentScriptError` with every error.
+
+    ``stub_missing_tools`` applies to Mantle projects only: tools whose code is missing are
+    replaced by stubs instead of being errors.
+    """
     file = Path(path)
+    if file.is_dir() or file.name in ("agent.yml", "agent.yaml"):
+        from agentscript.mantle.runtime import load_mantle_agent
+
+        return load_mantle_agent(file, stub_missing_tools=stub_missing_tools)
     doc, diagnostics = parse_file(file)
     if doc is None:
         raise AgentScriptError(diagnostics, str(file))

@@ -1,0 +1,136 @@
+"""Mantle memory at run time: flat qualified names, declared types, write rules.
+
+A session's memory is ``SessionState.variables``: every declared entry under its qualified
+name (``project.authenticated``, ``card_replace.reason``), ``None`` meaning unset. This
+module checks values against the declared ``type``/``enum_values`` and resolves the bare
+names tools use (``context.memory.set("reason", ...)``) to qualified ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agentscript.mantle.model import PROJECT_NAMESPACE, MemoryEntry, Project
+
+
+class MemoryWriteError(ValueError):
+    """A write the declarations do not allow; the message says why."""
+
+
+_TRUE = frozenset({"true", "yes", "1"})
+_FALSE = frozenset({"false", "no", "0"})
+
+
+def coerce_value(entry: MemoryEntry, value: Any) -> Any:
+    """``value`` in the entry's runtime form, or :class:`MemoryWriteError` (None = unset)."""
+    if value is None:
+        return None
+    kind = entry.type
+    where = entry.qualified_name
+    if kind == "text":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+    elif kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+    elif kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+    elif kind == "float":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+    elif kind == "list":
+        if isinstance(value, list | tuple):
+            return list(value)
+    elif kind == "categorical":
+        return _categorical(entry, value)
+    else:  # json, any: anything JSON can hold
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise MemoryWriteError(f"{where}: the value is not JSON data") from None
+        return value
+    raise MemoryWriteError(f"{where}: expected a {kind} value, got {value!r}")
+
+
+def _categorical(entry: MemoryEntry, value: Any) -> Any:
+    allowed = entry.enum_values
+    if not allowed:
+        return value
+    if value in allowed:
+        return value
+    if isinstance(value, str):
+        # Models vary the case ("Express"); the declared spelling is what gets stored.
+        for option in allowed:
+            if isinstance(option, str) and option.lower() == value.strip().lower():
+                return option
+    raise MemoryWriteError(
+        f"{entry.qualified_name}: {value!r} is not one of {', '.join(map(str, allowed))}"
+    )
+
+
+def initial_memory(project: Project) -> dict[str, Any]:
+    """Every declared entry: its ``initial_value`` or None."""
+    values: dict[str, Any] = {}
+    for entry in project.all_memory():
+        values[entry.qualified_name] = entry.initial_value if entry.has_initial_value else None
+    return values
+
+
+def seeded_memory(project: Project, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Initial memory overridden by ``given`` (qualified names); unknown names are errors."""
+    values = initial_memory(project)
+    unknown = sorted(name for name in given if name not in values)
+    if unknown:
+        raise ValueError(
+            f"unknown memory entr{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
+            f"declared: {sorted(values)}"
+        )
+    for name, value in given.items():
+        entry = project.memory_entry(name)
+        assert entry is not None
+        try:
+            values[name] = coerce_value(entry, value)
+        except MemoryWriteError as exc:
+            raise ValueError(str(exc)) from None
+    return values
+
+
+def resolve_name(project: Project, name: str, namespaces: list[str]) -> MemoryEntry | None:
+    """A qualified name, or a bare one looked up in ``namespaces`` then ``project``."""
+    if "." in name:
+        return project.memory_entry(name.removeprefix("session."))
+    for namespace in [*namespaces, PROJECT_NAMESPACE]:
+        entry = project.memory_entry(f"{namespace}.{name}")
+        if entry is not None:
+            return entry
+    return None
+
+
+def check_write(entry: MemoryEntry, memory: Mapping[str, Any], value: Any) -> Any:
+    """The value to store; project entries are write-once unless declared mutable."""
+    coerced = coerce_value(entry, value)
+    current = memory.get(entry.qualified_name)
+    if entry.write_once and current is not None and current != coerced:
+        raise MemoryWriteError(
+            f"{entry.qualified_name} is already set for this session and is not mutable"
+        )
+    return coerced

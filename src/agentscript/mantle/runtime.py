@@ -1,0 +1,82 @@
+"""Mantle projects on the engine's API: ``agentscript.load(folder)`` returns a
+:class:`MantleAgent`, whose sessions are ordinary :class:`~agentscript.Session` objects
+(``send``, ``Reply``, traces, ``to_json``/``restore``, conversation files) with Mantle turns.
+
+>>> agent = agentscript.load("examples/card_bank")
+>>> session = agent.session(model=model, variables={"project.authenticated": True})
+>>> session.send("I lost my card").variables["card_replace.reason"]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agentscript.actions.registry import ActionRunner
+from agentscript.diagnostics import AgentScriptError
+from agentscript.engine.session import Agent, TurnRunnerLike
+from agentscript.engine.state import SessionState
+from agentscript.engine.turn import Limits
+from agentscript.mantle.loader import load_project
+from agentscript.mantle.memory import seeded_memory
+from agentscript.mantle.model import Project
+from agentscript.mantle.orchestrator import MantleTurnRunner
+from agentscript.mantle.prompt import response_text
+from agentscript.mantle.tool_runtime import mantle_handler
+from agentscript.models.base import Model
+from agentscript.trace import TurnTrace
+
+
+class MantleAgent(Agent):
+    """A loaded skill project, ready to start sessions (same API as an ``.agent`` agent)."""
+
+    def __init__(self, project: Project, *, name: str | None = None) -> None:
+        # Agent.__init__ lowers an Agent Script outline; a project needs none of that.
+        self.project = project
+        self.path = Path(project.root)
+        self.name = name or project.agent.id or self.path.name
+        self.handlers = {"mantle": mantle_handler(project)}
+
+    def new_turn(
+        self,
+        state: SessionState,
+        runner: ActionRunner,
+        trace: TurnTrace,
+        text: str,
+        *,
+        model: Model,
+        limits: Limits,
+        stream: Callable[[str], None] | None,
+    ) -> TurnRunnerLike:
+        return MantleTurnRunner(
+            self.project, state, runner, trace, text, model=model, limits=limits, stream=stream
+        )
+
+    def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every memory entry by qualified name (initial values, then ``given``, type-checked)."""
+        return seeded_memory(self.project, given)
+
+    def welcome(self, variables: Mapping[str, Any]) -> str:
+        """``conversation.welcome`` of agent.yml: a response name or literal text."""
+        welcome = self.project.agent.conversation.get("welcome")
+        if not isinstance(welcome, str):
+            return ""
+        if welcome in self.project.responses:
+            return response_text(self.project, welcome, variables) or ""
+        return welcome
+
+
+def load_mantle_agent(
+    path: str | os.PathLike[str], *, stub_missing_tools: bool = False
+) -> MantleAgent:
+    """Load a skill project; raise :class:`AgentScriptError` with every diagnostic on errors.
+
+    ``stub_missing_tools`` replaces tools whose code is missing by stubs (see
+    :func:`agentscript.mantle.load_project`), so a conversation file can drive the project.
+    """
+    project, diagnostics = load_project(path, stub_missing_tools=stub_missing_tools)
+    if project is None or any(d.is_error for d in diagnostics):
+        raise AgentScriptError(diagnostics, str(path))
+    return MantleAgent(project)
