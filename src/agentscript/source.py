@@ -35,8 +35,19 @@ class Source:
         return index + 1 + self._line_offset, column
 
     def span(self, start: int, end: int) -> Span:
-        line, column = self.line_col(start)
-        end_line, end_column = self.line_col(max(end, start))
+        if end < start:
+            end = start
+        starts = self.line_starts
+        index = bisect_right(starts, start) - 1
+        line_start = starts[index]
+        column = start - line_start + 1
+        if index == 0:
+            column += self._column_offset
+        line = index + 1 + self._line_offset
+        # Most spans lie on one line: then the end needs no second search.
+        if index + 1 == len(starts) or end < starts[index + 1]:
+            return Span(line, column, line, column + end - start)
+        end_line, end_column = self.line_col(end)
         return Span(line, column, end_line, end_column)
 
 

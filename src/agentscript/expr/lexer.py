@@ -40,11 +40,28 @@ OPERATORS = (
     "%",
 )
 
-_NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?)?")
+# ASCII digits only: str.isdigit() and \d also accept digits int() cannot read, such as '²'.
+_NUMBER = re.compile(r"(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DATE = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"(?:T[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?)?"
+)
+# The common tokens in one match (after spaces), so the usual case costs one regex call.
+# A number followed by '-' may be a date; such text, escapes, newlines, comments and errors
+# take the slower path in Lexer.next.
+_FAST = re.compile(
+    r"[ \t]*(?:"
+    r"(?P<IDENT>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|@(?P<AT>[A-Za-z_][A-Za-z0-9_]*)"
+    r'|"(?P<STRING>[^"\\\n]*)"'
+    r"|(?P<NUMBER>(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)(?![0-9-])"
+    r"|(?P<OP>\.\.\.|[=!<>]=|[-<>+*/()\[\]{},:.=%])"
+    r")"
+)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "'": "'", "0": "\0"}
 _OPENERS = frozenset("([{")
+_DIGITS = frozenset("0123456789")
 _CLOSERS = frozenset(")]}")
 
 
@@ -81,6 +98,33 @@ class Lexer:
 
     def next(self) -> Token:
         text, limit = self.text, self.limit
+        m = _FAST.match(text, self.pos, limit)
+        if m is not None:
+            kind = m.lastgroup
+            end = m.end()
+            self.pos = end
+            if kind == "IDENT":
+                word = m.group(kind)
+                return Token("KEYWORD" if word in KEYWORDS else "IDENT", word, m.start(kind), end)
+            if kind == "OP":
+                op = m.group(kind)
+                if op in _OPENERS:
+                    self.depth += 1
+                elif op in _CLOSERS and self.depth:
+                    self.depth -= 1
+                return Token("OP", op, m.start(kind), end)
+            if kind == "AT":
+                return Token("AT", m.group(kind), m.start(kind) - 1, end)
+            if kind == "STRING":
+                start = m.start(kind) - 1
+                return Token("STRING", text[start:end], start, end, m.group(kind))
+            raw = m.group("NUMBER")
+            value: object = float(raw) if any(c in raw for c in ".eE") else int(raw)
+            return Token("NUMBER", raw, m.start("NUMBER"), end, value)
+        return self._next_slow()
+
+    def _next_slow(self) -> Token:
+        text, limit = self.text, self.limit
         pos = self.pos
         while pos < limit:
             ch = text[pos]
@@ -101,7 +145,7 @@ class Lexer:
         ch = text[pos]
         if ch == '"' or ch == "'":
             return self._string(pos, ch)
-        if ch.isdigit() or (ch == "." and pos + 1 < limit and text[pos + 1].isdigit()):
+        if ch in _DIGITS or (ch == "." and pos + 1 < limit and text[pos + 1] in _DIGITS):
             m = _DATE.match(text, pos)
             if m and m.end() <= limit:
                 self.pos = m.end()
@@ -111,8 +155,8 @@ class Lexer:
             assert m is not None
             self.pos = m.end()
             raw = m.group()
-            value: object = float(raw) if any(c in raw for c in ".eE") else int(raw)
-            return Token("NUMBER", raw, pos, m.end(), value)
+            number: object = float(raw) if any(c in raw for c in ".eE") else int(raw)
+            return Token("NUMBER", raw, pos, m.end(), number)
         if ch == "@":
             m = _IDENT.match(text, pos + 1)
             if m:

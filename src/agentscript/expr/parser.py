@@ -10,8 +10,10 @@ The parser stops at the first token that cannot continue an expression (``to``, 
 
 from __future__ import annotations
 
+import re
+
 from agentscript.diagnostics import Diagnostic, Span, error
-from agentscript.expr.lexer import Lexer, Token
+from agentscript.expr.lexer import KEYWORDS, Lexer, Token
 from agentscript.expr.nodes import (
     AtName,
     Binary,
@@ -35,6 +37,9 @@ from agentscript.source import Source
 MAX_DEPTH = 100
 _COMPARE_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
+_OPERAND_START = frozenset({"NUMBER", "STRING", "DATE", "DATETIME", "AT", "IDENT"})
+# Operators that continue an expression after an operand (postfix ones are parsed with it).
+_BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">="})
 
 
 class _TooDeep(Exception):
@@ -48,14 +53,12 @@ class ExprParser:
         self.source = source
         self.tokens = Lexer(source.text, start, limit).tokens()
         self.i = 0
+        # The current token; a plain attribute because it is read on every grammar rule.
+        self.tok: Token = self.tokens[0]
         self.depth = 0
         self.diagnostics: list[Diagnostic] = []
 
     # ------------------------------------------------------------------ helpers
-
-    @property
-    def tok(self) -> Token:
-        return self.tokens[self.i]
 
     @property
     def end_offset(self) -> int:
@@ -71,9 +74,10 @@ class ExprParser:
         return self.tok.kind == "END"
 
     def advance(self) -> Token:
-        token = self.tokens[self.i]
+        token = self.tok
         if token.kind != "END":
             self.i += 1
+            self.tok = self.tokens[self.i]
         return token
 
     def is_op(self, *ops: str) -> bool:
@@ -108,6 +112,14 @@ class ExprParser:
 
     def parse(self) -> Expr:
         try:
+            # Most expressions are one operand (`"text"`, `@variables.x`): parse it directly
+            # and enter the precedence chain only when an operator follows it.
+            if self.tok.kind in _OPERAND_START:
+                first = self.postfix()
+                t = self.tok
+                if t.kind == "KEYWORD" or (t.kind == "OP" and t.text in _BINARY_OPS):
+                    return self.ternary(first)
+                return first
             return self.ternary()
         except _TooDeep:
             t = self.tok
@@ -121,10 +133,12 @@ class ExprParser:
         if self.depth > MAX_DEPTH:
             raise _TooDeep
 
-    def ternary(self) -> Expr:
+    # ``first``, when given, is the already parsed leftmost operand (see ``parse``).
+
+    def ternary(self, first: Expr | None = None) -> Expr:
         self.enter()
         try:
-            body = self.or_expr()
+            body = self.or_expr(first)
             if self.is_kw("if"):
                 self.advance()
                 condition = self.or_expr()
@@ -142,24 +156,24 @@ class ExprParser:
         finally:
             self.depth -= 1
 
-    def or_expr(self) -> Expr:
-        left = self.and_expr()
+    def or_expr(self, first: Expr | None = None) -> Expr:
+        left = self.and_expr(first)
         while self.is_kw("or"):
             self.advance()
             right = self.and_expr()
             left = Binary(left.span.to(right.span), "or", left, right)
         return left
 
-    def and_expr(self) -> Expr:
-        left = self.not_expr()
+    def and_expr(self, first: Expr | None = None) -> Expr:
+        left = self.not_expr(first)
         while self.is_kw("and"):
             self.advance()
             right = self.not_expr()
             left = Binary(left.span.to(right.span), "and", left, right)
         return left
 
-    def not_expr(self) -> Expr:
-        if self.is_kw("not"):
+    def not_expr(self, first: Expr | None = None) -> Expr:
+        if first is None and self.is_kw("not"):
             start = self.advance()
             self.enter()
             try:
@@ -167,10 +181,10 @@ class ExprParser:
             finally:
                 self.depth -= 1
             return Unary(self.span(start.start, start.end).to(operand.span), "not", operand)
-        return self.comparison()
+        return self.comparison(first)
 
-    def comparison(self) -> Expr:
-        left = self.additive()
+    def comparison(self, first: Expr | None = None) -> Expr:
+        left = self.additive(first)
         ops: list[str] = []
         comparators: list[Expr] = []
         while True:
@@ -199,16 +213,16 @@ class ExprParser:
             return left
         return Compare(left.span.to(comparators[-1].span), left, ops, comparators)
 
-    def additive(self) -> Expr:
-        left = self.multiplicative()
+    def additive(self, first: Expr | None = None) -> Expr:
+        left = self.multiplicative(first)
         while self.is_op("+", "-"):
             op = self.advance().text
             right = self.multiplicative()
             left = Binary(left.span.to(right.span), op, left, right)
         return left
 
-    def multiplicative(self) -> Expr:
-        left = self.unary()
+    def multiplicative(self, first: Expr | None = None) -> Expr:
+        left = self.unary() if first is None else first
         while self.is_op("*", "/", "%"):
             op = self.advance().text
             right = self.unary()
@@ -369,6 +383,58 @@ class ExprParser:
             self.depth -= 1
         close = self.expect_closer(open_token)
         return DictExpr(self.span(open_token.start, close + 1), keys, values)
+
+
+# A whole value that is one plain string, number or dotted name, then only a comment or the end
+# of the line. Such values are most of a file; ``quick_parse`` builds them without tokenising.
+_QUICK = re.compile(
+    r'(?:"(?P<string>[^"\\\n]*)"'
+    r"|(?P<number>-?[0-9]+(?:\.[0-9]+)?)(?![-0-9.eE:T])"
+    r"|(?P<ref>@?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*))"
+    r"[ \t]*(?=#|\n|$)"
+)
+_CONSTANTS: dict[str, tuple[object, str]] = {
+    "True": (True, "bool"),
+    "False": (False, "bool"),
+    "None": (None, "none"),
+}
+
+
+def quick_parse(source: Source, start: int, limit: int | None = None) -> tuple[Expr, int] | None:
+    """The expression at ``start`` and the offset just after it, when the rest of the line is a
+    simple value (see ``_QUICK``); None when it needs the full parser. Same tree either way."""
+    text = source.text
+    m = _QUICK.match(text, start, len(text) if limit is None else limit)
+    if m is None:
+        return None
+    kind = m.lastgroup
+    if kind == "string":
+        end = m.end(kind) + 1
+        return Literal(source.span(start, end), m.group(kind), "string"), end
+    if kind == "number":
+        raw = m.group(kind)
+        end = m.end(kind)
+        value = float(raw) if "." in raw else int(raw)
+        return Literal(source.span(start, end), value, "number"), end
+    ref = m.group("ref")
+    end = m.end("ref")
+    names = ref.split(".")
+    head = names[0]
+    pos = start + len(head)
+    node: Expr
+    if head[0] == "@":
+        node = AtName(source.span(start, pos), head[1:])
+    elif head in KEYWORDS:
+        constant = _CONSTANTS.get(head)
+        if constant is None or len(names) > 1:
+            return None  # `and`, `not x`, `True.x`: leave the diagnostics to the parser
+        return Literal(source.span(start, pos), constant[0], constant[1]), pos
+    else:
+        node = Name(source.span(start, pos), head)
+    for name in names[1:]:
+        pos += 1 + len(name)
+        node = Member(source.span(start, pos), node, name)
+    return node, end
 
 
 def parse_expression(text: str, line: int = 1, column: int = 1) -> tuple[Expr, list[Diagnostic]]:

@@ -15,7 +15,7 @@ import re
 
 from agentscript.diagnostics import Diagnostic, Span, error, warning
 from agentscript.expr.nodes import ErrorExpr, Expr
-from agentscript.expr.parser import ExprParser
+from agentscript.expr.parser import ExprParser, quick_parse
 from agentscript.source import Source, normalise_newlines
 from agentscript.syntax.tree import (
     AvailableWhenStmt,
@@ -63,6 +63,10 @@ _NOT_TYPES = frozenset(
 )
 _DIALECT = re.compile(r"#\s*@dialect:\s*([A-Za-z_][\w-]*)\s*(?:=\s*([0-9]+(?:\.[0-9]+)?))?")
 _WORD = re.compile(r"[A-Za-z_]\w*")
+_QUICK_START = frozenset('"@-0123456789')
+_INDENT = re.compile(r"[ \t]*")
+# Words of a key, up to the ':' (or '#', or whatever else ends it).
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_\-]*)*")
 
 
 class _Line:
@@ -72,19 +76,18 @@ class _Line:
         self.number = number
         self.start = start
         self.end = end
-        pos = start
-        width = 0
-        tabs = False
-        while pos < end and text[pos] in " \t":
-            if text[pos] == "\t":
-                tabs = True
-                width += TAB_WIDTH - width % TAB_WIDTH
-            else:
-                width += 1
-            pos += 1
-        self.indent = width
+        m = _INDENT.match(text, start, end)
+        assert m is not None  # the pattern matches the empty string
+        pos = m.end()
+        self.tabs = "\t" in m.group()
+        if self.tabs:
+            width = 0
+            for ch in m.group():
+                width += TAB_WIDTH - width % TAB_WIDTH if ch == "\t" else 1
+            self.indent = width
+        else:
+            self.indent = pos - start
         self.content = pos
-        self.tabs = tabs
         if pos == end:
             self.kind = "blank"
         elif text[pos] == "#":
@@ -381,23 +384,10 @@ class Parser:
             if end == -1:
                 return None
             return Key([text[pos + 1 : end]], self.span(pos, end + 1), quoted=True)
-        parts: list[str] = []
-        start = pos
-        end = pos
-        while True:
-            m = _KEY_PART.match(text, pos, line.end)
-            if not m:
-                break
-            parts.append(m.group())
-            end = m.end()
-            pos = end
-            while pos < line.end and text[pos] in " \t":
-                pos += 1
-            if pos >= line.end or text[pos] == ":" or text[pos] == "#":
-                break
-        if not parts:
+        m = _KEY.match(text, pos, line.end)
+        if m is None:
             return None
-        return Key(parts, self.span(start, end))
+        return Key(m.group().split(), self.span(pos, m.end()))
 
     def skip_spaces(self, pos: int) -> int:
         text = self.text
@@ -467,6 +457,12 @@ class Parser:
 
     def colinear_value(self, line: _Line, pos: int) -> Value:
         text = self.text
+        if text[pos] in _QUICK_START:  # not a word, so not a declaration
+            quick = quick_parse(self.source, pos, line.end)
+            if quick is not None:
+                expr, end = quick
+                comment = self.finish_line(None, end, line, "the value")
+                return ExprValue(expr.span, expr, trailing_comment=comment)
         m = _DECL.match(text, pos, line.end)
         if m and m.group("type") not in _NOT_TYPES and (m.group("mod") or "") not in _NOT_TYPES:
             return self.declaration(line, pos, m)
@@ -525,10 +521,16 @@ class Parser:
             modifier=modifier,
         )
         if m.group("rest") == "=":
-            default, parser = self.expr_at(m.end("rest"))
+            start = self.skip_spaces(m.end("rest"))
+            quick = quick_parse(self.source, start, line.end)
+            if quick is not None:
+                default, end = quick
+                decl.trailing_comment = self.finish_line(None, end, line, "the default value")
+            else:
+                default, parser = self.expr_at(start)
+                decl.trailing_comment = self.finish_line(parser, pos, line, "the default value")
             decl.default = default
             decl.span = decl.span.to(default.span)
-            decl.trailing_comment = self.finish_line(parser, pos, line, "the default value")
         else:
             decl.trailing_comment = self.finish_line(None, m.start("rest"), line, "the type")
         return decl
@@ -619,40 +621,58 @@ class Parser:
             if c.kind == "blank":
                 raw_lines.append((c.end, ""))
                 continue
-            start = c.start
-            removed = 0
-            while start < c.end and removed < base and text[start] in " \t":
-                removed += TAB_WIDTH - removed % TAB_WIDTH if text[start] == "\t" else 1
-                start += 1
+            if c.tabs:
+                start = c.start
+                removed = 0
+                while start < c.end and removed < base and text[start] in " \t":
+                    removed += TAB_WIDTH - removed % TAB_WIDTH if text[start] == "\t" else 1
+                    start += 1
+            else:
+                start = c.start + min(base, c.indent)
             raw_lines.append((start, text[start : c.end].rstrip()))
         while len(raw_lines) > 1 and raw_lines[-1][1] == "":
             raw_lines.pop()
-        parts: list[TemplatePart] = []
+        pieces: list[TemplatePart] = []
         for index, (offset, content) in enumerate(raw_lines):
             if index:
-                self.append_text(parts, "\n")
-            self.interpolate(parts, offset, content)
+                pieces.append("\n")
+            if "{!" in content:
+                self.interpolate(pieces, offset, content)
+            elif content:
+                pieces.append(content)
+        parts = self.merge_text(pieces)
         end_offset = raw_lines[-1][0] + len(raw_lines[-1][1]) if raw_lines else line.end
         span = self.span(bar, max(end_offset, bar + 1))
         return Template(span, [content for _, content in raw_lines], parts)
 
     @staticmethod
-    def append_text(parts: list[TemplatePart], chunk: str) -> None:
-        if parts and isinstance(parts[-1], str):
-            parts[-1] += chunk
-        else:
-            parts.append(chunk)
+    def merge_text(pieces: list[TemplatePart]) -> list[TemplatePart]:
+        """Join runs of text pieces (one join per run keeps long templates linear)."""
+        parts: list[TemplatePart] = []
+        run: list[str] = []
+        for piece in pieces:
+            if isinstance(piece, str):
+                run.append(piece)
+                continue
+            if run:
+                parts.append("".join(run))
+                run = []
+            parts.append(piece)
+        if run:
+            parts.append("".join(run))
+        return parts
 
     def interpolate(self, parts: list[TemplatePart], offset: int, content: str) -> None:
+        """Append the text and ``{!...}`` interpolations of one template line to ``parts``."""
         pos = 0
         while True:
             found = content.find("{!", pos)
             if found == -1:
                 if pos < len(content):
-                    self.append_text(parts, content[pos:])
+                    parts.append(content[pos:])
                 return
             if found > pos:
-                self.append_text(parts, content[pos:found])
+                parts.append(content[pos:found])
             start = offset + found + 2
             limit = offset + len(content)
             parser = ExprParser(self.source, start, limit)
@@ -677,7 +697,7 @@ class Parser:
             )
             # Keep the text as written so nothing is lost.
             stop = close_in_line + 1 if close_in_line != -1 else len(content)
-            self.append_text(parts, content[found:stop])
+            parts.append(content[found:stop])
             pos = stop
 
     # ------------------------------------------------------------------ statements
@@ -695,9 +715,15 @@ class Parser:
             self.child_block(line, depth)
             return ErrorNode(self.line_span(line), self.text[line.content : line.end])
         if word == "run":
-            target, parser = self.expr_at(after)
+            quick = quick_parse(self.source, self.skip_spaces(after), line.end)
+            if quick is not None:
+                target, end = quick
+                comment = self.finish_line(None, end, line, "the action")
+            else:
+                target, parser = self.expr_at(after)
+                comment = self.finish_line(parser, after, line, "the action")
             run = RunStmt(self.span(line.content, line.content + 3).to(target.span), target)
-            run.trailing_comment = self.finish_line(parser, after, line, "the action")
+            run.trailing_comment = comment
             run.body = self.child_block(line, depth)
             return run
         if word == "set":
