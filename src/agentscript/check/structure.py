@@ -7,6 +7,7 @@ outline); they are queued as jobs for phase 2 (``procedures.py``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 
 from agentscript.check import schema
@@ -83,6 +84,29 @@ class StructureChecker:
 
     # ------------------------------------------------------------ generic field walking
 
+    def _entries_in(self, block: Block, statement: str) -> Iterator[Entry]:
+        """The entries of ``block``, in order; a statement among them is reported with the
+        message ``statement`` (error nodes were already reported by the parser)."""
+        for item in block.items:
+            if isinstance(item, ErrorNode):
+                continue
+            if isinstance(item, Entry):
+                yield item
+            else:
+                self.ctx.error("unexpected-statement", statement, item.span)
+
+    def _new_names(
+        self, block: Block, statement: str, taken: Container[str], duplicate: Callable[[str], str]
+    ) -> Iterator[tuple[str, Entry]]:
+        """Like :meth:`_entries_in`, with each entry's name; an entry whose name is already
+        ``taken`` is reported with the message ``duplicate(name)`` and skipped."""
+        for item in self._entries_in(block, statement):
+            name = " ".join(item.key.parts)
+            if name in taken:
+                self.ctx.error("duplicate-name", duplicate(name), item.key.span)
+                continue
+            yield name, item
+
     def fields(
         self, block: Block | None, spec: BlockSpec, owner: Span, *, variant: bool = False
     ) -> dict[str, Entry]:
@@ -96,17 +120,11 @@ class StructureChecker:
         if block is None:
             self._required(found, spec, owner, variant)
             return found
-        for item in block.items:
-            if isinstance(item, ErrorNode):
-                continue
-            if not isinstance(item, Entry):
-                ctx.error(
-                    "unexpected-statement",
-                    f"Statements are not allowed directly in {spec.name}; "
-                    "put them in a procedure such as reasoning.instructions.",
-                    item.span,
-                )
-                continue
+        statement = (
+            f"Statements are not allowed directly in {spec.name}; "
+            "put them in a procedure such as reasoning.instructions."
+        )
+        for item in self._entries_in(block, statement):
             key = " ".join(item.key.parts)
             fld = spec.lookup(key, variant=variant)
             if fld is None:
@@ -335,16 +353,8 @@ class StructureChecker:
         found: dict[str, Entry] = {}
         ctx = self.ctx
         root = schema.ROOT
-        for item in body.items:
-            if isinstance(item, ErrorNode):
-                continue
-            if not isinstance(item, Entry):
-                ctx.error(
-                    "unexpected-statement",
-                    "Statements must be inside a procedure (e.g. reasoning.instructions).",
-                    item.span,
-                )
-                continue
+        statement = "Statements must be inside a procedure (e.g. reasoning.instructions)."
+        for item in self._entries_in(body, statement):
             parts = item.key.parts
             fld = root.fields.get(parts[0])
             if fld is None or (len(parts) > 2):
@@ -464,16 +474,8 @@ class StructureChecker:
             return out
         seen: set[str] = set()
         ctx = self.ctx
-        for item in entry.block.items:
-            if isinstance(item, ErrorNode):
-                continue
-            if not isinstance(item, Entry):
-                ctx.error(
-                    "unexpected-statement",
-                    f"{what} holds declarations like `name: string`, not statements.",
-                    item.span,
-                )
-                continue
+        statement = f"{what} holds declarations like `name: string`, not statements."
+        for item in self._entries_in(entry.block, statement):
             name = " ".join(item.key.parts)
             if len(item.key.parts) > 1:
                 ctx.error(
@@ -683,24 +685,12 @@ class StructureChecker:
         if entry.block is None:
             return
         ctx = self.ctx
-        for item in entry.block.items:
-            if isinstance(item, ErrorNode):
-                continue
-            if not isinstance(item, Entry):
-                ctx.error(
-                    "unexpected-statement",
-                    "'actions' holds action definitions (`Name:` with target, inputs, ...).",
-                    item.span,
-                )
-                continue
-            name = " ".join(item.key.parts)
-            if name in node.actions:
-                ctx.error(
-                    "duplicate-name",
-                    f"Action '{name}' is defined more than once in '{node.name}'.",
-                    item.key.span,
-                )
-                continue
+        for name, item in self._new_names(
+            entry.block,
+            "'actions' holds action definitions (`Name:` with target, inputs, ...).",
+            node.actions,
+            lambda name: f"Action '{name}' is defined more than once in '{node.name}'.",
+        ):
             if item.value is not None and not is_empty(item.value):
                 ctx.error(
                     "type-mismatch",
@@ -730,25 +720,12 @@ class StructureChecker:
                 self.jobs.action_targets.append((action, found["target"]))
 
     def _bindings(self, block: Block, node: SubagentInfo) -> None:
-        ctx = self.ctx
-        for item in block.items:
-            if isinstance(item, ErrorNode):
-                continue
-            if not isinstance(item, Entry):
-                ctx.error(
-                    "unexpected-statement",
-                    "reasoning.actions holds bindings like `name: @actions.X`.",
-                    item.span,
-                )
-                continue
-            name = " ".join(item.key.parts)
-            if name in node.tools:
-                ctx.error(
-                    "duplicate-name",
-                    f"Reasoning action '{name}' is bound more than once in '{node.name}'.",
-                    item.key.span,
-                )
-                continue
+        for name, item in self._new_names(
+            block,
+            "reasoning.actions holds bindings like `name: @actions.X`.",
+            node.tools,
+            lambda name: f"Reasoning action '{name}' is bound more than once in '{node.name}'.",
+        ):
             # Registered now so `{!@actions.name}` resolves; filled in phase 2.
             from agentscript.check.outline import ToolBinding
 
