@@ -531,3 +531,27 @@ def test_conversation_recorder_round_trips() -> None:
     assert [(t.user, [m.to_json() for m in t.moves]) for t in parsed.turns] == [
         ("hi", [{"say": "yo"}])
     ]
+
+
+class BrokenStream:
+    """Streams part of an answer, then fails (a connection lost mid-answer)."""
+
+    name = "broken:test"
+
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
+        if stream is not None:
+            stream("Your order is")
+        raise ModelError("the stream was cut")
+
+
+def test_failure_mid_stream_ends_the_line_then_reports(
+    shop: Agent, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run_chat(shop, model=BrokenStream(), interactive=False, lines=["where is it?"])
+
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == "Your order is\nSorry, something went wrong.\n\n"
+    assert "error: the model failed: the stream was cut" in captured.err

@@ -8,6 +8,7 @@ chat goes on; nothing here prints a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import re
@@ -516,12 +517,10 @@ def run_chat(
 
 def _terminal_reader() -> Callable[[str], str]:
     """``input`` with line editing and in-session history (readline, where available)."""
-    try:
-        import readline
-
-        readline.parse_and_bind("tab: complete")
-    except ImportError:  # e.g. Windows without pyreadline: plain input still works
-        pass
+    # Importing readline is what gives input() editing and history; without it (Windows),
+    # plain input still works.
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401
     return input
 
 
