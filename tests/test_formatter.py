@@ -4,16 +4,39 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentscript.diagnostics import Span
-from agentscript.expr.nodes import AtName, Literal, Member
+from agentscript.expr.nodes import AtName, Binary, Compare, EllipsisExpr, Literal, Member
 from agentscript.syntax import formatter as formatter_module
 from agentscript.syntax import parse
 from agentscript.syntax.compare import comment_texts, tree_signature
 from agentscript.syntax.formatter import format_document, format_text
-from agentscript.syntax.tree import Block, Document, Entry, ExprValue, Key
+from agentscript.syntax.tree import (
+    Block,
+    Document,
+    ElseClause,
+    ElseIf,
+    EmptyValue,
+    Entry,
+    ExprValue,
+    IfStmt,
+    Key,
+    RunStmt,
+    SequenceItem,
+    SetStmt,
+    Template,
+    TemplateStmt,
+    TransitionStmt,
+    TypeRef,
+    VarDecl,
+    WithBinding,
+    WithStmt,
+)
 
 CONFORMANCE = Path("/work/shared/conformance/agentscript")
 REPO = Path(__file__).resolve().parent.parent
@@ -458,3 +481,211 @@ def test_comment_texts_collects_every_kind_of_comment() -> None:
     assert comment_texts(parse(text)) == sorted(
         [" top", "trailing", " block end", " before else", "on else", " file end"]
     )
+
+
+# ---------------------------------------------------------------- generated trees
+
+# Documents in the shapes the parser produces, built directly as trees: format_document must
+# print each so that it parses back to the same tree with the same comments. Template `parts`
+# are derived from `lines` by the parser, so the comparison leaves them out.
+
+SP = Span(1, 1, 1, 2)
+_word = st.from_regex(r"k[a-z0-9_]{0,5}", fullmatch=True)
+_comment = st.from_regex(
+    r" ?[A-Za-z0-9#:!?.,\-]([A-Za-z0-9 #:!?.,\-]{0,12}[A-Za-z0-9#:!?.,\-])?", fullmatch=True
+)
+_trailing = st.none() | st.from_regex(r"[A-Za-z0-9#:!?.,\-]{0,8}", fullmatch=True)
+_blank = st.integers(min_value=0, max_value=3)
+_expr = st.one_of(
+    st.integers(min_value=-5, max_value=500).map(lambda v: Literal(SP, v, "number")),
+    st.text(alphabet='ab "\\#:', max_size=6).map(lambda v: Literal(SP, v, "string")),
+    st.booleans().map(lambda v: Literal(SP, v, "bool")),
+    st.tuples(st.sampled_from(["variables", "outputs", "actions"]), _word).map(
+        lambda p: Member(SP, AtName(SP, p[0]), p[1])
+    ),
+)
+_condition = st.builds(
+    lambda left, op, right: Compare(SP, left, [op], [right]),
+    _expr,
+    st.sampled_from(["==", "!=", "is", ">"]),
+    _expr,
+) | st.builds(lambda a, b: Binary(SP, "and", a, b), _expr, _expr)
+_text_line = st.from_regex(
+    r"[A-Za-z0-9#\-*:.,()!?][A-Za-z0-9 #\-*:.,()!?]{0,15}", fullmatch=True
+).map(str.rstrip)
+_template_lines = st.tuples(
+    _text_line,
+    st.lists(st.one_of(st.just(""), _text_line, _text_line.map(lambda t: "  " + t)), max_size=3),
+).map(lambda t: [t[0], *t[1]] if not t[1] or t[1][-1] else [t[0], *t[1], "end"])
+
+
+def _template(lines: list[str]) -> Template:
+    return Template(SP, lines, ["\n".join(lines)])
+
+
+def _with_layout(node: Any, comments: list[str], trailing: str | None, blanks: int) -> Any:
+    node.comments = comments
+    node.trailing_comment = trailing
+    node.blank_lines_before = blanks
+    return node
+
+
+def _laid_out(strategy: st.SearchStrategy[Any], *, trailing: bool = True) -> st.SearchStrategy[Any]:
+    return st.builds(
+        _with_layout,
+        strategy,
+        st.lists(_comment, max_size=2),
+        _trailing if trailing else st.none(),
+        _blank,
+    )
+
+
+def _block(items: list[Any], trailing_comments: list[str]) -> Block:
+    return Block(SP, items, trailing_comments=trailing_comments)
+
+
+_simple_stmt = st.one_of(
+    st.builds(lambda t, v: SetStmt(SP, t, v), _expr.filter(lambda e: isinstance(e, Member)), _expr),
+    st.builds(
+        lambda ps: WithStmt(SP, [WithBinding(p, v, SP) for p, v in ps]),
+        st.lists(st.tuples(_word, _expr | st.just(EllipsisExpr(SP))), min_size=1, max_size=3),
+    ),
+    st.builds(lambda t: TransitionStmt(SP, [Member(SP, AtName(SP, "topic"), t)]), _word),
+)
+_stmt_block = st.builds(
+    _block,
+    st.lists(_laid_out(_simple_stmt), min_size=1, max_size=3),
+    st.lists(_comment, max_size=1),
+)
+_statement = st.one_of(
+    _laid_out(_simple_stmt),
+    _laid_out(
+        st.builds(lambda lines: TemplateStmt(SP, _template(lines)), _template_lines), trailing=False
+    ),
+    _laid_out(
+        st.builds(
+            lambda t, body: RunStmt(SP, Member(SP, AtName(SP, "actions"), t), body),
+            _word,
+            st.none() | _stmt_block,
+        )
+    ),
+    _laid_out(
+        st.builds(
+            lambda c, body, elifs, other: IfStmt(
+                SP,
+                c,
+                body,
+                [ElseIf(ec, eb, SP, comments=cs, trailing_comment=tc) for ec, eb, cs, tc in elifs],
+                None
+                if other is None
+                else ElseClause(other[0], SP, comments=other[1], trailing_comment=other[2]),
+            ),
+            _condition,
+            _stmt_block,
+            st.lists(
+                st.tuples(_condition, _stmt_block, st.lists(_comment, max_size=1), _trailing),
+                max_size=2,
+            ),
+            st.none() | st.tuples(_stmt_block, st.lists(_comment, max_size=1), _trailing),
+        )
+    ),
+)
+_procedure = st.builds(
+    _block, st.lists(_statement, min_size=1, max_size=4), st.lists(_comment, max_size=1)
+)
+_scalar_value = st.one_of(
+    st.builds(lambda e: ExprValue(SP, e), _expr),
+    st.builds(
+        lambda t: ExprValue(
+            SP, Member(SP, AtName(SP, "utils"), "transition"), Member(SP, AtName(SP, "topic"), t)
+        ),
+        _word,
+    ),
+    st.builds(
+        lambda mod, ty, default: VarDecl(SP, TypeRef(ty, SP), mod, default),
+        st.sampled_from([None, "mutable", "linked"]),
+        st.sampled_from(["string", "number", "boolean", "object"]),
+        st.none() | _expr,
+    ),
+    st.just(EmptyValue(SP)),
+)
+
+
+def _entry(key: list[str], value: Any, block: Block | None, arrow: bool = False) -> Entry:
+    if isinstance(value, EmptyValue):
+        block = None
+    return Entry(SP, Key(key, SP), value, block, arrow)
+
+
+_key_parts = st.lists(_word, min_size=1, max_size=2)
+
+
+def _entries(children: st.SearchStrategy[Block]) -> st.SearchStrategy[Block]:
+    entry = st.one_of(
+        _laid_out(st.builds(_entry, _key_parts, _scalar_value, st.none())),
+        _laid_out(st.builds(_entry, _key_parts, st.none(), children)),
+        _laid_out(st.builds(_entry, _key_parts, _scalar_value, children)),
+        _laid_out(
+            st.builds(
+                lambda k, lines: _entry(k, _template(lines), None), _key_parts, _template_lines
+            ),
+            trailing=False,
+        ),
+        _laid_out(st.builds(lambda k, p: _entry(k, None, p, True), _key_parts, _procedure)),
+    )
+    sequence_item = _laid_out(
+        st.one_of(
+            st.builds(
+                lambda v: SequenceItem(SP, v),
+                _scalar_value.filter(lambda v: isinstance(v, ExprValue)),
+            ),
+            st.builds(lambda b: SequenceItem(SP, None, b), children),
+        )
+    )
+    unique = st.lists(entry, min_size=1, max_size=4, unique_by=lambda e: tuple(e.key.parts))
+    return st.one_of(
+        st.builds(_block, unique, st.lists(_comment, max_size=1)),
+        st.builds(
+            _block, st.lists(sequence_item, min_size=1, max_size=3), st.lists(_comment, max_size=1)
+        ),
+    )
+
+
+_leaf_block = st.builds(
+    _block,
+    st.lists(
+        _laid_out(st.builds(_entry, _key_parts, _scalar_value, st.none()))
+        | _laid_out(st.builds(lambda k, p: _entry(k, None, p, True), _key_parts, _procedure)),
+        min_size=1,
+        max_size=3,
+        unique_by=lambda e: tuple(e.key.parts),
+    ),
+    st.lists(_comment, max_size=1),
+)
+_documents = st.builds(
+    lambda body, trailing: Document(body, [], trailing_comments=trailing),
+    st.recursive(_leaf_block, _entries, max_leaves=8).filter(
+        lambda b: all(isinstance(i, Entry) for i in b.items)
+    ),
+    st.lists(_comment, max_size=2),
+)
+
+
+def _without_parts(signature: object) -> object:
+    if isinstance(signature, tuple):
+        if len(signature) == 2 and signature[0] == "parts":
+            return ("parts",)
+        return tuple(_without_parts(s) for s in signature)
+    return signature
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_documents)
+def test_generated_documents_print_and_parse_back(doc: Document) -> None:
+    text = format_document(doc)
+    again = parse(text)
+    assert [d.format() for d in again.diagnostics if d.is_error] == [], text
+    assert _without_parts(tree_signature(again)) == _without_parts(tree_signature(doc)), text
+    assert comment_texts(again) == comment_texts(doc), text
+    assert format_document(again) == text
