@@ -1,0 +1,62 @@
+"""Helpers shared by the benchmarks: best-of-N timing and a description of the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def best_of(fn: Callable[[], object], *, repeat: int = 7, number: int = 100) -> float:
+    """Seconds per call of ``fn``: the best of ``repeat`` runs of ``number`` calls.
+
+    The minimum is the least noisy estimate of the cost itself; slower runs measure the
+    machine's other load.
+    """
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+def git_commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return done.stdout.strip()
+
+
+def machine() -> str:
+    """One line: commit, cores, CPU, Python."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"commit {git_commit()}, {os.cpu_count()} cores ({cpu}), "
+        f"Python {sys.version.split()[0]} ({platform.python_implementation()})"
+    )
+
+
+def micro(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} µs"
