@@ -478,6 +478,7 @@ class MantleTurnRunner:
         if parent["status"] != PARKED:
             return
         parent["status"] = ACTIVE
+        self.result.path.append(parent["skill"])
         parent_entry = SkillStack.block(parent)
         resumed: dict[str, Any] = {}
         if parent_entry is not None:
