@@ -387,31 +387,10 @@ class AnthropicServer(_FakeServer):
             ),
             ("ping", {"type": "ping"}),
         ]
-        index = 0
+        blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
         if reply.text:
-            events.append(
-                (
-                    "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": {"type": "text", "text": ""},
-                    },
-                )
-            )
-            for piece in pieces(reply.text):
-                events.append(
-                    (
-                        "content_block_delta",
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {"type": "text_delta", "text": piece},
-                        },
-                    )
-                )
-            events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-            index += 1
+            text_deltas = [{"type": "text_delta", "text": piece} for piece in pieces(reply.text)]
+            blocks.append(({"type": "text", "text": ""}, text_deltas))
         for i, call in enumerate(reply.calls):
             block = {
                 "type": "tool_use",
@@ -419,25 +398,13 @@ class AnthropicServer(_FakeServer):
                 "name": call.name,
                 "input": {},
             }
-            events.append(
-                (
-                    "content_block_start",
-                    {"type": "content_block_start", "index": index, "content_block": block},
-                )
-            )
-            for piece in pieces(call.arguments, 4):
-                events.append(
-                    (
-                        "content_block_delta",
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {"type": "input_json_delta", "partial_json": piece},
-                        },
-                    )
-                )
-            events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-            index += 1
+            json_deltas = [
+                {"type": "input_json_delta", "partial_json": piece}
+                for piece in pieces(call.arguments, 4)
+            ]
+            blocks.append((block, json_deltas))
+        for index, (block, deltas) in enumerate(blocks):
+            events += _content_block_events(index, block, deltas)
         events.append(
             (
                 "message_delta",
@@ -456,6 +423,24 @@ class AnthropicServer(_FakeServer):
 
     def stream_error_event(self, message: str) -> tuple[str | None, Any]:
         return "error", {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+
+
+def _content_block_events(
+    index: int, block: dict[str, Any], deltas: list[dict[str, Any]]
+) -> list[tuple[str | None, Any]]:
+    """The start, delta and stop events of one Messages API content block."""
+    events: list[tuple[str | None, Any]] = [
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": block},
+        )
+    ]
+    events += [
+        ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+        for delta in deltas
+    ]
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    return events
 
 
 # -- helpers for the provider tests ----------------------------------------------------------
