@@ -7,21 +7,25 @@ Canonical layout:
 - Expressions are printed by :mod:`agentscript.expr.printer` (``a == b``, double-quoted strings,
   minimal parentheses). ``set x = y`` has spaces around ``=``; ``with a=1`` and
   ``with a=1, b=2`` have none (the dominant style of the public corpus).
-- Template text is kept exactly, line by line; only its indentation as a whole changes
-  (continuation lines of a ``|`` statement sit two columns right of the ``|``; the lines of a
-  ``key: |`` value one level deeper than the key). Relative indentation inside it is kept.
-- Comments are kept where they were: above a node, at the end of a line (after one space), after
-  the last item of a block, at the end of the file. Comment text is not touched.
+- Template text is kept exactly, line by line; only its indentation as a whole changes.
+  A ``key: |`` value always starts on the next line, one level deeper than the key (the corpus
+  style; ``key: | text`` parses to the same tree). A ``|`` statement keeps its first line after
+  ``| `` and puts continuation lines two columns right of the ``|``, under the text.
+- Comments stay where they were: above a node, at the end of a line, after the last item of a
+  block, at the end of the file. Full-line comment text is not touched; an end-of-line comment
+  is written `` # text`` (the parser keeps its text stripped).
 - Blank lines: the author's grouping is kept, but a run of blank lines becomes at most one inside
-  a block and at most two between top-level items; blank lines at the start of a block or of the
-  file are dropped.
+  a block and at most two between top-level items. Blank lines at the start of a block are
+  dropped, except that the comments heading the file (``# @dialect: ...``) stay one blank line
+  apart from the first item when they were apart.
 - ``\\`` line continuations are joined: the expression is printed on one line.
 - Sequence items are written ``- value``. An item holding one simple entry is written
   ``- name: x``; an item holding more goes beneath a bare ``-``, one level deeper, so indentation
   stays four spaces and no entry's nesting depends on alignment with the dash.
 
 ``format_text`` never rewrites a file with parse errors, and refuses (returning the text
-unchanged with a diagnostic) if the formatted text would not parse back to the same tree.
+unchanged with an ``fmt-unsafe`` diagnostic) if the formatted text would not parse back to the
+same tree (spans and layout aside) with the same comments.
 """
 
 from __future__ import annotations
