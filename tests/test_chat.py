@@ -555,3 +555,14 @@ def test_failure_mid_stream_ends_the_line_then_reports(
     assert code == 1
     assert captured.out == "Your order is\nSorry, something went wrong.\n\n"
     assert "error: the model failed: the stream was cut" in captured.err
+
+
+def test_terminal_reader_marks_escape_codes_for_readline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentscript import chat as chat_module
+
+    seen: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt: seen.append(prompt) or "typed")
+    read = chat_module._terminal_reader()
+
+    assert read("\x1b[36myou> \x1b[0m") == "typed"
+    assert seen == ["\x01\x1b[36m\x02you> \x01\x1b[0m\x02"]

@@ -37,6 +37,7 @@ COMMANDS = {
 }
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMMAND = re.compile(r"/[a-z]+\Z")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class ChatUsageError(Exception):
@@ -521,7 +522,12 @@ def _terminal_reader() -> Callable[[str], str]:
     # plain input still works.
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401
-    return input
+
+    def read(prompt: str) -> str:
+        # readline counts escape codes as visible unless marked, and then mis-wraps long lines.
+        return input(_ANSI.sub(lambda m: f"\x01{m.group(0)}\x02", prompt))
+
+    return read
 
 
 __all__ = [
