@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -240,3 +241,22 @@ def test_most_start_agents_offer_a_tool() -> None:
         if agent.program.nodes[agent.program.start].tools:
             offered += 1
     assert offered > 200
+
+
+def test_turn_benchmark_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/turn.py runs (its agents play their turns without error); no timing is checked."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("_bench_turn", bench / "turn.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up by name
+        spec.loader.exec_module(module)
+        assert module.main(["--quick"]) == 0
+    finally:
+        sys.path.remove(str(bench))
+        sys.modules.pop("_bench_turn", None)
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+    assert rows["seed002"][1] == "2"  # LLM iterations per turn
+    assert rows["hub30"][1] == "3"
