@@ -642,3 +642,20 @@ def test_installed_command_never_prints_a_traceback(tmp_path: Path) -> None:
         done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)
         assert done.returncode in (1, 2), (args, done.stderr)
         assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_run_json_shape_for_a_mantle_project(tmp_path: Path) -> None:
+    """AGENT may be a Mantle project folder: same JSON shape, same trace file layout."""
+    project = REPO / "examples" / "card_bank"
+    conversation = project / "conversations" / "rule2_skill_invocation.yml"
+    if not conversation.exists():
+        pytest.skip("card_bank example conversations not present")
+    code, data = run_json(project, conversation, "--trace-dir", tmp_path)
+    assert code == 0
+    assert set(data) == {"session_id", "welcome", "turns", "variables"}
+    for turn in data["turns"]:
+        assert TURN_FIELDS <= set(turn) <= TURN_FIELDS | TURN_EXTRA_FIELDS
+        assert turn["error"] is None
+        trace = json.loads(Path(turn["trace_file"]).read_text())
+        assert trace["format"] == "agentscript-trace/1"
+        assert Path(turn["trace_file"]).parent.parent.name == data["session_id"]
