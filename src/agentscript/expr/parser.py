@@ -408,33 +408,36 @@ def quick_parse(source: Source, start: int, limit: int | None = None) -> tuple[E
     if m is None:
         return None
     kind = m.lastgroup
+    # Everything matched is on one line: find it once, then count columns.
+    line, column = source.line_col(start)
     if kind == "string":
         end = m.end(kind) + 1
-        return Literal(source.span(start, end), m.group(kind), "string"), end
+        span = Span(line, column, line, column + end - start)
+        return Literal(span, m.group(kind), "string"), end
     if kind == "number":
         raw = m.group(kind)
         end = m.end(kind)
         value = float(raw) if "." in raw else int(raw)
-        return Literal(source.span(start, end), value, "number"), end
+        return Literal(Span(line, column, line, column + end - start), value, "number"), end
     ref = m.group("ref")
-    end = m.end("ref")
     names = ref.split(".")
     head = names[0]
-    pos = start + len(head)
+    end_column = column + len(head)
     node: Expr
     if head[0] == "@":
-        node = AtName(source.span(start, pos), head[1:])
+        node = AtName(Span(line, column, line, end_column), head[1:])
     elif head in KEYWORDS:
         constant = _CONSTANTS.get(head)
         if constant is None or len(names) > 1:
             return None  # `and`, `not x`, `True.x`: leave the diagnostics to the parser
-        return Literal(source.span(start, pos), constant[0], constant[1]), pos
+        span = Span(line, column, line, end_column)
+        return Literal(span, constant[0], constant[1]), start + len(head)
     else:
-        node = Name(source.span(start, pos), head)
+        node = Name(Span(line, column, line, end_column), head)
     for name in names[1:]:
-        pos += 1 + len(name)
-        node = Member(source.span(start, pos), node, name)
-    return node, end
+        end_column += 1 + len(name)
+        node = Member(Span(line, column, line, end_column), node, name)
+    return node, m.end("ref")
 
 
 def parse_expression(text: str, line: int = 1, column: int = 1) -> tuple[Expr, list[Diagnostic]]:

@@ -49,8 +49,8 @@ from agentscript.syntax.tree import (
 MAX_BLOCK_DEPTH = 100
 TAB_WIDTH = 4
 
-_STATEMENT_WORDS = frozenset(
-    {"if", "else", "elif", "elseif", "run", "set", "with", "transition", "available", "collect"}
+_STATEMENT_WORD = re.compile(
+    r"(?:if|else|elif|elseif|run|set|with|transition|available|collect)(?![A-Za-z0-9_])"
 )
 _KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 _DECL = re.compile(
@@ -64,7 +64,17 @@ _NOT_TYPES = frozenset(
 _DIALECT = re.compile(r"#\s*@dialect:\s*([A-Za-z_][\w-]*)\s*(?:=\s*([0-9]+(?:\.[0-9]+)?))?")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _QUICK_START = frozenset('"@-0123456789')
+_ENTRY_HEAD = re.compile(
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_\-]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_\-]*)*)[ \t]*(?P<colon>:)[ \t]*"
+)
+_SIMPLE_INTERPOLATION = re.compile(
+    r"[ \t]*(@[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)[ \t]*\}"
+)
+_SET_TARGET = re.compile(
+    r"[ \t]*(?P<target>@[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)[ \t]*=(?!=)[ \t]*"
+)
 _INDENT = re.compile(r"[ \t]*")
+_SPACES = _INDENT
 # Words of a key, up to the ':' (or '#', or whatever else ends it).
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_\-]*)*")
 
@@ -141,15 +151,19 @@ class Parser:
         Moves ``self.i`` past the (possibly continued) line.
         """
         pos = offset
-        if parser is not None:
+        text = self.text
+        if parser is None:  # ``offset`` is on ``line``
+            if self.i < line.number:
+                self.i = line.number
+            end = line.end
+        else:
             pos = parser.next_offset
             for diag in parser.diagnostics:
                 diag.file = self.path
             self.diagnostics.extend(parser.diagnostics)
-        self.i = max(self.i, self.line_index_of(pos) + 1)
-        text = self.text
-        end = text.find("\n", pos)
-        end = len(text) if end == -1 else end
+            self.i = max(self.i, self.line_index_of(pos) + 1)
+            end = text.find("\n", pos)
+            end = len(text) if end == -1 else end
         while pos < end and text[pos] in " \t":
             pos += 1
         if pos >= end:
@@ -223,7 +237,8 @@ class Parser:
         # blank lines back, so the enclosing block records them before its next item.
         blank_start = self.i
         inside_until = -1  # comment lines before this index are known to stay in the block
-        while self.i < len(lines):
+        count = len(lines)
+        while self.i < count:
             line = lines[self.i]
             if line.kind == "blank":
                 if not blanks:
@@ -234,7 +249,7 @@ class Parser:
             if line.indent <= parent_indent and (line.kind == "content" or self.i >= inside_until):
                 # A comment left of the block stays in it if the block goes on after it.
                 j = self.next_content(self.i)
-                if line.kind == "comment" and j < len(lines) and lines[j].indent > parent_indent:
+                if line.kind == "comment" and j < count and lines[j].indent > parent_indent:
                     inside_until = j
                 else:
                     if blanks:
@@ -318,12 +333,12 @@ class Parser:
             return self.template_stmt(line, pos)
         if ch == "-" and not text.startswith("->", pos):
             return self.sequence_item(line, pos, depth)
-        m = _WORD.match(text, pos, line.end)
+        m = _STATEMENT_WORD.match(text, pos, line.end)
         if m:
             word = m.group()
             after = m.end()
             nxt = text[after] if after < line.end else "\n"
-            if word in _STATEMENT_WORDS and (
+            if (
                 nxt in " \t\n"
                 or (nxt == ":" and word in ("if", "else"))
                 or (nxt == "(" and word == "if")
@@ -333,16 +348,23 @@ class Parser:
 
     def entry(self, line: _Line, pos: int, depth: int) -> Item:
         text = self.text
-        key = self.key(line, pos)
-        if key is None:
+        m = _ENTRY_HEAD.match(text, pos, line.end)
+        if m is not None and m.group("colon"):
+            # The usual `name:` / `kind name:` head, in one match.
+            key = Key(m.group("key").split(), self.line_part(line, pos, m.end("key")))
+            self.check_key_words(key)
+            entry = Entry(key.span, key)
+            self.entry_value(entry, line, m.end(), depth)
+            return entry
+        parsed = self.key(line, pos)
+        if parsed is None:
             self.report("syntax-error", "expected a 'key:' entry here", self.line_span(line))
             self.i += 1
             block = self.child_block(line, depth)  # keep going inside, to report more
             del block
             return ErrorNode(self.line_span(line), text[line.content : line.end])
-        pos = self.skip_spaces(
-            self.source.line_starts[key.span.end_line - 1] + key.span.end_column - 1
-        )
+        key, key_end = parsed
+        pos = self.skip_spaces(key_end)
         if pos < line.end and text[pos] == ":":
             pos = self.skip_spaces(pos + 1)
             self.check_key_words(key)
@@ -358,9 +380,10 @@ class Parser:
 
     def check_key_words(self, key: Key) -> None:
         """A key is a name or a ``kind name`` pair of identifiers (quoted keys are free text)."""
-        if key.quoted:
+        parts = key.parts
+        if key.quoted or (len(parts) == 1 and "-" not in parts[0]):
             return
-        if len(key.parts) > 2:
+        if len(parts) > 2:
             self.report(
                 "syntax-error",
                 f"'{key}' is not a key: a key is one name or two ('kind name'); "
@@ -368,32 +391,35 @@ class Parser:
                 key.span,
             )
             return
-        for part in key.parts:
-            if "-" in part:
-                self.report(
-                    "invalid-name",
-                    f"'{part}' is not a valid name: use letters, digits and '_'",
-                    key.span,
-                )
-                return
+        if any("-" in part for part in key.parts):
+            bad = next(part for part in key.parts if "-" in part)
+            self.report(
+                "invalid-name",
+                f"'{bad}' is not a valid name: use letters, digits and '_'",
+                key.span,
+            )
 
-    def key(self, line: _Line, pos: int) -> Key | None:
+    def key(self, line: _Line, pos: int) -> tuple[Key, int] | None:
+        """The key at ``pos`` and the offset just after it."""
         text = self.text
         if text[pos] == '"':
             end = text.find('"', pos + 1, line.end)
             if end == -1:
                 return None
-            return Key([text[pos + 1 : end]], self.span(pos, end + 1), quoted=True)
+            return Key([text[pos + 1 : end]], self.line_part(line, pos, end + 1), True), end + 1
         m = _KEY.match(text, pos, line.end)
         if m is None:
             return None
-        return Key(m.group().split(), self.span(pos, m.end()))
+        end = m.end()
+        return Key(m.group().split(), self.line_part(line, pos, end)), end
+
+    def line_part(self, line: _Line, start: int, end: int) -> Span:
+        """The span of ``text[start:end]``, both on ``line`` (no line search needed)."""
+        return Span(line.number, start - line.start + 1, line.number, end - line.start + 1)
 
     def skip_spaces(self, pos: int) -> int:
-        text = self.text
-        while pos < len(text) and text[pos] in " \t":
-            pos += 1
-        return pos
+        m = _SPACES.match(self.text, pos)
+        return pos if m is None else m.end()
 
     def entry_value(self, entry: Entry, line: _Line, pos: int, depth: int) -> None:
         """Parse what follows ``key:`` (starting at ``pos``) and the indented block beneath."""
@@ -559,9 +585,7 @@ class Parser:
         if key_match or text[content] == '"':
             probe = self.key(line, content)
             if probe is not None:
-                colon = self.skip_spaces(
-                    self.source.line_starts[probe.span.end_line - 1] + probe.span.end_column - 1
-                )
+                colon = self.skip_spaces(probe[1])
                 if colon < line.end and text[colon] == ":":
                     column = content - line.start
                     first = self.entry(line, content, depth + 1)
@@ -675,6 +699,16 @@ class Parser:
                 parts.append(content[pos:found])
             start = offset + found + 2
             limit = offset + len(content)
+            m = _SIMPLE_INTERPOLATION.match(self.text, start, limit)
+            if m is not None:  # `{!@a.b}`: no need to tokenise
+                quick = quick_parse(self.source, m.start(1), m.end(1))
+                if quick is not None:
+                    close = m.end() - 1
+                    parts.append(
+                        Interpolation(quick[0], self.span(offset + found, close + 1), m[1])
+                    )
+                    pos = close + 1 - offset
+                    continue
             parser = ExprParser(self.source, start, limit)
             expr = parser.parse()
             if parser.is_op("}") and not parser.diagnostics:
@@ -820,6 +854,15 @@ class Parser:
             stmt.span = stmt.span.to(clause_body.span)
 
     def set_stmt(self, line: _Line, after: int) -> Item:
+        # The common `set @a.b = <simple value>` without tokenising.
+        m = _SET_TARGET.match(self.text, after, line.end)
+        if m is not None:
+            quick_target = quick_parse(self.source, m.start("target"), m.end("target"))
+            quick_value = quick_parse(self.source, m.end(), line.end)
+            if quick_target is not None and quick_value is not None:
+                stmt = SetStmt(self.line_span(line), quick_target[0], quick_value[0])
+                stmt.trailing_comment = self.finish_line(None, quick_value[1], line, "the value")
+                return stmt
         target, parser = self.expr_at(after)
         value: Expr
         if parser.is_op("="):
@@ -844,17 +887,16 @@ class Parser:
         pos = self.skip_spaces(after)
         parser: ExprParser | None = None
         while True:
-            key = self.key(line, pos) if pos < line.end else None
-            if key is None or len(key.parts) != 1:
+            parsed = self.key(line, pos) if pos < line.end else None
+            if parsed is None or len(parsed[0].parts) != 1:
                 self.report(
                     "syntax-error",
                     "expected 'with name=value'",
                     self.span(pos, max(line.end, pos + 1)),
                 )
                 break
-            pos = self.skip_spaces(
-                self.source.line_starts[key.span.end_line - 1] + key.span.end_column - 1
-            )
+            key, key_end = parsed
+            pos = self.skip_spaces(key_end)
             if pos >= line.end or text[pos] != "=" or text.startswith("==", pos):
                 self.report(
                     "syntax-error",
@@ -863,6 +905,12 @@ class Parser:
                 )
                 break
             self.check_key_words(key)
+            quick = quick_parse(self.source, self.skip_spaces(pos + 1), line.end)
+            if quick is not None:  # a simple value ending the line: no more bindings
+                bindings.append(WithBinding(key.parts[0], quick[0], key.span.to(quick[0].span)))
+                stmt = WithStmt(self.line_span(line), bindings)
+                stmt.trailing_comment = self.finish_line(None, quick[1], line, "the value")
+                return stmt
             value, parser = self.expr_at(pos + 1)
             bindings.append(WithBinding(key.parts[0], value, key.span.to(value.span)))
             if parser.is_op(","):
