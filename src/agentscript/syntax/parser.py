@@ -105,6 +105,14 @@ class _Line:
         else:
             self.kind = "content"
 
+    def with_indent(self, indent: int) -> _Line:
+        """This line as if indented ``indent`` columns (for an entry after a '- ')."""
+        copy = _Line.__new__(_Line)
+        for name in _Line.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.indent = indent
+        return copy
+
 
 class Parser:
     def __init__(self, text: str, path: str | None = None) -> None:
@@ -346,7 +354,9 @@ class Parser:
                 return self.statement(line, word, after, depth)
         return self.entry(line, pos, depth)
 
-    def entry(self, line: _Line, pos: int, depth: int) -> Item:
+    def entry(self, line: _Line, pos: int, depth: int, *, value_block: bool = True) -> Item:
+        """``key: value`` and its block; ``value_block=False`` leaves the lines below a
+        colinear value to the caller (the first entry of a sequence item)."""
         text = self.text
         m = _ENTRY_HEAD.match(text, pos, line.end)
         if m is not None and m.group("colon"):
@@ -354,7 +364,7 @@ class Parser:
             key = Key(m.group("key").split(), self.line_part(line, pos, m.end("key")))
             self.check_key_words(key)
             entry = Entry(key.span, key)
-            self.entry_value(entry, line, m.end(), depth)
+            self.entry_value(entry, line, m.end(), depth, value_block)
             return entry
         parsed = self.key(line, pos)
         if parsed is None:
@@ -375,7 +385,7 @@ class Parser:
                 self.span(pos, max(pos + 1, line.end)) if pos < line.end else key.span,
             )
         entry = Entry(key.span, key)
-        self.entry_value(entry, line, pos, depth)
+        self.entry_value(entry, line, pos, depth, value_block)
         return entry
 
     def check_key_words(self, key: Key) -> None:
@@ -421,7 +431,9 @@ class Parser:
         m = _SPACES.match(self.text, pos)
         return pos if m is None else m.end()
 
-    def entry_value(self, entry: Entry, line: _Line, pos: int, depth: int) -> None:
+    def entry_value(
+        self, entry: Entry, line: _Line, pos: int, depth: int, value_block: bool = True
+    ) -> None:
         """Parse what follows ``key:`` (starting at ``pos``) and the indented block beneath."""
         text = self.text
         end = line.end
@@ -450,7 +462,8 @@ class Parser:
             entry.value = self.colinear_value(line, pos)
             entry.trailing_comment = entry.value.trailing_comment
             entry.value.trailing_comment = None
-            entry.block = self.child_block(line, depth)
+            if value_block:
+                entry.block = self.child_block(line, depth)
         if entry.value is not None:
             entry.span = entry.key.span.to(entry.value.span)
         if entry.block is not None and entry.block.items:
@@ -588,8 +601,15 @@ class Parser:
                 colon = self.skip_spaces(probe[1])
                 if colon < line.end and text[colon] == ":":
                     column = content - line.start
-                    first = self.entry(line, content, depth + 1)
-                    rest = self.parse_block(line.indent, depth + 1, expected_indent=column)
+                    # The first entry's own block is what lies deeper than its key, not
+                    # deeper than the dash; a colinear value has no block of its own there:
+                    # the deeper lines are the item's next entries, however indented.
+                    key_line = line.with_indent(column)
+                    first = self.entry(key_line, content, depth + 1, value_block=False)
+                    has_value = isinstance(first, Entry) and first.value is not None
+                    rest = self.parse_block(
+                        line.indent, depth + 1, expected_indent=None if has_value else column
+                    )
                     item.block = Block(
                         first.span, [first, *rest.items], trailing_comments=rest.trailing_comments
                     )
