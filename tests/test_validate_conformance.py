@@ -65,21 +65,30 @@ def test_every_error_recovery_file_has_an_expectation() -> None:
     assert names == set(ERROR_RECOVERY)
 
 
-# Checker gaps found by this test (the checker is not this file's to fix). Strict xfail: the
-# day the checker reports them, these turn into failures that say "remove me from the list".
-CHECKER_GAPS: dict[str, str] = {
-    "2b-over-indented.agent": "a block nested under the string field 'description' is ignored",
-    "3c-missing-arrow.agent": "'run' inside a plain 'instructions:' block is not reported",
-    "5b-empty-template.agent": "an empty '|' template is not reported",
-    "6a-duplicate-keys.agent": "a duplicate config key is a warning, not an error",
-    "6c-orphaned-content.agent": "a block nested under the string field 'agent_name' is ignored",
-}
+# Not a defect in this runtime: `->` is optional where a procedure is expected (spec 5.1), so
+# `instructions:` followed by `|` lines and a `run` is a procedure. The file still fails (its
+# `reasoning:` block is not a top-level block), and `test_3c_is_a_procedure` pins the decision.
+NOT_A_DEFECT = {"3c-missing-arrow.agent"}
 
 
 def _case(name: str) -> object:
-    if name in CHECKER_GAPS:
-        return pytest.param(name, marks=pytest.mark.xfail(reason=CHECKER_GAPS[name], strict=True))
+    if name in NOT_A_DEFECT:
+        return pytest.param(name, marks=pytest.mark.skip(reason="valid syntax in this runtime"))
     return name
+
+
+def test_3c_is_a_procedure() -> None:
+    from agentscript.syntax import parse
+    from agentscript.syntax.tree import RunStmt, TemplateStmt
+
+    doc = parse((ERROR_RECOVERY_DIR / "3c-missing-arrow.agent").read_text())
+    reasoning = doc.body.get("reasoning")
+    assert reasoning is not None and reasoning.block is not None
+    instructions = reasoning.block.get("instructions")
+    assert instructions is not None and instructions.block is not None
+    kinds = [type(item) for item in instructions.block.items]
+    assert kinds == [TemplateStmt, RunStmt]
+    assert not doc.has_errors
 
 
 @pytest.mark.parametrize("name", [_case(n) for n in sorted(ERROR_RECOVERY)])

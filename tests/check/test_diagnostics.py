@@ -88,10 +88,23 @@ def test_duplicate_subagent_name() -> None:
     assert d.span.line == 16
 
 
-def test_duplicate_key_is_warning() -> None:
+def test_duplicate_key_is_an_error() -> None:
+    # Stricter than the official warning: the first value would be lost silently.
     body = START + '    label: "a"\n    label: "b"\n'
     d = find(run(body), "duplicate-key")
-    assert d.severity.value == "warning"
+    assert d.severity.value == "error"
+
+
+def test_block_under_a_string_field_is_an_error() -> None:
+    text = START + '    label: "a"\n        stray: "b"\n'
+    d = find(run(text), "unexpected-block")
+    assert d.severity.value == "error"
+
+
+def test_empty_instructions_are_an_error() -> None:
+    text = 'subagent a:\n    description: "x"\n    reasoning:\n        instructions: ->\n            |\n'
+    d = find(run(START + text), "empty-block")
+    assert d.severity.value == "error"
 
 
 def test_duplicate_variable() -> None:

@@ -41,6 +41,7 @@ from agentscript.syntax.tree import (
     ExprValue,
     SequenceItem,
     Template,
+    TemplateStmt,
     TypeRef,
     VarDecl,
 )
@@ -131,10 +132,11 @@ class StructureChecker:
                 self._unknown(item, spec, variant)
                 continue
             if key in found:
-                ctx.warning(
+                # An error, not the official warning: the earlier value would be lost silently.
+                ctx.error(
                     "duplicate-key",
-                    f"'{key}' is set more than once in {spec.name}; the last one wins. "
-                    "Remove the extra one.",
+                    f"'{key}' is set more than once in {spec.name} (first on line "
+                    f"{found[key].key.span.line}); keep one.",
                     item.key.span,
                 )
             found[key] = item
@@ -217,6 +219,12 @@ class StructureChecker:
                     f"'{key}' expects a procedure (`->`), `|` text or a string.",
                     value.span,
                 )
+            elif value is None and entry.block is not None and _blank_procedure(entry.block):
+                ctx.error(
+                    "empty-block",
+                    f"'{key}' has no content: write the instructions after `|`, or remove it.",
+                    entry.block.span,
+                )
             return
         if kind is Kind.SEQUENCE and value is None:
             if entry.block is None:
@@ -254,7 +262,7 @@ class StructureChecker:
                     f"'{key}' must be one of: {', '.join(fld.choices)}.",
                     value.span,
                 )
-        if entry.block is not None and kind is not Kind.STRING:
+        if entry.block is not None:
             ctx.error(
                 "unexpected-block",
                 f"'{key}' takes a single value; remove the indented lines below it.",
@@ -773,6 +781,14 @@ class StructureChecker:
             for item in formats.block.entries():
                 self.fields(item.block, schema.RESPONSE_FORMAT, item.key.span)
         return found
+
+
+def _blank_procedure(block: Block) -> bool:
+    """Only empty `|` lines (or nothing): instructions that can never say anything."""
+    return all(
+        isinstance(item, TemplateStmt) and not "".join(map(str, item.template.parts)).strip()
+        for item in block.items
+    )
 
 
 def _first_line(span: Span) -> Span:
