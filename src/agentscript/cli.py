@@ -227,17 +227,25 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
 # ---------------------------------------------------------------------- run
 
 
-def load_agent_or_exit(path: str, dialect: str | None = None) -> Any:
+def load_agent_or_exit(
+    path: str, dialect: str | None = None, *, stub_missing_tools: bool = False
+) -> Any:
     from agentscript.loader import load
 
     try:
-        return load(path, dialect=dialect)
+        return load(path, dialect=dialect, stub_missing_tools=stub_missing_tools)
     except AgentScriptError as exc:
         lines = source_lines(Path(path))
         for diag in exc.diagnostics:
             if diag.is_error:
                 click.echo(render_diagnostic(diag, lines, sys.stderr.isatty()), err=True)
         click.echo(f"{path}: cannot run an agent with errors", err=True)
+        if any(d.code == "mantle-unresolved-tool" for d in exc.diagnostics):
+            click.echo(
+                "hint: pass --stub-missing-tools to run the missing tools as stubs "
+                "(give their results under 'actions:' in the conversation file)",
+                err=True,
+            )
         sys.exit(EXIT_USAGE)
 
 
@@ -266,7 +274,18 @@ def describe_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the transcript."
 )
-def run(agent: str, conversation_path: str, trace_dir: str | None, as_json: bool) -> None:
+@click.option(
+    "--stub-missing-tools",
+    is_flag=True,
+    help="Mantle projects: run tools whose Python code is missing as stubs (results from the conversation file).",
+)
+def run(
+    agent: str,
+    conversation_path: str,
+    trace_dir: str | None,
+    as_json: bool,
+    stub_missing_tools: bool,
+) -> None:
     """Play a conversation file through AGENT with the scripted model."""
     from agentscript.conversation import ConversationError, load_conversation
     from agentscript.playback import play
@@ -276,7 +295,7 @@ def run(agent: str, conversation_path: str, trace_dir: str | None, as_json: bool
     except ConversationError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_USAGE)
-    loaded = load_agent_or_exit(agent)
+    loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
     try:
         playback = play(loaded, conversation, trace_dir=Path(trace_dir) if trace_dir else None)
     except ValueError as exc:  # e.g. unknown or ill-typed initial variables
@@ -358,6 +377,11 @@ def print_transcript(playback: Any) -> None:
     help="Save the chat as a conversation file that `agentscript run` replays.",
 )
 @click.option("--no-stream", is_flag=True, help="Print each reply whole instead of streaming it.")
+@click.option(
+    "--stub-missing-tools",
+    is_flag=True,
+    help="Mantle projects: run tools whose Python code is missing as stubs (results from the conversation file).",
+)
 def chat(
     agent: str,
     model_spec: str | None,
@@ -367,11 +391,12 @@ def chat(
     show: tuple[str, ...],
     record: str | None,
     no_stream: bool,
+    stub_missing_tools: bool,
 ) -> None:
     """Chat with AGENT using a real model (one message per line when stdin is not a terminal)."""
     from agentscript.chat import run_chat
 
-    loaded = load_agent_or_exit(agent)
+    loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
     sys.exit(
         run_chat(
             loaded,

@@ -17,7 +17,7 @@ from agentscript.check.outline import ActionDef
 from agentscript.engine.program import Node, Program
 from agentscript.engine.state import SessionState
 from agentscript.expr.evaluate import Env, EvalError
-from agentscript.expr.nodes import EllipsisExpr, Expr, reference_path
+from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
 from agentscript.expr.values import to_display
 from agentscript.syntax.tree import (
     Block,
@@ -27,6 +27,7 @@ from agentscript.syntax.tree import (
     RunStmt,
     SetStmt,
     Template,
+    TemplatePart,
     TemplateStmt,
     TransitionStmt,
     WithStmt,
@@ -40,24 +41,30 @@ def render_text(
     """Resolve a template or expression to prompt text; a failing ``{!expr}`` renders empty."""
     if text is None:
         return ""
+    if isinstance(text, Literal) and isinstance(text.value, str) and "{!" in text.value:
+        return render_parts(program, program.text_parts(text), env, warnings)
     if isinstance(text, Template):
-        out: list[str] = []
-        for part in text.parts:
-            if isinstance(part, Interpolation):
-                try:
-                    out.append(to_display(program.compiled(part.expr)(env)))
-                except EvalError as exc:
-                    warnings.append(
-                        f"{{!{part.source}}} at line {exc.span.line} rendered empty: {exc.message}"
-                    )
-            else:
-                out.append(part)
-        return "".join(out)
+        return render_parts(program, text.parts, env, warnings)
     try:
         return to_display(program.compiled(text)(env))
     except EvalError as exc:
         warnings.append(f"text at line {exc.span.line} rendered empty: {exc.message}")
         return ""
+
+
+def render_parts(program: Program, parts: list[TemplatePart], env: Env, warnings: list[str]) -> str:
+    out: list[str] = []
+    for part in parts:
+        if isinstance(part, Interpolation):
+            try:
+                out.append(to_display(program.compiled(part.expr)(env)))
+            except EvalError as exc:
+                warnings.append(
+                    f"{{!{part.source}}} at line {exc.span.line} rendered empty: {exc.message}"
+                )
+        else:
+            out.append(part)
+    return "".join(out)
 
 
 class TransitionSignal(Exception):

@@ -20,9 +20,19 @@ from agentscript.check.outline import (
     ToolBinding,
 )
 from agentscript.expr.evaluate import Compiled, compile_expr
-from agentscript.expr.nodes import EllipsisExpr, Expr, reference_path
+from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
+from agentscript.expr.parser import ExprParser
 from agentscript.models.base import ToolSpec
-from agentscript.syntax.tree import Block, CollectStmt, IfStmt, RunStmt, Template
+from agentscript.source import Source
+from agentscript.syntax.tree import (
+    Block,
+    CollectStmt,
+    IfStmt,
+    Interpolation,
+    RunStmt,
+    Template,
+    TemplatePart,
+)
 
 NODE_NAMESPACES = frozenset({"subagent", "topic", "start_agent", "connected_subagent"})
 
@@ -115,6 +125,7 @@ class Program:
         self.outline = outline
         self.start = outline.start_agent or next(iter(outline.subagents), "")
         self._compiled: dict[Expr, Compiled] = {}
+        self._text_parts: dict[Expr, list[TemplatePart]] = {}
         self.nodes: dict[str, Node] = {
             name: self._node(info) for name, info in outline.subagents.items()
         }
@@ -124,6 +135,16 @@ class Program:
         if fn is None:
             fn = self._compiled[expr] = compile_expr(expr)
         return fn
+
+    def text_parts(self, literal: Literal) -> list[TemplatePart]:
+        """A quoted string used as text (``welcome: "Hi {!@variables.name}"``) as template
+        parts, so its ``{!expr}`` are filled in like a ``|`` template's. Parsed once."""
+        parts = self._text_parts.get(literal)
+        if parts is None:
+            parts = self._text_parts[literal] = split_interpolations(
+                str(literal.value), literal.span.line, literal.span.column + 1
+            )
+        return parts
 
     def node_of(self, target: Expr | None) -> str | None:
         """The node a ``@subagent.x`` / ``@topic.x`` / ``@start_agent.x`` reference names."""
@@ -271,6 +292,28 @@ class Program:
             target_node=self.start,
         )
         return [capture, cancel]
+
+
+def split_interpolations(text: str, line: int, column: int) -> list[TemplatePart]:
+    """``"a {!x} b"`` -> ["a ", Interpolation(x), " b"]; a malformed ``{!`` stays text."""
+    parts: list[TemplatePart] = []
+    source = Source(text, first_line=line, first_column=column)
+    pos = 0
+    while (found := text.find("{!", pos)) != -1:
+        parser = ExprParser(source, found + 2)
+        expr = parser.parse()
+        if not parser.is_op("}") or parser.diagnostics:
+            break
+        close = parser.tok.start
+        if found > pos:
+            parts.append(text[pos:found])
+        parts.append(
+            Interpolation(expr, source.span(found, close + 1), text[found + 2 : close].strip())
+        )
+        pos = close + 1
+    if pos < len(text):
+        parts.append(text[pos:])
+    return parts
 
 
 def _parameter(param: ParamInfo, *, required: bool) -> Parameter:
