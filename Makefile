@@ -29,7 +29,12 @@ demo: setup
 	steps=json.load(open(f))['planTrace']['steps']; \
 	[print('  [' + s['node'] + '] ' + s['input']['instructions'].replace(chr(10), chr(10) + '  ' + ' ' * (len(s['node']) + 3))) for s in steps if s['type']=='LLM_STEP']"
 	@echo
-	@echo "Trace files are in traces/ (one JSON file per turn)."
+	@echo
+	@echo "== 4. A Mantle skill project on the same engine: an interrupt mid-block, then a resume =="
+	$(VENV)/bin/agentscript run examples/card_bank \
+		--conversation examples/card_bank/conversations/rule1_interrupt_resume.yml
+	@echo
+	@echo "Trace files are in traces/ (one JSON file per turn). Try: $(VENV)/bin/agentscript --help"
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
