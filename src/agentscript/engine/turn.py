@@ -139,6 +139,8 @@ class TurnRunner(ProcedureExecutor):
         error_text = self.render(self.program.outline.messages.error, self.env(self.any_node()))
         text = error_text or "Sorry, something went wrong."
         self.result.messages.append(text)
+        # The model sees next turn that this one failed, and the history alternates properly.
+        self.state.history.append(Message("assistant", text))
         self.trace.add("RESPONSE_STEP", text=text, node=self.state.current_node, kind="error")
 
     def any_node(self) -> Node:
@@ -345,7 +347,9 @@ class TurnRunner(ProcedureExecutor):
         step["output"] = response.to_json()
         usage = response.usage
         self.trace.count_llm_call(
-            step["durationMs"], usage.input_tokens if usage else 0, usage.output_tokens if usage else 0
+            step["durationMs"],
+            usage.input_tokens if usage else 0,
+            usage.output_tokens if usage else 0,
         )
         if response.model:
             step["model"] = response.model
@@ -369,7 +373,21 @@ class TurnRunner(ProcedureExecutor):
             if outcome.stop is not None:
                 self.refuse(call, f"not run: the turn already ended ({outcome.stop})")
                 continue
-            result, transition, stop = await self.invoke(node, call, visible)
+            try:
+                result, transition, stop = await self.invoke(node, call, visible)
+            except (ProcedureFailure, TurnError, LimitReached) as exc:
+                # The turn ends, but the history must stay valid for the next request:
+                # providers reject tool calls that have no result.
+                for unanswered in calls[index:]:
+                    self.state.history.append(
+                        Message(
+                            "tool",
+                            json.dumps({"error": f"not completed: {exc}"}),
+                            tool_call_id=unanswered.id,
+                            name=unanswered.name,
+                        )
+                    )
+                raise
             self.state.history.append(
                 Message(
                     "tool",
