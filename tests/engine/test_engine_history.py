@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine_helpers import assert_histories_well_formed, steps
+
 import agentscript
 from agentscript.actions.registry import StubBook
 from agentscript.models.scripted import Move, ScriptedModel
-
-from engine_helpers import assert_histories_well_formed, steps
 
 AGENT = """\
 system:
