@@ -88,15 +88,21 @@ class Lexer:
         self._after_colon = False  # the last token was ':'
 
     def tokens(self) -> list[Token]:
+        """Every token up to and including END."""
         out: list[Token] = []
         while True:
             token = self.next()
-            self._after_colon = token.kind == "OP" and token.text == ":"
             out.append(token)
             if token.kind == "END":
                 return out
 
     def next(self) -> Token:
+        """The next token (END, again and again, once the expression's text is over)."""
+        token = self._scan()
+        self._after_colon = token.kind == "OP" and token.text == ":"
+        return token
+
+    def _scan(self) -> Token:
         text, limit = self.text, self.limit
         m = _FAST.match(text, self.pos, limit)
         if m is not None:

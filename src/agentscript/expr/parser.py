@@ -34,7 +34,10 @@ from agentscript.expr.nodes import (
 )
 from agentscript.source import Source
 
-MAX_DEPTH = 100
+# Nesting limit in parser levels (a bracket costs two: the bracket and the expression inside,
+# about 11 Python frames together), so 40 nested brackets stay well inside the default
+# recursion limit even within deeply nested blocks.
+MAX_DEPTH = 80
 _COMPARE_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _OPERAND_START = frozenset({"NUMBER", "STRING", "DATE", "DATETIME", "AT", "IDENT"})
@@ -51,10 +54,13 @@ class ExprParser:
 
     def __init__(self, source: Source, start: int, limit: int | None = None) -> None:
         self.source = source
-        self.tokens = Lexer(source.text, start, limit).tokens()
-        self.i = 0
+        # Tokens are read on demand: the parser often stops early (at '}' of an interpolation,
+        # at '=' of `set`), and lexing the rest of a long line each time would be quadratic.
+        self._lexer = Lexer(source.text, start, limit)
         # The current token; a plain attribute because it is read on every grammar rule.
-        self.tok: Token = self.tokens[0]
+        self.tok: Token = self._lexer.next()
+        self._peeked: Token | None = None
+        self._last_end = self.tok.start
         self.depth = 0
         self.diagnostics: list[Diagnostic] = []
 
@@ -63,7 +69,7 @@ class ExprParser:
     @property
     def end_offset(self) -> int:
         """Offset just after the last consumed token."""
-        return self.tokens[self.i - 1].end if self.i else self.tokens[0].start
+        return self._last_end
 
     @property
     def next_offset(self) -> int:
@@ -76,9 +82,20 @@ class ExprParser:
     def advance(self) -> Token:
         token = self.tok
         if token.kind != "END":
-            self.i += 1
-            self.tok = self.tokens[self.i]
+            self._last_end = token.end
+            if self._peeked is not None:
+                self.tok, self._peeked = self._peeked, None
+            else:
+                self.tok = self._lexer.next()
         return token
+
+    def peek(self) -> Token:
+        """The token after the current one."""
+        if self.tok.kind == "END":
+            return self.tok
+        if self._peeked is None:
+            self._peeked = self._lexer.next()
+        return self._peeked
 
     def is_op(self, *ops: str) -> bool:
         t = self.tok
@@ -201,7 +218,7 @@ class ExprParser:
             elif self.is_kw("in"):
                 self.advance()
                 op = "in"
-            elif self.is_kw("not") and self.tokens[self.i + 1].text == "in":
+            elif self.is_kw("not") and self.peek().text == "in":
                 self.advance()
                 self.advance()
                 op = "not in"
@@ -444,7 +461,13 @@ def parse_expression(text: str, line: int = 1, column: int = 1) -> tuple[Expr, l
     """Parse a whole string as one expression (used for conditions outside .agent files)."""
     source = Source(text, first_line=line, first_column=column)
     parser = ExprParser(source, 0)
-    expr = parser.parse()
+    try:
+        expr = parser.parse()
+    except RecursionError:  # only from an already deep caller stack
+        span = Span(line, column, line, column + 1)
+        return ErrorExpr(span, text), [
+            error("syntax-error", "expression is nested too deeply", span)
+        ]
     if not parser.at_end() and not parser.diagnostics:
         t = parser.tok
         parser.report(f"unexpected '{t.text}' after the expression", t.start, len(text))

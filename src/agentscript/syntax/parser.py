@@ -46,7 +46,9 @@ from agentscript.syntax.tree import (
     WithStmt,
 )
 
-MAX_BLOCK_DEPTH = 100
+# Nesting limits keep the recursive parser well inside Python's default recursion limit
+# (about 6 frames per block level, 11 per bracket level; see expr.parser.MAX_DEPTH).
+MAX_BLOCK_DEPTH = 50
 TAB_WIDTH = 4
 
 _STATEMENT_WORD = re.compile(
@@ -988,4 +990,10 @@ class Parser:
 
 def parse(text: str, path: str | None = None) -> Document:
     """Parse Agent Script text. Never raises; problems are in ``Document.diagnostics``."""
-    return Parser(text, path).parse()
+    try:
+        return Parser(text, path).parse()
+    except RecursionError:
+        # Only when called from an already deep stack: the nesting limits prevent it otherwise.
+        diag = error("nesting-too-deep", "the file is nested too deeply to parse", Span(1, 1, 1, 2))
+        diag.file = path
+        return Document(Block(Span(1, 1, 1, 1), []), [diag], path)
