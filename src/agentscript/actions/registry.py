@@ -14,9 +14,11 @@ function cannot block the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +128,7 @@ class ActionRunner:
         handlers: Mapping[str, Handler] | None = None,
         agent_dir: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        timeouts: Mapping[str, float] | None = None,
     ) -> None:
         self.stubs = stubs or StubBook()
         self.functions = dict(functions or {})
@@ -133,6 +136,8 @@ class ActionRunner:
         self.handlers.update({k.lower(): v for k, v in (handlers or {}).items()})
         self.agent_dir = agent_dir
         self.timeout = timeout
+        # Per-action overrides by action name: a slow report generator may need more.
+        self.timeouts = dict(timeouts or {})
 
     def register(self, scheme: str, handler: Handler) -> None:
         """Route every target ``scheme://...`` to ``handler`` (e.g. "flow", "apex", "https")."""
@@ -140,7 +145,7 @@ class ActionRunner:
 
     async def run(self, request: ActionRequest, *, timeout: float | None = None) -> Outputs:
         request.agent_dir = self.agent_dir
-        limit = self.timeout if timeout is None else timeout
+        limit = timeout if timeout is not None else self.timeouts.get(request.name, self.timeout)
         if self.stubs.has(request.name):
             stub = self.stubs.take(request.name)
             if stub.error is not None:
@@ -183,9 +188,33 @@ class ActionRunner:
 
 
 async def _call_any(call: Callable[[], Any]) -> Any:
-    """Run a sync or async callable; sync code runs in a thread so timeouts can fire."""
+    """Run a sync or async callable; sync code runs on its own daemon thread.
+
+    Not the loop's default executor: ``asyncio.run`` waits for that executor's threads when it
+    shuts down, so a hung tool would hold the turn (and the process) after its timeout fired.
+    A daemon thread is abandoned instead.
+    """
     loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, call)
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller timed out and went on
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def worker() -> None:
+        try:
+            result, error = call(), None
+        except BaseException as exc:  # handed to the awaiting turn, which reports it
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=worker, name="agentscript-action", daemon=True).start()
+    result = await future
     if inspect.isawaitable(result):
         return await result
     return result

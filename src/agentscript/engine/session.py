@@ -196,6 +196,7 @@ class Session:
             handlers=agent.handlers,
             agent_dir=agent.path.parent if agent.path else None,
             timeout=self.limits.action_timeout,
+            timeouts=self.limits.action_timeouts,
         )
         self.welcome = agent.welcome(state.variables)
         self.on_text: Callable[[str], None] | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,8 @@ class Limits:
     max_tool_calls_per_step: int = 8
     max_argument_chars: int = 20_000
     max_argument_depth: int = 16
-    action_timeout: float = 30.0
+    action_timeout: float = 30.0  # seconds, for every action without its own entry below
+    action_timeouts: Mapping[str, float] = field(default_factory=dict)  # by action name
 
 
 class LimitReached(Exception):
