@@ -24,7 +24,15 @@ import yaml
 from agentscript.engine.session import Agent, Reply, Session
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
 from agentscript.models.recording import ConversationRecorder, RecordingModel
-from agentscript.models.registry import load_config, model_from_spec, resolve_model
+from agentscript.models.registry import (
+    ModelConfig,
+    ModelEntry,
+    load_config,
+    model_from_spec,
+    resolve_model,
+    resolve_spec,
+)
+from agentscript.models.routing import RoutedModel
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SHOW_CHOICES = ("prompt", "tools", "trace")
@@ -98,11 +106,40 @@ def choose_model(
     """``--model`` wins; else the agent's model id through ``agentscript.toml`` (looked up from
     the agent's folder), ``AGENTSCRIPT_MODEL`` and the configured default. Raises ModelError
     (with the configuration help when nothing is configured)."""
-    if spec:
-        return model_from_spec(spec, base_url=base_url)
     start = agent.path.parent if agent.path is not None else None
     config = load_config(start=start)
-    return resolve_model(agent_model_id(agent), config, base_url=base_url, env=env)
+    if spec:
+        default = model_from_spec(spec, base_url=base_url)
+    else:
+        default = resolve_model(agent_model_id(agent), config, base_url=base_url, env=env)
+    routes = subagent_routes(agent, config, base_url=base_url)
+    return RoutedModel(default, routes) if routes else default
+
+
+def subagent_routes(
+    agent: Agent, config: ModelConfig, *, base_url: str | None = None
+) -> dict[str, Callable[[], Model]]:
+    """Subagents whose ``model_config`` names a model other than the agent's, mapped to the
+    model ``agentscript.toml`` (or a provider spec used as the id) configures for it."""
+    program = getattr(agent, "program", None)
+    nodes = getattr(program, "nodes", {})
+    main_id = agent_model_id(agent)
+    routes: dict[str, Callable[[], Model]] = {}
+    for node in nodes.values():
+        model_id = getattr(node, "model", None)
+        if not model_id or model_id == main_id or model_id in routes:
+            continue
+        entry = resolve_spec(model_id, ModelConfig(models=config.models), env={})
+        if entry is None:
+            continue  # not configured: that subagent uses the default model
+
+        def build(entry: ModelEntry = entry) -> Model:
+            return model_from_spec(
+                entry.spec, base_url=base_url or entry.base_url, params=entry.params or None
+            )
+
+        routes[model_id] = build
+    return routes
 
 
 @dataclass
