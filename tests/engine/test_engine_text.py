@@ -12,7 +12,7 @@ system:
     instructions: "Help {!@variables.user_name}."
     messages:
         welcome: "Hello {!@variables.user_name}! You have {!@variables.n + 1} items."
-        error: "Sorry {!@variables.missing_thing}."
+        error: "Sorry {!@variables.user_name}."
 config:
     developer_name: "w"
 variables:
@@ -37,3 +37,16 @@ def test_quoted_text_interpolates_like_a_template(tmp_path: Path) -> None:
     assert request.system == "Help Grace."
     # A malformed `{!` is kept as written rather than dropped.
     assert request.instructions == "Greet Grace, literal {!not closed"
+
+
+def test_checker_resolves_references_inside_quoted_text(tmp_path: Path) -> None:
+    path = tmp_path / "w.agent"
+    path.write_text(
+        AGENT.replace("Sorry {!@variables.user_name}", "Sorry {!@variables.missing_thing}")
+    )
+    doc = agentscript.parse(path.read_text(), str(path))
+    from agentscript.check import check
+
+    errors = [d for d in check(doc, dialect="agentscript").diagnostics if d.is_error]
+    assert [(d.code, d.span.line) for d in errors] == [("undefined-reference", 5)]
+    assert "missing_thing" in errors[0].message

@@ -31,7 +31,8 @@ from agentscript.check.values import (
     string_of,
 )
 from agentscript.diagnostics import Span
-from agentscript.expr.nodes import Expr, reference_path
+from agentscript.expr.nodes import Expr, Literal, reference_path
+from agentscript.syntax.interpolation import literal_parts
 from agentscript.syntax.tree import (
     Block,
     Document,
@@ -439,6 +440,9 @@ class StructureChecker:
             return value
         if isinstance(value, ExprValue):
             self.jobs.exprs.append((value.expr, scope))
+            parts = literal_parts(value.expr) if isinstance(value.expr, Literal) else None
+            if parts is not None:  # the engine fills these in: check their references too
+                self.jobs.templates.append((Template(value.span, [], parts), scope))
             return value.expr
         return None
 

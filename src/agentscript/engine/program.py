@@ -21,14 +21,12 @@ from agentscript.check.outline import (
 )
 from agentscript.expr.evaluate import Compiled, compile_expr
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
-from agentscript.expr.parser import ExprParser
 from agentscript.models.base import ToolSpec
-from agentscript.source import Source
+from agentscript.syntax.interpolation import literal_parts
 from agentscript.syntax.tree import (
     Block,
     CollectStmt,
     IfStmt,
-    Interpolation,
     RunStmt,
     Template,
     TemplatePart,
@@ -141,9 +139,7 @@ class Program:
         parts, so its ``{!expr}`` are filled in like a ``|`` template's. Parsed once."""
         parts = self._text_parts.get(literal)
         if parts is None:
-            parts = self._text_parts[literal] = split_interpolations(
-                str(literal.value), literal.span.line, literal.span.column + 1
-            )
+            parts = self._text_parts[literal] = literal_parts(literal) or [str(literal.value)]
         return parts
 
     def node_of(self, target: Expr | None) -> str | None:
@@ -292,28 +288,6 @@ class Program:
             target_node=self.start,
         )
         return [capture, cancel]
-
-
-def split_interpolations(text: str, line: int, column: int) -> list[TemplatePart]:
-    """``"a {!x} b"`` -> ["a ", Interpolation(x), " b"]; a malformed ``{!`` stays text."""
-    parts: list[TemplatePart] = []
-    source = Source(text, first_line=line, first_column=column)
-    pos = 0
-    while (found := text.find("{!", pos)) != -1:
-        parser = ExprParser(source, found + 2)
-        expr = parser.parse()
-        if not parser.is_op("}") or parser.diagnostics:
-            break
-        close = parser.tok.start
-        if found > pos:
-            parts.append(text[pos:found])
-        parts.append(
-            Interpolation(expr, source.span(found, close + 1), text[found + 2 : close].strip())
-        )
-        pos = close + 1
-    if pos < len(text):
-        parts.append(text[pos:])
-    return parts
 
 
 def _parameter(param: ParamInfo, *, required: bool) -> Parameter:
