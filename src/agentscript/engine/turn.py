@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentscript.engine.llm import TurnError, call_model
 from agentscript.engine.procedures import ProcedureExecutor, ProcedureFailure, TransitionSignal
 from agentscript.engine.program import Node, Tool
 from agentscript.engine.state import PendingConfirmation
@@ -23,10 +24,8 @@ from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import (
     Message,
     Model,
-    ModelError,
     ModelRequest,
     ModelResponse,
-    ScriptExhausted,
     ToolCall,
 )
 from agentscript.syntax.tree import Block
@@ -66,10 +65,6 @@ class Limits:
 
 class LimitReached(Exception):
     pass
-
-
-class TurnError(Exception):
-    """The turn cannot go on (model failure, deterministic failure, limit)."""
 
 
 @dataclass
@@ -131,6 +126,7 @@ class TurnRunner(ProcedureExecutor):
                     start, reason = state.current_node, "turn start (previous subagent)"
                 await self.drive(start, reason)
         except (TurnError, ProcedureFailure, LimitReached) as exc:
+            self.result.exhausted = getattr(exc, "exhausted", False)
             self.fail(str(exc))
         return self.result
 
@@ -319,42 +315,9 @@ class TurnRunner(ProcedureExecutor):
             model=node.model,
             node=node.name,
         )
-        step = self.trace.add(
-            "LLM_STEP",
-            node=node.name,
-            iteration=iteration,
-            input={
-                "system": request.system,
-                "instructions": request.instructions,
-                "messages": [m.to_json() for m in request.messages],
-                "tools": [
-                    {"name": t.name, "description": t.description, "parameters": t.parameters}
-                    for t in request.tools
-                ],
-            },
-            output=None,
+        return await call_model(
+            self.model, request, self.trace, iteration=iteration, stream=self.stream
         )
-        started = time.perf_counter()
-        try:
-            response = await self.model.complete(request, stream=self.stream)
-        except ScriptExhausted as exc:
-            self.result.exhausted = True
-            step["error"] = str(exc)
-            raise TurnError(str(exc)) from None
-        except ModelError as exc:
-            step["error"] = str(exc)
-            raise TurnError(f"the model failed: {exc}") from None
-        step["durationMs"] = elapsed_ms(started)
-        step["output"] = response.to_json()
-        usage = response.usage
-        self.trace.count_llm_call(
-            step["durationMs"],
-            usage.input_tokens if usage else 0,
-            usage.output_tokens if usage else 0,
-        )
-        if response.model:
-            step["model"] = response.model
-        return response
 
     # ------------------------------------------------------------------ tool calls (S5, S7, S8, S13)
 

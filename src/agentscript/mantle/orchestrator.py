@@ -16,8 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest, ActionRunner
+from agentscript.engine.llm import TurnError, call_model
 from agentscript.engine.state import SessionState
-from agentscript.engine.turn import NO, YES, LimitReached, Limits, TurnError, TurnResult
+from agentscript.engine.turn import NO, YES, LimitReached, Limits, TurnResult
 from agentscript.mantle import prompt as p
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import (
@@ -51,10 +52,8 @@ from agentscript.mantle.tool_runtime import (
 from agentscript.models.base import (
     Message,
     Model,
-    ModelError,
     ModelRequest,
     ModelResponse,
-    ScriptExhausted,
     ToolCall,
     ToolSpec,
 )
@@ -129,6 +128,7 @@ class MantleTurnRunner:
             if not self.stop:
                 await self.loop()
         except (TurnError, LimitReached) as exc:
+            self.result.exhausted = getattr(exc, "exhausted", False)
             self.fail(str(exc))
         top = self.stack.frames[-1]["skill"] if self.stack.frames else None
         self.state.current_node = top
@@ -685,34 +685,9 @@ class MantleTurnRunner:
             tools=tools,
             node=self.node_name(),
         )
-        step = self.trace.add(
-            "LLM_STEP",
-            node=request.node,
-            iteration=self.llm_calls,
-            input={
-                "system": request.system,
-                "instructions": request.instructions,
-                "messages": [m.to_json() for m in request.messages],
-                "tools": [
-                    {"name": t.name, "description": t.description, "parameters": t.parameters}
-                    for t in request.tools
-                ],
-            },
-            output=None,
+        return await call_model(
+            self.model, request, self.trace, iteration=self.llm_calls, stream=self.stream
         )
-        started = time.perf_counter()
-        try:
-            response = await self.model.complete(request, stream=self.stream)
-        except ScriptExhausted as exc:
-            self.result.exhausted = True
-            step["error"] = str(exc)
-            raise TurnError(str(exc)) from None
-        except ModelError as exc:
-            step["error"] = str(exc)
-            raise TurnError(f"the model failed: {exc}") from None
-        step["durationMs"] = elapsed_ms(started)
-        step["output"] = response.to_json()
-        return response
 
     # ------------------------------------------------------------------ tool calls (M5, M6)
 

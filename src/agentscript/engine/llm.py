@@ -1,0 +1,75 @@
+"""One LLM call, recorded: the ``LLM_STEP`` of the trace and the turn's usage totals.
+
+Shared by every turn runner (Agent Script nodes, Mantle skills), so each call is traced the
+same way and a model failure always ends the turn the same way.
+"""
+
+from __future__ import annotations
+
+import time
+
+from agentscript.models.base import (
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ScriptExhausted,
+    TextSink,
+)
+from agentscript.trace import TurnTrace, elapsed_ms
+
+
+class TurnError(Exception):
+    """The turn cannot go on (model failure, deterministic failure, limit).
+
+    ``exhausted`` marks the scripted model running out of moves: `agentscript run` then
+    reports that the conversation file and the engine disagree.
+    """
+
+    def __init__(self, message: str, *, exhausted: bool = False) -> None:
+        super().__init__(message)
+        self.exhausted = exhausted
+
+
+async def call_model(
+    model: Model,
+    request: ModelRequest,
+    trace: TurnTrace,
+    *,
+    iteration: int,
+    stream: TextSink | None = None,
+) -> ModelResponse:
+    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError."""
+    step = trace.add(
+        "LLM_STEP",
+        node=request.node,
+        iteration=iteration,
+        input={
+            "system": request.system,
+            "instructions": request.instructions,
+            "messages": [m.to_json() for m in request.messages],
+            "tools": [
+                {"name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in request.tools
+            ],
+        },
+        output=None,
+    )
+    started = time.perf_counter()
+    try:
+        response = await model.complete(request, stream=stream)
+    except ScriptExhausted as exc:
+        step["error"] = str(exc)
+        raise TurnError(str(exc), exhausted=True) from None
+    except ModelError as exc:
+        step["error"] = str(exc)
+        raise TurnError(f"the model failed: {exc}") from None
+    step["durationMs"] = elapsed_ms(started)
+    step["output"] = response.to_json()
+    if response.model:
+        step["model"] = response.model
+    usage = response.usage
+    trace.count_llm_call(
+        step["durationMs"], usage.input_tokens if usage else 0, usage.output_tokens if usage else 0
+    )
+    return response
