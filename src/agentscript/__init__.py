@@ -6,7 +6,7 @@
 """
 
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Severity, Span
-from agentscript.engine.session import Agent, Reply, Session
+from agentscript.engine.session import Agent, AgentBase, Reply, Session
 from agentscript.engine.turn import Limits
 from agentscript.loader import load
 from agentscript.models.scripted import ScriptedModel
@@ -14,6 +14,7 @@ from agentscript.syntax import parse
 
 __all__ = [
     "Agent",
+    "AgentBase",
     "AgentScriptError",
     "Diagnostic",
     "Limits",

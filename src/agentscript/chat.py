@@ -21,7 +21,7 @@ from typing import Any
 import click
 import yaml
 
-from agentscript.engine.session import Agent, Reply, Session
+from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
 from agentscript.models.recording import ConversationRecorder, RecordingModel
 from agentscript.models.registry import (
@@ -89,15 +89,15 @@ def parse_vars(items: Iterable[str]) -> dict[str, Any]:
     return values
 
 
-def agent_model_id(agent: Agent) -> str | None:
+def agent_model_id(agent: AgentBase) -> str | None:
     """The model id the agent names (``model_config: model:``), if any."""
-    config = getattr(agent.outline, "model_config", None)
+    config = getattr(getattr(agent, "outline", None), "model_config", None)
     model = getattr(config, "model", None)
     return model if isinstance(model, str) and model.strip() else None
 
 
 def choose_model(
-    agent: Agent,
+    agent: AgentBase,
     *,
     spec: str | None = None,
     base_url: str | None = None,
@@ -117,7 +117,7 @@ def choose_model(
 
 
 def subagent_routes(
-    agent: Agent, config: ModelConfig, *, base_url: str | None = None
+    agent: AgentBase, config: ModelConfig, *, base_url: str | None = None
 ) -> dict[str, Callable[[], Model]]:
     """Subagents whose ``model_config`` names a model other than the agent's, mapped to the
     model ``agentscript.toml`` (or a provider spec used as the id) configures for it."""
@@ -196,7 +196,9 @@ class Console:
 class Chat:
     """One chat: an agent, a model, the current session, and the display of each turn."""
 
-    def __init__(self, agent: Agent, model: Model, options: ChatOptions, console: Console) -> None:
+    def __init__(
+        self, agent: AgentBase, model: Model, options: ChatOptions, console: Console
+    ) -> None:
         self.agent = agent
         self.options = options
         self.console = console
@@ -498,7 +500,7 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def run_chat(
-    agent: Agent,
+    agent: AgentBase,
     *,
     model: Model | None = None,
     model_spec: str | None = None,

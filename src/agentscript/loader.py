@@ -6,7 +6,7 @@ from pathlib import Path
 
 from agentscript.check import check
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
-from agentscript.engine.session import Agent
+from agentscript.engine.session import Agent, AgentBase
 from agentscript.syntax import Document, parse
 
 
@@ -52,7 +52,7 @@ def parse_file(path: str | Path) -> tuple[Document | None, list[Diagnostic]]:
 
 def load(
     path: str | Path, *, dialect: str | None = None, stub_missing_tools: bool = False
-) -> Agent:
+) -> AgentBase:
     """Load and check an ``.agent`` file or a Mantle project folder (``agent.yml`` also
     names its folder); raise :class:`AgentScriptError` with every error.
 

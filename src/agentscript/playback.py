@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.conversation import Conversation
-from agentscript.engine.session import Agent, Reply
+from agentscript.engine.session import AgentBase, Reply
 from agentscript.models.scripted import ScriptedModel
 
 
@@ -59,7 +59,7 @@ class Playback:
 
 
 async def play_async(
-    agent: Agent, conversation: Conversation, *, trace_dir: Path | None = None
+    agent: AgentBase, conversation: Conversation, *, trace_dir: Path | None = None
 ) -> Playback:
     model = ScriptedModel()
     session = agent.session(
@@ -79,5 +79,7 @@ async def play_async(
     return playback
 
 
-def play(agent: Agent, conversation: Conversation, *, trace_dir: Path | None = None) -> Playback:
+def play(
+    agent: AgentBase, conversation: Conversation, *, trace_dir: Path | None = None
+) -> Playback:
     return asyncio.run(play_async(agent, conversation, trace_dir=trace_dir))

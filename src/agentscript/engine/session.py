@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,18 +60,23 @@ class Reply:
         return self.error is None
 
 
-class Agent:
-    """A checked agent, ready to start sessions. Create with :func:`agentscript.load`."""
+class AgentBase(ABC):
+    """What every loaded agent offers: sessions. Subclasses say how a turn runs.
 
-    def __init__(
-        self, outline: AgentOutline, *, path: Path | None = None, name: str | None = None
-    ) -> None:
-        self.outline = outline
-        self.program = Program(outline)
+    :class:`Agent` runs Agent Script files; ``agentscript.mantle.MantleAgent`` runs Mantle
+    projects. Both are created by :func:`agentscript.load`.
+    """
+
+    name: str
+    path: Path | None
+    handlers: dict[str, Handler]
+
+    def __init__(self, *, path: Path | None, name: str) -> None:
         self.path = path
-        self.name = name or outline.agent_name or (path.stem if path else "agent")
-        self.handlers: dict[str, Handler] = {}
+        self.name = name
+        self.handlers = {}
 
+    @abstractmethod
     def new_turn(
         self,
         state: SessionState,
@@ -82,10 +88,15 @@ class Agent:
         limits: Limits,
         stream: Callable[[str], None] | None,
     ) -> TurnRunnerLike:
-        """The object that runs one turn; other agent formats (Mantle) override this."""
-        return TurnRunner(
-            self.program, state, runner, trace, text, model=model, limits=limits, stream=stream
-        )
+        """The object that runs one turn."""
+
+    @abstractmethod
+    def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every variable's starting value, ``given`` ones included (checked)."""
+
+    @abstractmethod
+    def welcome(self, variables: Mapping[str, Any]) -> str:
+        """The message shown when a session starts."""
 
     def register_handler(self, scheme: str, handler: Handler) -> None:
         """Run every action whose target is ``scheme://...`` with ``handler`` (all sessions)."""
@@ -142,6 +153,34 @@ class Agent:
         session.runner.stubs.restore(state.stub_usage)
         return session
 
+
+class Agent(AgentBase):
+    """A checked Agent Script agent, ready to start sessions. Create with :func:`agentscript.load`."""
+
+    def __init__(
+        self, outline: AgentOutline, *, path: Path | None = None, name: str | None = None
+    ) -> None:
+        super().__init__(
+            path=path, name=name or outline.agent_name or (path.stem if path else "agent")
+        )
+        self.outline = outline
+        self.program = Program(outline)
+
+    def new_turn(
+        self,
+        state: SessionState,
+        runner: ActionRunner,
+        trace: TurnTrace,
+        text: str,
+        *,
+        model: Model,
+        limits: Limits,
+        stream: Callable[[str], None] | None,
+    ) -> TurnRunnerLike:
+        return TurnRunner(
+            self.program, state, runner, trace, text, model=model, limits=limits, stream=stream
+        )
+
     def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults of every declared variable, overridden by ``given`` (linked ones included)."""
         declared = self.outline.variables
@@ -176,7 +215,7 @@ class Session:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: AgentBase,
         state: SessionState,
         *,
         model: Model,

@@ -16,7 +16,7 @@ from typing import Any
 
 from agentscript.actions.registry import ActionRunner
 from agentscript.diagnostics import AgentScriptError
-from agentscript.engine.session import Agent, TurnRunnerLike
+from agentscript.engine.session import AgentBase, TurnRunnerLike
 from agentscript.engine.state import SessionState
 from agentscript.engine.turn import Limits
 from agentscript.mantle.loader import load_project
@@ -29,15 +29,14 @@ from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
 
 
-class MantleAgent(Agent):
+class MantleAgent(AgentBase):
     """A loaded skill project, ready to start sessions (same API as an ``.agent`` agent)."""
 
     def __init__(self, project: Project, *, name: str | None = None) -> None:
-        # Agent.__init__ lowers an Agent Script outline; a project needs none of that.
+        root = Path(project.root)
+        super().__init__(path=root, name=name or project.agent.id or root.name)
         self.project = project
-        self.path = Path(project.root)
-        self.name = name or project.agent.id or self.path.name
-        self.handlers = {"mantle": mantle_handler(project)}
+        self.handlers["mantle"] = mantle_handler(project)
 
     def new_turn(
         self,
