@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Severity(StrEnum):
@@ -12,9 +13,13 @@ class Severity(StrEnum):
     INFO = "info"
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """A region of source text. Lines and columns are 1-based; the end is exclusive."""
+class Span(NamedTuple):
+    """A region of source text. Lines and columns are 1-based; the end is exclusive.
+
+    A named tuple rather than a frozen dataclass: the parser builds hundreds of thousands of
+    spans per megabyte, and a tuple is built several times faster while staying immutable,
+    hashable and comparable.
+    """
 
     line: int
     column: int
@@ -27,7 +32,7 @@ class Span:
 
     def to(self, other: Span) -> Span:
         """The span that starts where this one starts and ends where ``other`` ends."""
-        return Span(self.line, self.column, other.end_line, other.end_column)
+        return Span(self[0], self[1], other[2], other[3])
 
 
 UNKNOWN_SPAN = Span(1, 1, 1, 1)
