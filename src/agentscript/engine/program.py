@@ -88,6 +88,8 @@ class Tool:
     guard: Expr | None = None
     bound_inputs: dict[str, Expr] = field(default_factory=dict)
     callback: Block | None = None
+    # Connected subagents: their `after_response` runs before the binding's callback.
+    after_response: Block | None = None
 
     @property
     def requires_confirmation(self) -> bool:
@@ -180,6 +182,7 @@ class Program:
 
     def _tool(self, info: SubagentInfo, binding: ToolBinding) -> Tool:
         kind = binding.kind or "unresolved"
+        after_response: Block | None = None
         action = info.actions.get(binding.target or "") if kind == "action" else None
         target_node = binding.target if kind in ("transition", "delegate") else None
         bound = {k: v for k, v in binding.inputs.items() if not isinstance(v, EllipsisExpr)}
@@ -201,6 +204,17 @@ class Program:
                     if name in llm_filled or (name not in bound and param.default is None):
                         parameters[name] = _parameter(param, required=True)
                 description = description or connected.description
+                # Called like an action: its target (agent://...) goes through stubs and
+                # handlers, its `= value` input defaults are bound inputs.
+                action = ActionDef(
+                    connected.name,
+                    connected.target,
+                    connected.span,
+                    description=connected.description,
+                    label=connected.label,
+                    inputs=dict(connected.inputs),
+                )
+                after_response = connected.after_response
         elif kind == "set_variables":
             for name in llm_filled:
                 variable = self.outline.variables.get(name)
@@ -234,6 +248,7 @@ class Program:
             guard=binding.guard,
             bound_inputs=bound,
             callback=binding.body,
+            after_response=after_response,
         )
 
     def _collect_slots(self, instructions: object) -> Iterator[CollectSlot]:

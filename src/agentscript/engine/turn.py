@@ -419,7 +419,7 @@ class TurnRunner(ProcedureExecutor):
             return {"status": "session ended"}, None, "end_session"
         if kind == "delegate":
             return await self.delegate(tool, node)
-        if kind == "action" and tool.action is not None:
+        if kind in ("action", "connected") and tool.action is not None:
             if tool.requires_confirmation:
                 return self.hold_for_confirmation(tool, node, call, arguments)
             return await self.run_tool_action(tool, node, arguments)
@@ -519,18 +519,32 @@ class TurnRunner(ProcedureExecutor):
         outputs = await self.call_action(tool.action, inputs, node, source="llm", tool=tool.name)
         if outputs is None:
             return {"error": self._last_error or "the action failed"}, None, None
-        transition = await self.run_tool_callback(tool, node, outputs, self._open_action_step)
+        step = self._open_action_step
+        transition = None
+        if tool.after_response is not None:  # a connected subagent's own follow-up
+            transition = await self.run_tool_callback(
+                tool, node, outputs, step, tool.after_response
+            )
+        if transition is None:
+            transition = await self.run_tool_callback(tool, node, outputs, step)
         hidden = {k for k, p in tool.action.outputs.items() if p.filter_from_agent}
         return {k: v for k, v in outputs.items() if k not in hidden}, transition, None
 
     async def run_tool_callback(
-        self, tool: Tool, node: Node, outputs: dict[str, Any], step: dict[str, Any] | None = None
+        self,
+        tool: Tool,
+        node: Node,
+        outputs: dict[str, Any],
+        step: dict[str, Any] | None = None,
+        block: Block | None = None,
     ) -> str | None:
-        """Run the binding's body; a transition there is deferred to the end of the step."""
-        if tool.callback is None:
+        """Run the binding's body (or ``block``); a transition there is deferred to the end of
+        the step."""
+        body = block if block is not None else tool.callback
+        if body is None:
             return None
         try:
-            await self.exec_block(tool.callback, node, outputs=outputs)
+            await self.exec_block(body, node, outputs=outputs)
         except TransitionSignal as signal:
             return signal.target
         finally:
