@@ -80,3 +80,18 @@ def test_connected_subagent_without_handler_is_an_error_result(tmp_path: Path) -
     assert reply.error is None
     error = json.loads(model.requests[1].messages[-1].content)["error"]
     assert "Refunds" in error and "agent://" in error
+
+
+def test_transition_to_a_connected_subagent_ends_the_turn_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    text = AGENT.replace(
+        "            | Help the customer.\n",
+        "            | Help the customer.\n            transition to @connected_subagent.Refunds\n",
+    )
+    path = tmp_path / "conn.agent"
+    path.write_text(text)
+    agent = agentscript.load(path, dialect="agentscript")
+    reply = agent.session(model=ScriptedModel()).send("refund please")
+    assert reply.error is not None and "call it as a tool" in reply.error
+    assert reply.text == "Something failed."

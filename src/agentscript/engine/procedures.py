@@ -162,6 +162,11 @@ class ProcedureExecutor:
                 await self.exec_if(item, node, prompt, outputs)
             elif isinstance(item, TransitionStmt):
                 target = self.program.node_of(item.targets[0]) if item.targets else None
+                if target in self.program.outline.connected_subagents:
+                    raise ProcedureFailure(
+                        f"transition at line {item.span.line}: this runtime does not hand the "
+                        f"conversation to connected subagent '{target}'; call it as a tool"
+                    )
                 if target is None or target not in self.program.nodes:
                     raise ProcedureFailure(
                         f"transition at line {item.span.line} has no valid target"
