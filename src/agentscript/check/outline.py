@@ -178,6 +178,8 @@ class AgentOutline:
     model_config: ModelConfig | None = None
     knowledge: dict[str, object] = field(default_factory=dict)
     language: dict[str, object] = field(default_factory=dict)
+    # `connection <name>: escalation_message:` by connection name (said by @utils.escalate).
+    escalation_messages: dict[str, Text] = field(default_factory=dict)
 
     @property
     def reset_to_initial_node(self) -> bool:

@@ -353,7 +353,14 @@ class StructureChecker:
                     entry.key.span,
                 )
             seen_connections.add(name)
-            self.jobs.connections.append((name, entry, self._connection(entry)))
+            found = self._connection(entry)
+            self.jobs.connections.append((name, entry, found))
+            message = found.get("escalation_message")
+            if message is not None and isinstance(message.value, Template | ExprValue):
+                value = message.value
+                self.outline.escalation_messages[name] = (
+                    value.expr if isinstance(value, ExprValue) else value
+                )
         for entry in named.get("modality", ()):
             self.fields(entry.block, schema.BlockSpec("modality", {}), entry.key.span)
         return self.jobs

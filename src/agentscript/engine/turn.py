@@ -100,6 +100,7 @@ class TurnRunner(ProcedureExecutor):
         self.llm_calls = 0
         self.transitions = 0
         self._step_mark = 0
+        self._escalation_text = ""
 
     async def run(self) -> TurnResult:
         self.result = TurnResult()
@@ -364,10 +365,12 @@ class TurnRunner(ProcedureExecutor):
                 outcome.transition = (transition, f"tool {call.name}")  # S7: the first one wins
             if stop is not None:
                 outcome.stop = stop
+        # What the engine said during the step follows the tool results: providers reject any
+        # message between an assistant's tool calls and their results.
         if outcome.stop == "confirmation" and self.result.confirmation is not None:
-            # The question follows the tool results: providers reject any message between
-            # an assistant's tool calls and their results.
             self.state.history.append(Message("assistant", self.result.confirmation))
+        if outcome.stop == "escalate" and self._escalation_text:
+            self.state.history.append(Message("assistant", self._escalation_text))
         return outcome
 
     def refuse(self, call: ToolCall, reason: str) -> dict[str, Any]:
@@ -410,6 +413,7 @@ class TurnRunner(ProcedureExecutor):
             self.actions_run.append(tool.name)
             self.trace.add("EVENT_STEP", event="escalate", node=node.name, tool=tool.name)
             self.result.escalated = True
+            self.say_escalation_message(node)
             return {"status": "escalated to a human agent"}, None, "escalate"
         if kind == "end_session":
             self.actions_run.append(tool.name)
@@ -424,6 +428,16 @@ class TurnRunner(ProcedureExecutor):
                 return self.hold_for_confirmation(tool, node, call, arguments)
             return await self.run_tool_action(tool, node, arguments)
         return {"error": f"tool '{tool.name}' cannot be run by this runtime ({kind})"}, None, None
+
+    def say_escalation_message(self, node: Node) -> None:
+        """The channel's `escalation_message` (messaging first), so the user is told."""
+        messages = self.program.outline.escalation_messages
+        text = messages.get("messaging") or next(iter(messages.values()), None)
+        rendered = self.render(text, self.env(node)) if text is not None else ""
+        if rendered:
+            self._escalation_text = rendered
+            self.result.messages.append(rendered)
+            self.trace.add("RESPONSE_STEP", text=rendered, node=node.name, kind="escalation")
 
     def check_arguments(self, tool: Tool, call: ToolCall) -> tuple[dict[str, Any], str | None]:
         """Only declared parameters, required ones present, values of the declared type."""
