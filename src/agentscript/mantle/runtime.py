@@ -25,6 +25,7 @@ from agentscript.mantle.model import Project
 from agentscript.mantle.orchestrator import MantleTurnRunner
 from agentscript.mantle.prompt import response_text
 from agentscript.mantle.tool_runtime import mantle_handler
+from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
 
@@ -50,7 +51,7 @@ class MantleAgent(AgentBase):
         stream: Callable[[str], None] | None,
     ) -> TurnRunnerLike:
         return MantleTurnRunner(
-            self.project, state, runner, trace, text, model=model, limits=limits, stream=stream
+            TurnContext(self.project, state, runner, trace, text, model, limits, stream)
         )
 
     def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,104 @@
+"""The model's tool calls (M5, M6): each goes through the gates before anything runs.
+
+Engine tools go to their handlers; a skill tool must belong to the active skill, its
+``requires`` must hold, its arguments must fit its schema, and a confirmation gate holds it
+for the user. Everything else is refused with a ``REFUSED_STEP`` and an error result, and
+every call gets its answer in the history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentscript.mantle import prompt as p
+from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirmation, resolve
+from agentscript.mantle.engine_tools import HANDLERS
+from agentscript.mantle.queries import tool_allowed, tool_constraint
+from agentscript.mantle.tool_run import run_tool
+from agentscript.mantle.tool_runtime import check_arguments
+from agentscript.mantle.turn_context import TurnContext
+from agentscript.models.base import Message, ModelResponse, ToolCall
+
+
+async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
+    calls = response.tool_calls
+    ctx.state.history.append(Message("assistant", response.text or "", tool_calls=list(calls)))
+    most = ctx.limits.max_tool_calls_per_step
+    for index, call in enumerate(calls):
+        if index >= most:
+            result = refuse(ctx, call, f"more than {most} tool calls in one step")
+        elif ctx.stop:
+            result = refuse(ctx, call, "not run: the turn already ended")
+        else:
+            result = await call_tool(ctx, call)
+        ctx.answer(call, result)
+
+
+def refuse(ctx: TurnContext, call: ToolCall, reason: str) -> dict[str, Any]:
+    ctx.trace.add(
+        "REFUSED_STEP",
+        name=call.name,
+        reason=reason,
+        arguments=call.arguments,
+        source="llm",
+        skill=ctx.node_name(),
+    )
+    return {"error": reason}
+
+
+async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
+    if call.arguments is None:
+        return refuse(
+            ctx,
+            call,
+            f"the arguments of '{call.name}' are not a JSON object: {call.raw_arguments[:200]!r}",
+        )
+    args = call.arguments
+    handler = HANDLERS.get(call.name)
+    if handler is not None:
+        result = handler(ctx, args)
+    elif call.name == p.RESOLVE:
+        confirmed = args.get("confirmed")
+        if ctx.stack.pending is None:
+            result = {"error": "no tool call is waiting for a confirmation"}
+        elif not isinstance(confirmed, bool):
+            result = {"error": "resolve_tool_confirmation needs confirmed=true or false"}
+        else:
+            return await resolve(ctx, confirmed, via="llm")
+    else:
+        return await call_skill_tool(ctx, call, args)
+    if "error" in result:
+        return refuse(ctx, call, str(result["error"]))
+    ctx.actions_run.append(call.name)
+    return result
+
+
+async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]) -> dict[str, Any]:
+    frame = ctx.stack.active()
+    if frame is None:
+        return refuse(ctx, call, f"unknown tool '{call.name}': no skill is active")
+    skill_id = frame["skill"]
+    tool = ctx.project.tools_for(skill_id).get(call.name)
+    if tool is None:
+        return refuse(ctx, call, f"unknown tool '{call.name}' for skill '{skill_id}'")
+    pending = ctx.stack.pending
+    if pending is not None and pending["tool"] == call.name:
+        return refuse(
+            ctx,
+            call,
+            f"'{call.name}' waits for the user's confirmation; call resolve_tool_confirmation",
+        )
+    if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
+        return refuse(ctx, call, f"tool '{call.name}' is not available now")
+    checked, problem = check_arguments(
+        tool,
+        args,
+        max_chars=ctx.limits.max_argument_chars,
+        max_depth=ctx.limits.max_argument_depth,
+    )
+    if problem is not None:
+        return refuse(ctx, call, problem)
+    if needs_confirmation(tool_constraint(ctx.project, skill_id, call.name)):
+        return hold_for_confirmation(ctx, skill_id, tool, checked, source="llm")
+    result, _ = await run_tool(ctx, skill_id, tool, checked, "llm")
+    return result

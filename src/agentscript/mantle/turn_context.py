@@ -1,0 +1,116 @@
+"""The state one Mantle turn works on, shared by the modules that run the turn.
+
+The turn loop (:mod:`.orchestrator`), block stepping (:mod:`.blocks`), skill transitions
+(:mod:`.transitions`), tool runs (:mod:`.tool_run`), confirmation (:mod:`.confirmation`) and
+the model's tool calls (:mod:`.tool_dispatch`, :mod:`.engine_tools`) all read and change the
+same session state, trace and reply; :class:`TurnContext` holds them with the few operations
+every one of those modules needs (say something, write memory, record a tool exchange).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentscript.actions.registry import ActionRunner
+from agentscript.engine.state import SessionState
+from agentscript.engine.turn import Limits, TurnResult
+from agentscript.mantle import prompt as p
+from agentscript.mantle.model import Project
+from agentscript.mantle.stack import SkillStack
+from agentscript.models.base import Message, Model, ToolCall
+from agentscript.trace import TurnTrace
+
+
+@dataclass(eq=False)
+class TurnContext:
+    """Session state, trace and reply of the running turn."""
+
+    project: Project
+    state: SessionState
+    runner: ActionRunner
+    trace: TurnTrace
+    text: str
+    model: Model
+    limits: Limits
+    stream: Callable[[str], None] | None = None
+    result: TurnResult = field(default_factory=TurnResult)
+    actions_run: list[str] = field(default_factory=list)
+    displayable: list[dict[str, Any]] = field(default_factory=list)
+    llm_calls: int = 0
+    steps_run: int = 0
+    stop: bool = False  # the turn ends now (a confirmation question or a denial was said)
+    held_reported: set[str] = field(default_factory=set)  # steps whose wait was traced
+    engine_calls: int = 0  # numbers the ids of tool calls the engine makes on its own
+
+    def __post_init__(self) -> None:
+        self.stack = SkillStack(self.state.extra)
+
+    @property
+    def memory(self) -> dict[str, Any]:
+        return self.state.variables
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self.state.variables)
+
+    def fingerprint(self) -> str:
+        """Memory as one comparable string (a held step runs again once this changes)."""
+        return json.dumps(self.memory, sort_keys=True, default=repr)
+
+    def node_name(self) -> str:
+        frame = self.stack.active()
+        return frame["skill"] if frame else "router"
+
+    def write(self, key: str, value: Any) -> None:
+        self.memory[key] = value
+        self.stack.note_write(key, self.state.turn)
+
+    # --- messages -------------------------------------------------------------------
+
+    def say(self, text: str | None, kind: str, **fields: Any) -> None:
+        """Deliver a message verbatim (responses, confirmations, ``context.send``)."""
+        if not text:
+            return
+        self.result.messages.append(text)
+        self.state.history.append(Message("assistant", text))
+        self.trace.add("RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields)
+
+    def utter(self, name: str | None, kind: str) -> None:
+        self.say(p.response_text(self.project, name, self.memory), kind, response=name)
+
+    # --- the history the model reads ------------------------------------------------
+
+    def engine_call(self, prefix: str, name: str, arguments: dict[str, Any]) -> ToolCall:
+        """A tool call the engine makes itself (a block step, a confirmed call), put into
+        the history as if the model had asked, so the model sees it and its result."""
+        self.engine_calls += 1
+        call = ToolCall(f"{prefix}-{self.state.turn}-{self.engine_calls}", name, arguments)
+        self.state.history.append(Message("assistant", "", tool_calls=[call]))
+        return call
+
+    def answer(self, call: ToolCall, result: Any) -> None:
+        """The tool message answering ``call`` (every call in the history gets one)."""
+        self.state.history.append(
+            Message(
+                "tool",
+                json.dumps(result, default=repr, ensure_ascii=False),
+                tool_call_id=call.id,
+                name=call.name,
+            )
+        )
+
+    def refuse_waiting_step(self, name: str, reason: str, skill: str, step: str) -> None:
+        """Trace once per turn that a block step waits (its gate does not hold)."""
+        if step in self.held_reported:
+            return
+        self.held_reported.add(step)
+        self.trace.add(
+            "REFUSED_STEP",
+            name=name,
+            reason=reason,
+            source="deterministic",
+            skill=skill,
+            step=step,
+        )
