@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentscript.diagnostics import UNKNOWN_SPAN
+from agentscript.mantle.confirmation import yes_no
 from agentscript.mantle.memory import (
     MemoryWriteError,
     check_write,
@@ -12,7 +13,6 @@ from agentscript.mantle.memory import (
     resolve_name,
 )
 from agentscript.mantle.model import AgentSettings, MemoryEntry, Project, Skill
-from agentscript.mantle.orchestrator import yes_no
 from agentscript.mantle.stack import PAUSED, SkillStack
 from agentscript.mantle.tool_runtime import failed, normalise_result
 
@@ -43,11 +43,34 @@ def test_coerce_value_accepts_lossless_forms(kind: str, value: object, expected:
 
 @pytest.mark.parametrize(
     ("kind", "value"),
-    [("text", True), ("bool", "maybe"), ("int", True), ("int", 2.5), ("float", "x"), ("list", "a")],
+    [
+        ("text", True),
+        ("bool", "maybe"),
+        ("int", True),
+        ("int", 2.5),
+        ("float", "x"),
+        ("list", "a"),
+        # Regression (fuzz): values strict JSON cannot hold broke to_json/restore.
+        ("float", float("inf")),
+        ("float", float("nan")),
+        ("float", "-inf"),
+        ("float", 10**400),
+        pytest.param("int", 10**5000, id="int-too-long-for-json"),
+        pytest.param("text", 10**5000, id="text-from-an-int-too-long-to-print"),
+        ("list", [float("nan")]),
+        ("json", {"a": float("inf")}),
+        ("categorical", {"a": float("nan")}),
+    ],
 )
 def test_coerce_value_rejects_other_values(kind: str, value: object) -> None:
     with pytest.raises(MemoryWriteError, match=r"s\.x"):
         coerce_value(entry(kind), value)
+
+
+def test_rejected_values_are_shown_short_in_the_error() -> None:
+    with pytest.raises(MemoryWriteError) as failure:
+        coerce_value(entry("int"), "x" * 30_000)
+    assert len(str(failure.value)) < 200 and str(failure.value).endswith("xxx...")
 
 
 def test_categorical_uses_the_declared_spelling() -> None:

@@ -426,3 +426,17 @@ turns:
     assert playback.turns[1].reply.confirmation == (
         "Order an express replacement for card C-11 for 5.00?"
     )
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONVERSATIONS.glob("*.yml")))
+def test_every_tool_call_is_answered_right_after_it(agent: MantleAgent, name: str) -> None:
+    # Regression (fuzz): responses said while a call waited for its answer (on-activate
+    # utters, on_success, confirmations) came between the call and its answer.
+    playback = run_file(agent, name)
+    for turn in range(1, len(playback.turns) + 1):
+        for llm in steps(playback, turn, "LLM_STEP"):
+            messages = llm["input"]["messages"]
+            for index, message in enumerate(messages):
+                ids = [c["id"] for c in message.get("tool_calls", [])]
+                answers = messages[index + 1 : index + 1 + len(ids)]
+                assert sorted(m.get("tool_call_id") for m in answers) == sorted(ids)

@@ -235,3 +235,27 @@ turns:
         s for s in playback.turns[0].reply.trace["planTrace"]["steps"] if s["type"] == "ACTION_STEP"
     ]
     assert step[0]["output"] == {"ok": True, "stub": "lookup", "arguments": {"q": 1}}
+
+
+def test_messages_said_during_tool_calls_follow_the_answers(agent: MantleAgent) -> None:
+    # Regression (fuzz): providers need a call's answer right after the call; a tool's
+    # context.send and an on_failure response used to land in between.
+    playback = run(agent, "      - tool: talk\n      - tool: boom")
+    steps = playback.turns[0].reply.trace["planTrace"]["steps"]
+    messages = [s for s in steps if s["type"] == "LLM_STEP"][-1]["input"]["messages"]
+    shape = [
+        m["tool_calls"][0]["name"] if m.get("tool_calls") else m.get("name") or m["content"]
+        for m in messages
+    ]
+    assert shape[-6:] == ["talk", "talk", "Hello from the tool", "boom", "boom", "That failed."]
+    assert [m["role"] for m in messages[-6:]] == ["assistant", "tool", "assistant"] * 2
+
+
+def test_engine_tools_are_bounded_like_skill_tools(agent: MantleAgent) -> None:
+    # Regression (fuzz): set_fields stored arguments of any size.
+    huge = "y" * 25_000
+    playback = run(agent, f"      - tool: set_fields\n        args: {{count: {huge}}}")
+    steps = playback.turns[0].reply.trace["planTrace"]["steps"]
+    refused = [s["reason"] for s in steps if s["type"] == "REFUSED_STEP"]
+    assert refused == ["arguments of 'set_fields' are too large (25013 characters)"]
+    assert actions(playback) == []

@@ -129,6 +129,7 @@ async def execute_step(
     result, ok = await run_tool(ctx, skill.id, tool, arguments, "deterministic", step.id)
     # Deterministic results go into the history so the model can use them.
     ctx.answer(ctx.engine_call("step", tool.name, dict(arguments)), result)
+    ctx.close_calls()
     if ok:
         advance(ctx, skill, entry, block, step)
         return True

@@ -132,4 +132,5 @@ async def resolve(ctx: TurnContext, confirmed: bool, *, via: str) -> dict[str, A
                 hold(ctx, entry)
     if call is not None:
         ctx.answer(call, result)
+        ctx.close_calls()
     return result

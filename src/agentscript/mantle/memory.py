@@ -9,6 +9,7 @@ names tools use (``context.memory.set("reason", ...)``) to qualified ones.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,7 +34,10 @@ def coerce_value(entry: MemoryEntry, value: Any) -> Any:
         if isinstance(value, str):
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return str(value)
+            try:
+                return str(value)
+            except ValueError:  # an int too long to print (Python's digit limit)
+                pass
     elif kind == "bool":
         if isinstance(value, bool):
             return value
@@ -41,7 +45,7 @@ def coerce_value(entry: MemoryEntry, value: Any) -> Any:
             return value.strip().lower() in _TRUE
     elif kind == "int":
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return _json_data(entry, value)  # a number too long for JSON is refused
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str):
@@ -50,31 +54,54 @@ def coerce_value(entry: MemoryEntry, value: Any) -> Any:
             except ValueError:
                 pass
     elif kind == "float":
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
+        number = _finite_float(value)
+        if number is not None:
+            return number
     elif kind == "list":
         if isinstance(value, list | tuple):
-            return list(value)
+            return _json_data(entry, list(value))
     elif kind == "categorical":
         return _categorical(entry, value)
     else:  # json, any: anything JSON can hold
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            raise MemoryWriteError(f"{where}: the value is not JSON data") from None
-        return value
-    raise MemoryWriteError(f"{where}: expected a {kind} value, got {value!r}")
+        return _json_data(entry, value)
+    raise MemoryWriteError(f"{where}: expected a {kind} value, got {shown(value)}")
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr`` for error messages, cut to ``limit`` characters (values come from models)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print (Python's digit limit)
+        return "<a number too long to show>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _finite_float(value: Any) -> float | None:
+    """A number or numeric text as a finite float; NaN and infinities are not JSON, and
+    memory must survive ``to_json``/``restore``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _json_data(entry: MemoryEntry, value: Any) -> Any:
+    """``value`` when strict JSON can hold it (no NaN, no objects), so memory survives
+    ``to_json``/``restore``."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise MemoryWriteError(f"{entry.qualified_name}: the value is not JSON data") from None
+    return value
 
 
 def _categorical(entry: MemoryEntry, value: Any) -> Any:
     allowed = entry.enum_values
     if not allowed:
-        return value
+        return _json_data(entry, value)
     if value in allowed:
         return value
     if isinstance(value, str):
@@ -83,7 +110,7 @@ def _categorical(entry: MemoryEntry, value: Any) -> Any:
             if isinstance(option, str) and option.lower() == value.strip().lower():
                 return option
     raise MemoryWriteError(
-        f"{entry.qualified_name}: {value!r} is not one of {', '.join(map(str, allowed))}"
+        f"{entry.qualified_name}: {shown(value)} is not one of {', '.join(map(str, allowed))}"
     )
 
 

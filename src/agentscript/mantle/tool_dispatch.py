@@ -15,23 +15,32 @@ from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirm
 from agentscript.mantle.engine_tools import HANDLERS
 from agentscript.mantle.queries import tool_allowed, tool_constraint
 from agentscript.mantle.tool_run import run_tool
-from agentscript.mantle.tool_runtime import check_arguments
+from agentscript.mantle.tool_runtime import bounds_problem, check_arguments
 from agentscript.mantle.turn_context import TurnContext
-from agentscript.models.base import Message, ModelResponse, ToolCall
+from agentscript.models.base import ModelResponse, ToolCall
 
 
 async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
     calls = response.tool_calls
-    ctx.state.history.append(Message("assistant", response.text or "", tool_calls=list(calls)))
+    ctx.open_calls(response.text or "", calls)
     most = ctx.limits.max_tool_calls_per_step
-    for index, call in enumerate(calls):
-        if index >= most:
-            result = refuse(ctx, call, f"more than {most} tool calls in one step")
-        elif ctx.stop:
-            result = refuse(ctx, call, "not run: the turn already ended")
-        else:
-            result = await call_tool(ctx, call)
-        ctx.answer(call, result)
+    answered = 0
+    try:
+        for index, call in enumerate(calls):
+            if index >= most:
+                result = refuse(ctx, call, f"more than {most} tool calls in one step")
+            elif ctx.stop:
+                result = refuse(ctx, call, "not run: the turn already ended")
+            else:
+                result = await call_tool(ctx, call)
+            ctx.answer(call, result)
+            answered += 1
+    finally:
+        # A call that raised ends the turn; the calls left still get an answer so the
+        # history stays valid for the next turn.
+        for call in calls[answered:]:
+            ctx.answer(call, {"error": "not run: the turn was stopped"})
+        ctx.close_calls()
 
 
 def refuse(ctx: TurnContext, call: ToolCall, reason: str) -> dict[str, Any]:
@@ -54,6 +63,14 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
             f"the arguments of '{call.name}' are not a JSON object: {call.raw_arguments[:200]!r}",
         )
     args = call.arguments
+    problem = bounds_problem(
+        call.name,
+        args,
+        max_chars=ctx.limits.max_argument_chars,
+        max_depth=ctx.limits.max_argument_depth,
+    )
+    if problem is not None:
+        return refuse(ctx, call, problem)
     handler = HANDLERS.get(call.name)
     if handler is not None:
         result = handler(ctx, args)
@@ -90,12 +107,7 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
         )
     if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
         return refuse(ctx, call, f"tool '{call.name}' is not available now")
-    checked, problem = check_arguments(
-        tool,
-        args,
-        max_chars=ctx.limits.max_argument_chars,
-        max_depth=ctx.limits.max_argument_depth,
-    )
+    checked, problem = check_arguments(tool, args)
     if problem is not None:
         return refuse(ctx, call, problem)
     if needs_confirmation(tool_constraint(ctx.project, skill_id, call.name)):

@@ -115,22 +115,28 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def check_arguments(
-    tool: Tool,
-    arguments: Mapping[str, Any] | None,
-    *,
-    max_chars: int,
-    max_depth: int,
-    raw: str = "",
-) -> tuple[dict[str, Any], str | None]:
-    """The LLM's arguments checked against the tool's JSON schema (shape, not semantics)."""
-    if arguments is None:
-        return {}, f"the arguments of '{tool.name}' are not a JSON object: {raw[:200]!r}"
-    size = len(json.dumps(arguments, default=repr))
+def bounds_problem(
+    name: str, arguments: Mapping[str, Any], *, max_chars: int, max_depth: int
+) -> str | None:
+    """Why the arguments of a call to ``name`` are too large or too deep (None when fine).
+
+    Every call of the model is bounded this way, engine tools included: ``set_fields``
+    stores what it is given.
+    """
+    try:
+        size = len(json.dumps(arguments, default=repr))
+    except ValueError:  # an int too long to print (Python's digit limit)
+        return f"the arguments of '{name}' are not JSON data"
     if size > max_chars:
-        return {}, f"arguments of '{tool.name}' are too large ({size} characters)"
+        return f"arguments of '{name}' are too large ({size} characters)"
     if _depth(arguments) > max_depth:
-        return {}, f"arguments of '{tool.name}' are nested too deeply"
+        return f"arguments of '{name}' are nested too deeply"
+    return None
+
+
+def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The LLM's arguments checked against the tool's JSON schema (shape, not semantics);
+    size and depth are :func:`bounds_problem`'s."""
     schema = tool.parameters_schema or {}
     properties: dict[str, Any] = schema.get("properties") or {}
     if schema.get("additionalProperties") is not True:

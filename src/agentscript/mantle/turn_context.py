@@ -44,6 +44,9 @@ class TurnContext:
     stop: bool = False  # the turn ends now (a confirmation question or a denial was said)
     held_reported: set[str] = field(default_factory=set)  # steps whose wait was traced
     engine_calls: int = 0  # numbers the ids of tool calls the engine makes on its own
+    # Messages said while tool calls wait for their answers: providers require the answers
+    # right after the calls, so these join the history once the calls are answered.
+    said_during_calls: list[Message] | None = None
 
     def __post_init__(self) -> None:
         self.stack = SkillStack(self.state.extra)
@@ -74,7 +77,8 @@ class TurnContext:
         if not text:
             return
         self.result.messages.append(text)
-        self.state.history.append(Message("assistant", text))
+        waiting = self.said_during_calls
+        (self.state.history if waiting is None else waiting).append(Message("assistant", text))
         self.trace.add("RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields)
 
     def utter(self, name: str | None, kind: str) -> None:
@@ -82,16 +86,14 @@ class TurnContext:
 
     # --- the history the model reads ------------------------------------------------
 
-    def engine_call(self, prefix: str, name: str, arguments: dict[str, Any]) -> ToolCall:
-        """A tool call the engine makes itself (a block step, a confirmed call), put into
-        the history as if the model had asked, so the model sees it and its result."""
-        self.engine_calls += 1
-        call = ToolCall(f"{prefix}-{self.state.turn}-{self.engine_calls}", name, arguments)
-        self.state.history.append(Message("assistant", "", tool_calls=[call]))
-        return call
+    def open_calls(self, text: str, calls: list[ToolCall]) -> None:
+        """The assistant message making ``calls``; each must then get its :meth:`answer`
+        before :meth:`close_calls`."""
+        self.state.history.append(Message("assistant", text, tool_calls=list(calls)))
+        self.said_during_calls = []
 
     def answer(self, call: ToolCall, result: Any) -> None:
-        """The tool message answering ``call`` (every call in the history gets one)."""
+        """The tool message answering ``call``."""
         self.state.history.append(
             Message(
                 "tool",
@@ -100,6 +102,19 @@ class TurnContext:
                 name=call.name,
             )
         )
+
+    def close_calls(self) -> None:
+        """Every call is answered: what was said meanwhile follows the answers."""
+        self.state.history.extend(self.said_during_calls or [])
+        self.said_during_calls = None
+
+    def engine_call(self, prefix: str, name: str, arguments: dict[str, Any]) -> ToolCall:
+        """A tool call the engine makes itself (a block step, a confirmed call), put into
+        the history as if the model had asked, so the model sees it and its result."""
+        self.engine_calls += 1
+        call = ToolCall(f"{prefix}-{self.state.turn}-{self.engine_calls}", name, arguments)
+        self.open_calls("", [call])
+        return call
 
     def refuse_waiting_step(self, name: str, reason: str, skill: str, step: str) -> None:
         """Trace once per turn that a block step waits (its gate does not hold)."""
