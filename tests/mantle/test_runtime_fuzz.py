@@ -29,6 +29,7 @@ from agentscript.mantle import prompt as p
 from agentscript.mantle.model import MemoryEntry, Project
 from agentscript.mantle.queries import holds, tool_constraint
 from agentscript.mantle.runtime import MantleAgent, load_mantle_agent
+from agentscript.mantle.stack import ACTIVE, PARKED
 from agentscript.models.base import (
     Message,
     ModelError,
@@ -322,6 +323,17 @@ def check_history(messages: list[Message]) -> None:
             index += len(wanted)
 
 
+def check_stack(session: Session) -> None:
+    """Only the top frame is active; a parked frame waits for the skill it invoked, right
+    above it (otherwise it could never resume nor be started again)."""
+    frames = session.state.extra["mantle"]["stack"]
+    for index, frame in enumerate(frames):
+        if frame["status"] == ACTIVE:
+            assert index == len(frames) - 1, frames
+        if frame["status"] == PARKED:
+            assert index + 1 < len(frames) and frames[index + 1]["kind"] == "invoked", frames
+
+
 def check_turn(
     agent: MantleAgent, session: Session, reply: Reply, model: HostileModel, once: dict[str, Any]
 ) -> None:
@@ -347,6 +359,7 @@ def check_turn(
         if constraint is not None:
             assert holds(constraint.requires, step["preVars"]), (step["name"], step["preVars"])
     check_memory(project, session.variables, once)
+    check_stack(session)
     for request in model.requests:
         check_history(request.messages)
     check_history(session.state.history)

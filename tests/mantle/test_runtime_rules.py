@@ -440,3 +440,80 @@ def test_every_tool_call_is_answered_right_after_it(agent: MantleAgent, name: st
                 ids = [c["id"] for c in message.get("tool_calls", [])]
                 answers = messages[index + 1 : index + 1 + len(ids)]
                 assert sorted(m.get("tool_call_id") for m in answers) == sorted(ids)
+
+
+@pytest.fixture(scope="module")
+def abc(tmp_path_factory: pytest.TempPathFactory) -> MantleAgent:
+    """Skill a invokes b (named in its prose); c is unrelated."""
+    root = tmp_path_factory.mktemp("abc")
+    (root / "agent.yml").write_text("agent:\n  id: abc\n  persona: P.\n")
+    for name, prose in [("a", "For details use @skill.b."), ("b", "Do b."), ("c", "Do c.")]:
+        folder = root / "skills" / name
+        folder.mkdir(parents=True)
+        (folder / "skill.md").write_text(f"---\nname: {name}\ndescription: {name}.\n---\n{prose}\n")
+    loaded = agentscript.load(root)
+    assert isinstance(loaded, MantleAgent)
+    return loaded
+
+
+ABC_START = """
+turns:
+  - user: "go"
+    model:
+      - tool: activate_skill
+        args: {skill: a}
+      - tool: activate_skill
+        args: {skill: b}
+      - tool: activate_skill
+        args: {skill: c}
+"""
+
+
+def test_dropping_an_invoked_skill_pauses_its_caller(abc: MantleAgent) -> None:
+    # Regression (fuzz): the caller stayed parked for good; activate_skill a was refused
+    # ("waits for a skill it started") for the rest of the session.
+    playback = run_text(
+        abc,
+        ABC_START
+        + """
+      - tool: complete_skill
+      - tool: cancel_skill
+      - tool: activate_skill
+        args: {skill: a}
+      - say: "back to a"
+""",
+    )
+    skill_steps = steps(playback, 1, "SKILL_STEP")
+    assert [(s["event"], s["skill"]) for s in skill_steps][-4:] == [
+        ("completed", "c"),
+        ("cancelled", "b"),
+        ("interrupted", "a"),
+        ("resumed", "a"),
+    ]
+    assert skill_steps[-2]["reason"] == "the skill it started was dropped"
+    assert steps(playback, 1, "REFUSED_STEP") == []
+    assert playback.turns[0].reply.node == "a"
+
+
+def test_resuming_an_invoked_skill_keeps_its_caller_waiting_for_it(abc: MantleAgent) -> None:
+    # Regression (fuzz): resuming b moved it away from its parked caller, which then never
+    # resumed when b completed.
+    playback = run_text(
+        abc,
+        ABC_START
+        + """
+      - tool: activate_skill
+        args: {skill: b}
+      - tool: complete_skill
+      - say: "back to a"
+""",
+    )
+    events_seen = events(playback, 1, "SKILL_STEP")
+    assert events_seen[-3:] == [("resumed", "b"), ("completed", "b"), ("resumed", "a")]
+    assert playback.turns[0].reply.node == "a"  # c stays paused below a
+    assert [
+        s["skill"] for s in steps(playback, 1, "SKILL_STEP") if s["event"] == "interrupted"
+    ] == [
+        "b",
+        "c",
+    ]

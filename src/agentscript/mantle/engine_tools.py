@@ -13,7 +13,7 @@ from agentscript.mantle import prompt as p
 from agentscript.mantle.memory import MemoryWriteError, check_write
 from agentscript.mantle.queries import holds
 from agentscript.mantle.stack import SkillStack
-from agentscript.mantle.transitions import activate, finish
+from agentscript.mantle.transitions import activate, drop_paused, finish
 from agentscript.mantle.turn_context import TurnContext
 
 
@@ -46,13 +46,7 @@ def cancel_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     if frame is not None:
         finish(ctx, frame, "cancelled", reason="cancel_skill")
         return {"status": "cancelled", "skill": frame["skill"]}
-    paused = ctx.stack.paused()
-    if not paused:
-        return {"error": "no skill to cancel"}
-    dropped = paused[0]
-    ctx.stack.frames.remove(dropped)
-    ctx.trace.add("SKILL_STEP", event="cancelled", skill=dropped["skill"], reason="dropped")
-    return {"status": "cancelled", "skill": dropped["skill"]}
+    return drop_paused(ctx)
 
 
 def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:

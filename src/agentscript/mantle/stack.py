@@ -86,8 +86,20 @@ class SkillStack:
         return self.frames.pop()
 
     def move_to_top(self, frame: Frame) -> None:
-        self.frames.remove(frame)
-        self.frames.append(frame)
+        """Put ``frame`` on top with the parked callers right below it (each waits for the
+        frame above it, so they move together)."""
+        frames = self.frames
+        end = frames.index(frame) + 1
+        start = end - 1
+        while (
+            start > 0
+            and frames[start]["kind"] == "invoked"
+            and frames[start - 1]["status"] == PARKED
+        ):
+            start -= 1
+        chain = frames[start:end]
+        del frames[start:end]
+        frames.extend(chain)
 
     @staticmethod
     def block(frame: Frame) -> BlockEntry | None:

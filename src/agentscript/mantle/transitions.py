@@ -68,9 +68,7 @@ def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = N
     if reason:
         fields["reason"] = reason
     ctx.trace.add("SKILL_STEP", event=event, skill=frame["skill"], **fields)
-    pending = ctx.stack.pending
-    if pending is not None and pending["skill"] == frame["skill"]:
-        ctx.stack.pending = None
+    forget_pending(ctx, frame)
     if frame["kind"] != "invoked" or not ctx.stack.frames:
         return
     parent = ctx.stack.frames[-1]
@@ -82,6 +80,40 @@ def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = N
     parent_entry = SkillStack.block(parent)
     if frame["via_call"] and parent_entry is not None:
         advance_past_call(ctx, ctx.project.skills[parent["skill"]], parent_entry)
+
+
+def forget_pending(ctx: TurnContext, frame: Frame) -> None:
+    """A call waiting for confirmation goes with its skill."""
+    pending = ctx.stack.pending
+    if pending is not None and pending["skill"] == frame["skill"]:
+        ctx.stack.pending = None
+
+
+def drop_paused(ctx: TurnContext) -> dict[str, Any]:
+    """``cancel_skill`` with no active skill: drop the most recently paused one."""
+    paused = ctx.stack.paused()
+    if not paused:
+        return {"error": "no skill to cancel"}
+    dropped = paused[0]
+    frames = ctx.stack.frames
+    below = frames.index(dropped) - 1
+    frames.remove(dropped)
+    ctx.trace.add("SKILL_STEP", event="cancelled", skill=dropped["skill"], reason="dropped")
+    forget_pending(ctx, dropped)
+    if dropped["kind"] == "invoked" and below >= 0 and frames[below]["status"] == PARKED:
+        # Its caller waited for it; the user had moved on, so the caller is paused (resumed
+        # when activated again) instead of waiting for a skill that is gone.
+        caller = frames[below]
+        caller["status"] = PAUSED
+        ctx.trace.add(
+            "SKILL_STEP",
+            event="interrupted",
+            skill=caller["skill"],
+            by=dropped["skill"],
+            reason="the skill it started was dropped",
+            **position(caller),
+        )
+    return {"status": "cancelled", "skill": dropped["skill"]}
 
 
 def pause(ctx: TurnContext, frame: Frame, by: str) -> None:
