@@ -325,8 +325,11 @@ def check_history(messages: list[Message]) -> None:
 
 def check_stack(session: Session) -> None:
     """Only the top frame is active; a parked frame waits for the skill it invoked, right
-    above it (otherwise it could never resume nor be started again)."""
+    above it (otherwise it could never resume nor be started again); a call waiting for
+    confirmation belongs to a skill on the stack."""
     frames = session.state.extra["mantle"]["stack"]
+    pending = session.state.extra["mantle"]["pending"]
+    assert pending is None or pending["skill"] in [f["skill"] for f in frames], pending
     for index, frame in enumerate(frames):
         if frame["status"] == ACTIVE:
             assert index == len(frames) - 1, frames

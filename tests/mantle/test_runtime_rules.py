@@ -11,7 +11,7 @@ import pytest
 
 import agentscript
 from agentscript.conversation import load_conversation, parse_conversation
-from agentscript.mantle.runtime import MantleAgent
+from agentscript.mantle.runtime import MantleAgent, load_mantle_agent
 from agentscript.playback import Playback, play
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "card_bank"
@@ -517,3 +517,51 @@ def test_resuming_an_invoked_skill_keeps_its_caller_waiting_for_it(abc: MantleAg
         "b",
         "c",
     ]
+
+
+def test_a_link_drops_the_confirmation_its_skill_was_waiting_for(tmp_path: Path) -> None:
+    # Regression (fuzz invariant): a pending call outlived its skill when a link: step
+    # replaced the skill, so the next prompt still asked for a confirmation nobody could use.
+    (tmp_path / "agent.yml").write_text("agent:\n  id: link\n  persona: P.\n")
+    skill = tmp_path / "skills" / "s"
+    skill.mkdir(parents=True)
+    (skill / "skill.md").write_text(
+        """---
+name: S
+description: S.
+import_tools: [t]
+tool_constraints:
+  - t:
+      requires_confirmation: {enabled: true}
+---
+:::ordered_block id=main
+steps:
+  - id: ask
+    collect: x
+  - id: go
+    link: other
+:::
+"""
+    )
+    (skill / "memory.yml").write_text("schema:\n  public:\n    x:\n      type: text\n")
+    other = tmp_path / "skills" / "other"
+    other.mkdir()
+    (other / "skill.md").write_text("---\nname: O\ndescription: O.\n---\nDo o.\n")
+    agent = load_mantle_agent(tmp_path, stub_missing_tools=True)
+    playback = run_text(
+        agent,
+        """
+turns:
+  - user: "go"
+    model:
+      - tool: activate_skill
+        args: {skill: s}
+      - tool: t
+      - tool: set_fields
+        args: {x: "1"}
+      - say: "done"
+""",
+    )
+    assert ("activated", "other") in events(playback, 1, "SKILL_STEP")
+    assert "resolve_tool_confirmation" not in offered_tools(playback, 1)
+    assert "asked to confirm" not in last_instructions(playback, 1)

@@ -21,7 +21,7 @@ from agentscript.mantle.queries import (
 )
 from agentscript.mantle.stack import PARKED, BlockEntry, Frame, SkillStack
 from agentscript.mantle.tool_run import run_tool
-from agentscript.mantle.transitions import finish, start_skill
+from agentscript.mantle.transitions import finish, forget_pending, start_skill
 from agentscript.mantle.turn_context import TurnContext
 
 
@@ -183,5 +183,6 @@ def link_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry, s
         raise TurnError(f"step {step.id} of {skill.id}: link target '{target}' is unknown")
     ctx.stack.pop()
     ctx.trace.add("SKILL_STEP", event="completed", skill=skill.id, reason=f"link to {target}")
+    forget_pending(ctx, frame)
     start_skill(ctx, target, frame["kind"], via_call=frame["via_call"])
     return True
