@@ -29,6 +29,14 @@ def skill_md(body: str = "Help.\n", front: str = "") -> str:
     return f"---\nname: S\ndescription: Does things.\n{front}---\n{body}"
 
 
+def skill_diagnostics(
+    tmp_path: Path, body: str, files: dict[str, str] | None = None
+) -> list[Diagnostic]:
+    """Diagnostics of a project whose one skill ``s`` has ``body`` (and ``files``)."""
+    root = make(tmp_path, {"s": {"skill.md": skill_md(body), **(files or {})}})
+    return load_project(root)[1]
+
+
 def codes(diagnostics: list[Diagnostic]) -> list[str]:
     return [d.code for d in diagnostics]
 
@@ -65,8 +73,7 @@ def test_bad_yaml_in_frontmatter_points_at_the_line(tmp_path: Path) -> None:
 
 def test_tab_in_block_yaml(tmp_path: Path) -> None:
     body = "Go @block.b\n\n:::ordered_block id=b\nsteps:\n\t- id: x\n:::\n"
-    root = make(tmp_path, {"s": {"skill.md": skill_md(body)}})
-    _, diagnostics = load_project(root)
+    diagnostics = skill_diagnostics(tmp_path, body)
     d = only(diagnostics, "mantle-yaml")
     assert d.span.line == 9
     assert "tabs" in d.message
@@ -74,8 +81,7 @@ def test_tab_in_block_yaml(tmp_path: Path) -> None:
 
 def test_unknown_step_kind(tmp_path: Path) -> None:
     body = ":::ordered_block id=b\nsteps:\n  - id: x\n    ask: utter_x\n:::\n"
-    root = make(tmp_path, {"s": {"skill.md": skill_md(body)}})
-    _, diagnostics = load_project(root)
+    diagnostics = skill_diagnostics(tmp_path, body)
     d = only(diagnostics, "mantle-step-kind")
     assert d.span.line == 7
     assert "'x' has no known kind (found: ask)" in d.message
@@ -84,8 +90,7 @@ def test_unknown_step_kind(tmp_path: Path) -> None:
 def test_unknown_step_key_with_hint(tmp_path: Path) -> None:
     body = ":::ordered_block id=b\nsteps:\n  - id: x\n    collect: a\n    utter: utter_a\n:::\n"
     memory = "schema:\n  public:\n    a:\n      type: text\n"
-    root = make(tmp_path, {"s": {"skill.md": skill_md(body), "memory.yml": memory}})
-    _, diagnostics = load_project(root)
+    diagnostics = skill_diagnostics(tmp_path, body, {"memory.yml": memory})
     d = only(diagnostics, "mantle-unknown-key")
     assert "utterance" in d.message and d.span.line == 9
 
@@ -98,8 +103,7 @@ def test_cyclic_next_without_a_waiting_step(tmp_path: Path) -> None:
         ":::\n"
     )
     responses = "responses:\n  utter_x:\n    - text: hi\n"
-    root = make(tmp_path, {"s": {"skill.md": skill_md(body), "responses.yml": responses}})
-    _, diagnostics = load_project(root)
+    diagnostics = skill_diagnostics(tmp_path, body, {"responses.yml": responses})
     d = only(diagnostics, "mantle-next-cycle")
     assert "a -> c -> a" in d.message
     assert d.span.line == 7
@@ -114,8 +118,7 @@ def test_cycle_through_a_collect_step_is_fine(tmp_path: Path) -> None:
         ":::\n"
     )
     memory = "schema:\n  public:\n    a:\n      type: text\n"
-    root = make(tmp_path, {"s": {"skill.md": skill_md(body), "memory.yml": memory}})
-    _, diagnostics = load_project(root)
+    diagnostics = skill_diagnostics(tmp_path, body, {"memory.yml": memory})
     assert diagnostics == []
 
 
@@ -127,8 +130,7 @@ def test_invalid_next_target_duplicate_and_unreachable_steps(tmp_path: Path) -> 
         "  - id: lost\n    noop: true\n"
         ":::\n"
     )
-    root = make(tmp_path, {"s": {"skill.md": skill_md(body)}})
-    _, diagnostics = load_project(root)
+    diagnostics = skill_diagnostics(tmp_path, body)
     assert only(diagnostics, "mantle-next-target").span.line == 9
     assert only(diagnostics, "mantle-duplicate-step").span.line == 10
     unreachable = [d for d in diagnostics if d.code == "mantle-unreachable-step"]
@@ -288,7 +290,6 @@ def test_missing_agent_persona_and_not_a_project(tmp_path: Path) -> None:
 
 def test_if_marker_mistakes(tmp_path: Path) -> None:
     body = "if: >\nFolded.\n\nelse:\nOther.\n"
-    root = make(tmp_path, {"s": {"skill.md": skill_md(body)}})
-    _, diagnostics = load_project(root)
+    diagnostics = skill_diagnostics(tmp_path, body)
     markers = [d for d in diagnostics if d.code == "mantle-if-marker"]
     assert [d.span.line for d in markers] == [5, 8]

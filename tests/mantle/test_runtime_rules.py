@@ -31,6 +31,19 @@ def agent() -> MantleAgent:
     return loaded
 
 
+def in_card_replace(user: str) -> str:
+    """A signed-in conversation whose first turn starts card_replace (moves follow)."""
+    return (
+        SIGNED_IN
+        + f"""
+turns:
+  - user: "{user}"
+    model:
+      - tool: activate_skill
+        args: {{skill: card_replace}}"""
+    )
+
+
 def run_file(agent: MantleAgent, name: str) -> Playback:
     playback = play(agent, load_conversation(CONVERSATIONS / name))
     assert not playback.failed, [t.reply.error for t in playback.turns]
@@ -118,13 +131,8 @@ def test_rule4_if_markers_change_the_prompt_not_the_orchestration(agent: MantleA
     assert "do not block it" in text and "must be blocked first" not in text
     lost = run_text(
         agent,
-        SIGNED_IN
+        in_card_replace("I lost my card")
         + """
-turns:
-  - user: "I lost my card"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
       - tool: set_fields
         args: {reason: lost}
       - tool: activate_skill
@@ -247,13 +255,8 @@ def _play_and_save(agent: MantleAgent, name: str, *, turns: int) -> dict[str, An
 def test_M3_pointer_never_moves_past_an_unsatisfied_step(agent: MantleAgent) -> None:
     playback = run_text(
         agent,
-        SIGNED_IN
+        in_card_replace("lost card, express please")
         + """
-turns:
-  - user: "lost card, express please"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
       - tool: set_fields
         args: {reason: lost, shipping: express}
       - tool: activate_skill
@@ -283,13 +286,8 @@ def test_M4_if_paragraphs_are_removed_from_the_prompt(agent: MantleAgent) -> Non
 def test_M5_confirmation_resolved_by_the_model(agent: MantleAgent) -> None:
     playback = run_text(
         agent,
-        SIGNED_IN
+        in_card_replace("lost C-11, standard")
         + """
-turns:
-  - user: "lost C-11, standard"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
       - tool: set_fields
         args: {reason: lost, card_id: C-11, shipping: standard}
       - tool: activate_skill
@@ -324,13 +322,8 @@ def test_M6_unmet_requires_hides_tools(agent: MantleAgent) -> None:
 def test_M7_set_fields_checks_types_enums_and_ownership(agent: MantleAgent) -> None:
     playback = run_text(
         agent,
-        SIGNED_IN
+        in_card_replace("x")
         + """
-turns:
-  - user: "x"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
       - tool: set_fields
         args: {reason: exploded}
       - tool: set_fields
@@ -371,13 +364,8 @@ def test_M8_complete_skill_is_refused_while_the_condition_does_not_hold(
 ) -> None:
     playback = run_text(
         agent,
-        SIGNED_IN
+        in_card_replace("x")
         + """
-turns:
-  - user: "x"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
       - tool: complete_skill
       - tool: cancel_skill
       - say: "ok"
@@ -401,13 +389,8 @@ def test_ask_before_filling_forces_the_question(tmp_path: Path) -> None:
     agent = agentscript.load(project)
     playback = run_text(
         agent,  # type: ignore[arg-type]
-        SIGNED_IN
+        in_card_replace("lost C-11, express")
         + """
-turns:
-  - user: "lost C-11, express"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
       - tool: set_fields
         args: {reason: lost, card_id: C-11, shipping: express}
       - tool: activate_skill
