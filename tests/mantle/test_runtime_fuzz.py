@@ -379,7 +379,7 @@ def take_turn(
 
 @pytest.mark.parametrize("name", PROJECTS)
 @settings(
-    max_examples=25,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
