@@ -235,3 +235,13 @@ def test_describe_configuration_help() -> None:
         "openai, anthropic",
     ):
         assert needle in text
+
+
+def test_tool_arguments_with_nan_or_infinity_are_not_json() -> None:
+    from agentscript.models.openai_provider import parse_tool_arguments
+
+    assert parse_tool_arguments('{"x": NaN}') == (None, '{"x": NaN}')
+    assert parse_tool_arguments('{"x": -Infinity}')[0] is None
+    assert parse_tool_arguments('{"x": 1.5}')[0] == {"x": 1.5}
+    deep = "[" * 100_000 + "]" * 100_000
+    assert parse_tool_arguments('{"x": ' + deep + "}")[0] is None

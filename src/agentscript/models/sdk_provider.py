@@ -46,10 +46,15 @@ def parse_tool_arguments(raw: object) -> tuple[dict[str, Any] | None, str]:
     if not text.strip():
         return {}, text
     try:
-        value = json.loads(text)
-    except ValueError:
+        # NaN and Infinity are not JSON: refuse them here so traces and state stay strict JSON.
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
         return None, text
     return (value, text) if isinstance(value, dict) else (None, text)
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 class StreamAssembler(Protocol):
