@@ -7,6 +7,7 @@ same way and a model failure always ends the turn the same way.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from agentscript.models.base import (
     Model,
@@ -15,6 +16,7 @@ from agentscript.models.base import (
     ModelResponse,
     ScriptExhausted,
     TextSink,
+    ToolCall,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
 
@@ -65,6 +67,7 @@ async def call_model(
         step["error"] = str(exc)
         raise TurnError(f"the model failed: {exc}") from None
     step["durationMs"] = elapsed_ms(started)
+    response.tool_calls = [bounded_call(call) for call in response.tool_calls]
     step["output"] = response.to_json()
     if response.model:
         step["model"] = response.model
@@ -73,3 +76,37 @@ async def call_model(
         step["durationMs"], usage.input_tokens if usage else 0, usage.output_tokens if usage else 0
     )
     return response
+
+
+# Arguments nested deeper than this are dropped before anything records them: json.dumps
+# (traces, saved sessions, the next provider request) overflows the stack near 1000 levels,
+# which a provider's JSON parser still accepts. The turn runners refuse far shallower ones.
+MAX_KEPT_DEPTH = 64
+
+
+def bounded_call(call: ToolCall) -> ToolCall:
+    """``call``, or a copy without arguments when they are not a JSON object of sane depth."""
+    arguments = call.arguments
+    if arguments is None:
+        return call
+    if not isinstance(arguments, dict):
+        raw = call.raw_arguments or f"a {type(arguments).__name__}"
+        return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
+    if _nested_deeper_than(arguments, MAX_KEPT_DEPTH):
+        note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    return call
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Iterative, so the check itself cannot overflow whatever the depth."""
+    level: list[tuple[Any, int]] = [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            level.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            level.extend((v, depth + 1) for v in item)
+    return False

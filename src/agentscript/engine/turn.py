@@ -582,13 +582,16 @@ class TurnRunner(ProcedureExecutor):
         # The delegate sees the history before the caller's pending tool calls and its own
         # exchange stays out of the caller's history: its reply comes back as the tool result.
         outer_history = self.state.history
-        self.state.history = list(outer_history[: self._step_mark])
+        # The delegate's own steps move the mark; a second delegation in this step needs it.
+        outer_mark = self._step_mark
+        self.state.history = list(outer_history[:outer_mark])
         try:
             await self.drive(target, f"delegated by {node.name}")
             reply = "\n".join(self.result.messages)
         finally:
             self.result.messages = outer_messages
             self.state.history = outer_history
+            self._step_mark = outer_mark
             self.state.current_node = node.name
         self.trace.add(
             "EVENT_STEP",
@@ -602,6 +605,11 @@ class TurnRunner(ProcedureExecutor):
             return {"reply": reply}, None, "escalate"
         if self.state.ended:
             return {"reply": reply}, None, "end_session"
+        if self.result.confirmation is not None:
+            # A call held inside the delegate ends the caller's turn too, and the question
+            # (said in the delegate's messages) must reach the user.
+            self.result.messages.append(self.result.confirmation)
+            return {"reply": reply}, None, "confirmation"
         return {"reply": reply}, None, None
 
     # ------------------------------------------------------------------ confirmation (S13)
@@ -650,7 +658,21 @@ class TurnRunner(ProcedureExecutor):
             result: dict[str, Any] = {"status": "the user did not confirm; the action was not run"}
             transition = None
         else:
-            result, transition, _ = await self.run_tool_action(tool, node, dict(pending.arguments))
+            try:
+                result, transition, _ = await self.run_tool_action(
+                    tool, node, dict(pending.arguments)
+                )
+            except (ProcedureFailure, TurnError, LimitReached) as exc:
+                # The turn ends, but the call above must still get its result (as in dispatch).
+                self.state.history.append(
+                    Message(
+                        "tool",
+                        json.dumps({"error": f"not completed: {exc}"}),
+                        tool_call_id=call.id,
+                        name=call.name,
+                    )
+                )
+                raise
         self.state.history.append(
             Message("tool", json.dumps(result, default=repr), tool_call_id=call.id, name=call.name)
         )
