@@ -537,7 +537,7 @@ def test_the_sample_covers_examples_test_agents_and_the_corpus() -> None:
     ("path", "dialect"), FILES, ids=[f"{p.parent.name or 'inline'}/{p.stem}" for p, _ in FILES]
 )
 @settings(
-    max_examples=6,
+    max_examples=10,
     deadline=None,
     derandomize=True,
     database=None,
@@ -621,4 +621,9 @@ def test_two_delegations_in_one_step_each_see_a_well_formed_history() -> None:
     assert reply.error is None and reply.text == "done"
     assert_histories_well_formed(reply)
     delegated = [s for s in steps(reply, "LLM_STEP") if s["node"] == "pay"]
-    assert [s["input"]["messages"][-1]["role"] for s in delegated] == ["user", "tool", "tool", "user"]
+    assert [s["input"]["messages"][-1]["role"] for s in delegated] == [
+        "user",
+        "tool",
+        "tool",
+        "user",
+    ]
