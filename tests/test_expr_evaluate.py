@@ -858,3 +858,12 @@ def test_to_display_of_foreign_objects() -> None:
 )
 def test_truthy(value: object, expected: bool) -> None:
     assert truthy(value) is expected
+
+
+def test_object_values_with_nan_or_infinity_inside_are_rejected() -> None:
+    from agentscript.expr.values import TypeMismatch, coerce_to_type
+
+    assert coerce_to_type({"a": [1.5, {"b": 2}]}, "object") == {"a": [1.5, {"b": 2}]}
+    for bad in ({"a": float("nan")}, {"a": [1, {"b": float("inf")}]}):
+        with pytest.raises(TypeMismatch):
+            coerce_to_type(bad, "object")

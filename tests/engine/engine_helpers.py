@@ -7,7 +7,7 @@ from typing import Any
 
 import agentscript
 from agentscript.conversation import load_conversation
-from agentscript.engine.session import Agent, Reply, Session
+from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.engine.turn import Limits
 from agentscript.models.scripted import ScriptedModel, parse_move
 from agentscript.playback import Playback, play
@@ -17,7 +17,7 @@ AGENTS = HERE / "agents"
 CONVERSATIONS = HERE / "conversations"
 
 
-def load_agent(name: str) -> Agent:
+def load_agent(name: str) -> AgentBase:
     return agentscript.load(AGENTS / f"{name}.agent")
 
 
@@ -40,7 +40,7 @@ class Scripted:
 
     def __init__(
         self,
-        agent: str | Agent,
+        agent: str | AgentBase,
         *,
         variables: dict[str, Any] | None = None,
         stubs: dict[str, Any] | None = None,

@@ -192,6 +192,10 @@ def _coerce(value: object, base: str, item: str | None, type_name: str) -> objec
             return value
     elif base == "object":
         if isinstance(value, Mapping):
+            if not _finite_json(value):
+                raise TypeMismatch(
+                    "expected an object of JSON values (no NaN or Infinity)", type_name, value
+                )
             return value if type(value) is dict else dict(value)
     elif base == "id":
         if isinstance(value, str) and value.strip():
@@ -205,6 +209,22 @@ def _coerce(value: object, base: str, item: str | None, type_name: str) -> objec
     elif base == "list" and isinstance(value, list | tuple):
         return _coerce_list(value, item, type_name)
     raise _fail(value, base, item, type_name)
+
+
+def _finite_json(value: object) -> bool:
+    """No NaN/Infinity anywhere inside: they are not JSON, and state must stay JSON.
+    Iterative, so any depth is safe."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return True
 
 
 def _coerce_list(
