@@ -25,6 +25,7 @@ from agentscript.expr.nodes import (
     Spread,
     Ternary,
     Unary,
+    reference_path,
 )
 
 _KNOWN_NAMESPACES = (
@@ -98,7 +99,7 @@ class ExprChecker:
         if isinstance(expr, Literal | ErrorExpr):
             return
         if isinstance(expr, Member | AtName):
-            parts = _path(expr)
+            parts = reference_path(expr)
             if parts is not None:
                 self.resolve(parts, expr.span, scope)
                 return
@@ -173,7 +174,7 @@ class ExprChecker:
                     f"available.{suggest(func.name, schema.FUNCTIONS)}",
                     func.span,
                 )
-        elif _path(func) is not None:
+        elif reference_path(func) is not None:
             self.ctx.error(
                 "namespace-function-call",
                 "References cannot be called; only len(), min() and max() are functions.",
@@ -323,16 +324,3 @@ class ExprChecker:
             f"'{member}' is not defined in @{ns}.{suggest(member, names)}",
             span,
         )
-
-
-def _path(expr: Expr) -> tuple[str, ...] | None:
-    parts: list[str] = []
-    node = expr
-    while isinstance(node, Member):
-        parts.append(node.name)
-        node = node.obj
-    if isinstance(node, AtName):
-        parts.append(node.namespace)
-        parts.reverse()
-        return tuple(parts)
-    return None

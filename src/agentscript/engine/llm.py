@@ -7,8 +7,8 @@ same way and a model failure always ends the turn the same way.
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from agentscript.expr.values import nested_deeper_than
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -92,21 +92,7 @@ def bounded_call(call: ToolCall) -> ToolCall:
     if not isinstance(arguments, dict):
         raw = call.raw_arguments or f"a {type(arguments).__name__}"
         return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
-    if _nested_deeper_than(arguments, MAX_KEPT_DEPTH):
+    if nested_deeper_than(arguments, MAX_KEPT_DEPTH):
         note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call
-
-
-def _nested_deeper_than(value: Any, limit: int) -> bool:
-    """Iterative, so the check itself cannot overflow whatever the depth."""
-    level: list[tuple[Any, int]] = [(value, 0)]
-    while level:
-        item, depth = level.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            level.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list | tuple):
-            level.extend((v, depth + 1) for v in item)
-    return False

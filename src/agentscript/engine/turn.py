@@ -20,7 +20,7 @@ from agentscript.engine.procedures import ProcedureExecutor, ProcedureFailure, T
 from agentscript.engine.program import Node, Tool
 from agentscript.engine.state import PendingConfirmation
 from agentscript.expr.evaluate import EvalError
-from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.expr.values import TypeMismatch, coerce_to_type, nested_deeper_than
 from agentscript.models.base import (
     Message,
     Model,
@@ -345,22 +345,10 @@ class TurnRunner(ProcedureExecutor):
                 # providers reject tool calls that have no result.
                 for unanswered in calls[index:]:
                     self.state.history.append(
-                        Message(
-                            "tool",
-                            json.dumps({"error": f"not completed: {exc}"}),
-                            tool_call_id=unanswered.id,
-                            name=unanswered.name,
-                        )
+                        Message.tool_result(unanswered, {"error": f"not completed: {exc}"})
                     )
                 raise
-            self.state.history.append(
-                Message(
-                    "tool",
-                    json.dumps(result, default=repr, ensure_ascii=False),
-                    tool_call_id=call.id,
-                    name=call.name,
-                )
-            )
+            self.state.history.append(Message.tool_result(call, result))
             if transition is not None and outcome.transition is None:
                 outcome.transition = (transition, f"tool {call.name}")  # S7: the first one wins
             if stop is not None:
@@ -375,9 +363,7 @@ class TurnRunner(ProcedureExecutor):
 
     def refuse(self, call: ToolCall, reason: str) -> dict[str, Any]:
         self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
-        self.state.history.append(
-            Message("tool", json.dumps({"error": reason}), tool_call_id=call.id, name=call.name)
-        )
+        self.state.history.append(Message.tool_result(call, {"error": reason}))
         return {"error": reason}
 
     async def invoke(
@@ -454,7 +440,7 @@ class TurnRunner(ProcedureExecutor):
         size = len(json.dumps(args, default=repr))
         if size > self.limits.max_argument_chars:
             return {}, f"arguments of '{call.name}' are too large ({size} characters)"
-        if _depth(args) > self.limits.max_argument_depth:
+        if nested_deeper_than(args, self.limits.max_argument_depth):
             return {}, f"arguments of '{call.name}' are nested too deeply"
         checked: dict[str, Any] = {}
         for name, param in tool.parameters.items():
@@ -665,17 +651,10 @@ class TurnRunner(ProcedureExecutor):
             except (ProcedureFailure, TurnError, LimitReached) as exc:
                 # The turn ends, but the call above must still get its result (as in dispatch).
                 self.state.history.append(
-                    Message(
-                        "tool",
-                        json.dumps({"error": f"not completed: {exc}"}),
-                        tool_call_id=call.id,
-                        name=call.name,
-                    )
+                    Message.tool_result(call, {"error": f"not completed: {exc}"})
                 )
                 raise
-        self.state.history.append(
-            Message("tool", json.dumps(result, default=repr), tool_call_id=call.id, name=call.name)
-        )
+        self.state.history.append(Message.tool_result(call, result))
         if transition is not None:
             self.follow(node.name, TransitionSignal(transition, f"tool {tool.name}"))
             return transition, True
@@ -684,13 +663,3 @@ class TurnRunner(ProcedureExecutor):
 
 def humanize_action(name: str) -> str:
     return name.replace("_", " ")
-
-
-def _depth(value: Any, level: int = 0) -> int:
-    if level > 64:
-        return level
-    if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
-    return level

@@ -18,6 +18,7 @@ __all__ = [
     "TypeMismatch",
     "coerce_to_type",
     "describe_value",
+    "nested_deeper_than",
     "parse_type",
     "to_display",
     "truthy",
@@ -209,6 +210,22 @@ def _coerce(value: object, base: str, item: str | None, type_name: str) -> objec
     elif base == "list" and isinstance(value, list | tuple):
         return _coerce_list(value, item, type_name)
     raise _fail(value, base, item, type_name)
+
+
+def nested_deeper_than(value: object, limit: int) -> bool:
+    """True when lists/dicts nest more than ``limit`` levels. Iterative: any depth is safe."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, Mapping):
+            if depth >= limit:
+                return True
+            pending.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            if depth >= limit:
+                return True
+            pending.extend((v, depth + 1) for v in item)
+    return False
 
 
 def _finite_json(value: object) -> bool:

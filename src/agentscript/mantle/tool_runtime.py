@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
+from agentscript.expr.values import nested_deeper_than
 from agentscript.mantle.model import Project, Tool
 
 SHARED = "_shared"
@@ -129,7 +130,7 @@ def bounds_problem(
         return f"the arguments of '{name}' are not JSON data"
     if size > max_chars:
         return f"arguments of '{name}' are too large ({size} characters)"
-    if _depth(arguments) > max_depth:
+    if nested_deeper_than(arguments, max_depth):
         return f"arguments of '{name}' are nested too deeply"
     return None
 
@@ -167,13 +168,3 @@ def _type_problem(prop: Mapping[str, Any], value: Any) -> str | None:
     if not isinstance(value, _JSON_TYPES[kind]):
         return f"expected {kind}, got {type(value).__name__}"
     return None
-
-
-def _depth(value: Any, level: int = 0) -> int:
-    if level > 64:
-        return level
-    if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
-    return level

@@ -94,14 +94,7 @@ class TurnContext:
 
     def answer(self, call: ToolCall, result: Any) -> None:
         """The tool message answering ``call``."""
-        self.state.history.append(
-            Message(
-                "tool",
-                json.dumps(result, default=repr, ensure_ascii=False),
-                tool_call_id=call.id,
-                name=call.name,
-            )
-        )
+        self.state.history.append(Message.tool_result(call, result))
 
     def close_calls(self) -> None:
         """Every call is answered: what was said meanwhile follows the answers."""

@@ -6,6 +6,7 @@ visible tools) and awaits :meth:`Model.complete`. Providers translate it to thei
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -58,6 +59,12 @@ class Message:
         if self.name is not None:
             data["name"] = self.name
         return data
+
+    @staticmethod
+    def tool_result(call: ToolCall, result: Any) -> Message:
+        """The tool message answering ``call`` (its result as JSON text)."""
+        content = json.dumps(result, default=repr, ensure_ascii=False)
+        return Message("tool", content, tool_call_id=call.id, name=call.name)
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Message:
