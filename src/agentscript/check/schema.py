@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from agentscript.expr.values import KNOWN_TYPES
+
 
 class Kind(Enum):
     STRING = "a string"
@@ -79,22 +81,8 @@ def block(name: str, **fields: Field) -> Field:
 
 NO_TEMPLATES = "before_reasoning, after_reasoning and other deterministic procedures"
 
-PRIMITIVE_TYPES = frozenset(
-    {
-        "string",
-        "number",
-        "boolean",
-        "object",
-        "currency",
-        "date",
-        "datetime",
-        "time",
-        "timestamp",
-        "id",
-        "integer",
-        "long",
-    }
-)
+# The declared types the runtime knows (expr/values.py), without the `list[...]` constructor.
+PRIMITIVE_TYPES = KNOWN_TYPES - {"list"}
 MODIFIERS = frozenset({"mutable", "linked"})
 RESERVED_NAMES = PRIMITIVE_TYPES | MODIFIERS | {"list"}
 
