@@ -340,6 +340,9 @@ def print_transcript(playback: Any) -> None:
             click.echo("  [escalated to a human agent]")
         if reply.ended:
             click.echo("  [session ended]")
+        for failure in turn.failed_expectations:
+            line = f"  expect failed: {failure}"
+            click.echo(click.style(line, fg="red") if color else line)
         if reply.error:
             click.echo(
                 click.style(f"  error: {reply.error}", fg="red")

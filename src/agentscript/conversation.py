@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from agentscript.actions.registry import StubBook
+from agentscript.expectations import ExpectationError, Expectations
 from agentscript.models.scripted import Move, MoveError, parse_move
 
 _TOP_KEYS = {"variables", "actions", "turns", "description", "name"}
@@ -35,7 +36,7 @@ class ConversationError(ValueError):
 class Turn:
     user: str
     moves: list[Move]
-    expect: dict[str, Any] = field(default_factory=dict)
+    expect: Expectations = field(default_factory=lambda: Expectations({}))
 
 
 @dataclass
@@ -107,10 +108,11 @@ def parse_conversation(text: str, path: Path | None = None) -> Conversation:
             moves = [parse_move(m, f"{label}, move {i}") for i, m in enumerate(moves_data, start=1)]
         except MoveError as exc:
             raise ConversationError(str(exc)) from None
-        expect = raw.get("expect") or {}
-        if not isinstance(expect, dict):
-            raise ConversationError(f"{label}: 'expect' must be a mapping")
-        turns.append(Turn(str(raw["user"]), moves, dict(expect)))
+        try:
+            expect = Expectations.parse(raw.get("expect"), label)
+        except ExpectationError as exc:
+            raise ConversationError(str(exc)) from None
+        turns.append(Turn(str(raw["user"]), moves, expect))
     return Conversation(dict(variables), dict(stubs), turns, path)
 
 

@@ -18,6 +18,8 @@ class TurnReport:
     reply: Reply
     unused_moves: list[dict[str, Any]]
     before: dict[str, Any]
+    # Unmet `expect:` entries of the conversation file (empty when all hold).
+    failed_expectations: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         reply = self.reply
@@ -34,6 +36,7 @@ class TurnReport:
             "ended": reply.ended,
             "error": reply.error,
             "displayable": reply.displayable,
+            "failed_expectations": self.failed_expectations,
         }
 
 
@@ -46,8 +49,10 @@ class Playback:
 
     @property
     def failed(self) -> bool:
-        """The script and the engine disagreed, or a turn was refused."""
-        return any(t.reply.exhausted or t.reply.refused for t in self.turns)
+        """The script and the engine disagreed, a turn was refused, or an expectation failed."""
+        return any(
+            t.reply.exhausted or t.reply.refused or t.failed_expectations for t in self.turns
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,7 +79,8 @@ async def play_async(
         before = session.variables
         reply = await session.send_async(turn.user)
         unused = [] if reply.refused else [m.to_json() for m in model.unused_moves()]
-        playback.turns.append(TurnReport(turn.user, reply, unused, before))
+        failures = turn.expect.check(reply)
+        playback.turns.append(TurnReport(turn.user, reply, unused, before, failures))
     playback.variables = session.variables
     return playback
 
