@@ -250,13 +250,20 @@ class ProcedureExecutor:
                             raise ProcedureFailure(
                                 f"with {binding.param} at line {exc.span.line}: {exc.message}"
                             ) from None
-        results = await self.call_action(action, inputs, node, source="deterministic")
+        results, step = await self.call_action(action, inputs, node, source="deterministic")
         if results is None:
-            raise ProcedureFailure(self._last_error or f"action '{action.name}' failed")
-        await self.exec_callback(stmt.body, node, results)
+            raise ProcedureFailure(step["error"] or f"action '{action.name}' failed")
+        await self.exec_callback(stmt.body, node, results, step)
 
-    async def exec_callback(self, body: Block | None, node: Node, outputs: dict[str, Any]) -> None:
-        step = self._open_action_step
+    async def exec_callback(
+        self,
+        body: Block | None,
+        node: Node,
+        outputs: dict[str, Any],
+        step: dict[str, Any] | None,
+    ) -> None:
+        """Run an action's callback ``body``; ``step`` (its ACTION_STEP) gets the variables
+        as they are after it, even when it transitions or fails."""
         try:
             await self.exec_block(body, node, outputs=outputs)
         finally:
@@ -275,9 +282,6 @@ class ProcedureExecutor:
 
     # ------------------------------------------------------------------ actions
 
-    _last_error: str | None = None
-    _open_action_step: dict[str, Any] | None = None
-
     async def call_action(
         self,
         action: ActionDef,
@@ -286,8 +290,9 @@ class ProcedureExecutor:
         *,
         source: str,
         tool: str | None = None,
-    ) -> dict[str, Any] | None:
-        """Run an action and record an ACTION_STEP; returns its outputs or None on failure."""
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Run an action and record an ACTION_STEP; returns its outputs (None on failure,
+        then the step's ``error`` says why) and the step."""
         step = self.trace.add(
             "ACTION_STEP",
             name=tool or action.name,
@@ -302,7 +307,6 @@ class ProcedureExecutor:
             postVars=None,
         )
         started = time.perf_counter()
-        self._open_action_step = step
         self.actions_run.append(tool or action.name)
         try:
             outputs = await self.runner.run(ActionRequest(action.name, action.target, inputs))
@@ -310,8 +314,7 @@ class ProcedureExecutor:
             step["error"] = str(exc)
             step["durationMs"] = elapsed_ms(started)
             step["postVars"] = self.snapshot()
-            self._last_error = str(exc)
-            return None
+            return None, step
         step["durationMs"] = elapsed_ms(started)
         step["output"] = outputs
         step["postVars"] = self.snapshot()
@@ -322,7 +325,7 @@ class ProcedureExecutor:
         }
         if shown:
             self.displayable.append({"action": action.name, "outputs": shown})
-        return outputs
+        return outputs, step
 
 
 def _describe(expr: Expr) -> str:

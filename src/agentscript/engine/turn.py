@@ -516,10 +516,11 @@ class TurnRunner(ProcedureExecutor):
         """S7 and S12: run the action, then its callback; a failure goes back to the model."""
         assert tool.action is not None
         inputs = self.tool_inputs(tool, node, arguments)
-        outputs = await self.call_action(tool.action, inputs, node, source="llm", tool=tool.name)
+        outputs, step = await self.call_action(
+            tool.action, inputs, node, source="llm", tool=tool.name
+        )
         if outputs is None:
-            return {"error": self._last_error or "the action failed"}, None, None
-        step = self._open_action_step
+            return {"error": step["error"] or "the action failed"}, None, None
         transition = None
         if tool.after_response is not None:  # a connected subagent's own follow-up
             transition = await self.run_tool_callback(
@@ -544,12 +545,9 @@ class TurnRunner(ProcedureExecutor):
         if body is None:
             return None
         try:
-            await self.exec_block(body, node, outputs=outputs)
+            await self.exec_callback(body, node, outputs, step)
         except TransitionSignal as signal:
             return signal.target
-        finally:
-            if step is not None:
-                step["postVars"] = self.snapshot()
         return None
 
     async def delegate(
