@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from agentscript.expr.evaluate import BUILTINS
 from agentscript.expr.values import KNOWN_TYPES
 
 
@@ -339,7 +340,8 @@ CONTEXT_SOURCES: Mapping[str, frozenset[str]] = {
 }
 NODE_NAMESPACES = frozenset({"subagent", "topic", "start_agent"})
 TRANSITION_NAMESPACES = NODE_NAMESPACES | {"connected_subagent"}
-FUNCTIONS = frozenset({"len", "min", "max"})
+# The functions expressions may call: the evaluator's own list.
+FUNCTIONS = BUILTINS
 
 # Action target schemes accepted by the Agentforce linter (compared case-insensitively)
 # plus the schemes this runtime implements itself.
