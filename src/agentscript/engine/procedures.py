@@ -14,7 +14,7 @@ from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest, ActionRunner
 from agentscript.check.outline import ActionDef
-from agentscript.engine.program import Node, Program
+from agentscript.engine.program import Node, Program, capture_tool_name, variable_of
 from agentscript.engine.state import SessionState
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
@@ -177,12 +177,11 @@ class ProcedureExecutor:
             # `with`, `available when` and entries are declarations, not steps.
 
     def exec_set(self, stmt: SetStmt, node: Node, outputs: dict[str, Any] | None) -> None:
-        path = reference_path(stmt.target)
-        if path is None or len(path) != 2 or path[0] != "variables":
+        name = variable_of(stmt.target)
+        if name is None:
             raise ProcedureFailure(
                 f"set at line {stmt.span.line}: the target must be @variables.<name>"
             )
-        name = path[1]
         if name in self.linked:
             raise ProcedureFailure(
                 f"set at line {stmt.span.line}: @variables.{name} is linked (read-only)"
@@ -210,17 +209,15 @@ class ProcedureExecutor:
 
     def exec_collect(self, stmt: CollectStmt, node: Node, prompt: list[str]) -> None:
         """Ask for the first unfilled collect variable; later ones wait (multi-turn slot filling)."""
-        path = reference_path(stmt.target)
-        if path is None or len(path) != 2 or path[0] != "variables":
-            return
-        if self.state.variables.get(path[1]) is not None or self._asked_collect:
+        name = variable_of(stmt.target)
+        if name is None or self.state.variables.get(name) is not None or self._asked_collect:
             return
         self._asked_collect = True
         slot = next((s for s in node.collect_slots if s.statement is stmt), None)
         message = self.render(slot.message, self.env(node)) if slot and slot.message else ""
-        variable = self.declared.get(path[1])
-        what = message or (variable.description if variable and variable.description else path[1])
-        tool = f"capture_{node.name}_fields"
+        variable = self.declared.get(name)
+        what = message or (variable.description if variable and variable.description else name)
+        tool = capture_tool_name(node.name)
         # A message is usually a full sentence ("Which city?"): do not add a second stop.
         end = "" if what.rstrip().endswith((".", "?", "!")) else "."
         prompt.append(

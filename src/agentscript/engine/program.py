@@ -60,6 +60,19 @@ def json_schema_of(type_name: str) -> dict[str, Any]:
     return dict(_JSON_TYPES.get(type_name.strip().lower(), {}))
 
 
+def variable_of(target: Expr) -> str | None:
+    """The variable a ``@variables.x`` reference names, else None."""
+    path = reference_path(target)
+    if path is None or len(path) != 2 or path[0] != "variables":
+        return None
+    return path[1]
+
+
+def capture_tool_name(node: str) -> str:
+    """The tool that records the values a node's ``collect`` statements ask for."""
+    return f"capture_{node}_fields"
+
+
 def humanize(name: str) -> str:
     return " ".join(part.capitalize() for part in name.replace("-", "_").split("_") if part)
 
@@ -256,8 +269,8 @@ class Program:
             return
         for stmt in _walk_statements(instructions):
             if isinstance(stmt, CollectStmt):
-                path = reference_path(stmt.target)
-                if path is None or len(path) != 2 or path[0] != "variables":
+                variable = variable_of(stmt.target)
+                if variable is None:
                     continue
                 message: Template | Expr | None = None
                 if stmt.body is not None:
@@ -267,7 +280,7 @@ class Program:
                         message = (
                             value if isinstance(value, Template) else getattr(value, "expr", None)
                         )
-                yield CollectSlot(path[1], message, stmt)
+                yield CollectSlot(variable, message, stmt)
 
     def _collect_tools(self, info: SubagentInfo, slots: list[CollectSlot]) -> list[Tool]:
         parameters = {}
@@ -279,7 +292,7 @@ class Program:
                 variable.description if variable else None,
                 required=False,
             )
-        capture_name = f"capture_{info.name}_fields"
+        capture_name = capture_tool_name(info.name)
         cancel_name = f"cancel_{info.name}_collect"
         capture = Tool(
             capture_name,
