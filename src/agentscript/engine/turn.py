@@ -63,6 +63,11 @@ class Limits:
     action_timeouts: Mapping[str, float] = field(default_factory=dict)  # by action name
 
 
+# What running one tool call gives: (the result the model sees, a deferred transition target,
+# why the turn stops: "escalate" | "end_session" | "confirmation").
+ToolOutcome = tuple[dict[str, Any], str | None, str | None]
+
+
 class LimitReached(Exception):
     pass
 
@@ -361,28 +366,28 @@ class TurnRunner(ProcedureExecutor):
             self.state.history.append(Message("assistant", self._escalation_text))
         return outcome
 
-    def refuse(self, call: ToolCall, reason: str) -> dict[str, Any]:
-        self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
-        self.state.history.append(Message.tool_result(call, {"error": reason}))
-        return {"error": reason}
+    def refuse(self, call: ToolCall, reason: str) -> None:
+        """Answer a call that is not run at all (over the step's limit, after a stop)."""
+        result, _, _ = self.refusal(call, reason)
+        self.state.history.append(Message.tool_result(call, result))
 
-    async def invoke(
-        self, node: Node, call: ToolCall, visible: dict[str, Tool]
-    ) -> tuple[dict[str, Any], str | None, str | None]:
+    def refusal(self, call: ToolCall, reason: str) -> ToolOutcome:
+        """Record that ``call`` was refused; the model is told ``reason``."""
+        self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
+        return {"error": reason}, None, None
+
+    async def invoke(self, node: Node, call: ToolCall, visible: dict[str, Tool]) -> ToolOutcome:
         """Run one tool call; returns (result for the model, transition target, stop)."""
         tool = node.tools.get(call.name)
         if tool is None:
-            reason = f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
-            self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
-            return {"error": reason}, None, None
+            return self.refusal(
+                call, f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+            )
         if call.name not in visible:
-            reason = f"tool '{call.name}' is not available now"
-            self.trace.add("REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments)
-            return {"error": reason}, None, None
+            return self.refusal(call, f"tool '{call.name}' is not available now")
         arguments, problem = self.check_arguments(tool, call)
         if problem is not None:
-            self.trace.add("REFUSED_STEP", name=call.name, reason=problem, arguments=call.arguments)
-            return {"error": problem}, None, None
+            return self.refusal(call, problem)
         kind = tool.kind
         if kind in ("transition", "cancel"):
             self.actions_run.append(tool.name)
@@ -454,9 +459,7 @@ class TurnRunner(ProcedureExecutor):
                 return {}, f"argument '{name}' of '{call.name}': {exc.message}"
         return checked, None
 
-    async def set_variables(
-        self, tool: Tool, node: Node, arguments: dict[str, Any]
-    ) -> tuple[dict[str, Any], str | None, str | None]:
+    async def set_variables(self, tool: Tool, node: Node, arguments: dict[str, Any]) -> ToolOutcome:
         """S8: only declared mutable variables, values already type-checked."""
         self.actions_run.append(tool.name)
         step = self.trace.add(
@@ -512,7 +515,7 @@ class TurnRunner(ProcedureExecutor):
 
     async def run_tool_action(
         self, tool: Tool, node: Node, arguments: dict[str, Any]
-    ) -> tuple[dict[str, Any], str | None, str | None]:
+    ) -> ToolOutcome:
         """S7 and S12: run the action, then its callback; a failure goes back to the model."""
         assert tool.action is not None
         inputs = self.tool_inputs(tool, node, arguments)
@@ -550,9 +553,7 @@ class TurnRunner(ProcedureExecutor):
             return signal.target
         return None
 
-    async def delegate(
-        self, tool: Tool, node: Node
-    ) -> tuple[dict[str, Any], str | None, str | None]:
+    async def delegate(self, tool: Tool, node: Node) -> ToolOutcome:
         """``@subagent.x`` as a tool: run x (and wherever it transitions), return its reply."""
         target = tool.target_node
         if target is None or target not in self.program.nodes:
@@ -600,7 +601,7 @@ class TurnRunner(ProcedureExecutor):
 
     def hold_for_confirmation(
         self, tool: Tool, node: Node, call: ToolCall, arguments: dict[str, Any]
-    ) -> tuple[dict[str, Any], str | None, str | None]:
+    ) -> ToolOutcome:
         assert tool.action is not None
         self.state.pending_confirmation = PendingConfirmation(
             node.name, tool.name, call.id, arguments
