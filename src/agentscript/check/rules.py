@@ -17,6 +17,7 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(//)?(\S*)$")
 
 
 def run_rules(ctx: Context, jobs: Jobs) -> None:
+    """The whole-agent rules, once the outline is complete (the org rules only in agentforce)."""
     _variables(ctx, jobs)
     _action_targets(ctx, jobs)
     _connected_targets(ctx, jobs)
@@ -97,9 +98,8 @@ def _action_targets(ctx: Context, jobs: Jobs) -> None:
         target = action.target
         if target is None:
             continue
-        span = entry.value.span if entry.value is not None else entry.key.span
-        match = _URI.match(target.strip())
-        if match is None or not match.group(3):
+        span, match = _target_uri(target, entry)
+        if match is None:
             ctx.error(
                 "invalid-action-target",
                 f"Action '{action.name}' has an invalid target \"{target}\"; write a URI like "
@@ -127,14 +127,21 @@ def _action_targets(ctx: Context, jobs: Jobs) -> None:
                 ctx.warning("invalid-action-target", message, span)
 
 
+def _target_uri(target: str, entry: Entry) -> tuple[Span, re.Match[str] | None]:
+    """Where diagnostics about ``entry``'s target go, and the target's URI match (None unless
+    it is ``scheme:`` followed by something)."""
+    span = entry.value.span if entry.value is not None else entry.key.span
+    match = _URI.match(target.strip())
+    return span, match if match is not None and match.group(3) else None
+
+
 def _connected_targets(ctx: Context, jobs: Jobs) -> None:
     for info, entry in jobs.connected_targets:
         target = info.target
         if target is None:
             continue
-        span = entry.value.span if entry.value is not None else entry.key.span
-        match = _URI.match(target.strip())
-        if match is None or not match.group(3):
+        span, match = _target_uri(target, entry)
+        if match is None:
             ctx.error(
                 "invalid-connected-subagent-target",
                 f"connected_subagent '{info.name}' needs a target URI like \"agent://Name\".",
@@ -184,15 +191,15 @@ def _config(ctx: Context, jobs: Jobs) -> None:
         )
         return
     span = config_entry.key.span
-    developer = string_of(fields.get("developer_name"))
-    agent = string_of(fields.get("agent_name"))
-    if not (developer or "").strip() and not (agent or "").strip():
+    has_developer = _filled(string_of(fields.get("developer_name")))
+    has_agent = _filled(string_of(fields.get("agent_name")))
+    if not has_developer and not has_agent:
         ctx.error(
             "config-missing-agent-name",
             "config needs `developer_name` (or `agent_name`): the agent's API name.",
             span,
         )
-    elif (developer or "").strip() and (agent or "").strip():
+    elif has_developer and has_agent:
         ctx.error(
             "config-duplicate-agent-name",
             "Set only one of `developer_name` and `agent_name`.",
@@ -233,17 +240,14 @@ def _config(ctx: Context, jobs: Jobs) -> None:
                 "recommended_prompts is only supported for AgentforceEmployeeAgent.",
                 prompts.key.span,
             )
-    if lowered in ("agentforceserviceagent", "agentforce service agent"):
-        has_user = bool((string_of(config_user) or "").strip()) or bool(
-            (string_of(access_user) or "").strip()
+    service = lowered in ("agentforceserviceagent", "agentforce service agent")
+    if service and not _filled(string_of(config_user)) and not _filled(string_of(access_user)):
+        ctx.error(
+            "config-missing-default-agent-user",
+            f"default_agent_user is required for {agent_type} agents; add "
+            '`default_agent_user: "user@example.com"` to the access (or config) block.',
+            span,
         )
-        if not has_user:
-            ctx.error(
-                "config-missing-default-agent-user",
-                f"default_agent_user is required for {agent_type} agents; add "
-                '`default_agent_user: "user@example.com"` to the access (or config) block.',
-                span,
-            )
     disabled = fields.get("additional_parameter__disable_graph_runtime")
     if disabled is not None:
         ctx.error(
@@ -251,6 +255,11 @@ def _config(ctx: Context, jobs: Jobs) -> None:
             "additional_parameter__disable_graph_runtime is not allowed; remove it.",
             disabled.key.span,
         )
+
+
+def _filled(text: str | None) -> bool:
+    """Whether a string field holds more than blanks."""
+    return bool(text and text.strip())
 
 
 def _system_messages(ctx: Context, jobs: Jobs) -> None:
@@ -280,6 +289,7 @@ def _system_messages(ctx: Context, jobs: Jobs) -> None:
 
 
 def unused_variables(ctx: Context) -> None:
+    """An info for each declared variable no expression or setVariables refers to."""
     used = ctx.used_variables
     for name, info in ctx.outline.variables.items():
         if name not in used:
