@@ -14,7 +14,7 @@ from agentscript.check.outline import AgentOutline
 from agentscript.check.procedures import ProcedureChecker
 from agentscript.check.rules import run_rules, unused_variables
 from agentscript.check.structure import StructureChecker
-from agentscript.diagnostics import Diagnostic, Severity, Span
+from agentscript.diagnostics import Diagnostic, Span
 from agentscript.syntax.tree import Document
 
 __all__ = ["DIALECTS", "AgentOutline", "CheckResult", "check"]
@@ -22,16 +22,19 @@ __all__ = ["DIALECTS", "AgentOutline", "CheckResult", "check"]
 
 @dataclass(slots=True)
 class CheckResult:
+    """What :func:`check` found: its diagnostics (the parser's are not repeated) and the
+    outline the engine builds its IR from."""
+
     diagnostics: list[Diagnostic]
     outline: AgentOutline
 
     @property
     def errors(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
+        return [d for d in self.diagnostics if d.is_error]
 
     @property
     def has_errors(self) -> bool:
-        return any(d.severity is Severity.ERROR for d in self.diagnostics)
+        return any(d.is_error for d in self.diagnostics)
 
 
 def resolve_dialect(doc: Document, dialect: str | None) -> str:

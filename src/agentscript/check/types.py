@@ -43,6 +43,8 @@ def static_type(expr: Expr, outline: AgentOutline) -> str | None:
 
 
 def compatible(declared: str, actual: str) -> bool:
+    """Whether a value of type ``actual`` may go where ``declared`` is expected; loose on
+    purpose (numeric types together, string-written types together), as these are warnings."""
     d, a = base_type(declared), base_type(actual)
     if d == a or "object" in (d, a):
         return True

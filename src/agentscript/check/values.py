@@ -44,6 +44,7 @@ def python_value(value: Value | None) -> object:
 
 
 def template_text(template: Template) -> str:
+    """The text of a template as written, interpolations included as ``{!...}``."""
     return "".join(p if isinstance(p, str) else "{!" + p.source + "}" for p in template.parts)
 
 
@@ -60,6 +61,7 @@ def string_of(entry: Entry | None) -> str | None:
 
 
 def bool_of(entry: Entry | None) -> bool | None:
+    """The value of a boolean field written as ``True``/``False``, else None."""
     if entry is None or not isinstance(entry.value, ExprValue):
         return None
     expr = entry.value.expr
@@ -67,6 +69,7 @@ def bool_of(entry: Entry | None) -> bool | None:
 
 
 def is_none(entry: Entry | None) -> bool:
+    """Whether the field is written ``None``."""
     return (
         entry is not None
         and isinstance(entry.value, ExprValue)
@@ -104,7 +107,5 @@ def kind_matches(kind: Kind, value: Value) -> bool:
 
 
 def is_empty(value: Value | None) -> bool:
+    """Whether the value is the ``empty`` keyword."""
     return isinstance(value, EmptyValue)
-
-
-MISSING = _MISSING
