@@ -32,8 +32,7 @@ class Context:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     # Variables referenced anywhere (for unused-variable).
     used_variables: set[str] = field(default_factory=set)
-    # Fields of the `knowledge` block (for @knowledge.x).
-    knowledge_fields: set[str] = field(default_factory=set)
+    # Whether the file has a `knowledge` block (its fields are in outline.knowledge).
     has_knowledge: bool = False
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentscript.check import schema
@@ -60,13 +61,10 @@ class Scope:
     in_connection: bool = False
 
     def with_outputs(self, owner: str | None, outputs: dict[str, ParamInfo] | None) -> Scope:
+        """This scope inside the callback of ``owner``; ``outputs`` None means the action is
+        unknown, so ``@outputs`` goes unchecked there."""
         return Scope(
-            self.node,
-            outputs if outputs is not None else None,
-            owner,
-            outputs is None,
-            self.connection_inputs,
-            self.in_connection,
+            self.node, outputs, owner, outputs is None, self.connection_inputs, self.in_connection
         )
 
 
@@ -83,6 +81,8 @@ class ExprChecker:
     # ------------------------------------------------------------ walking
 
     def check(self, expr: Expr, scope: Scope, *, allow_ellipsis: bool = False) -> None:
+        """Report every unresolved reference and unsupported construct in ``expr``;
+        ``allow_ellipsis`` where ``...`` (the LLM fills it in) is a valid value."""
         if isinstance(expr, EllipsisExpr):
             if not allow_ellipsis:
                 self.ctx.error(
@@ -95,7 +95,7 @@ class ExprChecker:
         self._walk(expr, scope)
 
     def _walk(self, expr: Expr, scope: Scope) -> None:
-        # Iterative over the common shapes; recursion depth is bounded by expression nesting.
+        # Recursive: the depth is bounded by the parser's nesting limit (expr.parser.MAX_DEPTH).
         if isinstance(expr, Literal | ErrorExpr):
             return
         if isinstance(expr, Member | AtName):
@@ -218,6 +218,8 @@ class ExprChecker:
     # ------------------------------------------------------------ references
 
     def resolve(self, parts: tuple[str, ...], span: Span, scope: Scope) -> None:
+        """Check the reference ``@parts[0].parts[1]...`` in ``scope``; a variable it names
+        counts as used."""
         ns = parts[0]
         if len(parts) == 1:
             self.ctx.error(
@@ -260,7 +262,7 @@ class ExprChecker:
                 if subs is not None and len(parts) > 2 and parts[2] not in subs:
                     self._undefined(f"system_variables.{member}", parts[2], subs, span)
         elif ns == "knowledge":
-            if member not in ctx.knowledge_fields:
+            if member not in ctx.outline.knowledge:
                 if not ctx.has_knowledge:
                     ctx.error(
                         "undefined-reference",
@@ -269,7 +271,7 @@ class ExprChecker:
                         span,
                     )
                 else:
-                    self._undefined(ns, member, ctx.knowledge_fields, span)
+                    self._undefined(ns, member, ctx.outline.knowledge, span)
         elif ns == "outputs":
             self._outputs(member, span, scope)
         elif ns == "inputs":
@@ -317,10 +319,9 @@ class ExprChecker:
                 span,
             )
 
-    def _undefined(self, ns: str, member: str, candidates: object, span: Span) -> None:
-        names = list(candidates) if not isinstance(candidates, str) else []  # type: ignore[call-overload]
+    def _undefined(self, ns: str, member: str, candidates: Iterable[str], span: Span) -> None:
         self.ctx.error(
             "undefined-reference",
-            f"'{member}' is not defined in @{ns}.{suggest(member, names)}",
+            f"'{member}' is not defined in @{ns}.{suggest(member, candidates)}",
             span,
         )

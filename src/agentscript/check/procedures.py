@@ -58,6 +58,8 @@ _COLLECT_BODY = BlockSpec("collect", {"message": schema.S})
 
 
 class ProcedureChecker:
+    """Phase 2 of one check run: the jobs of phase 1, against the complete outline."""
+
     def __init__(self, ctx: Context, structure: StructureChecker) -> None:
         self.ctx = ctx
         self.exprs = ExprChecker(ctx)
@@ -65,6 +67,7 @@ class ProcedureChecker:
         self.variables = ctx.outline.variables
 
     def run(self, jobs: Jobs) -> None:
+        """Check every queued expression, template, reasoning action and procedure."""
         check = self.exprs.check
         for expr, scope in jobs.exprs:
             check(expr, scope)
@@ -78,6 +81,7 @@ class ProcedureChecker:
     # ------------------------------------------------------------ templates
 
     def template(self, template: Template, scope: Scope) -> None:
+        """Check the interpolations of ``template``; note ``{@...}`` written without ``!``."""
         newlines = 0  # lines consumed by earlier parts, to place the info on the right line
         for part in template.parts:
             if isinstance(part, str):
@@ -98,6 +102,8 @@ class ProcedureChecker:
     # ------------------------------------------------------------ procedures
 
     def procedure(self, block: Block, mode: str, scope: Scope, *, in_if: bool) -> None:
+        """Check the statements of ``block`` as a procedure of ``mode`` (a key of ``_ALLOWED``);
+        ``in_if`` inside an ``if``/``else`` body, where a nested ``if`` is reported."""
         allowed = _ALLOWED[mode]
         terminated: Span | None = None
         reported = False
@@ -158,6 +164,7 @@ class ProcedureChecker:
         )
 
     def statement(self, item: Item, mode: str, scope: Scope, *, in_if: bool) -> None:
+        """Check one statement already known to be allowed in ``mode``."""
         check = self.exprs.check
         if isinstance(item, TemplateStmt):
             self.template(item.template, scope)
@@ -214,6 +221,8 @@ class ProcedureChecker:
             )
 
     def set_target(self, target: Expr, scope: Scope, what: str) -> str | None:
+        """Check the target of ``set``/``collect``; the variable's name when the target is
+        exactly ``@variables.name`` (not a member inside one), else None."""
         path = reference_path(target)
         if path is None or path[0] != "variables" or len(path) < 2:
             self.ctx.error(
@@ -236,6 +245,7 @@ class ProcedureChecker:
         return path[1] if len(path) == 2 else None
 
     def set_statement(self, item: SetStmt, scope: Scope) -> None:
+        """Check ``set``: its target, its value, and (a warning) their types."""
         name = self.set_target(item.target, scope, "set")
         self.exprs.check(item.value, scope)
         if name is None or name not in self.variables:
@@ -256,6 +266,7 @@ class ProcedureChecker:
             )
 
     def run_statement(self, item: RunStmt, scope: Scope, *, in_if: bool) -> None:
+        """Check ``run @actions.X`` and its callback, where ``@outputs`` are X's outputs."""
         path = reference_path(item.target)
         outputs: dict[str, ParamInfo] | None = None
         inputs: dict[str, ParamInfo] | None = None
@@ -310,6 +321,7 @@ class ProcedureChecker:
             )
 
     def transition(self, targets: list[Expr], span: Span, scope: Scope) -> str | None:
+        """Check the targets of a transition; the target's name when it is well formed."""
         if not targets:
             self.ctx.error(
                 "transition-missing-target",
@@ -341,7 +353,9 @@ class ProcedureChecker:
     # ------------------------------------------------------------ reasoning actions
 
     def binding(self, node: SubagentInfo, entry: Entry) -> None:
-        name = " ".join(entry.key.parts)
+        """Resolve the reasoning action ``entry`` of ``node`` (filling its ToolBinding) and
+        check its body."""
+        name = str(entry.key)
         tool = node.tools[name]
         scope = Scope(node=node)
         ctx = self.ctx
@@ -452,7 +466,7 @@ class ProcedureChecker:
         ctx = self.ctx
         for item in block.items:
             if isinstance(item, Entry):
-                key = " ".join(item.key.parts)
+                key = str(item.key)
                 if key not in ("description", "label"):
                     ctx.error(
                         "unknown-field",
@@ -516,7 +530,7 @@ def _always_transitions(item: Item) -> bool:
 
 
 def _item_text(item: Entry | SequenceItem) -> str:
-    return " ".join(item.key.parts) if isinstance(item, Entry) else "-"
+    return str(item.key) if isinstance(item, Entry) else "-"
 
 
 __all__ = ["EllipsisExpr", "ProcedureChecker"]

@@ -19,6 +19,7 @@ from agentscript.check.outline import (
     ModelConfig,
     ParamInfo,
     SubagentInfo,
+    ToolBinding,
     VariableInfo,
 )
 from agentscript.check.schema import BlockSpec, Field, Kind
@@ -78,6 +79,8 @@ class Jobs:
 
 
 class StructureChecker:
+    """Phase 1 of one check run: shapes against the schema, the outline, the phase-2 jobs."""
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.outline = ctx.outline
@@ -103,7 +106,7 @@ class StructureChecker:
         """Like :meth:`_entries_in`, with each entry's name; an entry whose name is already
         ``taken`` is reported with the message ``duplicate(name)`` and skipped."""
         for item in self._entries_in(block, statement):
-            name = " ".join(item.key.parts)
+            name = str(item.key)
             if name in taken:
                 self.ctx.error("duplicate-name", duplicate(name), item.key.span)
                 continue
@@ -127,7 +130,7 @@ class StructureChecker:
             "put them in a procedure such as reasoning.instructions."
         )
         for item in self._entries_in(block, statement):
-            key = " ".join(item.key.parts)
+            key = str(item.key)
             fld = spec.lookup(key, variant=variant)
             if fld is None:
                 self._unknown(item, spec, variant)
@@ -150,7 +153,7 @@ class StructureChecker:
         return found
 
     def _unknown(self, item: Entry, spec: BlockSpec, variant: bool) -> None:
-        key = " ".join(item.key.parts)
+        key = str(item.key)
         names = list(spec.fields)
         if variant:
             names += list(spec.variant_fields)
@@ -273,6 +276,7 @@ class StructureChecker:
     # ------------------------------------------------------------ document
 
     def run(self, doc: Document) -> Jobs:
+        """Walk ``doc``, filling ``ctx.outline``; return what phase 2 has to check."""
         outline = self.outline
         ctx = self.ctx
         named: dict[str, list[Entry]] = {}
@@ -283,9 +287,7 @@ class StructureChecker:
             ctx.has_knowledge = True
             block = root["knowledge"].block
             if block is not None:
-                for entry in block.entries():
-                    ctx.knowledge_fields.add(" ".join(entry.key.parts))
-                    outline.knowledge[" ".join(entry.key.parts)] = python_value(entry.value)
+                outline.knowledge.update(_python_values(block))
 
         if "variables" in root:
             self._variables(root["variables"])
@@ -294,8 +296,7 @@ class StructureChecker:
         if "config" in root:
             self._config(root["config"])
         if "language" in root and root["language"].block is not None:
-            for entry in root["language"].block.entries():
-                outline.language[" ".join(entry.key.parts)] = python_value(entry.value)
+            outline.language.update(_python_values(root["language"].block))
         if "access" in root:
             self.jobs.access_fields = self._entries(root["access"])
         if "model_config" in root:
@@ -420,7 +421,7 @@ class StructureChecker:
         return found
 
     def _entries(self, entry: Entry) -> dict[str, Entry]:
-        return {" ".join(e.key.parts): e for e in entry.block.entries()} if entry.block else {}
+        return {str(e.key): e for e in entry.block.entries()} if entry.block else {}
 
     # ------------------------------------------------------------ blocks
 
@@ -432,8 +433,8 @@ class StructureChecker:
             outline.system_instructions = self._text(found["instructions"], self.global_scope)
         outline.strip_salesforce_instructions = bool_of(found.get("strip_salesforce_instructions"))
         messages = found.get("messages")
-        if messages is not None and messages.block is not None:
-            msgs = {" ".join(e.key.parts): e for e in messages.block.entries()}
+        if messages is not None:
+            msgs = self._entries(messages)
             for key in ("welcome", "error"):
                 if key in msgs:
                     text = self._text(msgs[key], self.global_scope)
@@ -459,9 +460,7 @@ class StructureChecker:
         config = self.outline.config
         for key, item in found.items():
             if item.block is not None and item.value is None:
-                config[key] = {
-                    " ".join(e.key.parts): python_value(e.value) for e in item.block.entries()
-                }
+                config[key] = _python_values(item.block)
             else:
                 config[key] = python_value(item.value)
                 if isinstance(item.value, ExprValue):
@@ -478,8 +477,7 @@ class StructureChecker:
         config.model = string_of(found.get("model"))
         params = found.get("params")
         if params is not None and params.block is not None:
-            for item in params.block.entries():
-                config.params[" ".join(item.key.parts)] = python_value(item.value)
+            config.params.update(_python_values(params.block))
         return config
 
     # ------------------------------------------------------------ typed maps
@@ -495,7 +493,7 @@ class StructureChecker:
         ctx = self.ctx
         statement = f"{what} holds declarations like `name: string`, not statements."
         for item in self._entries_in(entry.block, statement):
-            name = " ".join(item.key.parts)
+            name = str(item.key)
             if len(item.key.parts) > 1:
                 ctx.error(
                     "composite-key",
@@ -696,7 +694,7 @@ class StructureChecker:
         if skills is not None and skills.block is not None:
             for skill in skills.block.entries():
                 sf = self.fields(skill.block, schema.SKILL, skill.key.span)
-                node.skills[" ".join(skill.key.parts)] = string_of(sf.get("target")) or ""
+                node.skills[str(skill.key)] = string_of(sf.get("target")) or ""
         self.jobs.node_entries.append((node, entry))
         return node
 
@@ -746,8 +744,6 @@ class StructureChecker:
             lambda name: f"Reasoning action '{name}' is bound more than once in '{node.name}'.",
         ):
             # Registered now so `{!@actions.name}` resolves; filled in phase 2.
-            from agentscript.check.outline import ToolBinding
-
             node.tools[name] = ToolBinding(name=name, kind=None, span=item.key.span)
             self.jobs.bindings.append((node, item))
 
@@ -800,6 +796,11 @@ def _blank_procedure(block: Block) -> bool:
         isinstance(item, TemplateStmt) and not "".join(map(str, item.template.parts)).strip()
         for item in block.items
     )
+
+
+def _python_values(block: Block) -> dict[str, object]:
+    """The entries of ``block`` as Python values by key (a later duplicate wins)."""
+    return {str(entry.key): python_value(entry.value) for entry in block.entries()}
 
 
 def _first_line(span: Span) -> Span:
