@@ -72,6 +72,10 @@ class LimitReached(Exception):
     pass
 
 
+# The failures that end a turn; the runner answers them with the agent's error message.
+TURN_ENDING = (TurnError, ProcedureFailure, LimitReached)
+
+
 @dataclass
 class StepOutcome:
     transition: tuple[str, str] | None = None  # (target, via)
@@ -131,7 +135,7 @@ class TurnRunner(ProcedureExecutor):
                 else:
                     start, reason = state.current_node, "turn start (previous subagent)"
                 await self.drive(start, reason)
-        except (TurnError, ProcedureFailure, LimitReached) as exc:
+        except TURN_ENDING as exc:
             self.result.exhausted = getattr(exc, "exhausted", False)
             self.fail(str(exc))
         return self.result
@@ -345,13 +349,8 @@ class TurnRunner(ProcedureExecutor):
                 continue
             try:
                 result, transition, stop = await self.invoke(node, call, visible)
-            except (ProcedureFailure, TurnError, LimitReached) as exc:
-                # The turn ends, but the history must stay valid for the next request:
-                # providers reject tool calls that have no result.
-                for unanswered in calls[index:]:
-                    self.state.history.append(
-                        Message.tool_result(unanswered, {"error": f"not completed: {exc}"})
-                    )
+            except TURN_ENDING as exc:
+                self.answer_unfinished(calls[index:], exc)
                 raise
             self.state.history.append(Message.tool_result(call, result))
             if transition is not None and outcome.transition is None:
@@ -365,6 +364,14 @@ class TurnRunner(ProcedureExecutor):
         if outcome.stop == "escalate" and self._escalation_text:
             self.state.history.append(Message("assistant", self._escalation_text))
         return outcome
+
+    def answer_unfinished(self, calls: list[ToolCall], failure: Exception) -> None:
+        """The turn ends, but the history must stay valid for the next request: providers
+        reject tool calls that have no result."""
+        for call in calls:
+            self.state.history.append(
+                Message.tool_result(call, {"error": f"not completed: {failure}"})
+            )
 
     def refuse(self, call: ToolCall, reason: str) -> None:
         """Answer a call that is not run at all (over the step's limit, after a stop)."""
@@ -647,11 +654,8 @@ class TurnRunner(ProcedureExecutor):
                 result, transition, _ = await self.run_tool_action(
                     tool, node, dict(pending.arguments)
                 )
-            except (ProcedureFailure, TurnError, LimitReached) as exc:
-                # The turn ends, but the call above must still get its result (as in dispatch).
-                self.state.history.append(
-                    Message.tool_result(call, {"error": f"not completed: {exc}"})
-                )
+            except TURN_ENDING as exc:
+                self.answer_unfinished([call], exc)
                 raise
         self.state.history.append(Message.tool_result(call, result))
         if transition is not None:
