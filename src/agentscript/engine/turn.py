@@ -256,25 +256,23 @@ class TurnRunner(ProcedureExecutor):
             step.update(
                 postVars=self.snapshot(), transition=signal.target, discarded="\n".join(prompt)
             )
-            step["durationMs"] = elapsed_ms(started)
-            if self.warnings:
-                step["warnings"] = list(self.warnings)
-            self.trace.steps.append({"type": "RESOLUTION_STEP", **step})
+            self.record_resolution(step, started)
             raise
         text = "\n".join(prompt)
         visible, hidden = self.gate_tools(node)
         self.track_collect(node)
         step.update(
-            instructions=text,
-            tools=list(visible),
-            hiddenTools=hidden,
-            postVars=self.snapshot(),
-            durationMs=elapsed_ms(started),
+            instructions=text, tools=list(visible), hiddenTools=hidden, postVars=self.snapshot()
         )
+        self.record_resolution(step, started)
+        return text, visible
+
+    def record_resolution(self, step: dict[str, Any], started: float) -> None:
+        step["durationMs"] = elapsed_ms(started)
         if self.warnings:
             step["warnings"] = list(self.warnings)
-        self.trace.steps.append({"type": "RESOLUTION_STEP", **step})
-        return text, visible
+        # Added when done, so it follows the steps the resolution ran (its actions, say).
+        self.trace.add("RESOLUTION_STEP", **step)
 
     def gate_tools(self, node: Node) -> tuple[dict[str, Tool], list[str]]:
         """S5: a tool whose ``available when`` is false or fails to evaluate is hidden."""
