@@ -279,25 +279,28 @@ class TurnRunner(ProcedureExecutor):
         visible: dict[str, Tool] = {}
         hidden: list[str] = []
         env = self.env(node)
-        variables = self.state.variables
         for tool in node.tools.values():
-            if tool.kind == "capture":
-                open_slots = any(variables.get(s.variable) is None for s in node.collect_slots)
-                (visible.__setitem__(tool.name, tool) if open_slots else hidden.append(tool.name))
-                continue
-            if tool.kind == "unresolved" or (
-                tool.guard is not None and not self.condition(tool.guard, env)
-            ):
-                hidden.append(tool.name)
+            if tool.kind == "capture":  # offered while a collected field is still missing
+                shown = self.collecting(node)
             else:
+                shown = tool.kind != "unresolved" and (
+                    tool.guard is None or self.condition(tool.guard, env)
+                )
+            if shown:
                 visible[tool.name] = tool
+            else:
+                hidden.append(tool.name)
         return visible, hidden
 
+    def collecting(self, node: Node) -> bool:
+        """Whether some variable the node's ``collect`` statements ask for is still unset."""
+        return any(self.state.variables.get(s.variable) is None for s in node.collect_slots)
+
     def track_collect(self, node: Node) -> None:
+        """Start the next turn in ``node`` while it still collects; stop once all is known."""
         if not node.collect_slots:
             return
-        missing = any(self.state.variables.get(s.variable) is None for s in node.collect_slots)
-        if missing:
+        if self.collecting(node):
             self.state.resume_node = node.name
         elif self.state.resume_node == node.name:
             self.state.resume_node = None
