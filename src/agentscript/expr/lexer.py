@@ -3,14 +3,18 @@
 An expression ends at the end of its line (a ``\\`` before the newline continues it), at a
 ``#`` comment, or where the caller's limit is. Inside open brackets it goes on over the following
 lines, like Python, as long as they are indented deeper than the line the expression started on
-(or start with a closing bracket): so an unclosed bracket cannot swallow the rest of the file. The lexer never raises: malformed input becomes
-an ``ERROR`` token with a message, so the parser can report it at the right place.
+(or start with a closing bracket): so an unclosed bracket cannot swallow the rest of the file.
+The lexer never raises: malformed input becomes an ``ERROR`` token with a message, so the parser
+can report it at the right place.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+# Columns a tab advances to the next multiple of (the .agent parser counts indentation the same).
+TAB_WIDTH = 4
 
 KEYWORDS = frozenset({"and", "or", "not", "is", "in", "if", "else", "True", "False", "None"})
 
@@ -41,7 +45,8 @@ OPERATORS = (
 )
 
 # ASCII digits only: str.isdigit() and \d also accept digits int() cannot read, such as '²'.
-_NUMBER = re.compile(r"(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NUMBER_PATTERN = r"(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_NUMBER = re.compile(_NUMBER_PATTERN)
 _DATE = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
     r"(?:T[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?)?"
@@ -54,7 +59,7 @@ _FAST = re.compile(
     r"(?P<IDENT>[A-Za-z_][A-Za-z0-9_]*)"
     r"|@(?P<AT>[A-Za-z_][A-Za-z0-9_]*)"
     r'|"(?P<STRING>[^"\\\n]*)"'
-    r"|(?P<NUMBER>(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)(?![0-9-])"
+    rf"|(?P<NUMBER>{_NUMBER_PATTERN})(?![0-9-])"
     r"|(?P<OP>\.\.\.|[=!<>]=|[-<>+*/()\[\]{},:.=%])"
     r")"
 )
@@ -125,8 +130,7 @@ class Lexer:
                 start = m.start(kind) - 1
                 return Token("STRING", text[start:end], start, end, m.group(kind))
             raw = m.group("NUMBER")
-            value: object = float(raw) if any(c in raw for c in ".eE") else int(raw)
-            return Token("NUMBER", raw, m.start("NUMBER"), end, value)
+            return Token("NUMBER", raw, m.start("NUMBER"), end, _number_value(raw))
         return self._next_slow()
 
     def _next_slow(self) -> Token:
@@ -161,8 +165,7 @@ class Lexer:
             assert m is not None
             self.pos = m.end()
             raw = m.group()
-            number: object = float(raw) if any(c in raw for c in ".eE") else int(raw)
-            return Token("NUMBER", raw, pos, m.end(), number)
+            return Token("NUMBER", raw, pos, m.end(), _number_value(raw))
         if ch == "@":
             m = _IDENT.match(text, pos + 1)
             if m:
@@ -263,8 +266,13 @@ class Lexer:
         )
 
 
+def _number_value(raw: str) -> int | float:
+    """The value of a number token: an int unless it has a point or an exponent."""
+    return float(raw) if any(c in raw for c in ".eE") else int(raw)
+
+
 def _indent_at(text: str, line_start: int) -> int:
-    """Width of the indentation of the line starting at ``line_start`` (a tab counts as 4)."""
+    """Width of the indentation of the line starting at ``line_start`` (tabs to TAB_WIDTH)."""
     width = 0
     pos = line_start
     while pos < len(text):
@@ -272,7 +280,7 @@ def _indent_at(text: str, line_start: int) -> int:
         if ch == " ":
             width += 1
         elif ch == "\t":
-            width += 4 - width % 4
+            width += TAB_WIDTH - width % TAB_WIDTH
         else:
             break
         pos += 1
