@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from agentscript.diagnostics import Diagnostic, Span, error, warning
+from agentscript.expr.lexer import TAB_WIDTH
 from agentscript.expr.nodes import ErrorExpr, Expr
 from agentscript.expr.parser import ExprParser, quick_parse
 from agentscript.source import Source, normalise_newlines
@@ -49,7 +50,6 @@ from agentscript.syntax.tree import (
 # Nesting limits keep the recursive parser well inside Python's default recursion limit
 # (about 6 frames per block level, 11 per bracket level; see expr.parser.MAX_DEPTH).
 MAX_BLOCK_DEPTH = 50
-TAB_WIDTH = 4
 
 _STATEMENT_WORD = re.compile(
     r"(?:if|else|elif|elseif|run|set|with|transition|available|collect)(?![A-Za-z0-9_])"
@@ -67,7 +67,7 @@ _DIALECT = re.compile(r"#\s*@dialect:\s*([A-Za-z_][\w-]*)\s*(?:=\s*([0-9]+(?:\.[
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _QUICK_START = frozenset('"@-0123456789')
 _ENTRY_HEAD = re.compile(
-    r"(?P<key>[A-Za-z_][A-Za-z0-9_\-]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_\-]*)*)[ \t]*(?P<colon>:)[ \t]*"
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_\-]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_\-]*)*)[ \t]*:[ \t]*"
 )
 _SIMPLE_INTERPOLATION = re.compile(
     r"[ \t]*(@[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)[ \t]*\}"
@@ -117,6 +117,8 @@ class _Line:
 
 
 class Parser:
+    """One parse of one text; use :func:`parse`."""
+
     def __init__(self, text: str, path: str | None = None) -> None:
         self.text = normalise_newlines(text)
         self.source = Source(self.text, path)
@@ -138,6 +140,10 @@ class Parser:
         diag = warning(code, message, span) if severity == "warning" else error(code, message, span)
         diag.file = self.path
         self.diagnostics.append(diag)
+
+    def comment_text(self, line: _Line) -> str:
+        """The text of a comment line after its '#' (kept as written but for trailing blanks)."""
+        return self.text[line.content + 1 : line.end].rstrip()
 
     def line_span(self, line: _Line) -> Span:
         return self.source.span(line.content, line.end)
@@ -208,6 +214,7 @@ class Parser:
     # ------------------------------------------------------------------ document
 
     def parse(self) -> Document:
+        """The whole text as a document, with the dialect header and every diagnostic."""
         dialect = None
         for line in self.lines[:10]:
             if line.kind == "comment":
@@ -266,7 +273,7 @@ class Parser:
                         self.i = blank_start
                     break
             if line.kind == "comment":
-                comments.append(self.text[line.content + 1 : line.end].rstrip())
+                comments.append(self.comment_text(line))
                 self.i += 1
                 continue
             if block_indent is None:
@@ -361,7 +368,7 @@ class Parser:
         colinear value to the caller (the first entry of a sequence item)."""
         text = self.text
         m = _ENTRY_HEAD.match(text, pos, line.end)
-        if m is not None and m.group("colon"):
+        if m is not None:
             # The usual `name:` / `kind name:` head, in one match.
             key = Key(m.group("key").split(), self.line_part(line, pos, m.end("key")))
             self.check_key_words(key)
@@ -372,8 +379,7 @@ class Parser:
         if parsed is None:
             self.report("syntax-error", "expected a 'key:' entry here", self.line_span(line))
             self.i += 1
-            block = self.child_block(line, depth)  # keep going inside, to report more
-            del block
+            self.child_block(line, depth)  # parsed only to report the errors inside it
             return ErrorNode(self.line_span(line), text[line.content : line.end])
         key, key_end = parsed
         pos = self.skip_spaces(key_end)
@@ -403,8 +409,8 @@ class Parser:
                 key.span,
             )
             return
-        if any("-" in part for part in key.parts):
-            bad = next(part for part in key.parts if "-" in part)
+        bad = next((part for part in parts if "-" in part), None)
+        if bad is not None:
             self.report(
                 "invalid-name",
                 f"'{bad}' is not a valid name: use letters, digits and '_'",
@@ -456,7 +462,7 @@ class Parser:
                 )
                 entry.block = Block(self.span(pos, pos + 2), [])
         elif text[pos] == "|":
-            entry.value = self.template(line, pos, line.indent)
+            entry.value = self.template(line, pos)
         elif self.is_empty_word(pos, end):
             entry.value = EmptyValue(self.span(pos, pos + 5))
             entry.trailing_comment = self.finish_line(None, pos + 5, line, "'empty'")
@@ -546,7 +552,7 @@ class Parser:
                     "expected '=' before the default value",
                     self.span(rest, line.end),
                 )
-            self.i = self.line_index_of(line.end) + 1
+            self.i = line.number
             return VarDecl(self.span(pos, line.end), type_ref, modifier=modifier)
         modifier = m.group("mod")
         type_name = m.group("type")
@@ -592,7 +598,7 @@ class Parser:
             item.block = self.child_block(line, depth)
             return item
         if text[content] == "|":
-            item.value = self.template(line, content, line.indent)
+            item.value = self.template(line, content)
             item.span = item.span.to(item.value.span)
             return item
         # `- key: value` starts a mapping whose entries line up with `key`.
@@ -629,11 +635,12 @@ class Parser:
     # ------------------------------------------------------------------ templates
 
     def template_stmt(self, line: _Line, pos: int) -> TemplateStmt:
-        template = self.template(line, pos, line.indent)
+        template = self.template(line, pos)
         return TemplateStmt(template.span, template)
 
-    def template(self, line: _Line, bar: int, owner_indent: int) -> Template:
-        """A ``|`` template starting at ``bar``: the rest of the line plus deeper lines."""
+    def template(self, line: _Line, bar: int) -> Template:
+        """A ``|`` template starting at ``bar``: the rest of the line plus the lines deeper
+        than ``line``."""
         text = self.text
         lines = self.lines
         first_start = bar + 1
@@ -642,7 +649,7 @@ class Parser:
         first_text = text[first_start : line.end].rstrip()
         # Continuation: every following line deeper than the owner (blank lines in between
         # belong to the template only if deeper content follows them).
-        j = self.line_index_of(line.start) + 1
+        j = line.number  # the index of the line after ``line``
         continuation: list[_Line] = []
         k = j
         while k < len(lines):
@@ -650,12 +657,12 @@ class Parser:
             if candidate.kind == "blank":
                 k += 1
                 continue
-            if candidate.indent <= owner_indent:
+            if candidate.indent <= line.indent:
                 break
             continuation.extend(lines[j : k + 1])
             k += 1
             j = k
-        self.i = (self.line_index_of(line.start) + 1) + len(continuation)
+        self.i = line.number + len(continuation)
         base_candidates = [c.indent for c in continuation if c.kind != "blank"]
         if first_text:
             base_candidates.append(first_start - line.start)
@@ -831,9 +838,7 @@ class Parser:
             j = self.i
             while j < len(self.lines) and self.lines[j].kind != "content":
                 if self.lines[j].kind == "comment":
-                    comments.append(
-                        self.text[self.lines[j].content + 1 : self.lines[j].end].rstrip()
-                    )
+                    comments.append(self.comment_text(self.lines[j]))
                 j += 1
             if j >= len(self.lines) or self.lines[j].indent != line.indent:
                 return stmt
