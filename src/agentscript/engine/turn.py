@@ -94,6 +94,8 @@ class TurnResult:
 
 
 class TurnRunner(ProcedureExecutor):
+    """Runs one turn of an Agent Script session; made anew for every turn."""
+
     def __init__(
         self,
         *args: Any,
@@ -112,9 +114,7 @@ class TurnRunner(ProcedureExecutor):
         self._escalation_text = ""
 
     async def run(self) -> TurnResult:
-        self.result = TurnResult()
-        self.llm_calls = 0
-        self.transitions = 0
+        """Run the turn (once: its counters and result start fresh only in ``__init__``)."""
         state = self.state
         program = self.program
         try:
