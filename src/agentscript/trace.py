@@ -48,6 +48,7 @@ class TurnTrace:
         self._start = time.perf_counter()
 
     def add(self, step_type: str, **fields: Any) -> dict[str, Any]:
+        """Append a step; it is returned so the caller can fill in what it learns later."""
         step: dict[str, Any] = {"type": step_type, **fields}
         self.steps.append(step)
         return step
@@ -59,9 +60,6 @@ class TurnTrace:
         usage["output_tokens"] += output_tokens
         usage["llm_ms"] = round(usage["llm_ms"] + duration_ms, 3)
 
-    def of_type(self, step_type: str) -> list[dict[str, Any]]:
-        return [s for s in self.steps if s["type"] == step_type]
-
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
@@ -71,7 +69,7 @@ class TurnTrace:
             "turn": self.turn,
             "userInput": self.user_input,
             "response": self.response,
-            "durationMs": round((time.perf_counter() - self._start) * 1000, 3),
+            "durationMs": elapsed_ms(self._start),
             "usage": dict(self.usage),
             "planTrace": {"steps": self.steps},
         }
@@ -96,4 +94,5 @@ def _json_default(value: object) -> object:
 
 
 def elapsed_ms(start: float) -> float:
+    """Milliseconds since ``start`` (a ``time.perf_counter()`` reading)."""
     return round((time.perf_counter() - start) * 1000, 3)
