@@ -8,6 +8,8 @@ from typing import NamedTuple
 
 
 class Severity(StrEnum):
+    """How bad a diagnostic is: only errors stop a file from loading."""
+
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
@@ -28,6 +30,7 @@ class Span(NamedTuple):
 
     @staticmethod
     def point(line: int, column: int) -> Span:
+        """The one character at ``line``/``column``."""
         return Span(line, column, line, column + 1)
 
     def to(self, other: Span) -> Span:
@@ -40,6 +43,8 @@ UNKNOWN_SPAN = Span(1, 1, 1, 1)
 
 @dataclass(slots=True)
 class Diagnostic:
+    """A problem found in a file: a stable ``code``, a message for people, and where."""
+
     code: str
     message: str
     span: Span
@@ -50,9 +55,11 @@ class Diagnostic:
 
     @property
     def is_error(self) -> bool:
+        """Whether this diagnostic is an error."""
         return self.severity is Severity.ERROR
 
     def to_json(self) -> dict[str, object]:
+        """A flat JSON object (``validate --json``); notes are not included."""
         return {
             "file": self.file,
             "line": self.span.line,
@@ -65,6 +72,7 @@ class Diagnostic:
         }
 
     def format(self) -> str:
+        """``file:line:column: severity[code]: message``, the compiler-style one-liner."""
         where = f"{self.file}:" if self.file else ""
         return (
             f"{where}{self.span.line}:{self.span.column}: "
@@ -73,14 +81,17 @@ class Diagnostic:
 
 
 def error(code: str, message: str, span: Span) -> Diagnostic:
+    """An error diagnostic without a file (the caller sets ``file`` when it knows it)."""
     return Diagnostic(code, message, span, Severity.ERROR)
 
 
 def warning(code: str, message: str, span: Span) -> Diagnostic:
+    """A warning diagnostic without a file."""
     return Diagnostic(code, message, span, Severity.WARNING)
 
 
 def info(code: str, message: str, span: Span) -> Diagnostic:
+    """An info diagnostic without a file."""
     return Diagnostic(code, message, span, Severity.INFO)
 
 

@@ -28,6 +28,7 @@ class Source:
         self._column_offset = first_column - 1
 
     def line_col(self, offset: int) -> tuple[int, int]:
+        """The 1-based (line, column) of ``offset``, shifted by ``first_line``/``first_column``."""
         index = bisect_right(self.line_starts, offset) - 1
         column = offset - self.line_starts[index] + 1
         if index == 0:
@@ -35,6 +36,7 @@ class Source:
         return index + 1 + self._line_offset, column
 
     def span(self, start: int, end: int) -> Span:
+        """The span of ``text[start:end]`` (an ``end`` before ``start`` gives an empty span)."""
         if end < start:
             end = start
         starts = self.line_starts
@@ -52,6 +54,7 @@ class Source:
 
 
 def normalise_newlines(text: str) -> str:
+    """``text`` without a leading BOM and with CRLF and lone CR turned into LF."""
     if text.startswith("\ufeff"):
         text = text[1:]
     if "\r" in text:
