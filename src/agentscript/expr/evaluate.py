@@ -335,17 +335,16 @@ def _index(value: object, index: object, target: str, span: Span) -> object:
 
 def _compile_items(items: list[Expr], span: Span) -> Compiled:
     """A list of values with ``*spread`` support, as used by list literals and calls."""
-    compiled = [_compile(item) for item in items]
     if not any(isinstance(item, Spread) for item in items):
-        if not compiled:
+        if not items:
             return lambda env: []
+        compiled = [_compile(item) for item in items]
         return lambda env: [f(env) for f in compiled]
-    parts: list[tuple[bool, Compiled]] = []
-    for node, fn in zip(items, compiled, strict=True):
-        if isinstance(node, Spread):
-            parts.append((True, _compile(node.value)))
-        else:
-            parts.append((False, fn))
+    # A spread item compiles its operand: the Spread node itself only compiles to an error.
+    parts = [
+        (True, _compile(item.value)) if isinstance(item, Spread) else (False, _compile(item))
+        for item in items
+    ]
 
     def build(env: Env) -> object:
         out: list[object] = []
