@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import inspect
 import sys
@@ -144,6 +145,9 @@ class ActionRunner:
         self.handlers[scheme.lower()] = handler
 
     async def run(self, request: ActionRequest, *, timeout: float | None = None) -> Outputs:
+        """The outputs of one call (stub, callable or handler, in that order), under
+        ``timeout`` (default: the action's own limit, else the runner's); every failure is
+        an ActionError."""
         request.agent_dir = self.agent_dir
         limit = timeout if timeout is not None else self.timeouts.get(request.name, self.timeout)
         if self.stubs.has(request.name):
@@ -153,21 +157,12 @@ class ActionRunner:
             return dict(stub.outputs or {})
         call: Callable[[], Any]
         if request.name in self.functions:
-            function = self.functions[request.name]
-
-            def call() -> Any:
-                return function(**request.inputs)
-
+            call = functools.partial(self.functions[request.name], **request.inputs)
         else:
-            scheme = request.scheme
-            handler = self.handlers.get(scheme or "")
+            handler = self.handlers.get(request.scheme or "")
             if handler is None:
                 raise ActionError(_no_handler_message(request))
-            bound = handler
-
-            def call() -> Any:
-                return bound(request)
-
+            call = functools.partial(handler, request)
         try:
             result = await asyncio.wait_for(_call_any(call), timeout=limit)
         except TimeoutError:
