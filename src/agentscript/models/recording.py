@@ -36,9 +36,13 @@ def move_of(response: ModelResponse) -> Move:
 def _arguments(call: ToolCall) -> dict[str, Any]:
     if call.arguments is None:
         return {RAW_ARGUMENTS_KEY: call.raw_arguments}
+    return _plain(call.arguments)
+
+
+def _plain(value: dict[str, Any]) -> dict[str, Any]:
     # Through JSON, so a recording never holds values YAML cannot write back.
-    value: dict[str, Any] = json.loads(json.dumps(call.arguments, default=repr))
-    return value
+    plain: dict[str, Any] = json.loads(json.dumps(value, default=repr))
+    return plain
 
 
 class RecordingModel:
@@ -101,6 +105,4 @@ def action_stub(step: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if step.get("error") is not None:
         return {"error": str(step["error"])}
-    outputs = step.get("output") or {}
-    plain: dict[str, Any] = json.loads(json.dumps(outputs, default=repr))
-    return {"outputs": plain}
+    return {"outputs": _plain(step.get("output") or {})}
