@@ -11,14 +11,19 @@ from typing import Any
 
 from agentscript.models.base import (
     Message,
-    ModelError,
     ModelRequest,
     ModelResponse,
     ToolCall,
     ToolSpec,
     Usage,
 )
-from agentscript.models.sdk_provider import SdkModel, nonempty, parse_tool_arguments
+from agentscript.models.sdk_provider import (
+    SdkModel,
+    answered_call_id,
+    nonempty,
+    parse_tool_arguments,
+    unsupported_role,
+)
 
 DEFAULT_MAX_TOKENS = 1024
 
@@ -124,15 +129,10 @@ def build_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
     for message in messages:
         if message.role == "tool":
-            if not message.tool_call_id:
-                raise ModelError(
-                    f"Tool result for '{message.name or '?'}' has no tool_call_id; "
-                    "the Anthropic API needs it to match the call"
-                )
             results.append(
                 {
                     "type": "tool_result",
-                    "tool_use_id": message.tool_call_id,
+                    "tool_use_id": answered_call_id(message, "Anthropic"),
                     "content": message.content,
                 }
             )
@@ -145,9 +145,7 @@ def build_messages(messages: list[Message]) -> list[dict[str, Any]]:
             if blocks:  # the API rejects an empty assistant turn
                 out.append({"role": "assistant", "content": blocks})
         else:
-            raise ModelError(
-                f"Unsupported message role '{message.role}' (expected user, assistant or tool)"
-            )
+            raise unsupported_role(message)
     flush_results()
     if not out or out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": CONVERSATION_START})

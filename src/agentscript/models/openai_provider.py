@@ -22,8 +22,10 @@ from agentscript.models.base import (
 from agentscript.models.sdk_provider import (
     PLACEHOLDER_API_KEY,
     SdkModel,
+    answered_call_id,
     nonempty,
     parse_tool_arguments,
+    unsupported_role,
 )
 
 # The shared helpers stay importable from here, where callers have always found them.
@@ -138,15 +140,9 @@ def _message(message: Message) -> dict[str, Any]:
             data["content"] = ""
         return data
     if message.role == "tool":
-        if not message.tool_call_id:
-            raise ModelError(
-                f"Tool result for '{message.name or '?'}' has no tool_call_id; "
-                "the OpenAI API needs it to match the call"
-            )
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    raise ModelError(
-        f"Unsupported message role '{message.role}' (expected user, assistant or tool)"
-    )
+        call_id = answered_call_id(message, "OpenAI")
+        return {"role": "tool", "tool_call_id": call_id, "content": message.content}
+    raise unsupported_role(message)
 
 
 def _arguments_text(call: ToolCall) -> str:

@@ -14,7 +14,7 @@ import os
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
-from agentscript.models.base import ModelError, ModelRequest, ModelResponse, TextSink
+from agentscript.models.base import Message, ModelError, ModelRequest, ModelResponse, TextSink
 from agentscript.models.retry import (
     RetriesExhausted,
     RetryPolicy,
@@ -51,6 +51,22 @@ def parse_tool_arguments(raw: object) -> tuple[dict[str, Any] | None, str]:
     except (ValueError, RecursionError):
         return None, text
     return (value, text) if isinstance(value, dict) else (None, text)
+
+
+def answered_call_id(message: Message, provider: str) -> str:
+    """The id of the call a tool result answers; both APIs refuse a result without one."""
+    if not message.tool_call_id:
+        raise ModelError(
+            f"Tool result for '{message.name or '?'}' has no tool_call_id; "
+            f"the {provider} API needs it to match the call"
+        )
+    return message.tool_call_id
+
+
+def unsupported_role(message: Message) -> ModelError:
+    return ModelError(
+        f"Unsupported message role '{message.role}' (expected user, assistant or tool)"
+    )
 
 
 def _reject_constant(name: str) -> object:
