@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -29,6 +30,8 @@ from agentscript.trace import TurnTrace
 
 
 class TurnRunnerLike(Protocol):
+    """What :meth:`AgentBase.new_turn` returns: runs one turn, then says what it ran."""
+
     actions_run: list[str]
     displayable: list[dict[str, Any]]
 
@@ -113,6 +116,8 @@ class AgentBase(ABC):
         trace_dir: str | Path | None = None,
         session_id: str | None = None,
     ) -> Session:
+        """A new session; ``variables`` override the declared defaults (ValueError for
+        unknown or ill-typed ones)."""
         state = SessionState(
             session_id or uuid.uuid4().hex[:16], self.initial_variables(variables or {})
         )
@@ -137,8 +142,6 @@ class AgentBase(ABC):
         trace_dir: str | Path | None = None,
     ) -> Session:
         """Rebuild a session saved with :meth:`Session.to_json`."""
-        import json
-
         payload = json.loads(data) if isinstance(data, str) else dict(data)
         state = SessionState.from_json(payload)
         session = Session(
