@@ -162,7 +162,8 @@ class Console:
         self.interactive = interactive
         self.color = color
 
-    def _style(self, text: str, **style: Any) -> str:
+    def style(self, text: str, **style: Any) -> str:
+        """``text`` styled with click's ``style`` arguments, when colour is on."""
         return click.style(text, **style) if self.color else text
 
     def write(self, text: str) -> None:
@@ -174,20 +175,20 @@ class Console:
 
     def begin_reply(self) -> None:
         if self.interactive:
-            self.write(self._style("agent> ", fg="green", bold=True))
+            self.write(self.style("agent> ", fg="green", bold=True))
 
     def reply(self, text: str) -> None:
         self.begin_reply()
         self.line(text)
 
     def detail(self, text: str) -> None:
-        click.echo(self._style(f"  {text}", dim=True), err=not self.interactive)
+        click.echo(self.style(f"  {text}", dim=True), err=not self.interactive)
 
     def notice(self, text: str) -> None:
-        click.echo(self._style(text, fg="yellow"), err=not self.interactive)
+        click.echo(self.style(text, fg="yellow"), err=not self.interactive)
 
     def error(self, text: str) -> None:
-        click.echo(self._style(text, fg="red"), err=True)
+        click.echo(self.style(text, fg="red"), err=True)
 
 
 # ---------------------------------------------------------------------- the chat
@@ -368,7 +369,7 @@ class Chat:
             f"Chatting with {self.agent.name} ({self.model.name}). /help lists commands, /quit leaves."
         )
         self.welcome()
-        prompt = self.console._style("you> ", fg="cyan", bold=True)
+        prompt = self.console.style("you> ", fg="cyan", bold=True)
         while True:
             try:
                 line = read_line(prompt)
@@ -480,7 +481,7 @@ def _step_detail(step: Mapping[str, Any]) -> str:
         return f"{step.get('from')} -> {step.get('to')}"
     if kind == "REFUSED_STEP":
         return f"{step.get('name')}: {step.get('reason')}"
-    if kind in ("RESPONSE_STEP",):
+    if kind == "RESPONSE_STEP":
         return f"{at}{_short(str(step.get('text', '')))}"
     if kind == "ERROR_STEP":
         return str(step.get("message", ""))
