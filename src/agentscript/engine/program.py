@@ -52,12 +52,15 @@ _LIST = re.compile(r"list\s*\[\s*(\w+)\s*\]", re.IGNORECASE)
 
 
 def json_schema_of(type_name: str) -> dict[str, Any]:
-    m = _LIST.fullmatch(type_name.strip())
+    """The JSON schema of an Agent Script type (``list[number]`` included); ``{}`` (anything)
+    for a type it does not know."""
+    name = type_name.strip()
+    m = _LIST.fullmatch(name)
     if m:
         return {"type": "array", "items": dict(_JSON_TYPES.get(m.group(1).lower(), {}))}
-    if type_name.strip().lower() == "list":
+    if name.lower() == "list":
         return {"type": "array"}
-    return dict(_JSON_TYPES.get(type_name.strip().lower(), {}))
+    return dict(_JSON_TYPES.get(name.lower(), {}))
 
 
 def variable_of(target: Expr) -> str | None:
@@ -74,6 +77,7 @@ def capture_tool_name(node: str) -> str:
 
 
 def humanize(name: str) -> str:
+    """``get_order-status`` -> ``Get Order Status``: the description of an undescribed tool."""
     return " ".join(part.capitalize() for part in name.replace("-", "_").split("_") if part)
 
 
@@ -134,6 +138,9 @@ class Node:
 
 
 class Program:
+    """The nodes (subagents) of one agent, lowered for the engine, and its compiled
+    expressions."""
+
     def __init__(self, outline: AgentOutline) -> None:
         self.outline = outline
         self.start = outline.start_agent or next(iter(outline.subagents), "")
@@ -144,6 +151,7 @@ class Program:
         }
 
     def compiled(self, expr: Expr) -> Compiled:
+        """``expr`` compiled, once per expression node."""
         fn = self._compiled.get(expr)
         if fn is None:
             fn = self._compiled[expr] = compile_expr(expr)
