@@ -14,6 +14,8 @@ from agentscript.models.base import Model, ModelRequest, ModelResponse, TextSink
 
 
 class RoutedModel:
+    """A model that sends each request to the model its subagent's id routes to."""
+
     def __init__(self, default: Model, routes: Mapping[str, Callable[[], Model]]) -> None:
         self.default = default
         self.name = default.name
@@ -21,6 +23,7 @@ class RoutedModel:
         self._built: dict[str, Model] = {}
 
     def model_for(self, model_id: str | None) -> Model:
+        """The model for ``model_id`` (built on first use), else the default one."""
         if not model_id or model_id not in self._routes:
             return self.default
         model = self._built.get(model_id)

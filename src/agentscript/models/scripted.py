@@ -39,6 +39,7 @@ class Move:
 
 
 def parse_move(data: Any, where: str = "move") -> Move:
+    """One move of a conversation file; MoveError (naming ``where``) when malformed."""
     if not isinstance(data, Mapping):
         raise MoveError(f"{where}: a move is a mapping with 'say', 'tool' or 'tools'")
     keys = set(data)
