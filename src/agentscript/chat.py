@@ -33,6 +33,7 @@ from agentscript.models.registry import (
     resolve_spec,
 )
 from agentscript.models.routing import RoutedModel
+from agentscript.playback import describe_changes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SHOW_CHOICES = ("prompt", "tools", "trace")
@@ -431,12 +432,7 @@ def describe_turn(reply: Reply, before: Mapping[str, Any], show: frozenset[str])
                 f"transition {step.get('from')} -> {step.get('to')} (via {step.get('via')})"
             )
     if "trace" in show:
-        for name, value in reply.variables.items():
-            old = before.get(name)
-            if old != value:
-                lines.append(
-                    f"set {name}: {json.dumps(old, default=repr)} -> {json.dumps(value, default=repr)}"
-                )
+        lines.extend(f"set {change}" for change in describe_changes(before, reply.variables))
         if reply.trace_file:
             lines.append(f"trace file: {reply.trace_file}")
     return lines

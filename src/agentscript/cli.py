@@ -249,17 +249,6 @@ def load_agent_or_exit(
         sys.exit(EXIT_USAGE)
 
 
-def describe_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    changes = []
-    for name, value in after.items():
-        old = before.get(name)
-        if old != value:
-            changes.append(
-                f"{name}: {json.dumps(old, default=repr)} -> {json.dumps(value, default=repr)}"
-            )
-    return changes
-
-
 @main.command()
 @click.argument("agent")
 @click.option(
@@ -309,6 +298,8 @@ def run(
 
 
 def print_transcript(playback: Any) -> None:
+    from agentscript.playback import describe_changes
+
     color = sys.stdout.isatty()
 
     def dim(text: str) -> str:

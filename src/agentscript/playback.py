@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,3 +91,12 @@ def play(
     agent: AgentBase, conversation: Conversation, *, trace_dir: Path | None = None
 ) -> Playback:
     return asyncio.run(play_async(agent, conversation, trace_dir=trace_dir))
+
+
+def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """``name: old -> new`` (JSON values) for every variable whose value changed."""
+    return [
+        f"{name}: {json.dumps(before.get(name), default=repr)} -> {json.dumps(value, default=repr)}"
+        for name, value in after.items()
+        if before.get(name) != value
+    ]

@@ -97,7 +97,6 @@ class Tool:
 
     name: str
     kind: str  # action|transition|set_variables|escalate|end_session|delegate|connected|capture|cancel
-    binding: ToolBinding | None
     spec: ToolSpec
     parameters: dict[str, Parameter]
     action: ActionDef | None = None
@@ -261,7 +260,6 @@ class Program:
         return Tool(
             binding.name,
             kind,
-            binding,
             spec,
             parameters,
             action=action,
@@ -305,7 +303,6 @@ class Program:
         capture = Tool(
             capture_name,
             "capture",
-            None,
             ToolSpec(
                 capture_name,
                 "Record the values the user gave for the requested fields",
@@ -316,7 +313,6 @@ class Program:
         cancel = Tool(
             cancel_name,
             "cancel",
-            None,
             ToolSpec(
                 cancel_name, "Stop collecting these fields when the user wants something else"
             ),
