@@ -21,6 +21,8 @@ from typing import Any
 import click
 import yaml
 
+from agentscript.actions.registry import StubBook
+from agentscript.conversation import ConversationError, load_conversation
 from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
 from agentscript.models.recording import ConversationRecorder, RecordingModel
@@ -146,6 +148,8 @@ def subagent_routes(
 @dataclass
 class ChatOptions:
     variables: dict[str, Any] = field(default_factory=dict)
+    # The `actions:` of a conversation file: stub results for actions with no local backend.
+    stubs: dict[str, Any] = field(default_factory=dict)
     show: frozenset[str] = frozenset()
     trace_dir: Path | None = None
     record: Path | None = None
@@ -217,6 +221,7 @@ class Chat:
         session = self.agent.session(
             model=self.model,
             variables=self.options.variables,
+            stubs=StubBook.from_data(self.options.stubs),
             trace_dir=self.options.trace_dir,
         )
         if self.options.stream:
@@ -507,20 +512,31 @@ def run_chat(
     trace_dir: str | Path | None = None,
     record: str | Path | None = None,
     stream: bool = True,
+    stubs: str | Path | None = None,
     interactive: bool | None = None,
     lines: Iterable[str] | None = None,
     read_line: Callable[[str], str] | None = None,
 ) -> int:
     """Run a chat and return the exit code (0 ok, 1 a turn failed when scripted, 2 usage).
 
-    ``model`` skips model selection (tests, embedding). ``interactive`` defaults to whether
-    stdin is a terminal; ``lines`` / ``read_line`` replace stdin.
+    ``model`` skips model selection (tests, embedding). ``stubs`` names a conversation file
+    whose `actions:` answer actions with no local backend and whose `variables:` are initial
+    values (``--var`` wins). ``interactive`` defaults to whether stdin is a terminal;
+    ``lines`` / ``read_line`` replace stdin.
     """
     if interactive is None:
         interactive = sys.stdin.isatty()
     console = Console(interactive=interactive, color=interactive and sys.stdout.isatty())
     try:
         values = parse_vars(variables)
+        stub_data: dict[str, Any] = {}
+        if stubs is not None:
+            try:
+                canned = load_conversation(stubs)
+            except ConversationError as exc:
+                raise ChatUsageError(f"--stubs: {exc}") from None
+            stub_data = canned.stubs
+            values = {**canned.variables, **values}
         unknown_show = sorted(set(show) - set(SHOW_CHOICES))
         if unknown_show:
             raise ChatUsageError(
@@ -531,6 +547,7 @@ def run_chat(
         )
         options = ChatOptions(
             variables=values,
+            stubs=stub_data,
             show=frozenset(show),
             trace_dir=Path(trace_dir) if trace_dir is not None else None,
             record=Path(record) if record is not None else None,

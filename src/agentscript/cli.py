@@ -372,6 +372,13 @@ def print_transcript(playback: Any) -> None:
 )
 @click.option("--no-stream", is_flag=True, help="Print each reply whole instead of streaming it.")
 @click.option(
+    "--stubs",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A conversation file whose 'actions:' answer actions that have no local backend "
+    "(flow://, apex://, ...) and whose 'variables:' are initial values.",
+)
+@click.option(
     "--stub-missing-tools",
     is_flag=True,
     help="Mantle projects: run tools whose Python code is missing as stubs (results from the conversation file).",
@@ -385,6 +392,7 @@ def chat(
     show: tuple[str, ...],
     record: str | None,
     no_stream: bool,
+    stubs: str | None,
     stub_missing_tools: bool,
 ) -> None:
     """Chat with AGENT using a real model (one message per line when stdin is not a terminal)."""
@@ -401,6 +409,7 @@ def chat(
             trace_dir=trace_dir,
             record=record,
             stream=not no_stream,
+            stubs=stubs,
         )
     )
 
