@@ -441,3 +441,27 @@ def test_outline_config_and_reset() -> None:
     assert outline.reset_to_initial_node is False
     assert outline.config["developer_name"] == "test_agent"
     assert outline.variables["ctx_id"].source == "MessagingSession.Id"
+
+
+def test_actions_reference_used_as_a_value_is_an_error() -> None:
+    body = (
+        START
+        + "        actions:\n            go: @utils.setVariables\n                with name = @actions.go\n"
+    )
+    d = find(run(body), "invalid-reference-context")
+    assert d.severity.value == "error" and "'@actions.go' names an action" in d.message
+
+
+def test_actions_reference_in_text_renders_a_tool_name() -> None:
+    body = START.replace("| Hello", "| Use {!@actions.go}. Hello") + (
+        "        actions:\n            go: @utils.transition to @start_agent.main\n"
+    )
+    assert not [d for d in run(body) if d.code == "invalid-reference-context"]
+
+
+def test_subagent_reference_inside_text_is_an_error() -> None:
+    body = 'start_agent main:\n    description: "Router"\n    reasoning:\n        instructions: ->\n            | Go to {!@subagent.main} now.\n'
+    d = find(run(body), "invalid-reference-context")
+    assert (
+        d.severity.value == "error" and "'@subagent.main' cannot be written into text" in d.message
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentscript.check import schema
 from agentscript.check.context import Context, suggest
@@ -59,13 +59,18 @@ class Scope:
     unknown_outputs: bool = False
     connection_inputs: frozenset[str] | None = None
     in_connection: bool = False
+    # Inside `{!...}` of a template: `@actions.x` renders a tool name there, not a value.
+    in_template: bool = False
 
     def with_outputs(self, owner: str | None, outputs: dict[str, ParamInfo] | None) -> Scope:
         """This scope inside the callback of ``owner``; ``outputs`` None means the action is
         unknown, so ``@outputs`` goes unchecked there."""
-        return Scope(
-            self.node, outputs, owner, outputs is None, self.connection_inputs, self.in_connection
+        return replace(
+            self, outputs=outputs, outputs_owner=owner, unknown_outputs=outputs is None
         )
+
+    def for_template(self) -> Scope:
+        return replace(self, in_template=True)
 
 
 class ExprChecker:
@@ -101,6 +106,7 @@ class ExprChecker:
         if isinstance(expr, Member | AtName):
             parts = reference_path(expr)
             if parts is not None:
+                self._value_reference(parts, expr.span, scope)
                 self.resolve(parts, expr.span, scope)
                 return
             assert isinstance(expr, Member)
@@ -216,6 +222,25 @@ class ExprChecker:
             self.ctx.error("unknown-identifier", f"Unknown identifier '{name}'.{hint}", expr.span)
 
     # ------------------------------------------------------------ references
+
+    def _value_reference(self, parts: tuple[str, ...], span: Span, scope: Scope) -> None:
+        """References that name things rather than hold values (official compiler errors)."""
+        ns = parts[0]
+        if ns == "actions" and not scope.in_template and len(parts) > 1:
+            self.ctx.error(
+                "invalid-reference-context",
+                f"'@actions.{parts[1]}' names an action and has no value here; run it with "
+                f"`run @actions.{parts[1]}`, offer it as a tool, or write "
+                f"`{{!@actions.{parts[1]}}}` in text for its tool name.",
+                span,
+            )
+        elif ns in schema.NODE_NAMESPACES and scope.in_template and len(parts) > 1:
+            self.ctx.error(
+                "invalid-reference-context",
+                f"'@{ns}.{parts[1]}' cannot be written into text; name the subagent in words, "
+                f"or use `{{!@actions.<tool>}}` for the tool that goes there.",
+                span,
+            )
 
     def resolve(self, parts: tuple[str, ...], span: Span, scope: Scope) -> None:
         """Check the reference ``@parts[0].parts[1]...`` in ``scope``; a variable it names

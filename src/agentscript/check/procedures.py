@@ -97,7 +97,7 @@ class ProcedureChecker:
                 newlines += part.count("\n")
             else:
                 newlines += part.source.count("\n")
-                self.exprs.check(part.expr, scope)
+                self.exprs.check(part.expr, scope.for_template())
 
     # ------------------------------------------------------------ procedures
 
