@@ -465,3 +465,16 @@ def test_subagent_reference_inside_text_is_an_error() -> None:
     assert (
         d.severity.value == "error" and "'@subagent.main' cannot be written into text" in d.message
     )
+
+
+def test_available_when_on_a_string_variable_is_a_warning() -> None:
+    body = START + (
+        "        actions:\n"
+        "            go: @utils.transition to @start_agent.main\n"
+        "                available when @variables.name\n"
+        "            stay: @utils.transition to @start_agent.main\n"
+        '                available when @variables.name != ""\n'
+    )
+    hits = [d for d in run(body) if d.code == "available-when-non-boolean"]
+    assert [(d.severity.value, d.span.line) for d in hits] == [("warning", hits[0].span.line)]
+    assert "@variables.x != " in hits[0].message

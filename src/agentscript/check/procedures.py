@@ -10,7 +10,7 @@ from agentscript.check.exprs import ExprChecker, Scope
 from agentscript.check.outline import ParamInfo, SubagentInfo, ToolBinding
 from agentscript.check.schema import BlockSpec
 from agentscript.check.structure import Jobs, StructureChecker
-from agentscript.check.types import compatible, static_type
+from agentscript.check.types import base_type, compatible, static_type
 from agentscript.check.values import string_of
 from agentscript.diagnostics import Span
 from agentscript.expr.nodes import EllipsisExpr, Expr, reference_path
@@ -163,6 +163,18 @@ class ProcedureChecker:
             "statement-not-allowed", f"{what} is not allowed in {where}.{hint}", item.span
         )
 
+    def guard_type(self, item: AvailableWhenStmt) -> None:
+        """A guard whose type is known and not boolean is probably a mistake (it is still
+        evaluated by truthiness: an empty string hides the tool, any other shows it)."""
+        kind = static_type(item.condition, self.ctx.outline)
+        if kind is not None and base_type(kind) != "boolean":
+            self.ctx.warning(
+                "available-when-non-boolean",
+                f"This guard is {kind}, not boolean: the tool shows whenever it is non-empty "
+                'or non-zero. Compare it, e.g. `available when @variables.x != ""`.',
+                item.condition.span,
+            )
+
     def statement(self, item: Item, mode: str, scope: Scope, *, in_if: bool) -> None:
         """Check one statement already known to be allowed in ``mode``."""
         check = self.exprs.check
@@ -189,6 +201,7 @@ class ProcedureChecker:
             self.transition(item.targets, item.span, scope)
         elif isinstance(item, AvailableWhenStmt):
             check(item.condition, scope)
+            self.guard_type(item)
         elif isinstance(item, CollectStmt):
             node = scope.node
             if node is not None and node.is_start:
