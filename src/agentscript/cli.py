@@ -113,6 +113,20 @@ def source_lines(path: Path) -> list[str] | None:
     return data.decode("utf-8-sig", errors="replace").splitlines()
 
 
+# Options shared by `run` and `chat`.
+trace_dir_option = click.option(
+    "--trace-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write one trace file per turn.",
+)
+stub_missing_tools_option = click.option(
+    "--stub-missing-tools",
+    is_flag=True,
+    help="Mantle projects: run tools whose Python code is missing as stubs (results from the conversation file).",
+)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agentscript")
 def main() -> None:
@@ -254,20 +268,11 @@ def load_agent_or_exit(
 @click.option(
     "--conversation", "conversation_path", required=True, help="Conversation file (YAML)."
 )
-@click.option(
-    "--trace-dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Write one trace file per turn.",
-)
+@trace_dir_option
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the transcript."
 )
-@click.option(
-    "--stub-missing-tools",
-    is_flag=True,
-    help="Mantle projects: run tools whose Python code is missing as stubs (results from the conversation file).",
-)
+@stub_missing_tools_option
 def run(
     agent: str,
     conversation_path: str,
@@ -352,12 +357,7 @@ def print_transcript(playback: Any) -> None:
 @click.option(
     "--var", "variables", multiple=True, metavar="NAME=VALUE", help="Initial variable (YAML value)."
 )
-@click.option(
-    "--trace-dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Write one trace file per turn.",
-)
+@trace_dir_option
 @click.option(
     "--show",
     multiple=True,
@@ -378,11 +378,7 @@ def print_transcript(playback: Any) -> None:
     help="A conversation file whose 'actions:' answer actions that have no local backend "
     "(flow://, apex://, ...) and whose 'variables:' are initial values.",
 )
-@click.option(
-    "--stub-missing-tools",
-    is_flag=True,
-    help="Mantle projects: run tools whose Python code is missing as stubs (results from the conversation file).",
-)
+@stub_missing_tools_option
 def chat(
     agent: str,
     model_spec: str | None,

@@ -27,12 +27,10 @@ PROJECT_ONLY_KEYS = frozenset({"mutable", "seed"})
 
 def read_project_memory(text: str, ctx: y.Ctx) -> dict[str, MemoryEntry]:
     """The project file is a flat map; a ``schema:`` wrapper is tolerated (all public)."""
-    root = y.compose(text, ctx)
-    if y.is_null(root):
-        return {}
-    assert root is not None
-    if not y.is_map(root):
-        ctx.add("mantle-memory", "memory.yml must be a mapping of entry names", ctx.span(root))
+    root = y.compose_mapping(
+        text, ctx, "mantle-memory", "memory.yml must be a mapping of entry names"
+    )
+    if root is None:
         return {}
     pairs = y.items(root, ctx)
     if len(pairs) == 1 and pairs[0][0] == "schema" and y.is_map(pairs[0][2]):
@@ -48,14 +46,10 @@ def read_project_memory(text: str, ctx: y.Ctx) -> dict[str, MemoryEntry]:
 
 
 def read_skill_memory(text: str, skill_id: str, ctx: y.Ctx) -> dict[str, MemoryEntry]:
-    root = y.compose(text, ctx)
-    if y.is_null(root):
-        return {}
-    assert root is not None
-    if not y.is_map(root):
-        ctx.add(
-            "mantle-memory", "memory.yml must be a mapping with a 'schema:' key", ctx.span(root)
-        )
+    root = y.compose_mapping(
+        text, ctx, "mantle-memory", "memory.yml must be a mapping with a 'schema:' key"
+    )
+    if root is None:
         return {}
     top = {k: (kn, v) for k, kn, v in y.items(root, ctx)}
     if "schema" not in top:

@@ -15,14 +15,10 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
 
 
 def read_responses(text: str, owner: str | None, ctx: y.Ctx) -> dict[str, Response]:
-    root = y.compose(text, ctx)
-    if y.is_null(root):
-        return {}
-    assert root is not None
-    if not y.is_map(root):
-        ctx.add(
-            "mantle-responses", "responses.yml must be a mapping with 'responses:'", ctx.span(root)
-        )
+    root = y.compose_mapping(
+        text, ctx, "mantle-responses", "responses.yml must be a mapping with 'responses:'"
+    )
+    if root is None:
         return {}
     section: yaml.Node | None = None
     for key, key_node, node in y.items(root, ctx):

@@ -62,6 +62,19 @@ def value(node: yaml.Node) -> Any:
     return SafeConstructor().construct_document(node)
 
 
+def compose_mapping(text: str, ctx: Ctx, code: str, message: str) -> yaml.MappingNode | None:
+    """A file whose top level must be a mapping: None when empty, or (reported with ``code``
+    and ``message``) when it is something else."""
+    root = compose(text, ctx)
+    if is_null(root):
+        return None
+    assert root is not None
+    if not isinstance(root, yaml.MappingNode):
+        ctx.add(code, message, ctx.span(root))
+        return None
+    return root
+
+
 def is_map(node: yaml.Node | None) -> bool:
     return isinstance(node, yaml.MappingNode)
 
