@@ -63,7 +63,7 @@ def load(
     if file.is_dir() or file.name in ("agent.yml", "agent.yaml"):
         from agentscript.mantle.runtime import load_mantle_agent
 
-        return load_mantle_agent(file, stub_missing_tools=stub_missing_tools)
+        return _integrated(load_mantle_agent(file, stub_missing_tools=stub_missing_tools))
     doc, diagnostics = parse_file(file)
     if doc is None:
         raise AgentScriptError(diagnostics, str(file))
@@ -71,4 +71,18 @@ def load(
     diagnostics = diagnostics + result.diagnostics
     if any(d.is_error for d in diagnostics):
         raise AgentScriptError(diagnostics, str(file))
-    return Agent(result.outline, path=file)
+    return _integrated(Agent(result.outline, path=file))
+
+
+def _integrated(agent: AgentBase) -> AgentBase:
+    """``agent`` with the integrations of its ``agentscript.toml`` (MCP servers, budgets);
+    a malformed table is a load error naming the file."""
+    from agentscript.engine.budgets import BudgetConfigError
+    from agentscript.integrations.config import ConfigError
+    from agentscript.integrations.setup import configure_agent
+
+    try:
+        configure_agent(agent)
+    except (ConfigError, BudgetConfigError) as exc:
+        raise AgentScriptError([error("config-error", str(exc), Span(1, 1, 1, 1))], None) from None
+    return agent

@@ -39,6 +39,7 @@ class TurnReport:
             "error": reply.error,
             "displayable": reply.displayable,
             "failed_expectations": self.failed_expectations,
+            "usage": reply.usage,
         }
 
 

@@ -41,7 +41,24 @@ async def call_model(
     iteration: int,
     stream: TextSink | None = None,
 ) -> ModelResponse:
-    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError."""
+    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
+
+    The turn's budget meter (:mod:`agentscript.engine.budgets`), when one is active, is asked
+    first: a call that would cross a cap is not made (``BudgetExceeded``, a ``BUDGET_STEP``)."""
+    from agentscript.engine import budgets  # budgets imports TurnError from here
+
+    meter = budgets.active_meter()
+    if meter is not None:
+        hit = meter.check(model.name, request)
+        if hit is not None:
+            trace.add(
+                "BUDGET_STEP",
+                node=request.node,
+                iteration=iteration,
+                action=meter.budget.on_exceed.value,
+                **hit.to_json(),
+            )
+            raise budgets.BudgetExceeded(hit)
     step = trace.add(
         "LLM_STEP",
         node=request.node,
@@ -72,9 +89,10 @@ async def call_model(
     if response.model:
         step["model"] = response.model
     usage = response.usage
-    trace.count_llm_call(
-        step["durationMs"], usage.input_tokens if usage else 0, usage.output_tokens if usage else 0
-    )
+    input_tokens, output_tokens = (usage.input_tokens, usage.output_tokens) if usage else (0, 0)
+    trace.count_llm_call(step["durationMs"], input_tokens, output_tokens)
+    if meter is not None:
+        meter.record(model.name, input_tokens, output_tokens)
     return response
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.check.outline import AgentOutline
+from agentscript.engine.budgets import Budget, BudgetMeter, OnExceed, Usage, metering
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.state import SessionState
@@ -57,6 +58,9 @@ class Reply:
     trace_file: str | None = None
     exhausted: bool = False  # the scripted model had no move left
     refused: bool = False  # the turn was not run (e.g. the session had ended)
+    # LLM calls, tokens and cost of this turn and of the whole session (engine/budgets.py).
+    usage: dict[str, Any] | None = None
+    session_usage: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,11 +77,16 @@ class AgentBase(ABC):
     name: str
     path: Path | None
     handlers: dict[str, Handler]
+    # Caps and prices for every session (from agentscript.toml; a session may override).
+    budget: Budget | None
+    integration_config: Any
 
     def __init__(self, *, path: Path | None, name: str) -> None:
         self.path = path
         self.name = name
         self.handlers = {}
+        self.budget = None
+        self.integration_config = None
 
     @abstractmethod
     def new_turn(
@@ -115,6 +124,7 @@ class AgentBase(ABC):
         limits: Limits | None = None,
         trace_dir: str | Path | None = None,
         session_id: str | None = None,
+        budget: Budget | None = None,
     ) -> Session:
         """A new session; ``variables`` override the declared defaults (ValueError for
         unknown or ill-typed ones)."""
@@ -129,6 +139,7 @@ class AgentBase(ABC):
             stubs=stubs,
             limits=limits,
             trace_dir=trace_dir,
+            budget=budget,
         )
 
     def restore(
@@ -140,6 +151,7 @@ class AgentBase(ABC):
         stubs: StubBook | None = None,
         limits: Limits | None = None,
         trace_dir: str | Path | None = None,
+        budget: Budget | None = None,
     ) -> Session:
         """Rebuild a session saved with :meth:`Session.to_json`."""
         payload = json.loads(data) if isinstance(data, str) else dict(data)
@@ -152,6 +164,7 @@ class AgentBase(ABC):
             stubs=stubs,
             limits=limits,
             trace_dir=trace_dir,
+            budget=budget,
         )
         session.runner.stubs.restore(state.stub_usage)
         return session
@@ -226,6 +239,7 @@ class Session:
         stubs: StubBook | None = None,
         limits: Limits | None = None,
         trace_dir: str | Path | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.agent = agent
         self.state = state
@@ -241,6 +255,10 @@ class Session:
             timeouts=self.limits.action_timeouts,
         )
         self.welcome = agent.welcome(state.variables)
+        # Session totals survive save/restore in the state's extension data.
+        self.meter = BudgetMeter(
+            budget or agent.budget or Budget(), Usage.from_json(state.extra.get("usage") or {})
+        )
         self.on_text: Callable[[str], None] | None = None
 
     @property
@@ -277,7 +295,11 @@ class Session:
             limits=self.limits,
             stream=self.on_text,
         )
-        result = await runner.run()
+        with metering(self.meter):
+            result = await runner.run()
+        state.extra["usage"] = self.meter.session.to_json()
+        if self.meter.hit is not None and self.meter.budget.on_exceed is OnExceed.ESCALATE:
+            result.escalated = True
         state.stub_usage = self.runner.stubs.state()
         return self._reply(
             result, trace, actions=runner.actions_run, displayable=runner.displayable
@@ -294,6 +316,8 @@ class Session:
     ) -> Reply:
         text = "\n\n".join(m for m in result.messages if m)
         trace.response = text
+        if self.meter.turn.cost is not None and (refused is False):
+            trace.usage["cost"] = round(self.meter.turn.cost, 8)
         trace_file = str(trace.write(self.trace_dir)) if self.trace_dir is not None else None
         return Reply(
             text=text,
@@ -311,6 +335,8 @@ class Session:
             trace_file=trace_file,
             exhausted=result.exhausted,
             refused=refused,
+            usage=dict(trace.usage),
+            session_usage=self.meter.session.to_json(),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -1,0 +1,349 @@
+"""MCP servers as action targets: ``mcp://SERVER/TOOL`` (Agent Script), ``mcp/SERVER:TOOL``
+(Mantle), over the official ``mcp`` SDK (extra ``agentscript[mcp]``).
+
+Contract:
+
+- one client session per configured server per :class:`McpHub`, started on the first call,
+  reused by every later call, session and turn, and started again on the next call after the
+  server crashed or the connection broke;
+- every call runs under the server's ``timeout``; a tool result with ``isError``, a protocol
+  error, a crash, an unreachable server or a timeout raise :class:`ActionError` with a message
+  naming the server and the tool (rule S12), never hang and never show a traceback;
+- header and environment values are expanded from ``${VAR}`` when connecting and never
+  appear in a message or a trace.
+
+The sessions live on one background event loop owned by the hub: ``Session.send`` runs each
+turn under its own ``asyncio.run``, and a client session is bound to the loop that opened it.
+Calls from any loop are handed to that loop and awaited from the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentscript.actions.registry import ActionError, ActionRequest, Handler
+from agentscript.integrations.config import ConfigError, McpServerConfig, expand_env
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+T = TypeVar("T")
+EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
+
+
+@dataclass(frozen=True, slots=True)
+class McpTool:
+    """A tool a server lists: its name, description and JSON schemas."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+
+
+def parse_target(target: str) -> tuple[str, str] | None:
+    """``mcp://SERVER/TOOL`` or ``mcp/SERVER:TOOL`` -> ``(SERVER, TOOL)``; None otherwise."""
+    if target.startswith("mcp://"):
+        server, sep, tool = target[len("mcp://") :].partition("/")
+    elif target.startswith("mcp/"):
+        server, sep, tool = target[len("mcp/") :].partition(":")
+    else:
+        return None
+    if not sep or not server or not tool or "/" in tool:
+        return None
+    return server, tool
+
+
+def _import_sdk() -> Any:
+    try:
+        import mcp
+    except ImportError:
+        raise ActionError(f"MCP actions need the `mcp` package: {EXTRA_HINT}") from None
+    return mcp
+
+
+class _LoopThread:
+    """One event loop on a daemon thread: where the hub's client sessions live."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="agentscript-mcp", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+class _Connection:
+    """One server's client session, owned by a task on the hub's loop."""
+
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self.session: ClientSession | None = None
+        self.tools: dict[str, McpTool] | None = None
+        self.starts = 0
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def ensure(self) -> ClientSession:
+        """The live session, started (again) when there is none."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.session is not None and self._task is not None and not self._task.done():
+                return self.session
+            await self.close()
+            ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            self._task = asyncio.create_task(self._own(ready, self._stop))
+            try:
+                self.session = await asyncio.wait_for(
+                    asyncio.shield(ready), self.config.connect_timeout
+                )
+            except TimeoutError:
+                await self.close()
+                raise ActionError(
+                    f"MCP server '{self.config.name}' ({self.config.describe()}) did not answer "
+                    f"within {self.config.connect_timeout:g} s (connect_timeout)"
+                ) from None
+            except ActionError:
+                await self.close()
+                raise
+            self.starts += 1
+            return self.session
+
+    async def _own(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
+        """Open the transport and the session, hand it over, hold it until told to stop."""
+        mcp = _import_sdk()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                streams = await stack.enter_async_context(self._transport(mcp))
+                session = await stack.enter_async_context(mcp.ClientSession(streams[0], streams[1]))
+                await session.initialize()
+                ready.set_result(session)
+                await stop.wait()
+        except BaseException as exc:  # reported to the waiting caller, never raised here
+            if not ready.done():
+                ready.set_exception(self._connect_error(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self.session = None
+
+    def _transport(self, mcp: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        config = self.config
+        table = f"[mcp.servers.{config.name}]"
+        if config.command:
+            env = {k: expand_env(v, f"{table} env {k}") for k, v in config.env}
+            params = mcp.StdioServerParameters(
+                command=config.command, args=list(config.args), env=env or None, cwd=config.cwd
+            )
+            # The server's own log goes nowhere: its stderr would interleave with the chat.
+            opened: contextlib.AbstractAsyncContextManager[Any] = mcp.stdio_client(
+                params, errlog=_devnull()
+            )
+            return opened
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        headers = {k: expand_env(v, f"{table} header {k}") for k, v in config.headers}
+        client = create_mcp_http_client(headers=headers)
+        return streamable_http_client(config.url or "", http_client=client)
+
+    def _connect_error(self, exc: BaseException) -> ActionError:
+        if isinstance(exc, ActionError):
+            return exc
+        if isinstance(exc, ConfigError):
+            return ActionError(str(exc))
+        detail = _describe(exc)
+        return ActionError(
+            f"cannot start MCP server '{self.config.name}' ({self.config.describe()}): {detail}"
+        )
+
+    async def close(self) -> None:
+        """End the session and its transport (the stdio process ends with it)."""
+        task, stop = self._task, self._stop
+        self._task = self._stop = None
+        self.session = None
+        if task is None or stop is None:
+            return
+        stop.set()
+        try:
+            await asyncio.wait_for(task, 5)
+        except BaseException:  # a broken transport may fail while closing; it is gone anyway
+            task.cancel()
+
+
+class McpHub:
+    """The configured MCP servers of a process and one client session per server."""
+
+    def __init__(self, servers: Mapping[str, McpServerConfig]) -> None:
+        self.servers = dict(servers)
+        self._connections: dict[str, _Connection] = {}
+        self._loop: _LoopThread | None = None
+        self._guard = threading.Lock()
+
+    # ----------------------------------------------------------------- public API
+
+    def handler(self) -> Handler:
+        """The ``mcp`` scheme handler (``register_handler("mcp", hub.handler())``)."""
+        return self.handle
+
+    async def handle(self, request: ActionRequest) -> dict[str, Any]:
+        parsed = parse_target(request.target or "")
+        if parsed is None:
+            raise ActionError(
+                f"action '{request.name}': '{request.target}' is not an MCP target; "
+                "write mcp://SERVER/TOOL"
+            )
+        server, tool = parsed
+        return await self.call_tool(server, tool, request.inputs, action=request.name)
+
+    async def call_tool(
+        self, server: str, tool: str, arguments: Mapping[str, Any], *, action: str | None = None
+    ) -> dict[str, Any]:
+        """The tool's outputs: its structured content, else its text (a JSON object text
+        becomes that object, other text ``{"result": text}``). Failures raise ActionError."""
+        connection = self._connection(server, action or tool)
+        return await self._on_loop(self._call(connection, tool, dict(arguments)))
+
+    async def list_tools(self, server: str) -> list[McpTool]:
+        """The server's tools (connecting if needed); failures raise ActionError."""
+        connection = self._connection(server, None)
+        return await self._on_loop(self._list(connection))
+
+    def starts(self, server: str) -> int:
+        """How many times the server's session was started (1 unless it was restarted)."""
+        connection = self._connections.get(server)
+        return connection.starts if connection else 0
+
+    def close(self) -> None:
+        """End every session and the background loop (idempotent)."""
+        with self._guard:
+            loop, self._loop = self._loop, None
+            connections = list(self._connections.values())
+            self._connections.clear()
+        if loop is None:
+            return
+        for connection in connections:
+            with contextlib.suppress(Exception):
+                loop.submit(connection.close()).result(timeout=10)
+        loop.stop()
+
+    # ----------------------------------------------------------------- internals
+
+    def _connection(self, server: str, action: str | None) -> _Connection:
+        config = self.servers.get(server)
+        if config is None:
+            who = f"action '{action}': " if action else ""
+            known = ", ".join(sorted(self.servers)) or "none"
+            raise ActionError(
+                f"{who}MCP server '{server}' is not declared in agentscript.toml "
+                f"([mcp.servers.{server}]); declared: {known}"
+            )
+        with self._guard:
+            connection = self._connections.get(server)
+            if connection is None:
+                connection = self._connections[server] = _Connection(config)
+            return connection
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self._guard:
+            if self._loop is None:
+                self._loop = _LoopThread()
+            loop = self._loop
+        return await asyncio.wrap_future(loop.submit(coro))
+
+    async def _call(
+        self, connection: _Connection, tool: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        config = connection.config
+        where = f"MCP tool '{tool}' of server '{config.name}'"
+        session = await connection.ensure()
+        try:
+            result = await asyncio.wait_for(
+                session.call_tool(tool, arguments), timeout=config.timeout
+            )
+        except TimeoutError:
+            raise ActionError(f"{where} timed out after {config.timeout:g} s") from None
+        except Exception as exc:
+            # A broken connection (crash, closed stream): drop the session so the next call
+            # starts the server again.
+            await connection.close()
+            raise ActionError(
+                f"{where} failed: {_describe(exc)} (the server will be restarted on the next call)"
+            ) from None
+        if result.is_error:
+            raise ActionError(f"{where} reported an error: {_text(result.content) or 'no message'}")
+        return _outputs(result)
+
+    async def _list(self, connection: _Connection) -> list[McpTool]:
+        session = await connection.ensure()
+        try:
+            listed = await asyncio.wait_for(session.list_tools(), connection.config.timeout)
+        except TimeoutError:
+            raise ActionError(
+                f"MCP server '{connection.config.name}' did not list its tools within "
+                f"{connection.config.timeout:g} s"
+            ) from None
+        except Exception as exc:
+            await connection.close()
+            raise ActionError(
+                f"MCP server '{connection.config.name}' failed to list its tools: {_describe(exc)}"
+            ) from None
+        tools = [
+            McpTool(
+                t.name,
+                t.description or "",
+                dict(t.input_schema or {}),
+                dict(t.output_schema) if t.output_schema else None,
+            )
+            for t in listed.tools
+        ]
+        connection.tools = {t.name: t for t in tools}
+        return tools
+
+
+def _outputs(result: Any) -> dict[str, Any]:
+    structured = result.structured_content
+    if isinstance(structured, dict):
+        return dict(structured)
+    text = _text(result.content)
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(text)
+        if isinstance(parsed, dict):
+            return parsed
+    return {"result": text}
+
+
+def _text(content: Any) -> str:
+    parts = [getattr(block, "text", None) for block in content or []]
+    return "\n".join(p for p in parts if isinstance(p, str))
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line reason; exception groups from the SDK's task groups are unwrapped."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _devnull() -> Any:
+    # Lives as long as the server process.
+    return open(os.devnull, "w")

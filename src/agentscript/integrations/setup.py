@@ -1,0 +1,66 @@
+"""Wiring the integrations of ``agentscript.toml`` into a loaded agent.
+
+:func:`configure_agent` is called by :func:`agentscript.load` for both formats: it reads the
+configuration that applies to the agent's folder, registers the ``mcp`` scheme handler on a
+process-wide :class:`McpHub` (one client session per server per process, whichever agents and
+sessions use it) and attaches the budget settings. A malformed file raises
+:class:`ConfigError`; nothing connects until an action runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentscript.integrations.config import (
+    IntegrationConfig,
+    McpServerConfig,
+    load_integration_config,
+)
+from agentscript.integrations.mcp_client import McpHub
+
+if TYPE_CHECKING:
+    from agentscript.engine.session import AgentBase
+
+_hubs: dict[tuple[McpServerConfig, ...], McpHub] = {}
+_hubs_guard = threading.Lock()
+
+
+def shared_hub(config: IntegrationConfig) -> McpHub:
+    """The process's hub for these server declarations (created on first use).
+
+    Process-wide on purpose: a server's session is shared by every agent and session that
+    declares the same server, which is the contract of ``[mcp.servers]``.
+    """
+    key = tuple(sorted(config.mcp_servers.values(), key=lambda s: s.name))
+    with _hubs_guard:
+        hub = _hubs.get(key)
+        if hub is None:
+            hub = _hubs[key] = McpHub(config.mcp_servers)
+        return hub
+
+
+def close_shared_hubs() -> None:
+    """End every MCP session of the process (also run at exit)."""
+    with _hubs_guard:
+        hubs = list(_hubs.values())
+        _hubs.clear()
+    for hub in hubs:
+        hub.close()
+
+
+atexit.register(close_shared_hubs)
+
+
+def configure_agent(agent: AgentBase, *, config_path: Path | None = None) -> IntegrationConfig:
+    """Register the integrations of the applicable ``agentscript.toml`` on ``agent``."""
+    start = agent.path.parent if agent.path is not None and agent.path.is_file() else agent.path
+    config = load_integration_config(config_path, start=start)
+    agent.register_handler("mcp", shared_hub(config).handler())
+    from agentscript.engine.budgets import budget_from_config
+
+    agent.budget = budget_from_config(config)
+    agent.integration_config = config
+    return config
