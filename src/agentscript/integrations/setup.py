@@ -22,6 +22,7 @@ from agentscript.integrations.config import (
 from agentscript.integrations.mcp_client import McpHub
 
 if TYPE_CHECKING:
+    from agentscript.engine.budgets import Budget
     from agentscript.engine.session import AgentBase
 
 _hubs: dict[tuple[McpServerConfig, ...], McpHub] = {}
@@ -62,5 +63,26 @@ def configure_agent(agent: AgentBase, *, config_path: Path | None = None) -> Int
     from agentscript.engine.budgets import budget_from_config
 
     agent.budget = budget_from_config(config)
+    if agent.budget is not None and agent.budget.needs_prices and config.path is not None:
+        check_prices(agent.budget, config.path)
     agent.integration_config = config
     return config
+
+
+def check_prices(budget: Budget, path: Path) -> None:
+    """A cost cap needs a price for every model the same file configures ([models])."""
+    from agentscript.engine.budgets import BudgetConfigError
+    from agentscript.models.base import ModelError
+    from agentscript.models.registry import load_config
+
+    try:
+        models = load_config(path)
+    except ModelError:
+        return  # reported by whoever builds the model, with its own message
+    entries = [*models.models.values(), *([models.default] if models.default else [])]
+    missing = sorted({e.spec for e in entries if budget.price_of(e.spec) is None})
+    if missing:
+        raise BudgetConfigError(
+            f"{path}: a cost cap is set but [prices] has no price for {', '.join(missing)}; "
+            'add [prices."MODEL"] with input and output per million tokens'
+        )

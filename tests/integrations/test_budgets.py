@@ -1,0 +1,212 @@
+"""Budgets: each cap (LLM calls, input/output tokens, cost; per turn and per session) stops
+the turn before the call that would cross it, nothing runs past it, the trace records the
+cap, and the totals reach the trace, the Reply and the saved session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.integrations.usage_model import UsageModel
+
+import agentscript
+from agentscript.engine.budgets import Budget, Caps, OnExceed, Price, parse_budget
+from agentscript.models.scripted import Move
+
+AGENT = """\
+system:
+    instructions: "Be brief."
+    messages:
+        error: "Sorry, I cannot go on."
+config:
+    developer_name: "budget_agent"
+variables:
+    count: mutable number = 0
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Count.
+        actions:
+            bump: @actions.bump
+                set @variables.count = @outputs.count
+    actions:
+        bump:
+            description: "Count one more"
+            target: "python://counter:bump"
+            outputs:
+                count: number
+"""
+
+COUNTER = """\
+calls = []
+
+
+def bump():
+    calls.append(1)
+    return {"count": len(calls)}
+"""
+
+
+@pytest.fixture
+def agent_path(tmp_path: Path) -> Path:
+    path = tmp_path / "budget.agent"
+    path.write_text(AGENT)
+    (tmp_path / "counter.py").write_text(COUNTER)
+    return path
+
+
+def bumps(n: int) -> list[Move]:
+    return [Move(calls=[("bump", {})]) for _ in range(n)] + [Move(text="Done.")]
+
+
+def steps(reply: agentscript.Reply, kind: str) -> list[dict[str, object]]:
+    return [s for s in reply.trace["planTrace"]["steps"] if s["type"] == kind]
+
+
+def assert_stopped(
+    reply: agentscript.Reply, model: UsageModel, calls: int, cap: str, in_turn: int | None = None
+) -> None:
+    assert model.calls == calls  # the call that would cross the cap was not made
+    assert len(steps(reply, "LLM_STEP")) == (calls if in_turn is None else in_turn)
+    (hit,) = steps(reply, "BUDGET_STEP")
+    assert hit["cap"] == cap
+    assert reply.text == "Sorry, I cannot go on."
+    assert reply.error is not None and "budget" in reply.error
+
+
+def test_turn_llm_call_cap_stops_before_the_third_call(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(5))
+    session = agent.session(model=model, budget=Budget(turn=Caps(llm_calls=2)))
+    reply = session.send("count")
+    assert_stopped(reply, model, 2, "llm_calls")
+    assert session.variables["count"] == 2  # the two calls' actions ran, nothing after
+    assert steps(reply, "BUDGET_STEP")[0]["scope"] == "turn"
+
+
+def test_turn_cap_resets_each_turn_session_cap_does_not(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    model = UsageModel([Move(text="a"), Move(text="b"), Move(text="c")])
+    session = agent.session(
+        model=model, budget=Budget(turn=Caps(llm_calls=1), session=Caps(llm_calls=2))
+    )
+    assert session.send("one").error is None
+    assert session.send("two").error is None
+    third = session.send("three")
+    assert_stopped(third, model, 2, "llm_calls", in_turn=0)
+    assert steps(third, "BUDGET_STEP")[0]["scope"] == "session"
+    assert third.session_usage is not None and third.session_usage["llm_calls"] == 2
+
+
+def test_input_token_cap_counts_reported_usage(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(5), input_tokens=1000)
+    budget = Budget(turn=Caps(input_tokens=2000))
+    reply = agent.session(model=model, budget=budget).send("count")
+    # 2 calls reach 2000 reported tokens; the third call's own input would cross the cap.
+    assert_stopped(reply, model, 2, "input_tokens")
+    assert reply.usage is not None and reply.usage["input_tokens"] == 2000
+
+
+def test_output_token_cap_stops_once_the_cap_is_reached(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(5), output_tokens=50)
+    reply = agent.session(model=model, budget=Budget(turn=Caps(output_tokens=100))).send("x")
+    assert_stopped(reply, model, 2, "output_tokens")
+
+
+def test_cost_cap_uses_the_price_table(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(5), input_tokens=1000, output_tokens=0)
+    budget = Budget(session=Caps(cost=0.002), prices={"test:tiny": Price(1.0, 2.0)})
+    reply = agent.session(model=model, budget=budget).send("x")
+    # 1000 input tokens at 1.0 per million: 0.001 a call, so the third call would cross 0.002.
+    assert_stopped(reply, model, 2, "cost")
+    assert reply.usage is not None and reply.usage["cost"] == pytest.approx(0.002)
+
+
+def test_cost_cap_without_a_price_for_the_model_is_a_clear_error(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(1))
+    reply = agent.session(model=model, budget=Budget(turn=Caps(cost=1.0))).send("x")
+    assert model.calls == 0
+    assert reply.error is not None and '[prices."test:tiny"]' in reply.error
+
+
+def test_escalate_mode_escalates_instead_of_only_failing(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(3))
+    budget = Budget(turn=Caps(llm_calls=1), on_exceed=OnExceed.ESCALATE)
+    reply = agent.session(model=model, budget=budget).send("x")
+    assert reply.escalated
+    assert steps(reply, "BUDGET_STEP")[0]["action"] == "escalate"
+
+
+def test_session_totals_survive_save_and_restore(agent_path: Path) -> None:
+    agent = agentscript.load(agent_path)
+    budget = Budget(session=Caps(llm_calls=2))
+    session = agent.session(model=UsageModel([Move(text="a")]), budget=budget)
+    session.send("one")
+    saved = session.to_json()
+    model = UsageModel([Move(text="b"), Move(text="c")])
+    restored = agent.restore(saved, model=model, budget=budget)
+    assert restored.send("two").error is None
+    assert_stopped(restored.send("three"), model, 1, "llm_calls", in_turn=0)
+
+
+def test_budgets_come_from_agentscript_toml(agent_path: Path) -> None:
+    (agent_path.parent / "agentscript.toml").write_text(
+        '[budgets]\nturn = { llm_calls = 1 }\n[prices."test:tiny"]\ninput = 0.5\noutput = 1.5\n'
+    )
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(2), input_tokens=2000, output_tokens=1000)
+    reply = agent.session(model=model).send("x")
+    assert_stopped(reply, model, 1, "llm_calls")
+    assert reply.usage is not None and reply.usage["cost"] == pytest.approx(0.0025)
+
+
+@pytest.mark.parametrize(
+    ("budgets", "prices", "message"),
+    [
+        ({"turn": {"calls": 1}}, {}, "unknown cap"),
+        ({"turn": {"llm_calls": -1}}, {}, "whole number >= 0"),
+        ({"on_exceed": "panic"}, {}, "on_exceed"),
+        ({}, {"m": {"input": 1}}, "exactly `input` and `output`"),
+    ],
+)
+def test_malformed_budget_tables_are_clear_errors(
+    budgets: dict[str, object], prices: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_budget(budgets, prices)
+
+
+def test_price_table_missing_a_configured_model_is_a_load_error(agent_path: Path) -> None:
+    (agent_path.parent / "agentscript.toml").write_text(
+        '[models]\ndefault = "openai:gpt-4o-mini"\n'
+        "[budgets]\nsession = { cost = 1.0 }\n"
+        '[prices."openai:gpt-4o"]\ninput = 2.5\noutput = 10\n'
+    )
+    with pytest.raises(agentscript.AgentScriptError, match="no price for openai:gpt-4o-mini"):
+        agentscript.load(agent_path)
+
+
+def test_malformed_budget_in_toml_is_a_load_error(agent_path: Path) -> None:
+    (agent_path.parent / "agentscript.toml").write_text("[budgets]\nturn = { tokens = 5 }\n")
+    with pytest.raises(agentscript.AgentScriptError, match="unknown cap"):
+        agentscript.load(agent_path)
+
+
+def test_mantle_turn_obeys_the_same_caps() -> None:
+    agent = agentscript.load("examples/card_bank")
+    model = UsageModel([Move(calls=[("activate_skill", {"skill": "check_balance"})])] * 3)
+    session = agent.session(
+        model=model,
+        budget=Budget(turn=Caps(llm_calls=1)),
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    reply = session.send("my balance?")
+    assert model.calls == 1
+    assert steps(reply, "BUDGET_STEP")[0]["cap"] == "llm_calls"
+    assert reply.error is not None and "budget" in reply.error
