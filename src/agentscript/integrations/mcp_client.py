@@ -227,6 +227,20 @@ class McpHub:
         connection = self._connection(server, None)
         return await self._on_loop(self._list(connection))
 
+    def list_tools_blocking(self, server: str) -> list[McpTool]:
+        """:meth:`list_tools` from synchronous code (any thread, even inside a running loop:
+        the work happens on the hub's own loop)."""
+        connection = self._connection(server, None)
+        future = self._loop_thread().submit(self._list(connection))
+        limit = connection.config.connect_timeout + connection.config.timeout
+        try:
+            return future.result(timeout=limit)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise ActionError(
+                f"MCP server '{server}' did not list its tools within {limit:g} s"
+            ) from None
+
     def starts(self, server: str) -> int:
         """How many times the server's session was started (1 unless it was restarted)."""
         connection = self._connections.get(server)
@@ -262,12 +276,14 @@ class McpHub:
                 connection = self._connections[server] = _Connection(config)
             return connection
 
-    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _loop_thread(self) -> _LoopThread:
         with self._guard:
             if self._loop is None:
                 self._loop = _LoopThread()
-            loop = self._loop
-        return await asyncio.wrap_future(loop.submit(coro))
+            return self._loop
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(self._loop_thread().submit(coro))
 
     async def _call(
         self, connection: _Connection, tool: str, arguments: dict[str, Any]

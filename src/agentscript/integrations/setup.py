@@ -59,7 +59,14 @@ def configure_agent(agent: AgentBase, *, config_path: Path | None = None) -> Int
     """Register the integrations of the applicable ``agentscript.toml`` on ``agent``."""
     start = agent.path.parent if agent.path is not None and agent.path.is_file() else agent.path
     config = load_integration_config(config_path, start=start)
-    agent.register_handler("mcp", shared_hub(config).handler())
+    hub = shared_hub(config)
+    agent.register_handler("mcp", hub.handler())
+    project = getattr(agent, "project", None)  # a Mantle agent
+    if project is not None:
+        from agentscript.integrations.mantle_mcp import add_mcp_tools, mcp_imports
+
+        if mcp_imports(project):
+            add_mcp_tools(project, hub)
     from agentscript.engine.budgets import budget_from_config
 
     agent.budget = budget_from_config(config)

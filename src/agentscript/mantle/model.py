@@ -322,7 +322,7 @@ class Project:
         for name in skill.import_tools:
             tool = self.shared_tools.get(name)
             if tool is not None:
-                out[name] = tool
+                out[tool.name] = tool  # an MCP import ``mcp/S:T`` is offered as ``T``
         for name, tool in skill.tools.items():
             if tool.hook_for is None:
                 out[name] = tool

@@ -21,6 +21,8 @@ SHARED = "_shared"
 
 
 def tool_target(tool: Tool) -> str:
+    if tool.callable_ref.startswith("mcp://"):  # imported from an MCP server (integrations/)
+        return tool.callable_ref
     return f"mantle://{tool.owner or SHARED}/{tool.name}"
 
 

@@ -1,0 +1,57 @@
+"""Mantle skills that import MCP tools (``import_tools: [mcp/SERVER:TOOL]``).
+
+Each import becomes a shared project tool named after the server's tool (the name the LLM
+sees must be a plain identifier), whose target is ``mcp://SERVER/TOOL``, so it runs through
+the same ``mcp`` scheme handler as Agent Script actions. Its description and argument schema
+are the server's: the servers are asked for their tool lists once, when the agent is loaded
+(that connection is then reused by the calls). A server that cannot be reached then is not a
+load error: its tools are offered with an open schema and each call reports the failure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentscript.actions.registry import ActionError
+from agentscript.diagnostics import Span
+from agentscript.integrations.mcp_client import McpHub, McpTool, parse_target
+
+if TYPE_CHECKING:
+    from agentscript.mantle.model import Project
+
+OPEN_SCHEMA = {"type": "object", "properties": {}, "additionalProperties": True}
+
+
+def mcp_imports(project: Project) -> list[tuple[str, str, str]]:
+    """``(import name, server, tool)`` for every well-formed MCP import of the project."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for skill in project.skills.values():
+        for name in skill.import_tools:
+            parsed = parse_target(name)
+            if parsed is not None and name not in seen:
+                seen[name] = (name, *parsed)
+    return list(seen.values())
+
+
+def add_mcp_tools(project: Project, hub: McpHub) -> None:
+    """Register the project's MCP imports as shared tools (see the module docstring)."""
+    from agentscript.mantle.model import Tool
+
+    listed: dict[str, dict[str, McpTool]] = {}
+    for name, server, tool_name in mcp_imports(project):
+        if server not in listed:
+            try:
+                listed[server] = {t.name: t for t in hub.list_tools_blocking(server)}
+            except ActionError:
+                listed[server] = {}
+        info = listed[server].get(tool_name)
+        project.shared_tools[name] = Tool(
+            name=tool_name,
+            file=str(Path(project.root) / "integrations.yml"),
+            span=Span(1, 1, 1, 1),
+            callable_ref=f"mcp://{server}/{tool_name}",
+            function=None,
+            description=(info.description if info else "") or f"{tool_name} (MCP server {server})",
+            parameters_schema=dict(info.input_schema) if info else dict(OPEN_SCHEMA),
+        )
