@@ -144,11 +144,20 @@ def main() -> None:
     default=None,
     help="Dialect to check against (default: the file's '# @dialect:' header, else agentforce).",
 )
-def validate(paths: tuple[str, ...], fmt: str, dialect: str | None) -> None:
+@click.option(
+    "--connect",
+    is_flag=True,
+    help="Also connect to the MCP servers of agentscript.toml and check the actions against their tools.",
+)
+def validate(paths: tuple[str, ...], fmt: str, dialect: str | None, connect: bool) -> None:
     """Check .agent files, folders of them, or Mantle project folders."""
     results: list[tuple[Path, list[Diagnostic]]] = []
     for path in agent_files(paths):
         results.append((path, validate_path(path, dialect)))
+    if connect:
+        from agentscript.integrations.connect_check import connect_results
+
+        connect_results(results, echo=lambda line: click.echo(line, err=True))
     if not results:
         click.echo("no .agent files or Mantle projects found", err=True)
         sys.exit(EXIT_USAGE)

@@ -1,0 +1,267 @@
+"""``validate --connect``: check the actions that target MCP servers against the servers.
+
+In: an ``.agent`` file or a Mantle project folder, and the ``agentscript.toml`` that applies
+to it. Out: diagnostics at the action's line (the import's line for Mantle) and one summary
+line per server listing its tools. Each server is asked once for its tool list.
+
+Codes: ``config-error`` (agentscript.toml), ``mcp-unknown-server``, ``mcp-unreachable``,
+``mcp-unknown-tool``, ``mcp-missing-input`` (a required tool argument the action does not
+declare), ``mcp-unknown-input`` (an action input the tool does not take), ``mcp-type-mismatch``
+(declared type against the JSON schema type), ``mcp-unknown-output`` (an output the tool's
+output schema does not have; warning). Nothing here raises on a bad server or file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentscript.actions.registry import ActionError
+from agentscript.check.outline import ActionDef, ParamInfo
+from agentscript.diagnostics import Diagnostic, Severity, Span
+from agentscript.integrations.config import (
+    ConfigError,
+    IntegrationConfig,
+    load_integration_config,
+)
+from agentscript.integrations.mcp_client import McpHub, McpTool, parse_target
+
+# Agent Script types -> the JSON schema types that accept their values.
+_JSON_TYPES: dict[str, frozenset[str]] = {
+    "string": frozenset({"string"}),
+    "id": frozenset({"string"}),
+    "date": frozenset({"string"}),
+    "datetime": frozenset({"string"}),
+    "time": frozenset({"string"}),
+    "timestamp": frozenset({"string"}),
+    "number": frozenset({"number", "integer"}),
+    "currency": frozenset({"number", "integer"}),
+    "integer": frozenset({"integer", "number"}),
+    "long": frozenset({"integer", "number"}),
+    "boolean": frozenset({"boolean"}),
+    "object": frozenset({"object"}),
+    "list": frozenset({"array"}),
+}
+
+
+@dataclass
+class ConnectReport:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)  # one summary line per server
+
+
+@dataclass(frozen=True, slots=True)
+class _Use:
+    """One use of an MCP tool: by an Agent Script action or a Mantle import."""
+
+    server: str
+    tool: str
+    span: Span
+    file: str
+    action: ActionDef | None = None
+
+
+def connect_check(path: Path, *, hub: McpHub | None = None) -> ConnectReport:
+    report = ConnectReport()
+    uses = _uses(path, report)
+    if not uses:
+        return report
+    try:
+        config = load_integration_config(start=path if path.is_dir() else path.parent)
+    except ConfigError as exc:
+        report.diagnostics.append(_diag("config-error", str(exc), uses[0]))
+        return report
+    own_hub = hub is None
+    hub = hub or McpHub(config.mcp_servers)
+    try:
+        _check_uses(uses, config, hub, report)
+    finally:
+        if own_hub:
+            hub.close()
+    return report
+
+
+def _check_uses(
+    uses: list[_Use], config: IntegrationConfig, hub: McpHub, report: ConnectReport
+) -> None:
+    tools: dict[str, dict[str, McpTool] | None] = {}
+    for use in uses:
+        if use.server not in config.mcp_servers:
+            known = ", ".join(sorted(config.mcp_servers)) or "none"
+            report.diagnostics.append(
+                _diag(
+                    "mcp-unknown-server",
+                    f"MCP server '{use.server}' is not declared in agentscript.toml; "
+                    f"add [mcp.servers.{use.server}] (declared: {known})",
+                    use,
+                )
+            )
+            continue
+        if use.server not in tools:
+            tools[use.server] = _list(hub, config, use, report)
+        listed = tools[use.server]
+        if listed is None:
+            continue
+        tool = listed.get(use.tool)
+        if tool is None:
+            report.diagnostics.append(
+                _diag(
+                    "mcp-unknown-tool",
+                    f"MCP server '{use.server}' has no tool '{use.tool}'; "
+                    f"it has: {', '.join(sorted(listed)) or 'none'}",
+                    use,
+                )
+            )
+            continue
+        if use.action is not None:
+            report.diagnostics.extend(_schema_problems(use, tool))
+
+
+def _list(
+    hub: McpHub, config: IntegrationConfig, use: _Use, report: ConnectReport
+) -> dict[str, McpTool] | None:
+    server = config.mcp_servers[use.server]
+    try:
+        listed = hub.list_tools_blocking(use.server)
+    except ActionError as exc:
+        report.diagnostics.append(_diag("mcp-unreachable", str(exc), use))
+        report.servers.append(f"mcp server '{use.server}' ({server.describe()}): unreachable")
+        return None
+    names = ", ".join(t.name for t in listed) or "no tools"
+    report.servers.append(
+        f"mcp server '{use.server}' ({server.transport}: {server.describe()}): {names}"
+    )
+    return {t.name: t for t in listed}
+
+
+def _schema_problems(use: _Use, tool: McpTool) -> list[Diagnostic]:
+    action = use.action
+    assert action is not None
+    problems: list[Diagnostic] = []
+    where = f"action '{action.name}'"
+    properties = tool.input_schema.get("properties") or {}
+    required = tool.input_schema.get("required") or []
+    for name in required:
+        if name not in action.inputs:
+            problems.append(
+                _diag(
+                    "mcp-missing-input",
+                    f"{where}: tool '{tool.name}' requires input '{name}'; declare it under inputs:",
+                    use,
+                )
+            )
+    for name, param in action.inputs.items():
+        schema = properties.get(name)
+        if schema is None:
+            if properties or tool.input_schema.get("additionalProperties") is False:
+                problems.append(
+                    _diag(
+                        "mcp-unknown-input",
+                        f"{where}: tool '{tool.name}' takes no input '{name}'; "
+                        f"it takes: {', '.join(sorted(properties)) or 'nothing'}",
+                        use,
+                        param.span,
+                    )
+                )
+            continue
+        mismatch = _type_mismatch(param, schema)
+        if mismatch:
+            problems.append(
+                _diag("mcp-type-mismatch", f"{where}: input {mismatch}", use, param.span)
+            )
+    out_properties = (tool.output_schema or {}).get("properties")
+    if isinstance(out_properties, dict) and not (tool.output_schema or {}).get(
+        "additionalProperties"
+    ):
+        for name, param in action.outputs.items():
+            schema = out_properties.get(name)
+            if schema is None:
+                problems.append(
+                    _diag(
+                        "mcp-unknown-output",
+                        f"{where}: tool '{tool.name}' returns no output '{name}'; "
+                        f"it returns: {', '.join(sorted(out_properties)) or 'nothing'}",
+                        use,
+                        param.span,
+                        Severity.WARNING,
+                    )
+                )
+            elif mismatch := _type_mismatch(param, schema):
+                problems.append(
+                    _diag("mcp-type-mismatch", f"{where}: output {mismatch}", use, param.span)
+                )
+    return problems
+
+
+def _type_mismatch(param: ParamInfo, schema: Any) -> str | None:
+    """A message when the declared type cannot hold what the schema describes."""
+    if not isinstance(schema, dict):
+        return None
+    declared = param.type.strip().lower()
+    base = "list" if declared.startswith("list") else declared
+    accepted = _JSON_TYPES.get(base)
+    json_type = schema.get("type")
+    types = {json_type} if isinstance(json_type, str) else set(json_type or [])
+    types.discard("null")
+    if accepted is None or not types or types & accepted:
+        return None
+    return (
+        f"'{param.name}' is declared {param.type} but the tool's schema says "
+        f"{' or '.join(sorted(types))}"
+    )
+
+
+def _diag(
+    code: str,
+    message: str,
+    use: _Use,
+    span: Span | None = None,
+    severity: Severity = Severity.ERROR,
+) -> Diagnostic:
+    return Diagnostic(code, message, span or use.span, severity, use.file)
+
+
+def _uses(path: Path, report: ConnectReport) -> list[_Use]:
+    """Every MCP tool use of the agent; parse problems are left to plain ``validate``."""
+    if path.is_dir():
+        from agentscript.mantle import load_project
+
+        project, _ = load_project(path)
+        if project is None:
+            return []
+        uses = []
+        for skill in project.skills.values():
+            for ref in skill.tool_refs:
+                parsed = parse_target(ref.name)
+                if parsed is not None and ref.via == "import_tools":
+                    uses.append(_Use(parsed[0], parsed[1], ref.span, ref.file))
+        return uses
+    from agentscript.check import check
+    from agentscript.loader import parse_file
+
+    doc, _ = parse_file(path)
+    if doc is None:
+        return []
+    outline = check(doc).outline
+    actions = [a for node in outline.subagents.values() for a in node.actions.values()]
+    found = []
+    for action in actions:
+        parsed = parse_target(action.target or "")
+        if parsed is not None:
+            found.append(_Use(parsed[0], parsed[1], action.span, str(path), action))
+    return found
+
+
+def connect_results(
+    results: list[tuple[Path, list[Diagnostic]]], *, echo: Callable[[str], None]
+) -> None:
+    """Add the connect diagnostics to ``validate``'s results (in place) and ``echo`` each
+    server's tool list; files that already have errors are checked too."""
+    for path, diagnostics in results:
+        report = connect_check(path)
+        for line in report.servers:
+            echo(line)
+        diagnostics.extend(report.diagnostics)
+        diagnostics.sort(key=lambda d: (d.span.line, d.span.column))
