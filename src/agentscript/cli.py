@@ -419,5 +419,45 @@ def chat(
     )
 
 
+@main.command("mcp-serve")
+@click.argument("agent")
+@click.option("--model", "model_spec", default=None, help="Model spec, e.g. openai:gpt-4o-mini.")
+@click.option("--base-url", default=None, help="Base URL of an OpenAI- or Anthropic-compatible API.")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "streamable-http"]),
+    default="stdio",
+    show_default=True,
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8000, show_default=True)
+@trace_dir_option
+def mcp_serve(
+    agent: str,
+    model_spec: str | None,
+    base_url: str | None,
+    transport: str,
+    host: str,
+    port: int,
+    trace_dir: str | None,
+) -> None:
+    """Serve AGENT as an MCP server (tools `ask` and `send`)."""
+    from agentscript.integrations.mcp_server import mcp_serve_command
+
+    loaded = load_agent_or_exit(agent)
+    sys.exit(
+        mcp_serve_command(
+            loaded,
+            model_spec=model_spec,
+            base_url=base_url,
+            transport=transport,
+            host=host,
+            port=port,
+            trace_dir=trace_dir,
+            echo=lambda line: click.echo(line, err=True),
+        )
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
