@@ -127,6 +127,27 @@ stub_missing_tools_option = click.option(
 )
 
 
+# `run` and `chat`: export each turn as an OpenTelemetry trace (integrations/otel.py).
+otel_option = click.option(
+    "--otel",
+    type=click.Choice(["console", "otlp"]),
+    default=None,
+    help="Export each turn as an OpenTelemetry trace: to stderr, or over OTLP (OTEL_* env vars).",
+)
+
+
+def enable_otel(agent: Any, mode: str | None) -> None:
+    if mode is None:
+        return
+    from agentscript.integrations.otel import TelemetryConfigError, telemetry_for
+
+    try:
+        agent.telemetry = telemetry_for(mode)
+    except TelemetryConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agentscript")
 def main() -> None:
@@ -282,12 +303,14 @@ def load_agent_or_exit(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the transcript."
 )
 @stub_missing_tools_option
+@otel_option
 def run(
     agent: str,
     conversation_path: str,
     trace_dir: str | None,
     as_json: bool,
     stub_missing_tools: bool,
+    otel: str | None,
 ) -> None:
     """Play a conversation file through AGENT with the scripted model."""
     from agentscript.conversation import ConversationError, load_conversation
@@ -299,6 +322,7 @@ def run(
         click.echo(str(exc), err=True)
         sys.exit(EXIT_USAGE)
     loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
+    enable_otel(loaded, otel)
     try:
         playback = play(loaded, conversation, trace_dir=Path(trace_dir) if trace_dir else None)
     except ValueError as exc:  # e.g. unknown or ill-typed initial variables
@@ -388,6 +412,7 @@ def print_transcript(playback: Any) -> None:
     "(flow://, apex://, ...) and whose 'variables:' are initial values.",
 )
 @stub_missing_tools_option
+@otel_option
 def chat(
     agent: str,
     model_spec: str | None,
@@ -399,11 +424,13 @@ def chat(
     no_stream: bool,
     stubs: str | None,
     stub_missing_tools: bool,
+    otel: str | None,
 ) -> None:
     """Chat with AGENT using a real model (one message per line when stdin is not a terminal)."""
     from agentscript.chat import run_chat
 
     loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
+    enable_otel(loaded, otel)
     sys.exit(
         run_chat(
             loaded,

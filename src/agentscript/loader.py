@@ -79,10 +79,11 @@ def _integrated(agent: AgentBase) -> AgentBase:
     a malformed table is a load error naming the file."""
     from agentscript.engine.budgets import BudgetConfigError
     from agentscript.integrations.config import ConfigError
+    from agentscript.integrations.otel import TelemetryConfigError
     from agentscript.integrations.setup import configure_agent
 
     try:
         configure_agent(agent)
-    except (ConfigError, BudgetConfigError) as exc:
+    except (ConfigError, BudgetConfigError, TelemetryConfigError) as exc:
         raise AgentScriptError([error("config-error", str(exc), Span(1, 1, 1, 1))], None) from None
     return agent

@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 from tests.integrations.helpers import DEMO_SERVER
 
@@ -18,17 +17,8 @@ from agentscript.models.scripted import Move, ScriptedModel
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "weather_mcp"
 
 
-def test_weather_example_calls_its_mcp_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The example's agentscript.toml runs `python3`; the test pins this interpreter instead.
-    config = tmp_path / "agentscript.toml"
-    config.write_text(
-        "[mcp.servers.weather]\n"
-        f"command = {json.dumps(sys.executable)}\n"
-        f"args = [{json.dumps(str(EXAMPLE / 'weather_server.py'))}]\n"
-    )
-    monkeypatch.setenv("AGENTSCRIPT_CONFIG", str(config))
+def test_weather_example_calls_its_mcp_server() -> None:
+    # The example's own agentscript.toml: the runtime starts its server over stdio.
     result = CliRunner().invoke(
         main,
         [

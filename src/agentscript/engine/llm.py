@@ -73,6 +73,7 @@ async def call_model(
             ],
         },
         output=None,
+        requestModel=model.name,
     )
     started = time.perf_counter()
     try:

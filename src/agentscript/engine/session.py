@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.check.outline import AgentOutline
@@ -28,6 +28,9 @@ from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+
+if TYPE_CHECKING:
+    from agentscript.integrations.otel import Telemetry
 
 
 class TurnRunnerLike(Protocol):
@@ -87,6 +90,8 @@ class AgentBase(ABC):
         self.handlers = {}
         self.budget = None
         self.integration_config = None
+        # OpenTelemetry export of every turn (integrations/otel.py), when configured.
+        self.telemetry: Telemetry | None = None
 
     @abstractmethod
     def new_turn(
@@ -286,6 +291,8 @@ class Session:
             message = "the session has ended; start a new session to continue"
             trace.add("ERROR_STEP", message=message)
             return self._reply(TurnResult(error=message), trace, refused=True)
+        telemetry = self.agent.telemetry
+        observer = telemetry.observe(trace) if telemetry is not None else None
         runner = self.agent.new_turn(
             state,
             self.runner,
@@ -301,9 +308,17 @@ class Session:
         if self.meter.hit is not None and self.meter.budget.on_exceed is OnExceed.ESCALATE:
             result.escalated = True
         state.stub_usage = self.runner.stubs.state()
-        return self._reply(
+        reply = self._reply(
             result, trace, actions=runner.actions_run, displayable=runner.displayable
         )
+        if observer is not None:
+            observer.finish(
+                error=reply.error,
+                escalated=reply.escalated,
+                ended=reply.ended,
+                cost=self.meter.turn.cost,
+            )
+        return reply
 
     def _reply(
         self,

@@ -8,7 +8,7 @@ kept as written and expanded only when a connection is made, see :func:`expand_e
 
 ```toml
 [mcp.servers.weather]            # stdio: a command the runtime starts
-command = "python"
+command = "${PYTHON}"            # the Python running agentscript
 args = ["weather_server.py"]
 env = { API_KEY = "${WEATHER_KEY}" }
 timeout = 20                     # seconds per call (default 30)

@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import sys
 import threading
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
@@ -150,8 +151,13 @@ class _Connection:
         table = f"[mcp.servers.{config.name}]"
         if config.command:
             env = {k: expand_env(v, f"{table} env {k}") for k, v in config.env}
+            # ${PYTHON} is the interpreter running agentscript: a server written in Python
+            # then finds the packages agentscript was installed with.
+            command = expand_env(
+                config.command, f"{table} command", {**os.environ, "PYTHON": sys.executable}
+            )
             params = mcp.StdioServerParameters(
-                command=config.command, args=list(config.args), env=env or None, cwd=config.cwd
+                command=command, args=list(config.args), env=env or None, cwd=config.cwd
             )
             # The server's own log goes nowhere: its stderr would interleave with the chat.
             opened: contextlib.AbstractAsyncContextManager[Any] = mcp.stdio_client(

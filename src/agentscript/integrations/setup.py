@@ -72,6 +72,9 @@ def configure_agent(agent: AgentBase, *, config_path: Path | None = None) -> Int
     agent.budget = budget_from_config(config)
     if agent.budget is not None and agent.budget.needs_prices and config.path is not None:
         check_prices(agent.budget, config.path)
+    from agentscript.integrations.otel import telemetry_from_env
+
+    agent.telemetry = telemetry_from_env()
     agent.integration_config = config
     return config
 

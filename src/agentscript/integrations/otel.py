@@ -1,0 +1,349 @@
+"""OpenTelemetry export of turns, after the GenAI semantic conventions (extra ``agentscript[otel]``).
+
+One trace per turn:
+
+- ``invoke_agent {agent}``: the turn (``gen_ai.operation.name``, ``gen_ai.agent.name``,
+  ``gen_ai.conversation.id`` = the session id, usage totals, ``error.type`` when it failed);
+- ``chat {model}``, a child per LLM call (``gen_ai.provider.name``, ``gen_ai.request.model``,
+  ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``/``output_tokens``,
+  ``gen_ai.response.finish_reasons``);
+- ``execute_tool {tool}``, a child per action or tool run (``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id`` for calls the LLM made, ``gen_ai.tool.type``);
+- events on the turn span for every other decision (resolutions, refusals, transitions,
+  hooks, budget hits, errors, Mantle skill and block steps), named ``agentscript.<step>``,
+  with their attributes under the ``agentscript.`` prefix.
+
+Prompts, completions, tool arguments and results are recorded only when content capture is
+on (``capture_content=True``, or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``).
+
+The spans are built from the turn's trace steps (the trace is the one record of what the
+engine decided): :meth:`Telemetry.observe` notes when each step is added, and the spans are
+emitted when the turn ends, with each step's start time and ``durationMs``.
+
+Configuration (:func:`telemetry_from_env`): ``OTEL_TRACES_EXPORTER=console`` or ``otlp``, or
+an ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` (the OTLP/HTTP exporter reads the other standard
+``OTEL_*`` variables itself); ``--otel console`` on ``run`` and ``chat``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+    from agentscript.trace import TurnTrace
+
+EXTRA_HINT = "install the OpenTelemetry extra: pip install 'agentscript[otel]'"
+CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+PREFIX = "agentscript."
+# Step types that become spans; every other step type becomes an event on the turn span.
+_SPAN_STEPS = frozenset({"LLM_STEP", "ACTION_STEP"})
+
+
+class TelemetryConfigError(ValueError):
+    """OpenTelemetry was asked for but cannot be set up; the message says how to fix it."""
+
+
+class Telemetry:
+    """Exports turns as OpenTelemetry traces through ``tracer``."""
+
+    def __init__(self, tracer: Tracer, *, capture_content: bool = False) -> None:
+        self.tracer = tracer
+        self.capture_content = capture_content
+
+    @staticmethod
+    def for_provider(provider: TracerProvider, *, capture_content: bool = False) -> Telemetry:
+        return Telemetry(provider.get_tracer("agentscript"), capture_content=capture_content)
+
+    def observe(self, trace: TurnTrace) -> TurnObserver:
+        """Start watching ``trace``; call :meth:`TurnObserver.finish` when the turn ends."""
+        observer = TurnObserver(self, trace)
+        trace.observer = observer.on_step
+        return observer
+
+
+class TurnObserver:
+    """Notes when each step of one turn starts; emits the turn's spans at the end."""
+
+    def __init__(self, telemetry: Telemetry, trace: TurnTrace) -> None:
+        self.telemetry = telemetry
+        self.trace = trace
+        self.started_ns = time.time_ns()
+        self.starts: list[int] = []
+
+    def on_step(self, step: dict[str, Any]) -> None:
+        self.starts.append(time.time_ns())
+
+    def finish(
+        self,
+        *,
+        error: str | None = None,
+        escalated: bool = False,
+        ended: bool = False,
+        cost: float | None = None,
+    ) -> None:
+        """Emit the spans of the turn (never raises: telemetry must not break a turn)."""
+        self.trace.observer = None
+        try:
+            self._emit(error=error, escalated=escalated, ended=ended, cost=cost)
+        except Exception:  # an exporter or attribute problem is not the user's turn's problem
+            return
+
+    def _emit(self, *, error: str | None, escalated: bool, ended: bool, cost: float | None) -> None:
+        from opentelemetry import trace as otel_trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        trace = self.trace
+        content = self.telemetry.capture_content
+        tracer = self.telemetry.tracer
+        end_ns = time.time_ns()
+        usage = trace.usage
+        root = tracer.start_span(
+            f"invoke_agent {trace.agent}",
+            kind=SpanKind.INTERNAL,
+            start_time=self.started_ns,
+            attributes=_clean(
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": trace.agent,
+                    "gen_ai.conversation.id": trace.session_id,
+                    "gen_ai.usage.input_tokens": int(usage.get("input_tokens", 0)),
+                    "gen_ai.usage.output_tokens": int(usage.get("output_tokens", 0)),
+                    PREFIX + "turn": trace.turn,
+                    PREFIX + "plan_id": trace.plan_id,
+                    PREFIX + "llm_calls": int(usage.get("llm_calls", 0)),
+                    PREFIX + "usage.cost": cost,
+                    PREFIX + "escalated": escalated,
+                    PREFIX + "ended": ended,
+                    PREFIX + "user_input": trace.user_input if content else None,
+                    PREFIX + "response": trace.response if content else None,
+                }
+            ),
+        )
+        context = otel_trace.set_span_in_context(root)
+        pending_calls: list[dict[str, Any]] = []
+        for step, start_ns in zip(trace.steps, self.starts, strict=False):
+            kind = step.get("type", "")
+            step_end = start_ns + int(float(step.get("durationMs") or 0) * 1_000_000)
+            if kind == "LLM_STEP":
+                span = tracer.start_span(
+                    f"chat {_model_name(step)}",
+                    context=context,
+                    kind=SpanKind.CLIENT,
+                    start_time=start_ns,
+                    attributes=_chat_attributes(step, content),
+                )
+                pending_calls = list((step.get("output") or {}).get("tool_calls") or [])
+                _finish(span, step.get("error"), max(step_end, start_ns), Status, StatusCode)
+            elif kind == "ACTION_STEP":
+                call_id = _take_call_id(pending_calls, step)
+                name = str(step.get("name") or step.get("action") or "")
+                span = tracer.start_span(
+                    f"execute_tool {name}",
+                    context=context,
+                    kind=SpanKind.INTERNAL,
+                    start_time=start_ns,
+                    attributes=_tool_attributes(step, call_id, content),
+                )
+                _finish(span, step.get("error"), max(step_end, start_ns), Status, StatusCode)
+            else:
+                root.add_event(
+                    PREFIX + kind.lower().removesuffix("_step"),
+                    attributes=_event_attributes(step, content),
+                    timestamp=start_ns,
+                )
+        if error:
+            root.set_attribute("error.type", "TurnError")
+            root.set_status(Status(StatusCode.ERROR, error))
+        root.end(end_time=end_ns)
+
+
+def _finish(span: Span, error: Any, end_ns: int, status: Any, code: Any) -> None:
+    if error:
+        span.set_attribute("error.type", "AgentScriptError")
+        span.set_status(status(code.ERROR, str(error)))
+    span.end(end_time=end_ns)
+
+
+def _model_name(step: Mapping[str, Any]) -> str:
+    return str(step.get("model") or step.get("requestModel") or "unknown")
+
+
+def _provider(model: str) -> str:
+    provider, sep, _ = model.partition(":")
+    return provider if sep else model
+
+
+def _chat_attributes(step: Mapping[str, Any], content: bool) -> dict[str, Any]:
+    output = step.get("output") or {}
+    usage = output.get("usage") or {}
+    calls = output.get("tool_calls") or []
+    model = _model_name(step)
+    reason = "error" if step.get("error") else ("tool_calls" if calls else "stop")
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": _provider(str(step.get("provider") or model)),
+        "gen_ai.request.model": model,
+        "gen_ai.response.model": step.get("model"),
+        "gen_ai.usage.input_tokens": usage.get("input_tokens"),
+        "gen_ai.usage.output_tokens": usage.get("output_tokens"),
+        "gen_ai.response.finish_reasons": [reason],
+        PREFIX + "node": step.get("node"),
+        PREFIX + "iteration": step.get("iteration"),
+    }
+    if content:
+        given = step.get("input") or {}
+        attributes["gen_ai.system_instructions"] = _json(
+            [{"type": "text", "content": given.get("system", "")}]
+        )
+        attributes[PREFIX + "instructions"] = given.get("instructions")
+        attributes["gen_ai.input.messages"] = _json(given.get("messages") or [])
+        attributes["gen_ai.output.messages"] = _json([output])
+    return _clean(attributes)
+
+
+def _tool_attributes(step: Mapping[str, Any], call_id: str | None, content: bool) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": step.get("name"),
+        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.type": "function",
+        PREFIX + "action": step.get("action"),
+        PREFIX + "target": step.get("target"),
+        PREFIX + "source": step.get("source"),
+        PREFIX + "node": step.get("node") or step.get("skill"),
+    }
+    if content:
+        attributes["gen_ai.tool.call.arguments"] = _json(step.get("input"))
+        attributes["gen_ai.tool.call.result"] = _json(step.get("output"))
+    return _clean(attributes)
+
+
+def _take_call_id(pending: list[dict[str, Any]], step: Mapping[str, Any]) -> str | None:
+    """The id of the LLM's call that ran this action (first unmatched call of that name)."""
+    if step.get("source") != "llm":
+        return None
+    for index, call in enumerate(pending):
+        if call.get("name") == step.get("name"):
+            return str(pending.pop(index).get("id"))
+    return None
+
+
+# Fields that may hold prompt text or user data: recorded only with content capture on.
+_CONTENT_FIELDS = frozenset(
+    {"instructions", "text", "message", "input", "output", "preVars", "postVars", "arguments"}
+)
+
+
+def _event_attributes(step: Mapping[str, Any], content: bool) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    for key, value in step.items():
+        if key == "type" or (key in _CONTENT_FIELDS and not content):
+            continue
+        if isinstance(value, str | bool | int | float):
+            attributes[PREFIX + key] = value
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            attributes[PREFIX + key] = list(value)
+        elif content and value is not None:
+            attributes[PREFIX + key] = _json(value)
+    return attributes
+
+
+def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in attributes.items() if v is not None}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=repr, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------- configuration
+
+
+def telemetry_from_env(env: Mapping[str, str] | None = None) -> Telemetry | None:
+    """The Telemetry the standard ``OTEL_*`` variables ask for, or None when they ask for
+    none. Raises TelemetryConfigError when asked for but the extra is missing."""
+    env = os.environ if env is None else env
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if exporter in ("", "none") and not (endpoint and exporter == ""):
+        return None
+    mode = exporter or "otlp"
+    if mode not in ("otlp", "console"):
+        raise TelemetryConfigError(
+            f"OTEL_TRACES_EXPORTER={exporter!r} is not supported here; use otlp, console or none"
+        )
+    capture = env.get(CONTENT_ENV, "").strip().lower() in ("1", "true", "yes")
+    return telemetry_for(mode, capture_content=capture)
+
+
+class _Stderr:
+    """Whatever ``sys.stderr`` is when a span is written (the exporter outlives redirections)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_shared: dict[tuple[str, bool], Telemetry] = {}
+_shared_guard = threading.Lock()
+
+
+def telemetry_for(mode: str, *, capture_content: bool = False) -> Telemetry:
+    """A Telemetry exporting to the console or over OTLP/HTTP (batching in the background).
+
+    One per mode and process: an exporter is a process-wide resource (one connection, one
+    batch queue), shared by every agent loaded."""
+    with _shared_guard:
+        key = (mode, capture_content)
+        if key not in _shared:
+            _shared[key] = _build(mode, capture_content)
+        return _shared[key]
+
+
+def _build(mode: str, capture_content: bool) -> Telemetry:
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+            SpanExporter,
+        )
+    except ImportError:
+        raise TelemetryConfigError(
+            f"OpenTelemetry export needs opentelemetry-sdk: {EXTRA_HINT}"
+        ) from None
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "agentscript")})
+    provider = SdkTracerProvider(resource=resource)
+    exporter: SpanExporter
+    if mode == "console":
+        # stderr: stdout carries `run --json` output and chat replies.
+        provider.add_span_processor(
+            SimpleSpanProcessor(ConsoleSpanExporter(out=cast(IO[str], _Stderr())))
+        )
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise TelemetryConfigError(
+                f"OTLP export needs opentelemetry-exporter-otlp-proto-http: {EXTRA_HINT}"
+            ) from None
+        exporter = OTLPSpanExporter()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    import atexit
+
+    atexit.register(provider.shutdown)  # flush what is batched when the process ends
+    return Telemetry.for_provider(provider, capture_content=capture_content)

@@ -1,0 +1,219 @@
+"""OpenTelemetry export: one trace per turn after the GenAI semantic conventions, checked with
+the SDK's in-memory exporter for an Agent Script turn and a Mantle turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.integrations.usage_model import UsageModel
+
+import agentscript
+from agentscript.cli import main
+from agentscript.integrations.otel import Telemetry, TelemetryConfigError, telemetry_from_env
+from agentscript.models.scripted import Move
+
+ROOT = Path(__file__).resolve().parents[2]
+SECURITY_GATE = ROOT / "examples" / "security_gate" / "security_gate.agent"
+
+AGENT = """\
+system:
+    instructions: "Be brief."
+    messages:
+        error: "Failed."
+config:
+    developer_name: "otel_agent"
+variables:
+    status: mutable string = ""
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Route.
+        actions:
+            go: @utils.transition to @subagent.orders
+subagent orders:
+    description: "orders"
+    reasoning:
+        instructions: ->
+            | Look orders up. Secret-ish prompt text.
+        actions:
+            lookup: @actions.lookup
+                set @variables.status = @outputs.status
+            hidden: @actions.lookup
+                available when @variables.status == "never"
+    actions:
+        lookup:
+            description: "Look an order up"
+            target: "flow://Lookup"
+            outputs:
+                status: string
+"""
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+def telemetry(exporter: InMemorySpanExporter, *, content: bool = False) -> Telemetry:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Telemetry.for_provider(provider, capture_content=content)
+
+
+def by_name(spans: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+def agent_turn(tmp_path: Path, exporter: InMemorySpanExporter, *, content: bool) -> None:
+    path = tmp_path / "otel.agent"
+    path.write_text(AGENT)
+    agent = agentscript.load(path, dialect="agentscript")
+    agent.telemetry = telemetry(exporter, content=content)
+    model = UsageModel(
+        [
+            Move(calls=[("go", {})]),
+            Move(calls=[("lookup", {}), ("hidden", {})]),
+            Move(text="Shipped."),
+        ],
+        input_tokens=120,
+        output_tokens=9,
+        name="openai:gpt-test",
+    )
+    stubs = agentscript.actions.StubBook.from_data({"lookup": {"outputs": {"status": "shipped"}}})
+    reply = agent.session(model=model, stubs=stubs, session_id="s-1").send("where is it?")
+    assert reply.error is None
+
+
+def test_agent_script_turn_is_one_trace_with_genai_spans(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    agent_turn(tmp_path, exporter, content=False)
+    spans = exporter.get_finished_spans()
+    (root,) = by_name(spans, "invoke_agent")
+    assert root.name == "invoke_agent otel_agent"
+    assert root.parent is None
+    assert {s.context.trace_id for s in spans} == {root.context.trace_id}
+    attrs = root.attributes or {}
+    assert attrs["gen_ai.operation.name"] == "invoke_agent"
+    assert attrs["gen_ai.conversation.id"] == "s-1"
+    assert attrs["gen_ai.usage.input_tokens"] == 360
+    assert attrs["agentscript.llm_calls"] == 3
+
+    chats = by_name(spans, "chat ")
+    assert [s.name for s in chats] == ["chat openai:gpt-test"] * 3
+    for span in chats:
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+        a = span.attributes or {}
+        assert a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.provider.name"] == "openai"
+        assert a["gen_ai.request.model"] == "openai:gpt-test"
+        assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (120, 9)
+    assert [tuple((s.attributes or {})["gen_ai.response.finish_reasons"]) for s in chats] == [
+        ("tool_calls",),
+        ("tool_calls",),
+        ("stop",),
+    ]
+
+    (tool,) = by_name(spans, "execute_tool")
+    assert tool.name == "execute_tool lookup"
+    assert tool.parent is not None and tool.parent.span_id == root.context.span_id
+    tool_attrs = tool.attributes or {}
+    assert tool_attrs["gen_ai.tool.name"] == "lookup"
+    assert tool_attrs["gen_ai.tool.call.id"] == "call_2"
+
+    events = [e.name for e in root.events]
+    assert "agentscript.transition" in events
+    assert "agentscript.refused" in events
+    assert "agentscript.resolution" in events
+    transition = next(e for e in root.events if e.name == "agentscript.transition")
+    assert (transition.attributes or {})["agentscript.to"] == "orders"
+
+
+def test_content_is_recorded_only_when_enabled(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    agent_turn(tmp_path, exporter, content=False)
+    dumped = json.dumps([dict(s.attributes or {}) for s in exporter.get_finished_spans()])
+    events = json.dumps(
+        [dict(e.attributes or {}) for s in exporter.get_finished_spans() for e in s.events]
+    )
+    assert "Secret-ish" not in dumped + events and "where is it?" not in dumped + events
+    exporter.clear()
+    agent_turn(tmp_path, exporter, content=True)
+    chat = by_name(exporter.get_finished_spans(), "chat ")[1]
+    assert "Secret-ish" in str((chat.attributes or {})["agentscript.instructions"])
+    assert "gen_ai.input.messages" in (chat.attributes or {})
+
+
+def test_mantle_turn_is_one_trace_with_genai_spans(exporter: InMemorySpanExporter) -> None:
+    agent = agentscript.load(ROOT / "examples" / "card_bank")
+    agent.telemetry = telemetry(exporter)
+    model = UsageModel(
+        [
+            Move(calls=[("activate_skill", {"skill": "check_balance"})]),
+            Move(calls=[("get_balance", {})]),
+            Move(text="Your balance is 1250.75 EUR."),
+        ]
+    )
+    session = agent.session(
+        model=model,
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    reply = session.send("balance?")
+    assert reply.error is None, reply.error
+    spans = exporter.get_finished_spans()
+    (root,) = by_name(spans, "invoke_agent")
+    assert root.name == "invoke_agent card-bank"
+    assert len(by_name(spans, "chat ")) == 3
+    tools = {s.name: s for s in by_name(spans, "execute_tool")}
+    assert "execute_tool get_balance" in tools
+    span = tools["execute_tool get_balance"]
+    assert span.parent is not None and span.parent.span_id == root.context.span_id
+    assert (span.attributes or {})["gen_ai.tool.call.id"] == "call_2"
+    assert any(e.name.startswith("agentscript.skill") for e in root.events)
+
+
+def test_failed_turn_marks_the_turn_span_as_error(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    path = tmp_path / "otel.agent"
+    path.write_text(AGENT)
+    agent = agentscript.load(path, dialect="agentscript")
+    agent.telemetry = telemetry(exporter)
+    reply = agent.session(model=UsageModel([])).send("x")  # no move: the model fails
+    assert reply.error is not None
+    (root,) = by_name(exporter.get_finished_spans(), "invoke_agent")
+    assert (root.attributes or {})["error.type"] == "TurnError"
+    assert not root.status.is_ok
+
+
+def test_env_configuration() -> None:
+    assert telemetry_from_env({}) is None
+    assert telemetry_from_env({"OTEL_TRACES_EXPORTER": "none"}) is None
+    assert telemetry_from_env({"OTEL_TRACES_EXPORTER": "console"}) is not None
+    with pytest.raises(TelemetryConfigError, match="otlp, console or none"):
+        telemetry_from_env({"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+def test_run_otel_console_prints_spans_to_stderr_only() -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(SECURITY_GATE),
+            "--conversation",
+            str(SECURITY_GATE.with_name("early_update_refused.yaml")),
+            "--json",
+            "--otel",
+            "console",
+        ],
+    )
+    json.loads(result.stdout)  # stdout is still the JSON report
+    assert '"name": "invoke_agent' in result.stderr
