@@ -115,6 +115,16 @@ def choose_model(
         default = model_from_spec(spec, base_url=base_url)
     else:
         default = resolve_model(agent_model_id(agent), config, base_url=base_url, env=env)
+    settings = getattr(agent, "fallback", None)
+    if settings is not None:  # [resilience] fallback = "spec" (models/fallback.py)
+        from agentscript.models.fallback import FallbackModel
+
+        default = FallbackModel(
+            default,
+            model_from_spec(settings.fallback),
+            open_after=settings.open_after,
+            cooldown=settings.cooldown,
+        )
     routes = subagent_routes(agent, config, base_url=base_url)
     return RoutedModel(default, routes) if routes else default
 

@@ -56,6 +56,7 @@ class Reply:
     interleave: bool = False  # stream parallel tool-call fragments interleaved
     stream_error: str | None = None  # streaming only: fail with this after the first text piece
     stream_usage: bool = True  # streaming only: honour stream_options.include_usage
+    retry_after: str | None = None  # error replies: the Retry-After header to send
 
 
 @dataclass
@@ -160,15 +161,20 @@ class _FakeServer:
                 if reply.delay and server._stopping.wait(reply.delay):
                     return
                 if reply.status != 200:
-                    self._json(reply.status, server.error_body(reply.status, reply.error))
+                    extra = {"Retry-After": reply.retry_after} if reply.retry_after else {}
+                    self._json(reply.status, server.error_body(reply.status, reply.error), extra)
                 elif body.get("stream"):
                     self._sse(server.render_stream(reply, body), reply)
                 else:
                     self._json(200, server.render(reply, body))
 
-            def _json(self, status: int, data: dict[str, Any]) -> None:
+            def _json(
+                self, status: int, data: dict[str, Any], extra: dict[str, str] | None = None
+            ) -> None:
                 payload = json.dumps(data).encode()
                 self.send_response(status)
+                for name, value in (extra or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()

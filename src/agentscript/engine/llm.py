@@ -83,8 +83,12 @@ async def call_model(
         raise TurnError(str(exc), exhausted=True) from None
     except ModelError as exc:
         step["error"] = str(exc)
+        if exc.events:
+            step["modelEvents"] = list(exc.events)
         raise TurnError(f"the model failed: {exc}") from None
     step["durationMs"] = elapsed_ms(started)
+    if response.events:
+        step["modelEvents"] = list(response.events)
     response.tool_calls = [bounded_call(call) for call in response.tool_calls]
     step["output"] = response.to_json()
     if response.model:

@@ -31,6 +31,7 @@ from agentscript.trace import TurnTrace
 
 if TYPE_CHECKING:
     from agentscript.integrations.otel import Telemetry
+    from agentscript.models.fallback import FallbackSettings
 
 
 class TurnRunnerLike(Protocol):
@@ -92,6 +93,8 @@ class AgentBase(ABC):
         self.integration_config = None
         # OpenTelemetry export of every turn (integrations/otel.py), when configured.
         self.telemetry: Telemetry | None = None
+        # The [resilience] fallback model the CLI wraps the chosen model with (models/fallback.py).
+        self.fallback: FallbackSettings | None = None
 
     @abstractmethod
     def new_turn(

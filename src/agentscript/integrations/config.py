@@ -77,6 +77,8 @@ class IntegrationConfig:
     # The raw [budgets] and [prices] tables, validated by engine.budgets.
     budgets: dict[str, Any] = field(default_factory=dict)
     prices: dict[str, Any] = field(default_factory=dict)
+    # The raw [resilience] table, validated by models.fallback.
+    resilience: dict[str, Any] = field(default_factory=dict)
 
 
 def load_integration_config(
@@ -112,8 +114,15 @@ def parse_integration_config(
     prices = data.get("prices", {})
     if not isinstance(prices, Mapping):
         raise ConfigError(f"{where}: [prices] must be a table of [prices.MODEL] tables")
+    resilience = data.get("resilience", {})
+    if not isinstance(resilience, Mapping):
+        raise ConfigError(f"{where}: [resilience] must be a table")
     return IntegrationConfig(
-        path=path, mcp_servers=servers, budgets=dict(budgets), prices=dict(prices)
+        path=path,
+        mcp_servers=servers,
+        budgets=dict(budgets),
+        prices=dict(prices),
+        resilience=dict(resilience),
     )
 
 

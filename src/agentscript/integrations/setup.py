@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentscript.integrations.config import (
+    ConfigError,
     IntegrationConfig,
     McpServerConfig,
     load_integration_config,
@@ -73,6 +74,15 @@ def configure_agent(agent: AgentBase, *, config_path: Path | None = None) -> Int
     if agent.budget is not None and agent.budget.needs_prices and config.path is not None:
         check_prices(agent.budget, config.path)
     from agentscript.integrations.otel import telemetry_from_env
+    from agentscript.models.base import ModelError
+    from agentscript.models.fallback import parse_resilience
+
+    try:
+        agent.fallback = parse_resilience(
+            config.resilience, where=str(config.path or "agentscript.toml")
+        )
+    except ModelError as exc:
+        raise ConfigError(str(exc)) from None
 
     agent.telemetry = telemetry_from_env()
     agent.integration_config = config

@@ -115,6 +115,8 @@ class ModelResponse:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage | None = None
     model: str | None = None  # the model that actually answered
+    # Retries and fallbacks on the way to this answer, for the trace (LLM_STEP.modelEvents).
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -128,6 +130,9 @@ class ModelResponse:
 
 class ModelError(Exception):
     """A model could not answer (bad key, unknown model, refused, network). Message is for users."""
+
+    # Retries and fallbacks tried before giving up, for the trace; instances assign a tuple.
+    events: tuple[dict[str, Any], ...] = ()
 
 
 class ScriptExhausted(ModelError):

@@ -8,7 +8,9 @@ final error is worded.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,12 +26,15 @@ class RetryPolicy:
 
     ``max_retries`` counts retries, so a call is attempted at most ``max_retries + 1`` times.
     The delay before retry ``n`` (0-based) is ``base_delay * 2**n`` with jitter, capped at
-    ``max_delay``.
+    ``max_delay``, unless the server said how long to wait (``Retry-After`` on a 429 or
+    503): that wait is honoured up to ``max_retry_after`` seconds; a longer one is not
+    waited for (the call fails at once, so a fallback model can take over).
     """
 
     max_retries: int = 2
     base_delay: float = 0.5
     max_delay: float = 8.0
+    max_retry_after: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -42,6 +47,29 @@ class RetryPolicy:
         raw = self.base_delay * float(2**retry)
         # Jitter spreads out clients that failed together (e.g. after a shared 429).
         return min(self.max_delay, raw * (0.5 + random.random() / 2))
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta seconds or an HTTP date)."""
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    reference = time.time() if now is None else now
+    return max(0.0, when.timestamp() - reference)
+
+
+# Told of each retry: (retry number from 0, seconds waited, the failure, the server's wait).
+RetryListener = Callable[[int, float, BaseException, float | None], None]
 
 
 class RetriesExhausted(Exception):
@@ -61,12 +89,16 @@ async def call_with_retries(
     is_transient: Callable[[BaseException], bool],
     *,
     sleep: Sleep = asyncio.sleep,
+    retry_after: Callable[[BaseException], float | None] | None = None,
+    on_retry: RetryListener | None = None,
 ) -> T:
     """Await ``operation()``, retrying while it raises a transient failure.
 
     A non-transient failure propagates unchanged at once. A transient one that is still
     failing after ``policy.max_retries`` retries becomes :class:`RetriesExhausted` chained
-    to the last failure, so callers can word it with the attempt count.
+    to the last failure, so callers can word it with the attempt count. ``retry_after``
+    reads the server's requested wait from a failure (see :class:`RetryPolicy`);
+    ``on_retry`` is told of each retry before its wait.
     """
     attempt = 0
     while True:
@@ -77,7 +109,13 @@ async def call_with_retries(
                 raise
             if attempt >= policy.max_retries:
                 raise RetriesExhausted(attempt + 1) from exc
-            await sleep(policy.delay(attempt))
+            asked = retry_after(exc) if retry_after is not None else None
+            if asked is not None and asked > policy.max_retry_after:
+                raise RetriesExhausted(attempt + 1) from exc
+            wait = asked if asked is not None else policy.delay(attempt)
+            if on_retry is not None:
+                on_retry(attempt, wait, exc, asked)
+            await sleep(wait)
             attempt += 1
 
 

@@ -21,6 +21,7 @@ from agentscript.models.retry import (
     call_with_retries,
     describe_status,
     is_transient_status,
+    parse_retry_after,
     redact,
     server_message,
 )
@@ -221,14 +222,53 @@ class SdkModel(ABC):
             # Once text reached the sink, a retry would show it twice.
             return not shown and self._is_transient(exc)
 
+        events: list[dict[str, Any]] = []
+
+        def note_retry(retry: int, wait: float, exc: BaseException, asked: float | None) -> None:
+            event: dict[str, Any] = {
+                "event": "retry",
+                "model": self.name,
+                "retry": retry + 1,
+                "waitS": round(wait, 3),
+                "reason": self._failure_kind(exc),
+            }
+            if asked is not None:
+                event["retryAfterS"] = asked
+            events.append(event)
+
         try:
-            return await call_with_retries(attempt, self.retry, transient)
-        except ModelError:
+            response = await call_with_retries(
+                attempt,
+                self.retry,
+                transient,
+                retry_after=self._retry_after,
+                on_retry=note_retry,
+            )
+        except ModelError as exc:
+            exc.events = tuple(events)
             raise
         except RetriesExhausted as exc:
-            raise self._model_error(exc.__cause__, attempts=exc.attempts) from None
+            error = self._model_error(exc.__cause__, attempts=exc.attempts)
+            error.events = tuple(events)
+            raise error from None
         except Exception as exc:
-            raise self._model_error(exc, attempts=1) from None
+            error = self._model_error(exc, attempts=1)
+            error.events = tuple(events)
+            raise error from None
+        response.events = events + response.events
+        return response
+
+    def _retry_after(self, exc: BaseException) -> float | None:
+        """The wait a 429 or 503 answer asks for in its Retry-After header."""
+        if not isinstance(exc, self._sdk.APIStatusError) or exc.status_code not in (429, 503):
+            return None
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        return parse_retry_after(headers.get("retry-after"))
+
+    def _failure_kind(self, exc: BaseException) -> str:
+        if isinstance(exc, self._sdk.APIStatusError):
+            return f"HTTP {exc.status_code}"
+        return type(exc).__name__
 
     async def _relay(self, events: Any, sink: TextSink, shown: list[str]) -> ModelResponse:
         """Feed a stream's text to ``sink`` (and ``shown``) as it arrives; return the answer."""
