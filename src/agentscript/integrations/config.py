@@ -79,6 +79,8 @@ class IntegrationConfig:
     prices: dict[str, Any] = field(default_factory=dict)
     # The raw [resilience] table, validated by models.fallback.
     resilience: dict[str, Any] = field(default_factory=dict)
+    # The raw [openapi] table, validated by integrations.openapi.
+    openapi: dict[str, Any] = field(default_factory=dict)
 
 
 def load_integration_config(
@@ -114,6 +116,8 @@ def parse_integration_config(
     prices = data.get("prices", {})
     if not isinstance(prices, Mapping):
         raise ConfigError(f"{where}: [prices] must be a table of [prices.MODEL] tables")
+    if "openapi" in data and not isinstance(data["openapi"], Mapping):
+        raise ConfigError(f"{where}: [openapi] must hold one [openapi.NAME] table per API")
     resilience = data.get("resilience", {})
     if not isinstance(resilience, Mapping):
         raise ConfigError(f"{where}: [resilience] must be a table")
@@ -123,6 +127,7 @@ def parse_integration_config(
         budgets=dict(budgets),
         prices=dict(prices),
         resilience=dict(resilience),
+        openapi=dict(data.get("openapi", {})) if isinstance(data.get("openapi"), Mapping) else {},
     )
 
 

@@ -65,6 +65,7 @@ class _Use:
 
 def connect_check(path: Path, *, hub: McpHub | None = None) -> ConnectReport:
     report = ConnectReport()
+    report.diagnostics.extend(openapi_diagnostics(path))
     uses = _uses(path, report)
     if not uses:
         return report
@@ -265,3 +266,130 @@ def connect_results(
             echo(line)
         diagnostics.extend(report.diagnostics)
         diagnostics.sort(key=lambda d: (d.span.line, d.span.column))
+
+
+# ---------------------------------------------------------------------- OpenAPI actions
+
+
+def openapi_diagnostics(path: Path) -> list[Diagnostic]:
+    """Actions with an ``https://...#operationId`` target checked against the operation:
+    codes ``openapi-unknown-operation`` (no such API or operation, or a malformed document),
+    ``openapi-missing-input``, ``openapi-unknown-input``, ``openapi-type-mismatch`` and
+    ``openapi-unknown-output`` (warning)."""
+    if path.is_dir():
+        return []
+    actions = [a for a in _agent_actions(path) if _is_openapi_target(a.target)]
+    if not actions:
+        return []
+    from agentscript.integrations.setup import openapi_hub
+
+    found: list[Diagnostic] = []
+    try:
+        config = load_integration_config(start=path.parent)
+        apis = openapi_hub(config)
+        for api in apis.configs if apis else []:
+            apis.document(api)  # type: ignore[union-attr]
+    except ConfigError as exc:
+        use = _Use("", "", actions[0].span, str(path), actions[0])
+        return [_diag("config-error", str(exc), use)]
+    for action in actions:
+        use = _Use("", "", action.span, str(path), action)
+        if apis is None:
+            found.append(
+                _diag(
+                    "openapi-unknown-operation",
+                    f"action '{action.name}': no OpenAPI document is declared; add "
+                    "[openapi.NAME] with `spec` to agentscript.toml",
+                    use,
+                )
+            )
+            continue
+        try:
+            _, _, operation = apis.find(action.target or "")
+        except ActionError as exc:
+            found.append(_diag("openapi-unknown-operation", f"action '{action.name}': {exc}", use))
+            continue
+        found.extend(_operation_problems(use, action, operation))
+    return found
+
+
+def _is_openapi_target(target: str | None) -> bool:
+    return bool(target) and str(target).startswith(("http://", "https://")) and "#" in str(target)
+
+
+def _agent_actions(path: Path) -> list[ActionDef]:
+    from agentscript.check import check
+    from agentscript.loader import parse_file
+
+    doc, _ = parse_file(path)
+    if doc is None:
+        return []
+    outline = check(doc).outline
+    return [a for node in outline.subagents.values() for a in node.actions.values()]
+
+
+def _operation_problems(use: _Use, action: ActionDef, operation: Any) -> list[Diagnostic]:
+    problems: list[Diagnostic] = []
+    where = f"action '{action.name}'"
+    params = {p.name: p for p in operation.parameters}
+    body = operation.body_schema or {}
+    body_props = body.get("properties") or {}
+    for param in operation.parameters:
+        if param.required and param.name not in action.inputs:
+            problems.append(
+                _diag(
+                    "openapi-missing-input",
+                    f"{where}: operation {operation.operation_id} requires the {param.location} "
+                    f"parameter '{param.name}'; declare it under inputs:",
+                    use,
+                )
+            )
+    for name in body.get("required") or []:
+        if name not in action.inputs and "body" not in action.inputs:
+            problems.append(
+                _diag(
+                    "openapi-missing-input",
+                    f"{where}: the body of {operation.operation_id} requires '{name}'; "
+                    "declare it under inputs:",
+                    use,
+                )
+            )
+    for name, param in action.inputs.items():
+        schema = params[name].schema if name in params else body_props.get(name)
+        if schema is None:
+            if name == "body" and operation.body_schema is not None:
+                continue
+            if name not in params and (body_props or operation.body_schema is None):
+                problems.append(
+                    _diag(
+                        "openapi-unknown-input",
+                        f"{where}: operation {operation.operation_id} has no parameter or body "
+                        f"field '{name}'",
+                        use,
+                        param.span,
+                    )
+                )
+            continue
+        if mismatch := _type_mismatch(param, schema):
+            problems.append(
+                _diag("openapi-type-mismatch", f"{where}: input {mismatch}", use, param.span)
+            )
+    out_props = (operation.response_schema or {}).get("properties")
+    if isinstance(out_props, dict):
+        for name, param in action.outputs.items():
+            schema = out_props.get(name)
+            if schema is None:
+                problems.append(
+                    _diag(
+                        "openapi-unknown-output",
+                        f"{where}: the response of {operation.operation_id} has no field '{name}'",
+                        use,
+                        param.span,
+                        Severity.WARNING,
+                    )
+                )
+            elif mismatch := _type_mismatch(param, schema):
+                problems.append(
+                    _diag("openapi-type-mismatch", f"{where}: output {mismatch}", use, param.span)
+                )
+    return problems

@@ -21,6 +21,7 @@ from agentscript.integrations.config import (
     load_integration_config,
 )
 from agentscript.integrations.mcp_client import McpHub
+from agentscript.integrations.openapi import OpenApiConfig, OpenApiHub, parse_openapi_configs
 
 if TYPE_CHECKING:
     from agentscript.engine.budgets import Budget
@@ -44,6 +45,22 @@ def shared_hub(config: IntegrationConfig) -> McpHub:
         return hub
 
 
+_apis: dict[tuple[OpenApiConfig, ...], OpenApiHub] = {}
+
+
+def openapi_hub(config: IntegrationConfig) -> OpenApiHub | None:
+    """The process's OpenAPI hub for these declarations (documents read once), or None."""
+    configs = parse_openapi_configs({"openapi": config.openapi}, path=config.path)
+    if not configs:
+        return None
+    key = tuple(configs)
+    with _hubs_guard:
+        hub = _apis.get(key)
+        if hub is None:
+            hub = _apis[key] = OpenApiHub(configs)
+        return hub
+
+
 def close_shared_hubs() -> None:
     """End every MCP session of the process (also run at exit)."""
     with _hubs_guard:
@@ -62,6 +79,12 @@ def configure_agent(agent: AgentBase, *, config_path: Path | None = None) -> Int
     config = load_integration_config(config_path, start=start)
     hub = shared_hub(config)
     agent.register_handler("mcp", hub.handler())
+    apis = openapi_hub(config)
+    if apis is not None:
+        for api in apis.configs:
+            apis.document(api)  # a malformed document is a load error, not a turn error
+        agent.register_handler("https", apis.handler())
+        agent.register_handler("http", apis.handler())
     project = getattr(agent, "project", None)  # a Mantle agent
     if project is not None:
         from agentscript.integrations.mantle_mcp import add_mcp_tools, mcp_imports

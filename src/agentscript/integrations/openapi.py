@@ -1,0 +1,409 @@
+"""OpenAPI actions: a target ``https://HOST/BASE#operationId`` runs that operation of an
+OpenAPI 3 document declared in ``agentscript.toml``.
+
+```toml
+[openapi.orders]
+spec = "orders.openapi.yaml"             # JSON or YAML, relative to this file
+base_url = "https://api.example.com/v1"  # optional: else the document's first server
+headers = { Authorization = "Bearer ${ORDERS_TOKEN}" }   # values from the environment
+timeout = 15
+```
+
+Contract. A target whose URL (before ``#``) starts with a declared API's base URL names one
+of its operations. The action's inputs fill the operation's ``path``, ``query`` and
+``header`` parameters by name; the remaining inputs form the JSON request body (an input named
+``body`` is sent as the whole body). A missing required parameter, a non-2xx answer, a body
+that is not JSON or a JSON object whose fields contradict the documented 2xx response schema
+are :class:`ActionError` with a message naming the action, the operation and the cause. A JSON
+object answer becomes the outputs; any other JSON value becomes ``{"result": value}``.
+Documents are read once per process; a malformed one is a :class:`ConfigError` naming the
+file. Header values never appear in messages or traces.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentscript.actions.registry import ActionError, ActionRequest, Handler
+from agentscript.integrations.config import ConfigError, expand_env
+
+MAX_RESPONSE_BYTES = 5_000_000
+MAX_REF_DEPTH = 32
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+_API_KEYS = frozenset({"spec", "base_url", "headers", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpenApiConfig:
+    """One ``[openapi.NAME]`` table."""
+
+    name: str
+    spec: str  # a file path (absolute) or an http(s) URL the document is fetched from
+    base_url: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    name: str
+    location: str  # "path" | "query" | "header"
+    required: bool
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    operation_id: str
+    method: str
+    path: str
+    parameters: tuple[Parameter, ...]
+    body_schema: dict[str, Any] | None  # application/json request body
+    body_required: bool
+    response_schema: dict[str, Any] | None  # the first 2xx application/json response
+
+
+@dataclass
+class OpenApiDocument:
+    """A loaded document: its base URL and operations by id."""
+
+    name: str
+    base_url: str
+    operations: dict[str, Operation] = field(default_factory=dict)
+
+
+def parse_openapi_configs(data: Mapping[str, Any], *, path: Path | None) -> list[OpenApiConfig]:
+    """The ``[openapi.NAME]`` tables of a decoded ``agentscript.toml``."""
+    where = str(path) if path else "agentscript.toml"
+    table = data.get("openapi", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: [openapi] must hold one [openapi.NAME] table per API")
+    configs = []
+    for name, spec in table.items():
+        head = f"{where}: [openapi.{name}]"
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("spec"), str):
+            raise ConfigError(f"{head} needs `spec`, the path of an OpenAPI 3 document")
+        unknown = sorted(set(spec) - _API_KEYS)
+        if unknown:
+            raise ConfigError(f"{head} has unknown key(s) {unknown}; known: {sorted(_API_KEYS)}")
+        base_url = spec.get("base_url")
+        if base_url is not None and not (
+            isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
+        ):
+            raise ConfigError(f"{head} `base_url` must be an http:// or https:// URL")
+        headers = spec.get("headers", {})
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(v, str) for v in headers.values()
+        ):
+            raise ConfigError(f"{head} `headers` must be a table of strings")
+        timeout = spec.get("timeout", 30.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigError(f"{head} `timeout` must be a positive number of seconds")
+        folder = path.parent if path is not None else Path.cwd()
+        configs.append(
+            OpenApiConfig(
+                name=str(name),
+                spec=spec["spec"]
+                if spec["spec"].startswith(("http://", "https://"))
+                else str(folder / spec["spec"]),
+                base_url=base_url,
+                headers=tuple((str(k), v) for k, v in headers.items()),
+                timeout=float(timeout),
+            )
+        )
+    return configs
+
+
+# ---------------------------------------------------------------------- documents
+
+
+def load_document(config: OpenApiConfig) -> OpenApiDocument:
+    """Read and index one document; every problem is a ConfigError naming the file."""
+    where = f"[openapi.{config.name}] {config.spec}"
+    text = _read_spec(config, where)
+    try:
+        data = json.loads(text) if config.spec.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{where}: not valid JSON or YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not str(data.get("openapi", "")).startswith("3"):
+        raise ConfigError(f"{where}: not an OpenAPI 3 document (no `openapi: 3.x` field)")
+    base_url = config.base_url or _first_server(data)
+    if not base_url:
+        raise ConfigError(f"{where}: no `servers` URL; set base_url in [openapi.{config.name}]")
+    document = OpenApiDocument(config.name, base_url.rstrip("/"))
+    paths = data.get("paths")
+    if not isinstance(paths, dict):
+        raise ConfigError(f"{where}: `paths` must be a mapping")
+    for route, item in paths.items():
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: paths.{route} must be a mapping")
+        shared = item.get("parameters", [])
+        for method in _METHODS:
+            operation = item.get(method)
+            if not isinstance(operation, dict) or not operation.get("operationId"):
+                continue
+            try:
+                parsed = _operation(data, str(route), method, operation, shared)
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ConfigError(
+                    f"{where}: operation {operation.get('operationId')}: {exc}"
+                ) from None
+            document.operations[parsed.operation_id] = parsed
+    return document
+
+
+def _read_spec(config: OpenApiConfig, where: str) -> str:
+    if not config.spec.startswith(("http://", "https://")):
+        try:
+            return Path(config.spec).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    try:
+        with urllib.request.urlopen(config.spec, timeout=config.timeout) as response:
+            raw: bytes = response.read(MAX_RESPONSE_BYTES + 1)
+    except (urllib.error.URLError, OSError) as exc:
+        raise ConfigError(f"{where}: cannot fetch: {getattr(exc, 'reason', exc)}") from None
+    if len(raw) > MAX_RESPONSE_BYTES:
+        raise ConfigError(f"{where}: the document is larger than {MAX_RESPONSE_BYTES} bytes")
+    return raw.decode("utf-8", "replace")
+
+
+def _first_server(data: Mapping[str, Any]) -> str | None:
+    servers = data.get("servers")
+    if isinstance(servers, list) and servers and isinstance(servers[0], dict):
+        url = servers[0].get("url")
+        return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+    return None
+
+
+def _operation(
+    doc: Mapping[str, Any], route: str, method: str, op: Mapping[str, Any], shared: Any
+) -> Operation:
+    parameters: dict[tuple[str, str], Parameter] = {}
+    for raw in [*(shared or []), *(op.get("parameters") or [])]:
+        spec = _resolve(doc, raw)
+        location = spec["in"]
+        if location not in ("path", "query", "header"):
+            continue  # cookies are not sent
+        name = str(spec["name"])
+        parameters[(name, location)] = Parameter(
+            name,
+            location,
+            bool(spec.get("required", location == "path")),
+            _resolve(doc, spec.get("schema") or {}),
+        )
+    body_schema: dict[str, Any] | None = None
+    body_required = False
+    if "requestBody" in op:
+        body = _resolve(doc, op["requestBody"])
+        media = (body.get("content") or {}).get("application/json")
+        if media is not None:
+            body_schema = _resolve(doc, media.get("schema") or {})
+            body_required = bool(body.get("required", False))
+    response_schema = None
+    for status, response in sorted((op.get("responses") or {}).items(), key=lambda kv: str(kv[0])):
+        if str(status).startswith("2"):
+            media = (_resolve(doc, response).get("content") or {}).get("application/json")
+            if media is not None:
+                response_schema = _resolve(doc, media.get("schema") or {})
+            break
+    return Operation(
+        str(op["operationId"]),
+        method.upper(),
+        route,
+        tuple(parameters.values()),
+        body_schema,
+        body_required,
+        response_schema,
+    )
+
+
+def _resolve(doc: Mapping[str, Any], node: Any, depth: int = 0) -> dict[str, Any]:
+    """``node`` with local ``$ref``s followed (``#/components/...``), top level and
+    properties; remote refs are not fetched."""
+    if depth > MAX_REF_DEPTH:
+        raise ValueError("$ref nesting too deep (a cycle?)")
+    if not isinstance(node, dict):
+        raise TypeError(f"expected a mapping, found {type(node).__name__}")
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        if not ref.startswith("#/"):
+            raise ValueError(f"only local $ref are supported, not {ref!r}")
+        target: Any = doc
+        for part in ref[2:].split("/"):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        return _resolve(doc, target, depth + 1)
+    props = node.get("properties")
+    if isinstance(props, dict):
+        node = {
+            **node,
+            "properties": {k: _resolve(doc, v, depth + 1) for k, v in props.items()},
+        }
+    return dict(node)
+
+
+# ---------------------------------------------------------------------- calls
+
+
+class OpenApiHub:
+    """The declared APIs of a process; documents loaded on first use."""
+
+    def __init__(self, configs: list[OpenApiConfig]) -> None:
+        self.configs = configs
+        self._documents: dict[str, OpenApiDocument] = {}
+        self._guard = threading.Lock()
+
+    def document(self, config: OpenApiConfig) -> OpenApiDocument:
+        with self._guard:
+            if config.name not in self._documents:
+                self._documents[config.name] = load_document(config)
+            return self._documents[config.name]
+
+    def find(self, target: str) -> tuple[OpenApiConfig, OpenApiDocument, Operation]:
+        """The API and operation a ``URL#operationId`` target names; ActionError otherwise."""
+        url, sep, operation_id = target.partition("#")
+        if not sep or not operation_id:
+            raise ActionError(
+                f"'{target}' names no operation: write {url}#operationId, or register "
+                "http_json_handler for plain JSON POSTs"
+            )
+        for config in self.configs:
+            try:
+                document = self.document(config)
+            except ConfigError as exc:
+                raise ActionError(str(exc)) from None
+            if url.rstrip("/").startswith(document.base_url):
+                operation = document.operations.get(operation_id)
+                if operation is None:
+                    raise ActionError(
+                        f"the OpenAPI document of [openapi.{config.name}] has no operation "
+                        f"'{operation_id}'"
+                    )
+                return config, document, operation
+        known = ", ".join(f"{c.name}" for c in self.configs) or "none"
+        raise ActionError(
+            f"'{url}' is not the base URL of an API declared in agentscript.toml "
+            f"([openapi.NAME], declared: {known})"
+        )
+
+    def handler(self) -> Handler:
+        return self.handle
+
+    def handle(self, request: ActionRequest) -> dict[str, Any]:
+        try:
+            config, document, operation = self.find(request.target or "")
+        except ActionError as exc:
+            raise ActionError(f"action '{request.name}': {exc}") from None
+        return call_operation(config, document, operation, request)
+
+
+def call_operation(
+    config: OpenApiConfig, document: OpenApiDocument, op: Operation, request: ActionRequest
+) -> dict[str, Any]:
+    where = f"action '{request.name}' ({op.operation_id})"
+    inputs = dict(request.inputs)
+    path = op.path
+    query: dict[str, str] = {}
+    headers = {"Accept": "application/json"}
+    for param in op.parameters:
+        if param.name not in inputs or inputs[param.name] is None:
+            inputs.pop(param.name, None)
+            if param.required:
+                raise ActionError(
+                    f"{where}: the {param.location} parameter '{param.name}' is required"
+                )
+            continue
+        value = inputs.pop(param.name)
+        text = json.dumps(value) if isinstance(value, bool | dict | list) else str(value)
+        if param.location == "path":
+            path = path.replace("{" + param.name + "}", urllib.parse.quote(text, safe=""))
+        elif param.location == "query":
+            query[param.name] = text
+        else:
+            headers[param.name] = text
+    for name, value in config.headers:
+        headers[name] = expand_env(value, f"[openapi.{config.name}] header {name}")
+    body: bytes | None = None
+    if op.body_schema is not None:
+        payload = inputs.pop("body") if "body" in inputs else inputs
+        if payload or op.body_required:
+            body = json.dumps(payload, default=str).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+    url = document.base_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    http_request = urllib.request.Request(url, data=body, headers=headers, method=op.method)
+    try:
+        with urllib.request.urlopen(http_request, timeout=config.timeout) as response:
+            raw = response.read(MAX_RESPONSE_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        detail = _error_detail(exc)
+        raise ActionError(
+            f"{where}: {op.method} {op.path} answered HTTP {exc.code}{detail}"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ActionError(f"{where}: cannot reach {document.base_url}: {reason}") from None
+    if len(raw) > MAX_RESPONSE_BYTES:
+        raise ActionError(f"{where}: the response is larger than {MAX_RESPONSE_BYTES} bytes")
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ActionError(f"{where}: the response is not JSON") from None
+    problem = schema_mismatch(data, op.response_schema)
+    if problem:
+        raise ActionError(f"{where}: the response does not match the documented schema: {problem}")
+    return data if isinstance(data, dict) else {"result": data}
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        text = exc.read(500).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return f": {text[:200]}" if text else ""
+
+
+_JSON_CHECKS: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "object": dict,
+    "array": list,
+}
+
+
+def schema_mismatch(value: Any, schema: Mapping[str, Any] | None, where: str = "") -> str | None:
+    """The first place ``value`` contradicts ``schema`` (types, required fields), or None.
+    A shallow check, two levels deep: enough to catch an API that changed shape."""
+    if not schema:
+        return None
+    expected = schema.get("type")
+    label = where or "the body"
+    if isinstance(expected, str) and expected in _JSON_CHECKS:
+        ok = isinstance(value, _JSON_CHECKS[expected])
+        if expected in ("integer", "number") and isinstance(value, bool):
+            ok = False
+        if not ok and not (value is None and schema.get("nullable")):
+            return f"{label} should be {expected}, found {type(value).__name__}"
+    if isinstance(value, dict) and where.count(".") < 2:
+        for name in schema.get("required") or []:
+            if name not in value:
+                return f"{label} lacks required field '{name}'"
+        for name, sub in (schema.get("properties") or {}).items():
+            if name in value and isinstance(sub, dict):
+                problem = schema_mismatch(value[name], sub, f"{where}.{name}" if where else name)
+                if problem:
+                    return problem
+    return None

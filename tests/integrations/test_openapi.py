@@ -1,0 +1,301 @@
+"""OpenAPI actions (``https://...#operationId``) against a local HTTP server that serves a
+small OpenAPI 3 document and implements it: request building (path, query, header, body),
+auth from the environment, response mapping, failures, and ``validate --connect``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import agentscript
+from agentscript.cli import main
+from agentscript.models.scripted import Move, ScriptedModel
+
+received: list[dict[str, Any]] = []
+
+
+def document(base: str) -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Orders", "version": "1"},
+        "servers": [{"url": f"{base}/v1"}],
+        "paths": {
+            "/orders/{order_id}": {
+                "get": {
+                    "operationId": "getOrder",
+                    "parameters": [
+                        {
+                            "name": "order_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                        {"name": "verbose", "in": "query", "schema": {"type": "boolean"}},
+                        {"name": "X-Locale", "in": "header", "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "ok",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/Order"}
+                                }
+                            },
+                        }
+                    },
+                }
+            },
+            "/orders": {
+                "post": {
+                    "operationId": "createOrder",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["item"],
+                                    "properties": {
+                                        "item": {"type": "string"},
+                                        "qty": {"type": "integer"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": {
+                            "description": "created",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/Order"}
+                                }
+                            },
+                        }
+                    },
+                }
+            },
+        },
+        "components": {
+            "schemas": {
+                "Order": {
+                    "type": "object",
+                    "required": ["status"],
+                    "properties": {"status": {"type": "string"}, "total": {"type": "number"}},
+                }
+            }
+        },
+    }
+
+
+class Api(BaseHTTPRequestHandler):
+    def _answer(self, status: int, data: Any) -> None:
+        payload = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        host = f"http://127.0.0.1:{self.server.server_address[1]}"
+        received.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
+        if self.path == "/openapi.json":
+            self._answer(200, document(host))
+        elif self.path.startswith("/v1/orders/42"):
+            self._answer(200, {"status": "shipped", "total": 12.5})
+        elif self.path.startswith("/v1/orders/bad"):
+            self._answer(200, {"status": 7})  # contradicts the schema
+        else:
+            self._answer(404, {"error": "no such order"})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        received.append(
+            {"method": "POST", "path": self.path, "body": body, "headers": dict(self.headers)}
+        )
+        self._answer(201, {"status": f"created {body['item']} x{body.get('qty', 1)}"})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    received.clear()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+AGENT = """\
+system:
+    instructions: "Be brief."
+    messages:
+        error: "Failed."
+config:
+    developer_name: "orders"
+variables:
+    status: mutable string = ""
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Help.
+        actions:
+            get: @actions.get_order
+                set @variables.status = @outputs.status
+            create: @actions.create_order
+                set @variables.status = @outputs.status
+    actions:
+        get_order:
+            description: "Read an order"
+            target: "BASE/v1#getOrder"
+            inputs:
+                order_id: string
+                    is_required: True
+                verbose: boolean
+                    is_required: True
+            outputs:
+                status: string
+                total: number
+        create_order:
+            description: "Create an order"
+            target: "BASE/v1#createOrder"
+            inputs:
+                item: string
+                    is_required: True
+                qty: number
+                    is_required: True
+            outputs:
+                status: string
+"""
+
+TOML = """\
+[openapi.orders]
+spec = "SPEC"
+headers = { Authorization = "Bearer ${ORDERS_TOKEN}" }
+timeout = 5
+"""
+
+
+def write(tmp_path: Path, base: str, *, spec: str | None = None, agent: str = AGENT) -> Path:
+    (tmp_path / "agentscript.toml").write_text(TOML.replace("SPEC", spec or f"{base}/openapi.json"))
+    path = tmp_path / "orders.agent"
+    path.write_text(agent.replace("BASE", base))
+    return path
+
+
+def action_steps(reply: agentscript.Reply) -> list[dict[str, Any]]:
+    return [s for s in reply.trace["planTrace"]["steps"] if s["type"] == "ACTION_STEP"]
+
+
+def test_operation_request_is_built_from_inputs_and_auth_from_env(
+    tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORDERS_TOKEN", "s3cret")
+    agent = agentscript.load(write(tmp_path, api), dialect="agentscript")
+    model = ScriptedModel(
+        [
+            Move(calls=[("get", {"order_id": "42", "verbose": True})]),
+            Move(calls=[("create", {"item": "lamp", "qty": 2})]),
+            Move(text="Done."),
+        ]
+    )
+    session = agent.session(model=model)
+    reply = session.send("order 42, and a lamp")
+    assert reply.error is None
+    get, post = received[1], received[2]  # received[0] fetched the document
+    assert get["path"] == "/v1/orders/42?verbose=true"
+    assert get["headers"]["Authorization"] == "Bearer s3cret"
+    assert post["path"] == "/v1/orders" and post["body"] == {"item": "lamp", "qty": 2}
+    outputs = [s["output"] for s in action_steps(reply)]
+    assert outputs == [{"status": "shipped", "total": 12.5}, {"status": "created lamp x2"}]
+    assert session.variables["status"] == "created lamp x2"
+    assert "s3cret" not in json.dumps(reply.trace)
+
+
+def test_non_2xx_and_schema_mismatch_are_clear_action_errors(
+    tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORDERS_TOKEN", "t")
+    agent = agentscript.load(write(tmp_path, api), dialect="agentscript")
+    model = ScriptedModel(
+        [
+            Move(
+                calls=[
+                    ("get", {"order_id": "nope", "verbose": False}),
+                    ("get", {"order_id": "bad", "verbose": False}),
+                ]
+            ),
+            Move(text="Sorry."),
+        ]
+    )
+    reply = agent.session(model=model).send("x")
+    first, second = (s["error"] for s in action_steps(reply))
+    assert "getOrder" in first and "HTTP 404" in first and "no such order" in first
+    assert "does not match the documented schema" in second and "status should be string" in second
+
+
+def test_missing_token_is_an_action_error_naming_the_variable(
+    tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ORDERS_TOKEN", raising=False)
+    agent = agentscript.load(write(tmp_path, api), dialect="agentscript")
+    model = ScriptedModel(
+        [Move(calls=[("get", {"order_id": "42", "verbose": True})]), Move(text=".")]
+    )
+    (step,) = action_steps(agent.session(model=model).send("x"))
+    assert "ORDERS_TOKEN, which is not set" in step["error"]
+
+
+def test_malformed_document_is_a_load_error(tmp_path: Path, api: str) -> None:
+    (tmp_path / "broken.yaml").write_text("openapi: 3.0.0\npaths: [1, 2\n")
+    with pytest.raises(agentscript.AgentScriptError, match="not valid JSON or YAML"):
+        agentscript.load(write(tmp_path, api, spec="broken.yaml"), dialect="agentscript")
+    (tmp_path / "swagger.yaml").write_text("swagger: '2.0'\n")
+    with pytest.raises(agentscript.AgentScriptError, match="not an OpenAPI 3 document"):
+        agentscript.load(write(tmp_path, api, spec="swagger.yaml"), dialect="agentscript")
+
+
+def test_validate_connect_checks_actions_against_operations(tmp_path: Path, api: str) -> None:
+    broken = (
+        AGENT.replace("#createOrder", "#deleteOrder")
+        .replace("                order_id: string\n                    is_required: True\n", "")
+        .replace("                verbose: boolean", "                verbose: number")
+        .replace(
+            "                total: number",
+            "                total: number\n                eta: string",
+        )
+    )
+    path = write(tmp_path, api, agent=broken)
+    result = CliRunner().invoke(
+        main, ["validate", "--connect", "--format", "json", "--dialect", "agentscript", str(path)]
+    )
+    assert "Traceback" not in result.output
+    assert result.exit_code == 1
+    codes = sorted(d["code"] for d in json.loads(result.stdout) if d["code"].startswith("openapi-"))
+    assert codes == [
+        "openapi-missing-input",
+        "openapi-type-mismatch",
+        "openapi-unknown-operation",
+        "openapi-unknown-output",
+    ]
+
+
+def test_validate_connect_accepts_matching_actions(tmp_path: Path, api: str) -> None:
+    path = write(tmp_path, api)
+    result = CliRunner().invoke(
+        main, ["validate", "--connect", "--format", "json", "--dialect", "agentscript", str(path)]
+    )
+    assert [d["code"] for d in json.loads(result.stdout) if d["code"].startswith("openapi-")] == []
