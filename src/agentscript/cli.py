@@ -282,7 +282,9 @@ def load_agent_or_exit(
         lines = source_lines(Path(path))
         for diag in exc.diagnostics:
             if diag.is_error:
-                click.echo(render_diagnostic(diag, lines, sys.stderr.isatty()), err=True)
+                # A config-error is about agentscript.toml, not a line of the agent.
+                shown = None if diag.code == "config-error" else lines
+                click.echo(render_diagnostic(diag, shown, sys.stderr.isatty()), err=True)
         click.echo(f"{path}: cannot run an agent with errors", err=True)
         if any(d.code == "mantle-unresolved-tool" for d in exc.diagnostics):
             click.echo(

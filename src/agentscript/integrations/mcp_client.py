@@ -110,6 +110,8 @@ class _Connection:
                 return self.session
             await self.close()
             ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+            # After a connect timeout nobody awaits ``ready``; a late failure is still read.
+            ready.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._stop = asyncio.Event()
             self._task = asyncio.create_task(self._own(ready, self._stop))
             try:
