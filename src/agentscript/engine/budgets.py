@@ -183,7 +183,11 @@ class BudgetMeter:
                 f"budget: a cost cap is set but agentscript.toml has no price for model "
                 f"'{model}'; add [prices.\"{model}\"] with input and output per million tokens"
             )
-        estimate = estimate_input_tokens(request)
+        scopes = [c for c in (self.budget.turn, self.budget.session) if c.any()]
+        if not scopes:
+            return None  # no cap: nothing to estimate (the common case costs one check)
+        needs_estimate = any(c.input_tokens is not None or c.cost is not None for c in scopes)
+        estimate = estimate_input_tokens(request) if needs_estimate else 0
         for scope, caps, used in (
             ("turn", self.budget.turn, self.turn),
             ("session", self.budget.session, self.session),

@@ -334,7 +334,7 @@ class Session:
     ) -> Reply:
         text = "\n\n".join(m for m in result.messages if m)
         trace.response = text
-        if self.meter.turn.cost is not None and (refused is False):
+        if self.meter.turn.cost is not None and not refused:
             trace.usage["cost"] = round(self.meter.turn.cost, 8)
         trace_file = str(trace.write(self.trace_dir)) if self.trace_dir is not None else None
         return Reply(
