@@ -154,9 +154,14 @@ def load_document(config: OpenApiConfig) -> OpenApiDocument:
                 continue
             try:
                 parsed = _operation(data, str(route), method, operation, shared)
-            except (TypeError, ValueError, KeyError) as exc:
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+                reason = (
+                    f"a missing field or an unresolvable $ref ({exc})"
+                    if isinstance(exc, KeyError)
+                    else f"malformed ({exc})"
+                )
                 raise ConfigError(
-                    f"{where}: operation {operation.get('operationId')}: {exc}"
+                    f"{where}: operation {operation.get('operationId')}: {reason}"
                 ) from None
             document.operations[parsed.operation_id] = parsed
     return document
