@@ -118,3 +118,34 @@ def test_connect_reports_a_malformed_config(tmp_path: Path) -> None:
     code, diagnostics, _ = run_validate(write(tmp_path, "[mcp.servers.demo]\ncommand = 3\n"))
     assert code == 1
     assert any(d["code"] == "config-error" for d in diagnostics)
+
+
+SKILL = """\
+---
+name: Weather
+description: Tell the user tomorrow's weather.
+import_tools:
+  - mcp/demo:get_weather
+  - mcp/demo:get_tides
+---
+
+Call get_weather for the city the user names.
+"""
+
+
+def test_connect_checks_mantle_mcp_imports(tmp_path: Path) -> None:
+    (tmp_path / "agent.yml").write_text("agent:\n  id: w\n  language: en\n  persona: Weather.\n")
+    (tmp_path / "integrations.yml").write_text("mcp_servers:\n  - id: demo\n")
+    (tmp_path / "skills" / "weather").mkdir(parents=True)
+    skill = tmp_path / "skills" / "weather" / "skill.md"
+    skill.write_text(SKILL)
+    (tmp_path / "agentscript.toml").write_text(
+        "[mcp.servers.demo]\n"
+        f"command = {json.dumps(sys.executable)}\n"
+        f'args = [{json.dumps(str(DEMO_SERVER))}, "stdio"]\n'
+    )
+    result = CliRunner().invoke(main, ["validate", "--connect", "--format", "json", str(tmp_path)])
+    assert "Traceback" not in result.output
+    found = [(d["code"], d["file"], d["line"]) for d in json.loads(result.stdout)]
+    assert found == [("mcp-unknown-tool", str(skill), 6)]
+    assert result.exit_code == 1
