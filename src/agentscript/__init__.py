@@ -7,7 +7,7 @@
 
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Severity, Span
 from agentscript.engine.session import Agent, AgentBase, Reply, Session
-from agentscript.engine.turn import Limits
+from agentscript.limits import Limits
 from agentscript.loader import load
 from agentscript.models.scripted import ScriptedModel
 from agentscript.syntax import parse

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from agentscript.engine.kernel import check_answered
+from agentscript.errors import TurnError
 from agentscript.expr.values import nested_deeper_than
 from agentscript.models.base import (
     Model,
@@ -20,17 +22,7 @@ from agentscript.models.base import (
 )
 from agentscript.trace import TurnTrace, elapsed_ms
 
-
-class TurnError(Exception):
-    """The turn cannot go on (model failure, deterministic failure, limit).
-
-    ``exhausted`` marks the scripted model running out of moves: `agentscript run` then
-    reports that the conversation file and the engine disagree.
-    """
-
-    def __init__(self, message: str, *, exhausted: bool = False) -> None:
-        super().__init__(message)
-        self.exhausted = exhausted
+__all__ = ["MAX_KEPT_DEPTH", "TurnError", "bounded_call", "call_model"]
 
 
 async def call_model(
@@ -41,7 +33,12 @@ async def call_model(
     iteration: int,
     stream: TextSink | None = None,
 ) -> ModelResponse:
-    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError."""
+    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
+
+    A request whose history holds a tool call without its answer is not sent (the kernel's
+    last check): providers reject it, and it would mean the engine lost track of a call.
+    """
+    check_answered(request.messages)
     step = trace.add(
         "LLM_STEP",
         node=request.node,

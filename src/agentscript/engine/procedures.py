@@ -16,6 +16,7 @@ from agentscript.actions.registry import ActionError, ActionRequest, ActionRunne
 from agentscript.check.outline import ActionDef
 from agentscript.engine.program import Node, Program, capture_tool_name, variable_of
 from agentscript.engine.state import SessionState
+from agentscript.errors import Signal, TurnError
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
 from agentscript.expr.values import to_display
@@ -67,7 +68,7 @@ def render_parts(program: Program, parts: list[TemplatePart], env: Env, warnings
     return "".join(out)
 
 
-class TransitionSignal(Exception):
+class TransitionSignal(Signal):
     """Control moves to ``target`` now; ``via`` says what caused it."""
 
     def __init__(self, target: str, via: str) -> None:
@@ -76,7 +77,7 @@ class TransitionSignal(Exception):
         self.via = via
 
 
-class ProcedureFailure(Exception):
+class ProcedureFailure(TurnError):
     """A deterministic step failed: the turn ends with ``system.messages.error``."""
 
 
@@ -136,6 +137,11 @@ class ProcedureExecutor:
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self.state.variables)
+
+    def begin_resolution(self) -> None:
+        """Forget the previous resolution's warnings and collect question (S3 starts over)."""
+        self.warnings = []
+        self._asked_collect = False
 
     # ------------------------------------------------------------------ statements
 

@@ -19,12 +19,14 @@ from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.check.outline import AgentOutline
+from agentscript.engine.kernel import TurnResult
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.state import SessionState
-from agentscript.engine.turn import Limits, TurnResult, TurnRunner
+from agentscript.engine.turn import TurnRunner
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.limits import Limits
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
 
@@ -181,7 +183,14 @@ class Agent(AgentBase):
         stream: Callable[[str], None] | None,
     ) -> TurnRunnerLike:
         return TurnRunner(
-            self.program, state, runner, trace, text, model=model, limits=limits, stream=stream
+            program=self.program,
+            state=state,
+            runner=runner,
+            trace=trace,
+            user_input=text,
+            model=model,
+            limits=limits,
+            stream=stream,
         )
 
     def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentscript.engine.turn import NO, YES
+from agentscript.engine.kernel import read_yes_no
 from agentscript.mantle import prompt as p
 from agentscript.mantle.block_pointer import advance, hold
 from agentscript.mantle.model import Tool, ToolConstraint
@@ -18,15 +18,9 @@ from agentscript.mantle.stack import SkillStack
 from agentscript.mantle.tool_run import run_tool
 from agentscript.mantle.turn_context import TurnContext
 
-
-def yes_no(text: str) -> bool | None:
-    """The user's plain yes/no (None when the answer needs the model to interpret)."""
-    answer = text.strip().lower().rstrip(".!")
-    if answer in YES:
-        return True
-    if answer in NO:
-        return False
-    return None
+# The user's plain yes/no (None when the answer needs the model to interpret): the kernel's
+# rule, the same as Agent Script's.
+yes_no = read_yes_no
 
 
 def needs_confirmation(constraint: ToolConstraint | None) -> bool:

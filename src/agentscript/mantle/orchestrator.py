@@ -11,11 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentscript.engine.llm import TurnError, call_model
-from agentscript.engine.turn import LimitReached, TurnResult
+from agentscript.engine.kernel import (
+    TURN_ENDING,
+    LimitReached,
+    TurnResult,
+    fail_turn,
+    read_yes_no,
+    spend_llm_call,
+)
+from agentscript.engine.llm import call_model
+from agentscript.errors import TurnError
 from agentscript.mantle import prompt as p
 from agentscript.mantle.blocks import block_step
-from agentscript.mantle.confirmation import resolve, yes_no
+from agentscript.mantle.confirmation import resolve
 from agentscript.mantle.model import Skill
 from agentscript.mantle.queries import holds
 from agentscript.mantle.resolution import resolve_prompt
@@ -25,7 +33,7 @@ from agentscript.mantle.transitions import finish, start_session_skill
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSpec
 
-__all__ = ["MAX_DETERMINISTIC_STEPS", "MantleTurnRunner", "yes_no"]
+__all__ = ["MAX_DETERMINISTIC_STEPS", "MantleTurnRunner"]
 
 MAX_DETERMINISTIC_STEPS = 100  # per turn: a `next:` cycle through noop steps must end
 
@@ -47,14 +55,13 @@ class MantleTurnRunner:
                 ctx.stack.data["started"] = True
                 start_session_skill(ctx)
             if ctx.stack.pending is not None:
-                answer = yes_no(ctx.text)
+                answer = read_yes_no(ctx.text)
                 if answer is not None:
                     await resolve(ctx, answer, via="user")
             if not ctx.stop:
                 await self.loop()
-        except (TurnError, LimitReached) as exc:
-            ctx.result.exhausted = getattr(exc, "exhausted", False)
-            self.fail(str(exc))
+        except TURN_ENDING as exc:
+            self.fail(exc)
         top = ctx.stack.frames[-1]["skill"] if ctx.stack.frames else None
         ctx.state.current_node = top
         return ctx.result
@@ -65,12 +72,7 @@ class MantleTurnRunner:
             await self.settle()
             if ctx.stop:
                 return
-            ctx.llm_calls += 1
-            if ctx.llm_calls > ctx.limits.max_llm_calls:
-                raise LimitReached(
-                    f"more than {ctx.limits.max_llm_calls} LLM calls in one turn; "
-                    "the turn was stopped"
-                )
+            ctx.llm_calls = spend_llm_call(ctx.llm_calls, ctx.limits)
             instructions, tools = resolve_prompt(ctx)
             response = await self.ask_model(instructions, tools)
             if response.tool_calls:
@@ -84,13 +86,17 @@ class MantleTurnRunner:
             ctx.trace.add("RESPONSE_STEP", text=text, node=ctx.node_name(), kind="llm")
             return
 
-    def fail(self, message: str) -> None:
+    def fail(self, error: TurnError) -> None:
         ctx = self.ctx
-        ctx.trace.add("ERROR_STEP", message=message, node=ctx.node_name())
-        ctx.result.error = message
-        text = "Sorry, something went wrong."
-        ctx.result.messages.append(text)
-        ctx.trace.add("RESPONSE_STEP", text=text, node=ctx.node_name(), kind="error")
+        ctx.close_calls()  # a window left open by the failure is answered first
+        fail_turn(
+            history=ctx.state.history,
+            trace=ctx.trace,
+            result=ctx.result,
+            error=error,
+            text="Sorry, something went wrong.",
+            node=ctx.node_name(),
+        )
 
     async def settle(self) -> None:
         """Run everything that needs no model until the model (or the user) is needed (M3)."""
@@ -99,8 +105,9 @@ class MantleTurnRunner:
             ctx.steps_run += 1
             if ctx.steps_run > MAX_DETERMINISTIC_STEPS:
                 raise LimitReached(
-                    f"more than {MAX_DETERMINISTIC_STEPS} deterministic steps in one turn; "
-                    "the turn was stopped"
+                    "max_deterministic_steps",
+                    MAX_DETERMINISTIC_STEPS,
+                    f"more than {MAX_DETERMINISTIC_STEPS} deterministic steps in one turn",
                 )
             frame = ctx.stack.active()
             if frame is None:

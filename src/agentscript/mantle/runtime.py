@@ -18,7 +18,7 @@ from agentscript.actions.registry import ActionRunner
 from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import AgentBase, TurnRunnerLike
 from agentscript.engine.state import SessionState
-from agentscript.engine.turn import Limits
+from agentscript.limits import Limits
 from agentscript.mantle.loader import load_project
 from agentscript.mantle.memory import seeded_memory
 from agentscript.mantle.model import Project

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentscript.engine.kernel import bounds_problem
 from agentscript.mantle import prompt as p
 from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirmation, resolve
 from agentscript.mantle.engine_tools import HANDLERS
 from agentscript.mantle.queries import tool_allowed, tool_constraint
 from agentscript.mantle.tool_run import run_tool
-from agentscript.mantle.tool_runtime import bounds_problem, check_arguments
+from agentscript.mantle.tool_runtime import check_arguments
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import ModelResponse, ToolCall
 
@@ -24,26 +25,27 @@ async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
     calls = response.tool_calls
     ctx.open_calls(response.text or "", calls)
     most = ctx.limits.max_tool_calls_per_step
-    answered = 0
     try:
         for index, call in enumerate(calls):
             if index >= most:
-                result = refuse(ctx, call, f"more than {most} tool calls in one step")
+                reason = f"more than {most} tool calls in one step"
+                result = refuse(ctx, call, reason, limit="max_tool_calls_per_step")
             elif ctx.stop:
                 result = refuse(ctx, call, "not run: the turn already ended")
             else:
                 result = await call_tool(ctx, call)
             ctx.answer(call, result)
-            answered += 1
     finally:
         # A call that raised ends the turn; the calls left still get an answer so the
         # history stays valid for the next turn.
-        for call in calls[answered:]:
-            ctx.answer(call, {"error": "not run: the turn was stopped"})
-        ctx.close_calls()
+        ctx.close_calls("not run: the turn was stopped")
 
 
-def refuse(ctx: TurnContext, call: ToolCall, reason: str) -> dict[str, Any]:
+def refuse(
+    ctx: TurnContext, call: ToolCall, reason: str, *, limit: str | None = None
+) -> dict[str, Any]:
+    """Record the refusal of ``call``; ``limit`` names the ``Limits`` field of a bound."""
+    extra = {"limit": limit} if limit is not None else {}
     ctx.trace.add(
         "REFUSED_STEP",
         name=call.name,
@@ -51,6 +53,7 @@ def refuse(ctx: TurnContext, call: ToolCall, reason: str) -> dict[str, Any]:
         arguments=call.arguments,
         source="llm",
         skill=ctx.node_name(),
+        **extra,
     )
     return {"error": reason}
 
@@ -63,14 +66,9 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
             f"the arguments of '{call.name}' are not a JSON object: {call.raw_arguments[:200]!r}",
         )
     args = call.arguments
-    problem = bounds_problem(
-        call.name,
-        args,
-        max_chars=ctx.limits.max_argument_chars,
-        max_depth=ctx.limits.max_argument_depth,
-    )
-    if problem is not None:
-        return refuse(ctx, call, problem)
+    bound = bounds_problem(call.name, args, ctx.limits)
+    if bound is not None:
+        return refuse(ctx, call, bound[0], limit=bound[1])
     handler = HANDLERS.get(call.name)
     if handler is not None:
         result = handler(ctx, args)

@@ -9,12 +9,10 @@ reporting are the engine's. The ``mantle`` handler calls the function, injecting
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
-from agentscript.expr.values import nested_deeper_than
 from agentscript.mantle.model import Project, Tool
 
 SHARED = "_shared"
@@ -116,28 +114,9 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def bounds_problem(
-    name: str, arguments: Mapping[str, Any], *, max_chars: int, max_depth: int
-) -> str | None:
-    """Why the arguments of a call to ``name`` are too large or too deep (None when fine).
-
-    Every call of the model is bounded this way, engine tools included: ``set_fields``
-    stores what it is given.
-    """
-    try:
-        size = len(json.dumps(arguments, default=repr))
-    except ValueError:  # an int too long to print (Python's digit limit)
-        return f"the arguments of '{name}' are not JSON data"
-    if size > max_chars:
-        return f"arguments of '{name}' are too large ({size} characters)"
-    if nested_deeper_than(arguments, max_depth):
-        return f"arguments of '{name}' are nested too deeply"
-    return None
-
-
 def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The LLM's arguments checked against the tool's JSON schema (shape, not semantics);
-    size and depth are :func:`bounds_problem`'s."""
+    size and depth are the kernel's ``bounds_problem``'s."""
     schema = tool.parameters_schema or {}
     properties: dict[str, Any] = schema.get("properties") or {}
     if schema.get("additionalProperties") is not True:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentscript.actions.registry import ActionRunner
+from agentscript.engine.kernel import ToolCallWindow, TurnResult
 from agentscript.engine.state import SessionState
-from agentscript.engine.turn import Limits, TurnResult
+from agentscript.limits import Limits
 from agentscript.mantle import prompt as p
 from agentscript.mantle.model import Project
 from agentscript.mantle.stack import SkillStack
@@ -44,9 +45,9 @@ class TurnContext:
     stop: bool = False  # the turn ends now (a confirmation question or a denial was said)
     held_reported: set[str] = field(default_factory=set)  # steps whose wait was traced
     engine_calls: int = 0  # numbers the ids of tool calls the engine makes on its own
-    # Messages said while tool calls wait for their answers: providers require the answers
-    # right after the calls, so these join the history once the calls are answered.
-    said_during_calls: list[Message] | None = None
+    # The tool calls waiting for their answers: providers require the answers right after
+    # the calls, so what is said meanwhile joins the history once the calls are answered.
+    window: ToolCallWindow | None = None
 
     def __post_init__(self) -> None:
         self.stack = SkillStack(self.state.extra)
@@ -77,8 +78,10 @@ class TurnContext:
         if not text:
             return
         self.result.messages.append(text)
-        waiting = self.said_during_calls
-        (self.state.history if waiting is None else waiting).append(Message("assistant", text))
+        if self.window is None:
+            self.state.history.append(Message("assistant", text))
+        else:
+            self.window.say(text)
         self.trace.add("RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields)
 
     def utter(self, name: str | None, kind: str) -> None:
@@ -89,17 +92,20 @@ class TurnContext:
     def open_calls(self, text: str, calls: list[ToolCall]) -> None:
         """The assistant message making ``calls``; each must then get its :meth:`answer`
         before :meth:`close_calls`."""
-        self.state.history.append(Message("assistant", text, tool_calls=list(calls)))
-        self.said_during_calls = []
+        self.window = ToolCallWindow(self.state.history)
+        self.window.open(text, calls)
 
     def answer(self, call: ToolCall, result: Any) -> None:
         """The tool message answering ``call``."""
-        self.state.history.append(Message.tool_result(call, result))
+        assert self.window is not None, "answer() outside open_calls()/close_calls()"
+        self.window.answer(call, result)
 
-    def close_calls(self) -> None:
-        """Every call is answered: what was said meanwhile follows the answers."""
-        self.state.history.extend(self.said_during_calls or [])
-        self.said_during_calls = None
+    def close_calls(self, unanswered: str = "not run: the turn was stopped") -> None:
+        """Every call is answered (a call still open gets ``unanswered`` as its error): what
+        was said meanwhile follows the answers."""
+        if self.window is not None:
+            self.window.close(unanswered)
+        self.window = None
 
     def engine_call(self, prefix: str, name: str, arguments: dict[str, Any]) -> ToolCall:
         """A tool call the engine makes itself (a block step, a confirmed call), put into
