@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from agentscript.actions.registry import StubBook
+from agentscript.errors import UsageError
 from agentscript.expectations import ExpectationError, Expectations
 from agentscript.models.scripted import Move, MoveError, parse_move
 
@@ -28,7 +29,7 @@ _TOP_KEYS = {"variables", "actions", "turns", "description", "name"}
 _TURN_KEYS = {"user", "model", "expect"}
 
 
-class ConversationError(ValueError):
+class ConversationError(UsageError, ValueError):
     """The conversation file is malformed; the message says where and how to fix it."""
 
 

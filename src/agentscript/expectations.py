@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentscript.errors import UsageError
+
 if TYPE_CHECKING:
     from agentscript.engine.session import Reply
 
@@ -41,7 +43,7 @@ KEYS = (
 )
 
 
-class ExpectationError(ValueError):
+class ExpectationError(UsageError, ValueError):
     """An ``expect:`` block is malformed."""
 
 

@@ -6,11 +6,13 @@ same way and a model failure always ends the turn the same way.
 
 from __future__ import annotations
 
+import json
 import time
 
 from agentscript.engine.kernel import check_answered
 from agentscript.errors import TurnError
 from agentscript.expr.values import nested_deeper_than
+from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -78,7 +80,7 @@ async def call_model(
 # Arguments nested deeper than this are dropped before anything records them: json.dumps
 # (traces, saved sessions, the next provider request) overflows the stack near 1000 levels,
 # which a provider's JSON parser still accepts. The turn runners refuse far shallower ones.
-MAX_KEPT_DEPTH = 64
+MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 
 
 def bounded_call(call: ToolCall) -> ToolCall:
@@ -91,5 +93,10 @@ def bounded_call(call: ToolCall) -> ToolCall:
         return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
     if nested_deeper_than(arguments, MAX_KEPT_DEPTH):
         note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    try:
+        json.dumps(arguments, default=repr)
+    except ValueError:  # an integer too long to print: no trace or saved session could hold it
+        note = "(arguments hold a number too long to print; dropped)"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call

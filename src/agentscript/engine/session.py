@@ -75,6 +75,8 @@ class AgentBase(ABC):
     name: str
     path: Path | None
     handlers: dict[str, Handler]
+    # Sessions' default bounds: the `[limits]` of agentscript.toml when loaded by `load`.
+    limits: Limits = Limits()
 
     def __init__(self, *, path: Path | None, name: str) -> None:
         self.path = path
@@ -239,7 +241,7 @@ class Session:
         self.agent = agent
         self.state = state
         self.model = model
-        self.limits = limits or Limits()
+        self.limits = limits or agent.limits
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.runner = ActionRunner(
             stubs=stubs,

@@ -21,6 +21,7 @@ from agentscript.engine.kernel import (
 )
 from agentscript.engine.llm import call_model
 from agentscript.errors import TurnError
+from agentscript.limits import Limits
 from agentscript.mantle import prompt as p
 from agentscript.mantle.blocks import block_step
 from agentscript.mantle.confirmation import resolve
@@ -35,7 +36,8 @@ from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSp
 
 __all__ = ["MAX_DETERMINISTIC_STEPS", "MantleTurnRunner"]
 
-MAX_DETERMINISTIC_STEPS = 100  # per turn: a `next:` cycle through noop steps must end
+# Kept for existing importers; the bound is Limits.max_deterministic_steps.
+MAX_DETERMINISTIC_STEPS = Limits().max_deterministic_steps
 
 
 class MantleTurnRunner:
@@ -103,11 +105,12 @@ class MantleTurnRunner:
         ctx = self.ctx
         while True:
             ctx.steps_run += 1
-            if ctx.steps_run > MAX_DETERMINISTIC_STEPS:
+            most = ctx.limits.max_deterministic_steps
+            if ctx.steps_run > most:
                 raise LimitReached(
                     "max_deterministic_steps",
-                    MAX_DETERMINISTIC_STEPS,
-                    f"more than {MAX_DETERMINISTIC_STEPS} deterministic steps in one turn",
+                    most,
+                    f"more than {most} deterministic steps in one turn",
                 )
             frame = ctx.stack.active()
             if frame is None:

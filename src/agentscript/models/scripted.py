@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentscript.errors import UsageError
 from agentscript.models.base import (
     ModelRequest,
     ModelResponse,
@@ -20,7 +21,7 @@ from agentscript.models.base import (
 )
 
 
-class MoveError(ValueError):
+class MoveError(UsageError, ValueError):
     """A move in a conversation file is malformed."""
 
 
