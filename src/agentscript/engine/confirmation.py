@@ -16,6 +16,12 @@ from agentscript.engine.program import Node, Tool
 from agentscript.engine.state import PendingConfirmation
 from agentscript.errors import TurnError
 from agentscript.models.base import Message, ToolCall
+from agentscript.trace_steps import (
+    Source,
+    StopReason,
+    confirmation_requested,
+    confirmation_resolved,
+)
 
 if TYPE_CHECKING:
     from agentscript.engine.tool_calls import ToolOutcome
@@ -29,16 +35,12 @@ def hold_for_confirmation(
     turn.state.pending_confirmation = PendingConfirmation(node.name, tool.name, call.id, arguments)
     label = tool.action.label or humanize_action(tool.action.name)
     question = f"Before I run {label}, please confirm: yes or no?"
-    turn.trace.add(
-        "EVENT_STEP",
-        event="confirmation_requested",
-        node=node.name,
-        tool=tool.name,
-        arguments=arguments,
+    confirmation_requested(
+        turn.trace, node=node.name, tool=tool.name, arguments=arguments, source=Source.LLM
     )
     turn.result.messages.append(question)
     turn.result.confirmation = question
-    return {"status": "waiting for the user to confirm"}, None, "confirmation"
+    return {"status": "waiting for the user to confirm"}, None, StopReason.CONFIRMATION
 
 
 async def resolve_confirmation(turn: TurnRunner, pending: PendingConfirmation) -> tuple[str, bool]:
@@ -49,12 +51,8 @@ async def resolve_confirmation(turn: TurnRunner, pending: PendingConfirmation) -
     confirmed = read_yes_no(turn.user_input) is True
     node = turn.program.nodes.get(pending.node)
     tool = node.tools.get(pending.tool) if node else None
-    turn.trace.add(
-        "EVENT_STEP",
-        event="confirmation_resolved",
-        node=pending.node,
-        tool=pending.tool,
-        confirmed=confirmed,
+    confirmation_resolved(
+        turn.trace, node=pending.node, tool=pending.tool, confirmed=confirmed, via=Source.USER
     )
     state.history.append(Message("user", turn.user_input))
     if node is None or tool is None:

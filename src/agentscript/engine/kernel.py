@@ -31,6 +31,7 @@ from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import Limits
 from agentscript.models.base import Message, ToolCall
 from agentscript.trace import TurnTrace
+from agentscript.trace_steps import ResponseKind, error_step, response_step
 
 __all__ = [
     "NO",
@@ -215,8 +216,8 @@ def fail_turn(
     """End the turn on ``error`` with ``text`` said to the user (the history rule above)."""
     result.exhausted = error.exhausted
     result.error = str(error)
-    trace.add("ERROR_STEP", message=str(error), node=node)
+    error_step(trace, message=str(error), node=node)
     answer_unanswered(history)
     result.messages.append(text)
     history.append(Message("assistant", text))
-    trace.add("RESPONSE_STEP", text=text, node=node, kind="error")
+    response_step(trace, text=text, node=node, kind=ResponseKind.ERROR)

@@ -23,6 +23,7 @@ from agentscript.models.base import (
     ToolCall,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
+from agentscript.trace_steps import llm_step
 
 __all__ = ["MAX_KEPT_DEPTH", "TurnError", "bounded_call", "call_model"]
 
@@ -41,11 +42,11 @@ async def call_model(
     last check): providers reject it, and it would mean the engine lost track of a call.
     """
     check_answered(request.messages)
-    step = trace.add(
-        "LLM_STEP",
+    step = llm_step(
+        trace,
         node=request.node,
         iteration=iteration,
-        input={
+        inputs={
             "system": request.system,
             "instructions": request.instructions,
             "messages": [m.to_json() for m in request.messages],
@@ -54,7 +55,6 @@ async def call_model(
                 for t in request.tools
             ],
         },
-        output=None,
     )
     started = time.perf_counter()
     try:

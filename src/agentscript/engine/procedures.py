@@ -34,6 +34,7 @@ from agentscript.syntax.tree import (
     WithStmt,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
+from agentscript.trace_steps import Source, action_step
 
 
 def render_text(
@@ -253,7 +254,7 @@ class ProcedureExecutor:
                             raise ProcedureFailure(
                                 f"with {binding.param} at line {exc.span.line}: {exc.message}"
                             ) from None
-        results, step = await self.call_action(action, inputs, node, source="deterministic")
+        results, step = await self.call_action(action, inputs, node, source=Source.DETERMINISTIC)
         if results is None:
             raise ProcedureFailure(step["error"] or f"action '{action.name}' failed")
         await self.exec_callback(stmt.body, node, results, step)
@@ -291,23 +292,20 @@ class ProcedureExecutor:
         inputs: dict[str, Any],
         node: Node,
         *,
-        source: str,
+        source: Source,
         tool: str | None = None,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """Run an action and record an ACTION_STEP; returns its outputs (None on failure,
         then the step's ``error`` says why) and the step."""
-        step = self.trace.add(
-            "ACTION_STEP",
+        step = action_step(
+            self.trace,
             name=tool or action.name,
             action=action.name,
             target=action.target,
             node=node.name,
             source=source,
-            input=dict(inputs),
-            output=None,
-            error=None,
-            preVars=self.snapshot(),
-            postVars=None,
+            inputs=dict(inputs),
+            pre_vars=self.snapshot(),
         )
         started = time.perf_counter()
         self.actions_run.append(tool or action.name)

@@ -29,6 +29,7 @@ from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.limits import Limits
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+from agentscript.trace_steps import error_step
 
 
 class TurnRunnerLike(Protocol):
@@ -277,7 +278,7 @@ class Session:
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
         if state.ended:
             message = "the session has ended; start a new session to continue"
-            trace.add("ERROR_STEP", message=message)
+            error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
         runner = self.agent.new_turn(
             state,

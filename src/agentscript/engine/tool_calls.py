@@ -11,30 +11,41 @@ call ends the turn.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentscript.engine.confirmation import hold_for_confirmation
 from agentscript.engine.kernel import TURN_ENDING, ToolCallWindow, bounds_problem
 from agentscript.engine.procedures import ProcedureFailure, TransitionSignal
-from agentscript.engine.program import Node, Tool
+from agentscript.engine.program import Node, Tool, ToolKind
 from agentscript.expr.evaluate import EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import Message, ModelResponse, ToolCall
 from agentscript.syntax.tree import Block
+from agentscript.trace import elapsed_ms
+from agentscript.trace_steps import (
+    ResponseKind,
+    Source,
+    StopReason,
+    action_step,
+    event_step,
+    refused_step,
+    response_step,
+)
 
 if TYPE_CHECKING:
     from agentscript.engine.turn import TurnRunner
 
 # What running one tool call gives: (the result the model sees, a deferred transition target,
 # why the turn stops: "escalate" | "end_session" | "confirmation").
-ToolOutcome = tuple[dict[str, Any], str | None, str | None]
+ToolOutcome = tuple[dict[str, Any], str | None, StopReason | None]
 
 
 @dataclass
 class StepOutcome:
     transition: tuple[str, str] | None = None  # (target, via)
-    stop: str | None = None  # "escalate" | "end_session" | "confirmation"
+    stop: StopReason | None = None
 
 
 class ToolCalls:
@@ -61,11 +72,12 @@ class ToolCalls:
             for index, call in enumerate(calls):
                 if index >= most:
                     reason = f"more than {most} tool calls in one step"
-                    window.answer(call, self.refusal(call, reason, "max_tool_calls_per_step")[0])
+                    refused = self.refusal(node, call, reason, "max_tool_calls_per_step")
+                    window.answer(call, refused[0])
                     continue
                 if outcome.stop is not None:
                     reason = f"not run: the turn already ended ({outcome.stop})"
-                    window.answer(call, self.refusal(call, reason)[0])
+                    window.answer(call, self.refusal(node, call, reason)[0])
                     continue
                 try:
                     result, transition, stop = await self.invoke(node, call, visible)
@@ -81,18 +93,25 @@ class ToolCalls:
             window.close(cut_short)
         # What the engine said during the step follows the tool results: providers reject any
         # message between an assistant's tool calls and their results.
-        if outcome.stop == "confirmation" and turn.result.confirmation is not None:
+        if outcome.stop is StopReason.CONFIRMATION and turn.result.confirmation is not None:
             turn.state.history.append(Message("assistant", turn.result.confirmation))
-        if outcome.stop == "escalate" and self._escalation_text:
+        if outcome.stop is StopReason.ESCALATE and self._escalation_text:
             turn.state.history.append(Message("assistant", self._escalation_text))
         return outcome
 
-    def refusal(self, call: ToolCall, reason: str, limit: str | None = None) -> ToolOutcome:
+    def refusal(
+        self, node: Node, call: ToolCall, reason: str, limit: str | None = None
+    ) -> ToolOutcome:
         """Record that ``call`` was refused; the model is told ``reason``. ``limit`` names the
         ``Limits`` field when a bound refused it."""
-        extra = {"limit": limit} if limit is not None else {}
-        self.turn.trace.add(
-            "REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments, **extra
+        refused_step(
+            self.turn.trace,
+            name=call.name,
+            reason=reason,
+            node=node.name,
+            source=Source.LLM,
+            arguments=call.arguments,
+            limit=limit,
         )
         return {"error": reason}, None, None
 
@@ -102,40 +121,40 @@ class ToolCalls:
         tool = node.tools.get(call.name)
         if tool is None:
             return self.refusal(
-                call, f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+                node, call, f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
             )
         if call.name not in visible:
-            return self.refusal(call, f"tool '{call.name}' is not available now")
+            return self.refusal(node, call, f"tool '{call.name}' is not available now")
         arguments, problem, limit = self.check_arguments(tool, call)
         if problem is not None:
-            return self.refusal(call, problem, limit)
+            return self.refusal(node, call, problem, limit)
         kind = tool.kind
-        if kind in ("transition", "cancel"):
+        if kind in (ToolKind.TRANSITION, ToolKind.CANCEL):
             turn.actions_run.append(tool.name)
             target = tool.target_node
             if target is None or target not in turn.program.nodes:
                 return {"error": f"tool '{tool.name}' has no valid target"}, None, None
-            if kind == "cancel":
+            if kind is ToolKind.CANCEL:
                 turn.state.resume_node = None
             callback_transition = await self.run_tool_callback(tool, node, {})
             return {"status": f"transferring to {target}"}, callback_transition or target, None
-        if kind in ("set_variables", "capture"):
+        if kind in (ToolKind.SET_VARIABLES, ToolKind.CAPTURE):
             return await self.set_variables(tool, node, arguments)
-        if kind == "escalate":
+        if kind is ToolKind.ESCALATE:
             turn.actions_run.append(tool.name)
-            turn.trace.add("EVENT_STEP", event="escalate", node=node.name, tool=tool.name)
+            event_step(turn.trace, event="escalate", node=node.name, tool=tool.name)
             turn.result.escalated = True
             self.say_escalation_message(node)
-            return {"status": "escalated to a human agent"}, None, "escalate"
-        if kind == "end_session":
+            return {"status": "escalated to a human agent"}, None, StopReason.ESCALATE
+        if kind is ToolKind.END_SESSION:
             turn.actions_run.append(tool.name)
-            turn.trace.add("EVENT_STEP", event="end_session", node=node.name, tool=tool.name)
+            event_step(turn.trace, event="end_session", node=node.name, tool=tool.name)
             turn.result.ended = True
             turn.state.ended = True
-            return {"status": "session ended"}, None, "end_session"
-        if kind == "delegate":
+            return {"status": "session ended"}, None, StopReason.END_SESSION
+        if kind is ToolKind.DELEGATE:
             return await self.delegate(tool, node)
-        if kind in ("action", "connected") and tool.action is not None:
+        if kind in (ToolKind.ACTION, ToolKind.CONNECTED) and tool.action is not None:
             if tool.requires_confirmation:
                 return hold_for_confirmation(turn, tool, node, call, arguments)
             return await self.run_tool_action(tool, node, arguments)
@@ -151,7 +170,7 @@ class ToolCalls:
         if rendered:
             self._escalation_text = rendered
             turn.result.messages.append(rendered)
-            turn.trace.add("RESPONSE_STEP", text=rendered, node=node.name, kind="escalation")
+            response_step(turn.trace, text=rendered, node=node.name, kind=ResponseKind.ESCALATION)
 
     def check_arguments(
         self, tool: Tool, call: ToolCall
@@ -190,23 +209,22 @@ class ToolCalls:
         turn = self.turn
         procedures = self.procedures
         turn.actions_run.append(tool.name)
-        step = turn.trace.add(
-            "ACTION_STEP",
+        step = action_step(
+            turn.trace,
             name=tool.name,
-            action="@utils.setVariables" if tool.kind == "set_variables" else "collect",
+            action="@utils.setVariables" if tool.kind is ToolKind.SET_VARIABLES else "collect",
             node=node.name,
-            source="llm",
-            input=dict(arguments),
-            output=None,
-            error=None,
-            preVars=procedures.snapshot(),
-            postVars=None,
+            source=Source.LLM,
+            inputs=dict(arguments),
+            pre_vars=procedures.snapshot(),
         )
+        started = time.perf_counter()
         for name in arguments:
             declared = procedures.declared.get(name)
             if declared is None or not declared.is_mutable:
                 step["error"] = f"@variables.{name} is not a mutable variable"
                 step["postVars"] = procedures.snapshot()
+                step["durationMs"] = elapsed_ms(started)
                 return {"error": step["error"]}, None, None
         env = procedures.env(node)
         computed: dict[str, Any] = {}
@@ -216,6 +234,7 @@ class ToolCalls:
             except EvalError as exc:
                 step["error"] = f"with {name}: {exc.message}"
                 step["postVars"] = procedures.snapshot()
+                step["durationMs"] = elapsed_ms(started)
                 return {"error": step["error"]}, None, None
         turn.state.variables.update(arguments)
         for name, value in computed.items():
@@ -225,6 +244,7 @@ class ToolCalls:
         transition = await self.run_tool_callback(tool, node, {}, step)
         step["output"] = {"updated": sorted({*arguments, *computed})}
         step["postVars"] = procedures.snapshot()
+        step["durationMs"] = elapsed_ms(started)
         return {"status": "updated", "variables": sorted({*arguments, *computed})}, transition, None
 
     def tool_inputs(self, tool: Tool, node: Node, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -249,7 +269,7 @@ class ToolCalls:
         assert tool.action is not None
         inputs = self.tool_inputs(tool, node, arguments)
         outputs, step = await self.procedures.call_action(
-            tool.action, inputs, node, source="llm", tool=tool.name
+            tool.action, inputs, node, source=Source.LLM, tool=tool.name
         )
         if outputs is None:
             return {"error": step["error"] or "the action failed"}, None, None
@@ -289,8 +309,8 @@ class ToolCalls:
         if target is None or target not in turn.program.nodes:
             return {"error": f"tool '{tool.name}' has no valid target"}, None, None
         turn.actions_run.append(tool.name)
-        turn.trace.add(
-            "EVENT_STEP", event="delegate_start", node=node.name, tool=tool.name, target=target
+        event_step(
+            turn.trace, event="delegate_start", node=node.name, tool=tool.name, target=target
         )
         outer_messages = turn.result.messages
         turn.result.messages = []
@@ -308,8 +328,8 @@ class ToolCalls:
             turn.state.history = outer_history
             self._step_mark = outer_mark
             turn.state.current_node = node.name
-        turn.trace.add(
-            "EVENT_STEP",
+        event_step(
+            turn.trace,
             event="delegate_end",
             node=node.name,
             tool=tool.name,
@@ -317,12 +337,12 @@ class ToolCalls:
             reply=reply,
         )
         if turn.result.escalated:
-            return {"reply": reply}, None, "escalate"
+            return {"reply": reply}, None, StopReason.ESCALATE
         if turn.state.ended:
-            return {"reply": reply}, None, "end_session"
+            return {"reply": reply}, None, StopReason.END_SESSION
         if turn.result.confirmation is not None:
             # A call held inside the delegate ends the caller's turn too, and the question
             # (said in the delegate's messages) must reach the user.
             turn.result.messages.append(turn.result.confirmation)
-            return {"reply": reply}, None, "confirmation"
+            return {"reply": reply}, None, StopReason.CONFIRMATION
         return {"reply": reply}, None, None

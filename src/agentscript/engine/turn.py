@@ -28,7 +28,7 @@ from agentscript.engine.kernel import (
 )
 from agentscript.engine.llm import call_model
 from agentscript.engine.procedures import ProcedureExecutor, TransitionSignal
-from agentscript.engine.program import Node, Program, Tool
+from agentscript.engine.program import Node, Program, Tool, ToolKind
 from agentscript.engine.state import SessionState
 from agentscript.engine.tool_calls import ToolCalls
 from agentscript.errors import TurnError
@@ -36,6 +36,14 @@ from agentscript.limits import Limits
 from agentscript.models.base import Message, Model, ModelRequest, ModelResponse
 from agentscript.syntax.tree import Block
 from agentscript.trace import TurnTrace, elapsed_ms
+from agentscript.trace_steps import (
+    ResponseKind,
+    hook_step,
+    node_enter,
+    resolution_step,
+    response_step,
+    transition_step,
+)
 
 # Kept importable from here for existing callers; their home is the kernel and limits.py.
 __all__ = ["NO", "TURN_ENDING", "YES", "LimitReached", "Limits", "TurnResult", "TurnRunner"]
@@ -132,9 +140,7 @@ class TurnRunner:
 
     def follow(self, source: str, signal: TransitionSignal) -> str:
         self.transitions += 1
-        self.trace.add(
-            "TRANSITION_STEP", **{"from": source, "to": signal.target, "via": signal.via}
-        )
+        transition_step(self.trace, source=source, target=signal.target, via=signal.via)
         if self.transitions > self.limits.max_transitions:
             raise LimitReached(
                 "max_transitions",
@@ -148,7 +154,7 @@ class TurnRunner:
         node = self.program.nodes[name]
         self.state.current_node = name
         self.result.path.append(name)
-        self.trace.add("NODE_ENTER", node=name, reason=reason)
+        node_enter(self.trace, node=name, reason=reason)
         if not skip_before and node.info.before_reasoning is not None:
             await self.run_hook(node, "before_reasoning")
         iteration = 0
@@ -167,7 +173,7 @@ class TurnRunner:
             text = response.text or ""
             self.state.history.append(Message("assistant", text))
             self.result.messages.append(text)
-            self.trace.add("RESPONSE_STEP", text=text, node=name, kind="llm")
+            response_step(self.trace, text=text, node=name, kind=ResponseKind.LLM)
             if node.info.after_reasoning is not None:
                 await self.run_hook(node, "after_reasoning")
             return
@@ -177,9 +183,7 @@ class TurnRunner:
             node.info.before_reasoning if hook == "before_reasoning" else node.info.after_reasoning
         )
         procedures = self.procedures
-        step = self.trace.add(
-            "HOOK_STEP", node=node.name, hook=hook, preVars=procedures.snapshot(), postVars=None
-        )
+        step = hook_step(self.trace, node=node.name, hook=hook, pre_vars=procedures.snapshot())
         started = time.perf_counter()
         try:
             await procedures.exec_block(block, node)
@@ -198,15 +202,6 @@ class TurnRunner:
         procedures.begin_resolution()
         prompt: list[str] = []
         started = time.perf_counter()
-        step: dict[str, Any] = {
-            "node": node.name,
-            "iteration": iteration,
-            "instructions": "",
-            "tools": [],
-            "hiddenTools": [],
-            "preVars": pre,
-            "postVars": None,
-        }
         instructions = node.info.instructions
         try:
             if isinstance(instructions, Block):
@@ -214,31 +209,46 @@ class TurnRunner:
             elif instructions is not None:
                 prompt.append(procedures.render(instructions, procedures.env(node)))
         except TransitionSignal as signal:
-            step.update(
-                postVars=procedures.snapshot(),
-                transition=signal.target,
-                discarded="\n".join(prompt),
+            self.record_resolution(
+                node, iteration, pre, started, transition=signal.target, discarded=prompt
             )
-            self.record_resolution(step, started)
             raise
         text = "\n".join(prompt)
         visible, hidden = self.gate_tools(node)
         self.track_collect(node)
-        step.update(
-            instructions=text,
-            tools=list(visible),
-            hiddenTools=hidden,
-            postVars=procedures.snapshot(),
+        self.record_resolution(
+            node, iteration, pre, started, text=text, tools=list(visible), hidden=hidden
         )
-        self.record_resolution(step, started)
         return text, visible
 
-    def record_resolution(self, step: dict[str, Any], started: float) -> None:
-        step["durationMs"] = elapsed_ms(started)
-        if self.procedures.warnings:
-            step["warnings"] = list(self.procedures.warnings)
+    def record_resolution(
+        self,
+        node: Node,
+        iteration: int,
+        pre: dict[str, Any],
+        started: float,
+        *,
+        text: str = "",
+        tools: list[str] | None = None,
+        hidden: list[str] | None = None,
+        transition: str | None = None,
+        discarded: list[str] | None = None,
+    ) -> None:
         # Added when done, so it follows the steps the resolution ran (its actions, say).
-        self.trace.add("RESOLUTION_STEP", **step)
+        resolution_step(
+            self.trace,
+            node=node.name,
+            iteration=iteration,
+            instructions=text,
+            tools=tools or [],
+            hidden_tools=hidden or [],
+            pre_vars=pre,
+            post_vars=self.procedures.snapshot(),
+            duration_ms=elapsed_ms(started),
+            warnings=self.procedures.warnings,
+            transition=transition,
+            discarded="\n".join(discarded) if discarded is not None else None,
+        )
 
     def gate_tools(self, node: Node) -> tuple[dict[str, Tool], list[str]]:
         """S5: a tool whose ``available when`` is false or fails to evaluate is hidden."""
@@ -247,10 +257,10 @@ class TurnRunner:
         procedures = self.procedures
         env = procedures.env(node)
         for tool in node.tools.values():
-            if tool.kind == "capture":  # offered while a collected field is still missing
+            if tool.kind is ToolKind.CAPTURE:  # offered while a collected field is still missing
                 shown = self.collecting(node)
             else:
-                shown = tool.kind != "unresolved" and (
+                shown = tool.kind is not ToolKind.UNRESOLVED and (
                     tool.guard is None or procedures.condition(tool.guard, env)
                 )
             if shown:

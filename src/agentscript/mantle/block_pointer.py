@@ -10,6 +10,7 @@ from agentscript.mantle.model import OrderedBlock, Skill, Step
 from agentscript.mantle.queries import next_step_id
 from agentscript.mantle.stack import BlockEntry
 from agentscript.mantle.turn_context import TurnContext
+from agentscript.trace_steps import block_event
 
 
 def step_at(skill: Skill, entry: BlockEntry) -> tuple[OrderedBlock | None, Step | None]:
@@ -23,8 +24,8 @@ def advance(
     ctx: TurnContext, skill: Skill, entry: BlockEntry, block: OrderedBlock, step: Step
 ) -> None:
     target = next_step_id(block, step, ctx.memory)
-    ctx.trace.add(
-        "BLOCK_STEP",
+    block_event(
+        ctx.trace,
         event="advanced",
         skill=skill.id,
         block=block.id,
@@ -49,4 +50,4 @@ def hold(ctx: TurnContext, entry: BlockEntry) -> None:
 
 def is_held(ctx: TurnContext, entry: BlockEntry, step: Step) -> bool:
     held = entry["held"]
-    return bool(held) and held["step"] == step.id and held["memory"] == ctx.fingerprint()
+    return held is not None and held["step"] == step.id and held["memory"] == ctx.fingerprint()

@@ -23,6 +23,7 @@ from agentscript.mantle.stack import PARKED, BlockEntry, Frame, SkillStack
 from agentscript.mantle.tool_run import run_tool
 from agentscript.mantle.transitions import finish, forget_pending, start_skill
 from agentscript.mantle.turn_context import TurnContext
+from agentscript.trace_steps import ResponseKind, Source, block_event, skill_event
 
 
 async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry) -> bool:
@@ -33,9 +34,7 @@ async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockE
         return True
     if entry["step"] is None:
         entry["step"] = block.steps[0].id if block.steps else END_STEP
-        ctx.trace.add(
-            "BLOCK_STEP", event="entered", skill=skill.id, block=block.id, step=entry["step"]
-        )
+        block_event(ctx.trace, event="entered", skill=skill.id, block=block.id, step=entry["step"])
     step = block.step(entry["step"]) if entry["step"] != END_STEP else None
     if step is None or step.kind is StepKind.END:
         end_block(ctx, frame, skill, entry)
@@ -62,7 +61,7 @@ async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockE
     if kind is StepKind.SET_MEMORY:
         set_memory_step(ctx, skill, step)
     elif kind is StepKind.ACTION:
-        ctx.utter(step.action, "action")
+        ctx.utter(step.action, ResponseKind.ACTION)
     elif kind is not StepKind.NOOP:
         return False
     advance(ctx, skill, entry, block, step)
@@ -82,9 +81,7 @@ def collect_done(ctx: TurnContext, skill: Skill, entry: BlockEntry, step: Step) 
 
 def end_block(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry) -> None:
     frame["blocks"].pop()
-    ctx.trace.add(
-        "BLOCK_STEP", event="completed", skill=skill.id, block=entry["block"], step=END_STEP
-    )
+    block_event(ctx.trace, event="completed", skill=skill.id, block=entry["block"], step=END_STEP)
     parent = SkillStack.block(frame)
     if entry["call"] and parent is not None:
         advance_past_call(ctx, skill, parent)
@@ -123,10 +120,10 @@ async def execute_step(
     arguments = step_arguments(skill, step, ctx.memory)
     if needs_confirmation(tool_constraint(ctx.project, skill.id, name)):
         hold_for_confirmation(
-            ctx, skill.id, tool, arguments, source="step", block=block.id, step=step.id
+            ctx, skill.id, tool, arguments, source=Source.STEP, block=block.id, step=step.id
         )
         return False
-    result, ok = await run_tool(ctx, skill.id, tool, arguments, "deterministic", step.id)
+    result, ok = await run_tool(ctx, skill.id, tool, arguments, Source.DETERMINISTIC, step.id)
     # Deterministic results go into the history so the model can use them.
     ctx.answer(ctx.engine_call("step", tool.name, dict(arguments)), result)
     ctx.close_calls()
@@ -174,15 +171,15 @@ def link_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry, s
     target = step.link or ""
     if target in skill.blocks:
         frame["blocks"].pop()
-        ctx.trace.add(
-            "BLOCK_STEP", event="completed", skill=skill.id, block=entry["block"], step=step.id
+        block_event(
+            ctx.trace, event="completed", skill=skill.id, block=entry["block"], step=step.id
         )
         SkillStack.enter_block(frame, target, call=entry["call"])
         return True
     if target not in ctx.project.skills:
         raise TurnError(f"step {step.id} of {skill.id}: link target '{target}' is unknown")
     ctx.stack.pop()
-    ctx.trace.add("SKILL_STEP", event="completed", skill=skill.id, reason=f"link to {target}")
+    skill_event(ctx.trace, event="completed", skill=skill.id, reason=f"link to {target}")
     forget_pending(ctx, frame)
     start_skill(ctx, target, frame["kind"], via_call=frame["via_call"])
     return True

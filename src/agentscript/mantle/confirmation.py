@@ -17,6 +17,13 @@ from agentscript.mantle.queries import tool_allowed, tool_constraint
 from agentscript.mantle.stack import SkillStack
 from agentscript.mantle.tool_run import run_tool
 from agentscript.mantle.turn_context import TurnContext
+from agentscript.trace_steps import (
+    ResponseKind,
+    Source,
+    confirmation_requested,
+    confirmation_resolved,
+    refused_step,
+)
 
 # The user's plain yes/no (None when the answer needs the model to interpret): the kernel's
 # rule, the same as Agent Script's.
@@ -34,7 +41,7 @@ def hold_for_confirmation(
     tool: Tool,
     arguments: dict[str, Any],
     *,
-    source: str,
+    source: Source,
     block: str | None = None,
     step: str | None = None,
 ) -> dict[str, Any]:
@@ -44,45 +51,40 @@ def hold_for_confirmation(
     question = p.response_text(ctx.project, ask, ctx.memory) if ask else None
     if ask and not question:
         reason = f"the confirmation question for '{tool.name}' is empty; the call is not run"
-        ctx.trace.add("REFUSED_STEP", name=tool.name, reason=reason, source=source)
+        refused_step(ctx.trace, name=tool.name, reason=reason, node=ctx.node_name(), source=source)
         return {"error": reason}
     ctx.stack.pending = {
         "skill": skill_id,
         "tool": tool.name,
         "arguments": arguments,
-        "source": source,
+        "source": source.value,  # plain JSON in the saved session
         "block": block,
         "step": step,
     }
-    ctx.trace.add(
-        "EVENT_STEP",
-        event="confirmation_requested",
+    confirmation_requested(
+        ctx.trace,
+        node=ctx.node_name(),
         skill=skill_id,
         tool=tool.name,
         arguments=arguments,
         source=source,
     )
     if question:
-        ctx.say(question, "confirmation", response=ask)
+        ctx.say(question, ResponseKind.CONFIRMATION, response=ask)
         ctx.result.confirmation = question
         ctx.stop = True
         return {"status": "the user was asked to confirm"}
     return {"status": "ask the user to confirm, then call resolve_tool_confirmation"}
 
 
-async def resolve(ctx: TurnContext, confirmed: bool, *, via: str) -> dict[str, Any]:
+async def resolve(ctx: TurnContext, confirmed: bool, *, via: Source) -> dict[str, Any]:
     """Apply the answer to the pending call (``via``: ``user`` or ``llm``)."""
     pending = ctx.stack.pending
     assert pending is not None
     ctx.stack.pending = None
     skill_id, name = pending["skill"], pending["tool"]
-    ctx.trace.add(
-        "EVENT_STEP",
-        event="confirmation_resolved",
-        skill=skill_id,
-        tool=name,
-        confirmed=confirmed,
-        via=via,
+    confirmation_resolved(
+        ctx.trace, node=ctx.node_name(), skill=skill_id, tool=name, confirmed=confirmed, via=via
     )
     frame = ctx.stack.find(skill_id)
     tool = ctx.project.tools_for(skill_id).get(name)
@@ -94,7 +96,7 @@ async def resolve(ctx: TurnContext, confirmed: bool, *, via: str) -> dict[str, A
         and entry["step"] == pending["step"]
     )
     # The user answered without the model: the history shows the call the engine made.
-    call = ctx.engine_call("confirm", name, pending["arguments"]) if via == "user" else None
+    call = ctx.engine_call("confirm", name, pending["arguments"]) if via is Source.USER else None
     result: dict[str, Any]
     if frame is None or tool is None:
         result = {"error": f"'{name}' cannot run: its skill is no longer on the stack"}
@@ -106,13 +108,13 @@ async def resolve(ctx: TurnContext, confirmed: bool, *, via: str) -> dict[str, A
             hold(ctx, entry)
         denial = gate.utter_on_user_denial if gate else None
         if denial and p.response_text(ctx.project, denial, ctx.memory):
-            ctx.utter(denial, "denial")
+            ctx.utter(denial, ResponseKind.DENIAL)
             ctx.stop = True
     elif not tool_allowed(ctx.project, skill_id, name, ctx.memory):
         result = {"error": f"tool '{name}' is not available now"}
-        ctx.trace.add("REFUSED_STEP", name=name, reason=result["error"], source=via)
+        refused_step(ctx.trace, name=name, reason=result["error"], node=ctx.node_name(), source=via)
     else:
-        source = "deterministic" if pending["source"] == "step" else "llm"
+        source = Source.DETERMINISTIC if pending["source"] == Source.STEP else Source.LLM
         result, ok = await run_tool(
             ctx, skill_id, tool, dict(pending["arguments"]), source, pending.get("step")
         )

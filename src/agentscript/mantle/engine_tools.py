@@ -7,6 +7,7 @@ dispatcher and changes nothing.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from agentscript.mantle import prompt as p
@@ -15,6 +16,8 @@ from agentscript.mantle.queries import holds
 from agentscript.mantle.stack import SkillStack
 from agentscript.mantle.transitions import activate, drop_paused, finish
 from agentscript.mantle.turn_context import TurnContext
+from agentscript.trace import elapsed_ms
+from agentscript.trace_steps import Source, action_step
 
 
 def activate_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -70,22 +73,22 @@ def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
             writes[entry.qualified_name] = check_write(entry, ctx.memory, value)
         except MemoryWriteError as exc:
             return {"error": str(exc)}
-    step = ctx.trace.add(
-        "ACTION_STEP",
+    started = time.perf_counter()
+    step = action_step(
+        ctx.trace,
         name=p.SET_FIELDS,
         action=p.SET_FIELDS,
-        source="llm",
+        node=ctx.node_name(),
+        source=Source.LLM,
         skill=skill.id,
-        input=dict(args),
-        output=None,
-        error=None,
-        preVars=ctx.snapshot(),
-        postVars=None,
+        inputs=dict(args),
+        pre_vars=ctx.snapshot(),
     )
     for key, value in writes.items():
         ctx.write(key, value)
     step["output"] = {"updated": sorted(writes)}
     step["postVars"] = ctx.snapshot()
+    step["durationMs"] = elapsed_ms(started)
     return {"status": "updated", "fields": sorted(writes)}
 
 

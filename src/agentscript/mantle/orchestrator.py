@@ -33,6 +33,7 @@ from agentscript.mantle.tool_dispatch import dispatch
 from agentscript.mantle.transitions import finish, start_session_skill
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSpec
+from agentscript.trace_steps import ResponseKind, Source, response_step
 
 __all__ = ["MAX_DETERMINISTIC_STEPS", "MantleTurnRunner"]
 
@@ -59,7 +60,7 @@ class MantleTurnRunner:
             if ctx.stack.pending is not None:
                 answer = read_yes_no(ctx.text)
                 if answer is not None:
-                    await resolve(ctx, answer, via="user")
+                    await resolve(ctx, answer, via=Source.USER)
             if not ctx.stop:
                 await self.loop()
         except TURN_ENDING as exc:
@@ -85,7 +86,7 @@ class MantleTurnRunner:
             text = response.text or ""
             ctx.state.history.append(Message("assistant", text))
             ctx.result.messages.append(text)
-            ctx.trace.add("RESPONSE_STEP", text=text, node=ctx.node_name(), kind="llm")
+            response_step(ctx.trace, text=text, node=ctx.node_name(), kind=ResponseKind.LLM)
             return
 
     def fail(self, error: TurnError) -> None:
@@ -143,7 +144,7 @@ class MantleTurnRunner:
                 continue
             if holds(trigger.when, ctx.memory):
                 ctx.stack.mark_fired(key)
-                ctx.utter(trigger.response, "utter")
+                ctx.utter(trigger.response, ResponseKind.UTTER)
 
     async def ask_model(self, instructions: str, tools: list[ToolSpec]) -> ModelResponse:
         ctx = self.ctx

@@ -16,6 +16,7 @@ from agentscript.mantle.stack import BlockEntry, SkillStack
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import ToolSpec
 from agentscript.trace import elapsed_ms
+from agentscript.trace_steps import resolution_step
 
 
 def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
@@ -79,16 +80,16 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
         )
         tools.append(p.resolve_spec())
     instructions = "\n\n".join(part for part in parts if part)
-    ctx.trace.add(
-        "RESOLUTION_STEP",
+    resolution_step(
+        ctx.trace,
         node=ctx.node_name(),
         iteration=ctx.llm_calls,
         instructions=instructions,
         tools=[t.name for t in tools],
-        hiddenTools=hidden,
-        preVars=pre,
-        postVars=ctx.snapshot(),
-        durationMs=elapsed_ms(started),
+        hidden_tools=hidden,
+        pre_vars=pre,
+        post_vars=ctx.snapshot(),
+        duration_ms=elapsed_ms(started),
     )
     return instructions, tools
 

@@ -21,12 +21,47 @@ a ``call:`` step, ``asked`` maps ``ask_before_filling`` steps to the turn they w
 
 from __future__ import annotations
 
-from typing import Any
-
-Frame = dict[str, Any]
-BlockEntry = dict[str, Any]
+from typing import Any, TypedDict
 
 ACTIVE, PARKED, PAUSED = "active", "parked", "paused"
+
+
+class HeldStep(TypedDict):
+    """A block step that must not run again until memory changes."""
+
+    step: str | None
+    memory: str  # the memory fingerprint when the step was held
+
+
+class BlockEntry(TypedDict):
+    """One ordered block being stepped through in a frame."""
+
+    block: str
+    step: str | None  # the pointer; None before the first step runs
+    call: bool  # started by a `call:` step
+    asked: dict[str, int]  # ask_before_filling steps -> the turn they were asked in
+    held: HeldStep | None
+
+
+class Frame(TypedDict):
+    """One skill on the stack."""
+
+    skill: str
+    status: str  # ACTIVE | PARKED | PAUSED
+    kind: str  # routed | invoked | interrupt | engine
+    via_call: bool
+    blocks: list[BlockEntry]
+
+
+class PendingCall(TypedDict):
+    """A tool call waiting for the user's yes/no."""
+
+    skill: str
+    tool: str
+    arguments: dict[str, Any]
+    source: str  # "llm" (the model called it) or "step" (an execute_tool block step)
+    block: str | None
+    step: str | None
 
 
 class SkillStack:
@@ -48,12 +83,12 @@ class SkillStack:
         return frames
 
     @property
-    def pending(self) -> dict[str, Any] | None:
-        pending: dict[str, Any] | None = self.data["pending"]
+    def pending(self) -> PendingCall | None:
+        pending: PendingCall | None = self.data["pending"]
         return pending
 
     @pending.setter
-    def pending(self, value: dict[str, Any] | None) -> None:
+    def pending(self, value: PendingCall | None) -> None:
         self.data["pending"] = value
 
     def active(self) -> Frame | None:

@@ -19,6 +19,7 @@ from agentscript.mantle.tool_run import run_tool
 from agentscript.mantle.tool_runtime import check_arguments
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import ModelResponse, ToolCall
+from agentscript.trace_steps import Source, refused_step
 
 
 async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
@@ -45,15 +46,15 @@ def refuse(
     ctx: TurnContext, call: ToolCall, reason: str, *, limit: str | None = None
 ) -> dict[str, Any]:
     """Record the refusal of ``call``; ``limit`` names the ``Limits`` field of a bound."""
-    extra = {"limit": limit} if limit is not None else {}
-    ctx.trace.add(
-        "REFUSED_STEP",
+    refused_step(
+        ctx.trace,
         name=call.name,
         reason=reason,
+        node=ctx.node_name(),
+        source=Source.LLM,
         arguments=call.arguments,
-        source="llm",
+        limit=limit,
         skill=ctx.node_name(),
-        **extra,
     )
     return {"error": reason}
 
@@ -79,7 +80,7 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
         elif not isinstance(confirmed, bool):
             result = {"error": "resolve_tool_confirmation needs confirmed=true or false"}
         else:
-            return await resolve(ctx, confirmed, via="llm")
+            return await resolve(ctx, confirmed, via=Source.LLM)
     else:
         return await call_skill_tool(ctx, call, args)
     if "error" in result:
@@ -109,6 +110,6 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
     if problem is not None:
         return refuse(ctx, call, problem)
     if needs_confirmation(tool_constraint(ctx.project, skill_id, call.name)):
-        return hold_for_confirmation(ctx, skill_id, tool, checked, source="llm")
-    result, _ = await run_tool(ctx, skill_id, tool, checked, "llm")
+        return hold_for_confirmation(ctx, skill_id, tool, checked, source=Source.LLM)
+    result, _ = await run_tool(ctx, skill_id, tool, checked, Source.LLM)
     return result

@@ -15,6 +15,7 @@ from agentscript.mantle.queries import tool_constraint
 from agentscript.mantle.tool_runtime import MemoryView, ToolContext, failed, tool_target
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
+from agentscript.trace_steps import ResponseKind, Source, action_step
 
 
 async def run_tool(
@@ -22,23 +23,22 @@ async def run_tool(
     skill_id: str,
     tool: Tool,
     arguments: dict[str, Any],
-    source: str,
+    source: Source,
     step_id: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """The tool's result and whether it succeeded."""
     ctx.actions_run.append(tool.name)
-    record = ctx.trace.add(
-        "ACTION_STEP",
+    record = action_step(
+        ctx.trace,
         name=tool.name,
         action=tool.callable_ref,
+        target=tool_target(tool),
+        node=ctx.node_name(),
         source=source,
         skill=skill_id,
         step=step_id,
-        input=dict(arguments),
-        output=None,
-        error=None,
-        preVars=ctx.snapshot(),
-        postVars=None,
+        inputs=dict(arguments),
+        pre_vars=ctx.snapshot(),
     )
     inputs = dict(arguments)
     if tool.takes_context:
@@ -59,7 +59,7 @@ async def run_tool(
     )
     constraint = tool_constraint(ctx.project, skill_id, tool.name)
     if constraint is not None:
-        ctx.utter(constraint.on_success if ok else constraint.on_failure, "utter")
+        ctx.utter(constraint.on_success if ok else constraint.on_failure, ResponseKind.UTTER)
     return result, ok
 
 
@@ -77,4 +77,4 @@ def tool_context(ctx: TurnContext, tool: Tool, skill_id: str) -> ToolContext:
             raise MemoryWriteError(f"'{name}' is not a declared memory entry")
         ctx.write(entry.qualified_name, check_write(entry, ctx.memory, value))
 
-    return ToolContext(MemoryView(read, write), lambda text: ctx.say(text, "tool"))
+    return ToolContext(MemoryView(read, write), lambda text: ctx.say(text, ResponseKind.TOOL))

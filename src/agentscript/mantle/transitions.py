@@ -15,6 +15,7 @@ from agentscript.mantle.model import ReferenceKind, Skill
 from agentscript.mantle.queries import holds, offered_skills
 from agentscript.mantle.stack import ACTIVE, PARKED, PAUSED, Frame, SkillStack
 from agentscript.mantle.turn_context import TurnContext
+from agentscript.trace_steps import ResponseKind, block_event, skill_event
 
 SESSION_START_SKILL = "default_session_start"
 
@@ -52,10 +53,10 @@ def start_skill(
     fields: dict[str, Any] = {"kind": kind}
     if invoked_by:
         fields["invokedBy"] = invoked_by
-    ctx.trace.add("SKILL_STEP", event="activated", skill=skill_id, **fields)
+    skill_event(ctx.trace, event="activated", skill=skill_id, **fields)
     for trigger in skill.utter:
         if trigger.on == "activate":
-            ctx.utter(trigger.response, "utter")
+            ctx.utter(trigger.response, ResponseKind.UTTER)
     if skill.body_is_single_block:
         SkillStack.enter_block(frame, next(iter(skill.blocks)))
     return frame
@@ -67,7 +68,7 @@ def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = N
     fields = position(frame)
     if reason:
         fields["reason"] = reason
-    ctx.trace.add("SKILL_STEP", event=event, skill=frame["skill"], **fields)
+    skill_event(ctx.trace, event=event, skill=frame["skill"], **fields)
     forget_pending(ctx, frame)
     if frame["kind"] != "invoked" or not ctx.stack.frames:
         return
@@ -76,7 +77,7 @@ def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = N
         return
     parent["status"] = ACTIVE
     ctx.result.path.append(parent["skill"])
-    ctx.trace.add("SKILL_STEP", event="resumed", skill=parent["skill"], **position(parent))
+    skill_event(ctx.trace, event="resumed", skill=parent["skill"], **position(parent))
     parent_entry = SkillStack.block(parent)
     if frame["via_call"] and parent_entry is not None:
         advance_past_call(ctx, ctx.project.skills[parent["skill"]], parent_entry)
@@ -98,15 +99,15 @@ def drop_paused(ctx: TurnContext) -> dict[str, Any]:
     frames = ctx.stack.frames
     below = frames.index(dropped) - 1
     frames.remove(dropped)
-    ctx.trace.add("SKILL_STEP", event="cancelled", skill=dropped["skill"], reason="dropped")
+    skill_event(ctx.trace, event="cancelled", skill=dropped["skill"], reason="dropped")
     forget_pending(ctx, dropped)
     if dropped["kind"] == "invoked" and below >= 0 and frames[below]["status"] == PARKED:
         # Its caller waited for it; the user had moved on, so the caller is paused (resumed
         # when activated again) instead of waiting for a skill that is gone.
         caller = frames[below]
         caller["status"] = PAUSED
-        ctx.trace.add(
-            "SKILL_STEP",
+        skill_event(
+            ctx.trace,
             event="interrupted",
             skill=caller["skill"],
             by=dropped["skill"],
@@ -120,8 +121,8 @@ def pause(ctx: TurnContext, frame: Frame, by: str) -> None:
     frame["status"] = PAUSED
     where = position(frame)
     if where:
-        ctx.trace.add("BLOCK_STEP", event="paused", skill=frame["skill"], **where)
-    ctx.trace.add("SKILL_STEP", event="interrupted", skill=frame["skill"], by=by, **where)
+        block_event(ctx.trace, event="paused", skill=frame["skill"], **where)
+    skill_event(ctx.trace, event="interrupted", skill=frame["skill"], by=by, **where)
 
 
 def invokes(ctx: TurnContext, frame: Frame, target: str) -> bool:
@@ -164,7 +165,7 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
         existing["status"] = ACTIVE
         ctx.result.path.append(skill_id)
         where = position(existing)
-        ctx.trace.add("SKILL_STEP", event="resumed", skill=skill_id, **where)
+        skill_event(ctx.trace, event="resumed", skill=skill_id, **where)
         status = {"status": "resumed", "skill": skill_id, **where}
     else:
         if active is not None and invokes(ctx, active, skill_id):

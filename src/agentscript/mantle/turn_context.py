@@ -23,6 +23,7 @@ from agentscript.mantle.model import Project
 from agentscript.mantle.stack import SkillStack
 from agentscript.models.base import Message, Model, ToolCall
 from agentscript.trace import TurnTrace
+from agentscript.trace_steps import ResponseKind, Source, refused_step, response_step
 
 
 @dataclass(eq=False)
@@ -73,7 +74,7 @@ class TurnContext:
 
     # --- messages -------------------------------------------------------------------
 
-    def say(self, text: str | None, kind: str, **fields: Any) -> None:
+    def say(self, text: str | None, kind: ResponseKind, *, response: str | None = None) -> None:
         """Deliver a message verbatim (responses, confirmations, ``context.send``)."""
         if not text:
             return
@@ -82,9 +83,9 @@ class TurnContext:
             self.state.history.append(Message("assistant", text))
         else:
             self.window.say(text)
-        self.trace.add("RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields)
+        response_step(self.trace, text=text, node=self.node_name(), kind=kind, response=response)
 
-    def utter(self, name: str | None, kind: str) -> None:
+    def utter(self, name: str | None, kind: ResponseKind) -> None:
         self.say(p.response_text(self.project, name, self.memory), kind, response=name)
 
     # --- the history the model reads ------------------------------------------------
@@ -120,11 +121,12 @@ class TurnContext:
         if step in self.held_reported:
             return
         self.held_reported.add(step)
-        self.trace.add(
-            "REFUSED_STEP",
+        refused_step(
+            self.trace,
             name=name,
             reason=reason,
-            source="deterministic",
+            node=self.node_name(),
+            source=Source.DETERMINISTIC,
             skill=skill,
             step=step,
         )
