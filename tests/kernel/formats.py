@@ -1,8 +1,7 @@
 """One small agent in each format with the same tools, for tests that compare the formats.
 
-Both offer ``add(a: integer)`` (its action fails when ``a`` is 13) and ``audit`` (always
-fails); the Agent Script agent runs ``audit`` deterministically in ``add``'s callback, so a
-turn can be made to fail in the middle of a tool step in both formats.
+Both offer ``add(a: integer)`` and ``refund(amount: number)``, which waits for the user's
+yes/no before it runs; actions are stubbed by name (:func:`session`).
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ start_agent main:
         actions:
             add: @actions.add
                 with a = ...
-            add_audited: @actions.add
-                with a = ...
-                run @actions.audit
+            refund: @actions.refund
+                with amount = ...
     actions:
         add:
             description: "Add"
@@ -44,9 +42,14 @@ start_agent main:
                 a: integer
             outputs:
                 sum: number
-        audit:
-            description: "Write an audit record"
-            target: "flow://Audit"
+        refund:
+            description: "Refund money"
+            target: "flow://Refund"
+            require_user_confirmation: True
+            inputs:
+                amount: number
+            outputs:
+                refund_id: string
 """
 
 TOOLS = '''
@@ -59,24 +62,30 @@ def add(a: int) -> dict:
     return {"sum": a}
 
 
-def add_audited(a: int) -> dict:
-    """Adds, then audits (the audit fails).
+def refund(amount: float) -> dict:
+    """Refunds.
 
     Args:
-        a: The number.
+        amount: How much.
     """
-    raise RuntimeError("audit service down")
+    return {"refund_id": "r1"}
 '''
 
 SKILL = """---
 name: Tools
 description: Exercise tools.
+tool_constraints:
+  - refund:
+      requires_confirmation:
+        enabled: true
+        utter_for_confirmation: utter_confirm
 ---
 Use the tools.
 """
 
 
 def agent_script(root: Path) -> AgentBase:
+    root.mkdir(parents=True, exist_ok=True)
     path = root / "kernel.agent"
     path.write_text(AGENT)
     return agentscript.load(path, dialect="agentscript")
@@ -86,13 +95,18 @@ def mantle(root: Path) -> AgentBase:
     project = root / "project"
     (project / "skills" / "tools").mkdir(parents=True)
     (project / "agent.yml").write_text("agent:\n  id: kernel\n  persona: You test.\n")
+    (project / "responses.yml").write_text(
+        "responses:\n  utter_confirm:\n    - text: 'Before I run refund, please confirm: yes or no?'\n"
+    )
     (project / "skills" / "tools" / "skill.md").write_text(SKILL)
     (project / "skills" / "tools" / "tools.py").write_text(TOOLS)
     return agentscript.load(project)
 
 
 def session(agent: AgentBase, model: ScriptedModel, **kwargs: Any) -> Session:
-    stubs = StubBook.from_data({"add": {"outputs": {"sum": 1}}, "audit": {"error": "down"}})
+    stubs = StubBook.from_data(
+        {"add": {"outputs": {"sum": 1}}, "refund": {"outputs": {"refund_id": "r1"}}}
+    )
     return agent.session(model=model, stubs=stubs, **kwargs)
 
 
