@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.engine.kernel import bounds_problem
-from agentscript.mantle import prompt as p
-from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirmation, resolve
-from agentscript.mantle.engine_tools import HANDLERS
 from agentscript.mantle.queries import tool_allowed, tool_constraint
-from agentscript.mantle.tool_run import run_tool
-from agentscript.mantle.tool_runtime import check_arguments
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation, resolve
+from agentscript.mantle.run.skill_control import HANDLERS
+from agentscript.mantle.run.tool_execution import run_tool
+from agentscript.mantle.run.tool_handler import check_arguments
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ModelResponse, ToolCall
 from agentscript.trace_steps import Source, refused_step
 

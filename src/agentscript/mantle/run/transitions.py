@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentscript.mantle import prompt as p
-from agentscript.mantle.block_pointer import advance_past_call, step_at
 from agentscript.mantle.model import ReferenceKind, Skill
 from agentscript.mantle.queries import holds, offered_skills
-from agentscript.mantle.stack import ACTIVE, PARKED, PAUSED, Frame, SkillStack
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.block_pointer import advance_past_call, step_at
+from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED, Frame, SkillStack
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import ResponseKind, block_event, skill_event
 
 SESSION_START_SKILL = "default_session_start"

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.engine.kernel import read_yes_no
-from agentscript.mantle import prompt as p
-from agentscript.mantle.block_pointer import advance, hold
 from agentscript.mantle.model import Tool, ToolConstraint
 from agentscript.mantle.queries import tool_allowed, tool_constraint
-from agentscript.mantle.stack import SkillStack
-from agentscript.mantle.tool_run import run_tool
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.block_pointer import advance, hold
+from agentscript.mantle.run.stack import SkillStack
+from agentscript.mantle.run.tool_execution import run_tool
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import (
     ResponseKind,
     Source,

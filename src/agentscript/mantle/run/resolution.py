@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import time
 
-from agentscript.mantle import prompt as p
-from agentscript.mantle.block_pointer import step_at
 from agentscript.mantle.model import Skill, StepKind
 from agentscript.mantle.queries import holds, offered_skills, tool_allowed
-from agentscript.mantle.stack import BlockEntry, SkillStack
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.block_pointer import step_at
+from agentscript.mantle.run.stack import BlockEntry, SkillStack
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ToolSpec
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import resolution_step

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from agentscript.mantle.model import OrderedBlock, Skill, Step
 from agentscript.mantle.queries import next_step_id
-from agentscript.mantle.stack import BlockEntry
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run.stack import BlockEntry
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import block_event
 
 

@@ -7,8 +7,10 @@ import re
 import yaml
 
 from agentscript.diagnostics import Severity, Span
-from agentscript.mantle import yamlsrc as y
 from agentscript.mantle.conditions import make_condition
+from agentscript.mantle.load import yamlsrc as y
+from agentscript.mantle.load.steps import read_block
+from agentscript.mantle.load.tokens import find_references
 from agentscript.mantle.model import (
     CompleteWhen,
     Condition,
@@ -20,8 +22,6 @@ from agentscript.mantle.model import (
     ToolRef,
     UtterTrigger,
 )
-from agentscript.mantle.steps import read_block
-from agentscript.mantle.tokens import find_references
 
 FRONTMATTER_KEYS = frozenset(
     {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from agentscript.diagnostics import Span
-from agentscript.mantle import yamlsrc as y
+from agentscript.mantle.load import yamlsrc as y
 from agentscript.mantle.model import Reference, ReferenceKind
 
 _TOKEN = re.compile(r"@(skill|block|tool|memory)((?:\.[A-Za-z0-9_\-]+)*)")

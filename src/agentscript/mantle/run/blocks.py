@@ -8,8 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.engine.llm import TurnError
-from agentscript.mantle.block_pointer import advance, advance_past_call, hold, is_held
-from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirmation
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import END_STEP, Condition, OrderedBlock, Skill, Step, StepKind
 from agentscript.mantle.queries import (
@@ -19,10 +17,12 @@ from agentscript.mantle.queries import (
     tool_allowed,
     tool_constraint,
 )
-from agentscript.mantle.stack import PARKED, BlockEntry, Frame, SkillStack
-from agentscript.mantle.tool_run import run_tool
-from agentscript.mantle.transitions import finish, forget_pending, start_skill
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run.block_pointer import advance, advance_past_call, hold, is_held
+from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation
+from agentscript.mantle.run.stack import PARKED, BlockEntry, Frame, SkillStack
+from agentscript.mantle.run.tool_execution import run_tool
+from agentscript.mantle.run.transitions import finish, forget_pending, start_skill
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import ResponseKind, Source, block_event, skill_event
 
 

@@ -6,8 +6,8 @@ import re
 
 import yaml
 
-from agentscript.mantle import yamlsrc as y
 from agentscript.mantle.conditions import make_condition
+from agentscript.mantle.load import yamlsrc as y
 from agentscript.mantle.model import Button, Response, ResponseVariant
 
 VARIANT_KEYS = frozenset({"text", "condition", "buttons", "metadata"})

@@ -5,10 +5,10 @@ from __future__ import annotations
 import yaml
 
 from agentscript.diagnostics import Span
-from agentscript.mantle import yamlsrc as y
 from agentscript.mantle.conditions import make_condition
+from agentscript.mantle.load import yamlsrc as y
+from agentscript.mantle.load.tokens import find_references
 from agentscript.mantle.model import END_STEP, Condition, NextBranch, OrderedBlock, Step, StepKind
-from agentscript.mantle.tokens import find_references
 
 # The key that names a step's kind, and the extra keys that kind accepts.
 KIND_KEYS: dict[str, StepKind] = {

@@ -18,9 +18,9 @@ from agentscript.actions.registry import ActionRunner
 from agentscript.engine.kernel import ToolCallWindow, TurnResult
 from agentscript.engine.state import SessionState
 from agentscript.limits import Limits
-from agentscript.mantle import prompt as p
 from agentscript.mantle.model import Project
-from agentscript.mantle.stack import SkillStack
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.stack import SkillStack
 from agentscript.models.base import Message, Model, ToolCall
 from agentscript.trace import TurnTrace
 from agentscript.trace_steps import ResponseKind, Source, refused_step, response_step

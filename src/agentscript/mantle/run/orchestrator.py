@@ -22,16 +22,16 @@ from agentscript.engine.kernel import (
 from agentscript.engine.llm import call_model
 from agentscript.errors import TurnError
 from agentscript.limits import Limits
-from agentscript.mantle import prompt as p
-from agentscript.mantle.blocks import block_step
-from agentscript.mantle.confirmation import resolve
 from agentscript.mantle.model import Skill
 from agentscript.mantle.queries import holds
-from agentscript.mantle.resolution import resolve_prompt
-from agentscript.mantle.stack import SkillStack
-from agentscript.mantle.tool_dispatch import dispatch
-from agentscript.mantle.transitions import finish, start_session_skill
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.blocks import block_step
+from agentscript.mantle.run.call_dispatch import dispatch
+from agentscript.mantle.run.confirmation import resolve
+from agentscript.mantle.run.resolution import resolve_prompt
+from agentscript.mantle.run.stack import SkillStack
+from agentscript.mantle.run.transitions import finish, start_session_skill
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSpec
 from agentscript.trace_steps import ResponseKind, Source, response_step
 

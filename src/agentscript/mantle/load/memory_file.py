@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from agentscript.diagnostics import Severity
-from agentscript.mantle import yamlsrc as y
+from agentscript.mantle.load import yamlsrc as y
 from agentscript.mantle.model import PROJECT_NAMESPACE, MemoryEntry
 
 MEMORY_TYPES = frozenset({"text", "bool", "int", "float", "list", "json", "categorical", "any"})

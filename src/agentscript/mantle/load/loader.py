@@ -6,14 +6,14 @@ import os
 from pathlib import Path
 
 from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity, Span
-from agentscript.mantle import yamlsrc as y
-from agentscript.mantle.agent_file import read_agent
-from agentscript.mantle.memory_file import read_project_memory, read_skill_memory
+from agentscript.mantle.load import yamlsrc as y
+from agentscript.mantle.load.agent_file import read_agent
+from agentscript.mantle.load.memory_file import read_project_memory, read_skill_memory
+from agentscript.mantle.load.responses_file import read_responses
+from agentscript.mantle.load.skill_file import read_skill
+from agentscript.mantle.load.tool_code import load_tool_file, tool_files
+from agentscript.mantle.load.validate import validate
 from agentscript.mantle.model import AgentSettings, Project, Response, Skill, Tool
-from agentscript.mantle.responses_file import read_responses
-from agentscript.mantle.skill_file import read_skill
-from agentscript.mantle.tools import load_tool_file, tool_files
-from agentscript.mantle.validate import validate
 
 
 def is_mantle_project(path: str | os.PathLike[str]) -> bool:

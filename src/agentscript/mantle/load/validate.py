@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.conditions import names_used
+from agentscript.mantle.load.tool_code import make_stub
 from agentscript.mantle.model import (
     END_STEP,
     PROJECT_NAMESPACE,
@@ -20,7 +21,6 @@ from agentscript.mantle.model import (
     ToolRef,
     ToolWrite,
 )
-from agentscript.mantle.tools import make_stub
 
 # Tools the engine itself offers; a project tool must not take these names.
 FRAMEWORK_TOOLS = frozenset(

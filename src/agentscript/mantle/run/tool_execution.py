@@ -12,8 +12,8 @@ from agentscript.actions.registry import ActionError, ActionRequest
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import Tool
 from agentscript.mantle.queries import tool_constraint
-from agentscript.mantle.tool_runtime import MemoryView, ToolContext, failed, tool_target
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run.tool_handler import MemoryView, ToolContext, failed, tool_target
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import ResponseKind, Source, action_step
 

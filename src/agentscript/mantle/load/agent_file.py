@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.diagnostics import UNKNOWN_SPAN, Severity
-from agentscript.mantle import yamlsrc as y
+from agentscript.mantle.load import yamlsrc as y
 from agentscript.mantle.model import AgentSettings
 
 TOP_KEYS = frozenset(

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentscript.mantle import prompt as p
 from agentscript.mantle.memory import MemoryWriteError, check_write
 from agentscript.mantle.queries import holds
-from agentscript.mantle.stack import SkillStack
-from agentscript.mantle.transitions import activate, drop_paused, finish
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.stack import SkillStack
+from agentscript.mantle.run.transitions import activate, drop_paused, finish
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import Source, action_step
 
