@@ -3,7 +3,7 @@
 Per iteration the turn loop first settles everything that needs no model (block steps that
 are deterministic, ``utter: when:`` triggers, skill completion by condition), then builds
 the prompt from live state (:mod:`.resolution`), calls the model and dispatches its tool
-calls through the gates (:mod:`.tool_dispatch`). The loop ends on text, on a pause for a
+calls through the gates (:mod:`.call_dispatch`). The loop ends on text, on a pause for a
 confirmation, or on a limit. The pieces share one :class:`~.turn_context.TurnContext`.
 """
 

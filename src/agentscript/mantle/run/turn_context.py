@@ -1,8 +1,8 @@
 """The state one Mantle turn works on, shared by the modules that run the turn.
 
 The turn loop (:mod:`.orchestrator`), block stepping (:mod:`.blocks`), skill transitions
-(:mod:`.transitions`), tool runs (:mod:`.tool_run`), confirmation (:mod:`.confirmation`) and
-the model's tool calls (:mod:`.tool_dispatch`, :mod:`.engine_tools`) all read and change the
+(:mod:`.transitions`), tool runs (:mod:`.tool_execution`), confirmation (:mod:`.confirmation`) and
+the model's tool calls (:mod:`.call_dispatch`, :mod:`.skill_control`) all read and change the
 same session state, trace and reply; :class:`TurnContext` holds them with the few operations
 every one of those modules needs (say something, write memory, record a tool exchange).
 """
