@@ -64,6 +64,17 @@ class PendingCall(TypedDict):
     step: str | None
 
 
+class MantleState(TypedDict):
+    """``SessionState.extra["mantle"]``: the module docstring describes each key."""
+
+    stack: list[Frame]
+    pending: PendingCall | None
+    fired: list[str]
+    written: dict[str, int]
+    activations: dict[str, int]
+    started: bool
+
+
 class SkillStack:
     """Typed access to the Mantle part of ``SessionState.extra``."""
 
@@ -75,7 +86,8 @@ class SkillStack:
         data.setdefault("written", {})
         data.setdefault("activations", {})
         data.setdefault("started", False)
-        self.data: dict[str, Any] = data
+        # The same dict object: the session saves what the turn changes.
+        self.data: MantleState = data
 
     @property
     def frames(self) -> list[Frame]:
