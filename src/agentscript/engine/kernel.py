@@ -9,8 +9,8 @@
   the roles keep alternating as providers require.
 - **LLM-call budget** (:func:`spend_llm_call`): ``Limits.max_llm_calls`` per turn.
 - **Argument bounds** (:func:`bounds_problem`): size and depth of a tool call's arguments,
-  checked before anything else looks at them; a value JSON cannot print (an integer of more
-  than 4300 digits) is refused like any other bad argument, never raised.
+  checked before their values are read; a value JSON cannot print (an integer of more than
+  4300 digits) is refused like any other bad argument, never raised.
 - **Yes/no** (:func:`read_yes_no`): the user's plain answer to a confirmation question.
 - **Tool-call window** (:class:`ToolCallWindow`): the assistant message making tool calls,
   their answers in order, and what was said meanwhile held back until every call is answered.
