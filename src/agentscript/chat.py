@@ -22,6 +22,7 @@ import click
 import yaml
 
 from agentscript.actions.registry import StubBook
+from agentscript.commands import SHOW_CHOICES, ExitCode
 from agentscript.conversation import ConversationError, load_conversation
 from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
@@ -37,8 +38,6 @@ from agentscript.models.registry import (
 from agentscript.models.routing import RoutedModel
 from agentscript.playback import describe_changes
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-SHOW_CHOICES = ("prompt", "tools", "trace")
 COMMANDS = {
     "/vars": "show the session's variables",
     "/trace": "summarise the steps of the last turn",
@@ -368,7 +367,7 @@ class Chat:
             if not self.handle(line):
                 break
             self.console.line()
-        return EXIT_FAILED if self.failed_turns else EXIT_OK
+        return ExitCode.FAILED if self.failed_turns else ExitCode.OK
 
     def run_interactive(self, read_line: Callable[[str], str]) -> int:
         self.console.notice(
@@ -381,12 +380,12 @@ class Chat:
                 line = read_line(prompt)
             except EOFError:
                 self.console.line()
-                return EXIT_OK
+                return ExitCode.OK
             except KeyboardInterrupt:
                 self.console.line()
                 continue
             if not self.handle(line):
-                return EXIT_OK
+                return ExitCode.OK
 
 
 # ---------------------------------------------------------------------- turn details
@@ -559,14 +558,14 @@ def run_chat(
             raise ChatUsageError(f"--var: {exc}") from None
     except (ChatUsageError, ModelError) as exc:
         console.error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         if interactive:
             return chat.run_interactive(read_line or _terminal_reader())
         return chat.run_lines(lines if lines is not None else sys.stdin)
     except ChatUsageError as exc:  # e.g. the recording became unwritable
         console.error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
 
 def _terminal_reader() -> Callable[[str], str]:
