@@ -477,7 +477,7 @@ def test_record_to_an_unwritable_place_is_a_usage_error(
 def test_move_of() -> None:
     assert move_of(ModelResponse(text="hi")).to_json() == {"say": "hi"}
     assert move_of(ModelResponse()).to_json() == {"say": ""}
-    one = ModelResponse(text="ignored", tool_calls=[ToolCall("1", "a", {"x": 1})])
+    one = ModelResponse(tool_calls=[ToolCall("1", "a", {"x": 1})])
     assert move_of(one).to_json() == {"tool": "a", "args": {"x": 1}}
     two = ModelResponse(tool_calls=[ToolCall("1", "a", {}), ToolCall("2", "b", {"y": [1]})])
     assert move_of(two).to_json() == {
