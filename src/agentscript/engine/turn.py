@@ -28,6 +28,7 @@ from agentscript.models.base import (
     ModelResponse,
     ToolCall,
 )
+from agentscript.not_offered import NotOffered, not_offered_message
 from agentscript.syntax.tree import Block
 from agentscript.trace import elapsed_ms
 
@@ -387,12 +388,18 @@ class TurnRunner(ProcedureExecutor):
     async def invoke(self, node: Node, call: ToolCall, visible: dict[str, Tool]) -> ToolOutcome:
         """Run one tool call; returns (result for the model, transition target, stop)."""
         tool = node.tools.get(call.name)
-        if tool is None:
-            return self.refusal(
-                call, f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+        if tool is None or call.name not in visible:
+            # The model gets one text for both; the trace keeps the true cause.
+            cause = NotOffered.UNKNOWN if tool is None else NotOffered.HIDDEN
+            reason = (
+                f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+                if tool is None
+                else not_offered_message(call.name)
             )
-        if call.name not in visible:
-            return self.refusal(call, f"tool '{call.name}' is not available now")
+            self.trace.add(
+                "REFUSED_STEP", name=call.name, reason=reason, arguments=call.arguments, cause=cause
+            )
+            return {"error": not_offered_message(call.name)}, None, None
         arguments, problem = self.check_arguments(tool, call)
         if problem is not None:
             return self.refusal(call, problem)

@@ -18,6 +18,7 @@ from agentscript.mantle.tool_run import run_tool
 from agentscript.mantle.tool_runtime import bounds_problem, check_arguments
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import ModelResponse, ToolCall
+from agentscript.not_offered import NotOffered, not_offered_message
 
 
 async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
@@ -43,7 +44,12 @@ async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
         ctx.close_calls()
 
 
-def refuse(ctx: TurnContext, call: ToolCall, reason: str) -> dict[str, Any]:
+def refuse(
+    ctx: TurnContext, call: ToolCall, reason: str, *, cause: NotOffered | None = None
+) -> dict[str, Any]:
+    """Trace the refusal with ``reason``; the model is told ``reason``, except for a tool it
+    was not offered (``cause``), where hidden and unknown read the same to it."""
+    extra: dict[str, Any] = {} if cause is None else {"cause": cause}
     ctx.trace.add(
         "REFUSED_STEP",
         name=call.name,
@@ -51,8 +57,9 @@ def refuse(ctx: TurnContext, call: ToolCall, reason: str) -> dict[str, Any]:
         arguments=call.arguments,
         source="llm",
         skill=ctx.node_name(),
+        **extra,
     )
-    return {"error": reason}
+    return {"error": reason if cause is None else not_offered_message(call.name)}
 
 
 async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
@@ -93,11 +100,18 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
 async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]) -> dict[str, Any]:
     frame = ctx.stack.active()
     if frame is None:
-        return refuse(ctx, call, f"unknown tool '{call.name}': no skill is active")
+        return refuse(
+            ctx, call, f"unknown tool '{call.name}': no skill is active", cause=NotOffered.UNKNOWN
+        )
     skill_id = frame["skill"]
     tool = ctx.project.tools_for(skill_id).get(call.name)
     if tool is None:
-        return refuse(ctx, call, f"unknown tool '{call.name}' for skill '{skill_id}'")
+        return refuse(
+            ctx,
+            call,
+            f"unknown tool '{call.name}' for skill '{skill_id}'",
+            cause=NotOffered.UNKNOWN,
+        )
     pending = ctx.stack.pending
     if pending is not None and pending["tool"] == call.name:
         return refuse(
@@ -106,7 +120,9 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
             f"'{call.name}' waits for the user's confirmation; call resolve_tool_confirmation",
         )
     if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
-        return refuse(ctx, call, f"tool '{call.name}' is not available now")
+        return refuse(
+            ctx, call, not_offered_message(call.name), cause=NotOffered.HIDDEN
+        )
     checked, problem = check_arguments(tool, args)
     if problem is not None:
         return refuse(ctx, call, problem)
