@@ -49,6 +49,8 @@ COMMANDS = {
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMMAND = re.compile(r"/[a-z]+\Z")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Files --record never overwrites: agents, action code, configuration.
+_SOURCE_SUFFIXES = frozenset({".agent", ".py", ".toml"})
 
 
 class ChatUsageError(Exception):
@@ -178,8 +180,14 @@ def stdin_lines() -> Iterator[str]:
 
 def refuse_overwriting_inputs(record: Path, agent: AgentBase, stubs: str | Path | None) -> None:
     """ChatUsageError when ``--record`` names one of the chat's inputs: the agent file, a file
-    of the agent's project folder, or the stubs file (the recording is written at once)."""
+    of the agent's project folder, the stubs file, or any existing source file (``.agent``,
+    ``.py``, ``.toml``: never a recording). The recording is written at once, so this runs
+    before the chat starts."""
     target = record.resolve()
+    if target.is_file() and target.suffix.lower() in _SOURCE_SUFFIXES:
+        raise ChatUsageError(
+            f"--record {record}: that is a source file, not a recording; record to a new file"
+        )
     inputs: list[Path] = [Path(stubs)] if stubs is not None else []
     if agent.path is not None:
         inputs.append(agent.path)

@@ -145,6 +145,23 @@ def test_record_refuses_to_overwrite_an_input_file(
     assert {p: p.read_bytes() for p in before} == before
 
 
+def test_record_refuses_to_overwrite_the_agents_action_code(
+    shop_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    actions = shop_copy.parent / "shop_actions.py"
+    before = actions.read_bytes()
+    code = run_chat(
+        agentscript.load(shop_copy),
+        model=FunctionModel(answer_text),
+        interactive=False,
+        lines=["hi"],
+        record=actions,
+    )
+    assert code == 2
+    assert "source file" in capsys.readouterr().err
+    assert actions.read_bytes() == before
+
+
 def test_record_refuses_to_overwrite_a_file_of_a_mantle_project(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
