@@ -105,6 +105,42 @@ def test_streamed_multi_turn_chat_prints_no_event_loop_errors(shop_copy: Path) -
     assert "Task exception was never retrieved" not in err
 
 
+SESSION_SCRIPT = """
+import sys
+sys.path.insert(0, {here!r})
+import agentscript
+from agentscript.models.openai_provider import OpenAIModel
+from raw_server import RawServer, openai_stream, send
+
+def answer(handler, body):
+    send(handler, 200, "text/event-stream", openai_stream("hi there"))
+
+agent = agentscript.load({agent!r})
+with RawServer(answer) as server:
+    session = agent.session(model=OpenAIModel("gpt-test", api_key="k", base_url=server.url))
+    session.on_text = lambda text: None
+    for n in range(16):
+        assert session.send(f"message {{n}}").error is None
+print("done")
+"""
+
+
+def test_session_send_turn_after_turn_with_a_provider_prints_no_event_loop_errors(
+    shop_copy: Path,
+) -> None:
+    # Session.send runs each turn under its own asyncio.run(): each loop's client must be
+    # closed before that loop ends.
+    script = SESSION_SCRIPT.format(here=str(Path(__file__).parent), agent=str(shop_copy))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTSCRIPT_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, env=env, timeout=120, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"
+    assert "Event loop is closed" not in done.stderr
+    assert "Task exception was never retrieved" not in done.stderr
+
+
 def test_non_utf8_byte_on_chat_stdin_does_not_break_later_turns(shop_copy: Path) -> None:
     with RawServer(echo_stream) as server:
         done = chat_subprocess(server, shop_copy, b"caf\xe9\nsecond\nthird\n")

@@ -8,10 +8,12 @@ assembling a stream. The SDK is an optional extra, imported only when a model is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Protocol
 
 from agentscript.models.base import Message, ModelError, ModelRequest, ModelResponse, TextSink
@@ -119,6 +121,15 @@ def describe_cause(exc: BaseException) -> str:
     return f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
 
 
+async def _close_when_loop_ends(client: Any) -> AsyncIterator[None]:
+    """Suspends at once; its ``finally`` closes ``client`` when the loop finalizes it."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # closing is best effort
+            await client.close()
+
+
 class SdkModel(ABC):
     """A chat model reached through a vendor SDK's async client.
 
@@ -178,6 +189,7 @@ class SdkModel(ABC):
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay)
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._closer: AsyncIterator[None] | None = None
 
     def __repr__(self) -> str:
         where = f", base_url={self.base_url!r}" if self.base_url else ""
@@ -192,7 +204,7 @@ class SdkModel(ABC):
                 f"pip install 'agentscript[{self.prefix}]'"
             ) from exc
 
-    def _get_client(self) -> Any:
+    async def _get_client(self) -> Any:
         # An SDK client's connection pool belongs to the event loop that first used it, so a
         # caller that runs each turn under a fresh asyncio.run() gets a fresh client.
         loop = asyncio.get_running_loop()
@@ -207,6 +219,12 @@ class SdkModel(ABC):
                 max_retries=0,  # retried by call_with_retries, with our own backoff
             )
             self._client_loop = loop
+            # Close it while its loop still runs: asyncio.run() finalizes open async
+            # generators before closing the loop. Left to the garbage collector, the SDK closes
+            # a client on whatever loop runs then, and its connections fail there with
+            # "Event loop is closed" (printed as "Task exception was never retrieved").
+            self._closer = _close_when_loop_ends(self._client)
+            await anext(self._closer)
         return self._client
 
     # -- the protocol, implemented by each provider ----------------------------------------
@@ -247,7 +265,7 @@ class SdkModel(ABC):
         events: list[int] = [0]  # stream events received, to tell a cut stream from no stream
 
         async def attempt() -> ModelResponse:
-            answer = await self._send(self._get_client(), kwargs)
+            answer = await self._send(await self._get_client(), kwargs)
             if stream is None:
                 return self._parse_whole(answer)
             return await self._relay(answer, stream, shown, events)
