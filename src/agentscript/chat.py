@@ -348,7 +348,8 @@ class Chat:
         self._close_segment()
         self.last_reply = reply
         self.show_reply(reply)
-        if reply.error is None and not any(m.strip() for m in reply.messages):
+        quiet = reply.error is None and not reply.escalated and not reply.ended
+        if quiet and not any(m.strip() for m in reply.messages):
             self.console.notice("(the agent's reply was empty)")
         if reply.error is not None:
             self.failed_turns += 1
