@@ -15,7 +15,8 @@ turns:
       error: false                      # true: any error; a string: the error contains it
 ```
 
-`agentscript run` reports each unmet expectation and exits 1.
+`agentscript run` reports each unmet expectation and exits 1. A turn that ends in an error
+fails the run too, unless its `expect:` has `error:` (`true`, or a text the error contains).
 """
 
 from __future__ import annotations

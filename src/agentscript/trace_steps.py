@@ -102,9 +102,12 @@ def refused_step(
     limit: str | None = None,
     skill: str | None = None,
     step: str | None = None,
+    cause: str | None = None,
 ) -> Step:
     """A tool call not run. ``limit`` names the ``Limits`` field when a bound refused it;
-    ``skill``/``step`` locate a Mantle block step that waits."""
+    ``skill``/``step`` locate a Mantle block step that waits; ``cause`` says whether a tool the
+    model was told is "not available now" was hidden or unknown (the trace keeps the truth)."""
+    step_fields: dict[str, Any] = {} if cause is None else {"cause": cause}
     return _add(
         trace,
         StepType.REFUSED_STEP,
@@ -116,6 +119,7 @@ def refused_step(
         limit=limit,
         skill=skill,
         step=step,
+        **step_fields,
     )
 
 

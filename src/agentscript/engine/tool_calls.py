@@ -22,6 +22,7 @@ from agentscript.engine.program import Node, Tool, ToolKind
 from agentscript.expr.evaluate import EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import Message, ModelResponse, ToolCall
+from agentscript.not_offered import NotOffered, not_offered_message
 from agentscript.syntax.tree import Block
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import (
@@ -119,12 +120,25 @@ class ToolCalls:
         """Run one tool call; returns (result for the model, transition target, stop)."""
         turn = self.turn
         tool = node.tools.get(call.name)
-        if tool is None:
-            return self.refusal(
-                node, call, f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+        if tool is None or call.name not in visible:
+            # The model gets one text for both, so it cannot tell a hidden tool exists; the
+            # trace keeps the true cause for the developer.
+            cause = NotOffered.UNKNOWN if tool is None else NotOffered.HIDDEN
+            reason = (
+                f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+                if tool is None
+                else not_offered_message(call.name)
             )
-        if call.name not in visible:
-            return self.refusal(node, call, f"tool '{call.name}' is not available now")
+            refused_step(
+                turn.trace,
+                name=call.name,
+                reason=reason,
+                node=node.name,
+                source=Source.LLM,
+                arguments=call.arguments,
+                cause=cause,
+            )
+            return {"error": not_offered_message(call.name)}, None, None
         arguments, problem, limit = self.check_arguments(tool, call)
         if problem is not None:
             return self.refusal(node, call, problem, limit)

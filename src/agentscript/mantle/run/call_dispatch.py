@@ -19,6 +19,7 @@ from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.tool_handler import check_arguments
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ModelResponse, ToolCall
+from agentscript.not_offered import NotOffered, not_offered_message
 from agentscript.trace_steps import Source, refused_step
 
 
@@ -43,9 +44,16 @@ async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
 
 
 def refuse(
-    ctx: TurnContext, call: ToolCall, reason: str, *, limit: str | None = None
+    ctx: TurnContext,
+    call: ToolCall,
+    reason: str,
+    *,
+    limit: str | None = None,
+    cause: NotOffered | None = None,
 ) -> dict[str, Any]:
-    """Record the refusal of ``call``; ``limit`` names the ``Limits`` field of a bound."""
+    """Record the refusal of ``call``; the model is told ``reason``, except for a tool it was
+    not offered (``cause``), where hidden and unknown read the same to it. ``limit`` names the
+    ``Limits`` field of a bound."""
     refused_step(
         ctx.trace,
         name=call.name,
@@ -55,8 +63,9 @@ def refuse(
         arguments=call.arguments,
         limit=limit,
         skill=ctx.node_name(),
+        cause=cause,
     )
-    return {"error": reason}
+    return {"error": reason if cause is None else not_offered_message(call.name)}
 
 
 async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
@@ -92,11 +101,18 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
 async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]) -> dict[str, Any]:
     frame = ctx.stack.active()
     if frame is None:
-        return refuse(ctx, call, f"unknown tool '{call.name}': no skill is active")
+        return refuse(
+            ctx, call, f"unknown tool '{call.name}': no skill is active", cause=NotOffered.UNKNOWN
+        )
     skill_id = frame["skill"]
     tool = ctx.project.tools_for(skill_id).get(call.name)
     if tool is None:
-        return refuse(ctx, call, f"unknown tool '{call.name}' for skill '{skill_id}'")
+        return refuse(
+            ctx,
+            call,
+            f"unknown tool '{call.name}' for skill '{skill_id}'",
+            cause=NotOffered.UNKNOWN,
+        )
     pending = ctx.stack.pending
     if pending is not None and pending["tool"] == call.name:
         return refuse(
@@ -105,7 +121,9 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
             f"'{call.name}' waits for the user's confirmation; call resolve_tool_confirmation",
         )
     if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
-        return refuse(ctx, call, f"tool '{call.name}' is not available now")
+        return refuse(
+            ctx, call, not_offered_message(call.name), cause=NotOffered.HIDDEN
+        )
     checked, problem = check_arguments(tool, args)
     if problem is not None:
         return refuse(ctx, call, problem)
