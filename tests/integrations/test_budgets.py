@@ -210,3 +210,45 @@ def test_mantle_turn_obeys_the_same_caps() -> None:
     assert model.calls == 1
     assert steps(reply, "BUDGET_STEP")[0]["cap"] == "llm_calls"
     assert reply.error is not None and "budget" in reply.error
+
+
+def test_budget_step_is_built_by_the_typed_builder_with_its_documented_keys(
+    agent_path: Path,
+) -> None:
+    from agentscript.trace_steps import StepType
+
+    agent = agentscript.load(agent_path)
+    model = UsageModel(bumps(3))
+    reply = agent.session(model=model, budget=Budget(turn=Caps(llm_calls=1))).send("count")
+    (hit,) = steps(reply, StepType.BUDGET_STEP.value)
+    keys = {"type", "node", "iteration", "action", "scope", "cap", "limit", "wouldReach"}
+    assert set(hit) == keys  # docs/trace.md
+    assert (hit["action"], hit["scope"], hit["cap"], hit["limit"]) == (
+        "error",
+        "turn",
+        "llm_calls",
+        1.0,
+    )
+    for llm in steps(reply, StepType.LLM_STEP.value):
+        assert llm["requestModel"] == model.name and llm["modelEvents"] == []
+
+
+def test_limits_max_llm_calls_and_a_budget_cap_each_stop_with_their_own_error(
+    agent_path: Path,
+) -> None:
+    """docs/limits.md: the lower of Limits.max_llm_calls and the turn's llm_calls cap wins."""
+    agent = agentscript.load(agent_path)
+    limited = agent.session(
+        model=UsageModel(bumps(5)),
+        limits=agentscript.Limits(max_llm_calls=2),
+        budget=Budget(turn=Caps(llm_calls=3)),
+    ).send("count")
+    assert limited.error is not None and "Limits.max_llm_calls" in limited.error
+    assert steps(limited, "BUDGET_STEP") == []
+    capped = agent.session(
+        model=UsageModel(bumps(5)),
+        limits=agentscript.Limits(max_llm_calls=3),
+        budget=Budget(turn=Caps(llm_calls=2)),
+    ).send("count")
+    assert capped.error is not None and "budget" in capped.error
+    assert "Limits." not in capped.error and len(steps(capped, "BUDGET_STEP")) == 1

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from agentscript.engine.llm import TurnError
+from agentscript.errors import TurnError
 from agentscript.models.base import ModelRequest
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text; only used before a call

@@ -6,9 +6,14 @@ same way and a model failure always ends the turn the same way.
 
 from __future__ import annotations
 
+import json
 import time
 
+from agentscript.engine.budgets import BudgetExceeded, active_meter
+from agentscript.engine.kernel import check_answered
+from agentscript.errors import TurnError
 from agentscript.expr.values import nested_deeper_than
+from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -19,18 +24,9 @@ from agentscript.models.base import (
     ToolCall,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
+from agentscript.trace_steps import budget_step, llm_step
 
-
-class TurnError(Exception):
-    """The turn cannot go on (model failure, deterministic failure, limit).
-
-    ``exhausted`` marks the scripted model running out of moves: `agentscript run` then
-    reports that the conversation file and the engine disagree.
-    """
-
-    def __init__(self, message: str, *, exhausted: bool = False) -> None:
-        super().__init__(message)
-        self.exhausted = exhausted
+__all__ = ["MAX_KEPT_DEPTH", "TurnError", "bounded_call", "call_model"]
 
 
 async def call_model(
@@ -44,26 +40,31 @@ async def call_model(
     """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
 
     The turn's budget meter (:mod:`agentscript.engine.budgets`), when one is active, is asked
-    first: a call that would cross a cap is not made (``BudgetExceeded``, a ``BUDGET_STEP``)."""
-    from agentscript.engine import budgets  # budgets imports TurnError from here
-
-    meter = budgets.active_meter()
+    first: a call that would cross a cap is not made (``BudgetExceeded``, a ``BUDGET_STEP``).
+    A request whose history holds a tool call without its answer is not sent either (the
+    kernel's last check): providers reject it, and it would mean the engine lost track of a call.
+    """
+    meter = active_meter()
     if meter is not None:
         hit = meter.check(model.name, request)
         if hit is not None:
-            trace.add(
-                "BUDGET_STEP",
+            budget_step(
+                trace,
                 node=request.node,
                 iteration=iteration,
                 action=meter.budget.on_exceed.value,
-                **hit.to_json(),
+                scope=hit.scope,
+                cap=hit.cap,
+                limit=hit.limit,
+                would_reach=hit.would_reach,
             )
-            raise budgets.BudgetExceeded(hit)
-    step = trace.add(
-        "LLM_STEP",
+            raise BudgetExceeded(hit)
+    check_answered(request.messages)
+    step = llm_step(
+        trace,
         node=request.node,
         iteration=iteration,
-        input={
+        inputs={
             "system": request.system,
             "instructions": request.instructions,
             "messages": [m.to_json() for m in request.messages],
@@ -72,8 +73,7 @@ async def call_model(
                 for t in request.tools
             ],
         },
-        output=None,
-        requestModel=model.name,
+        request_model=model.name,
     )
     started = time.perf_counter()
     try:
@@ -83,12 +83,10 @@ async def call_model(
         raise TurnError(str(exc), exhausted=True) from None
     except ModelError as exc:
         step["error"] = str(exc)
-        if exc.events:
-            step["modelEvents"] = list(exc.events)
+        step["modelEvents"] = list(exc.events)
         raise TurnError(f"the model failed: {exc}") from None
     step["durationMs"] = elapsed_ms(started)
-    if response.events:
-        step["modelEvents"] = list(response.events)
+    step["modelEvents"] = list(response.events)
     response.tool_calls = [bounded_call(call) for call in response.tool_calls]
     step["output"] = response.to_json()
     if response.model:
@@ -104,7 +102,7 @@ async def call_model(
 # Arguments nested deeper than this are dropped before anything records them: json.dumps
 # (traces, saved sessions, the next provider request) overflows the stack near 1000 levels,
 # which a provider's JSON parser still accepts. The turn runners refuse far shallower ones.
-MAX_KEPT_DEPTH = 64
+MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 
 
 def bounded_call(call: ToolCall) -> ToolCall:
@@ -117,5 +115,10 @@ def bounded_call(call: ToolCall) -> ToolCall:
         return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
     if nested_deeper_than(arguments, MAX_KEPT_DEPTH):
         note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    try:
+        json.dumps(arguments, default=repr)
+    except ValueError:  # an integer too long to print: no trace or saved session could hold it
+        note = "(arguments hold a number too long to print; dropped)"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentscript.commands import ExitCode
+
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
@@ -132,8 +134,8 @@ def mcp_serve_command(
     port: int,
     trace_dir: str | None,
     echo: Callable[[str], None],
-) -> int:
-    """Serve until stopped; returns the exit code (2 when no model can be built)."""
+) -> ExitCode:
+    """Serve until stopped; returns the exit code (``USAGE`` when no model can be built)."""
     from agentscript.chat import choose_model
     from agentscript.models.base import ModelError
 
@@ -141,16 +143,16 @@ def mcp_serve_command(
         model = choose_model(agent, spec=model_spec, base_url=base_url)
     except ModelError as exc:
         echo(f"error: {exc}")
-        return 2
+        return ExitCode.USAGE
     tools = AgentTools(agent, lambda: model, trace_dir=Path(trace_dir) if trace_dir else None)
     try:
         server = build_server(tools)
     except RuntimeError as exc:
         echo(f"error: {exc}")
-        return 2
+        return ExitCode.USAGE
     if transport == "stdio":
         server.run("stdio")
     else:
         echo(f"mcp-serve: agent '{agent.name}' at http://{host}:{port}/mcp")
         server.run("streamable-http", host=host, port=port)
-    return 0
+    return ExitCode.OK

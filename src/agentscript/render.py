@@ -1,0 +1,94 @@
+"""Diagnostics as text for people: the ``file:line:col: severity[code]: message`` head, then
+the source line and a caret under the span.
+
+``render_diagnostic`` is pure (lines in, text out); ``source_lines`` reads a file for it and
+returns None for an unreadable or binary file, whose bytes are never echoed. Colour is ANSI
+through click's ``style`` and only when asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from agentscript.diagnostics import Diagnostic
+
+_COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def render_diagnostic(diag: Diagnostic, lines: list[str] | None, color: bool = False) -> str:
+    """``diag`` as its head line, plus the source line and a caret when ``lines`` has it."""
+    head = diag.format()
+    if color:
+        head = click.style(head, fg=_COLOURS[diag.severity.value], bold=diag.is_error)
+    if not lines or not (1 <= diag.span.line <= len(lines)):
+        return head
+    source = lines[diag.span.line - 1].expandtabs(4)
+    start = max(diag.span.column - 1, 0)
+    width = (
+        diag.span.end_column - diag.span.column
+        if diag.span.end_line == diag.span.line
+        else len(source) - start
+    )
+    caret = " " * start + "^" * max(1, min(width, max(1, len(source) - start)))
+    if color:
+        caret = click.style(caret, fg="green")
+    return f"{head}\n    {source}\n    {caret}"
+
+
+def source_lines(path: str | Path) -> list[str] | None:
+    """The lines of ``path`` for rendering, or None when unreadable or binary."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    if b"\x00" in data[:8192]:
+        return None  # a binary file: its bytes are not echoed under the diagnostic
+    return data.decode("utf-8-sig", errors="replace").splitlines()
+
+
+def render_report(results: list[tuple[Path, list[Diagnostic]]], color: bool = False) -> list[str]:
+    """Each diagnostic of each checked path rendered, reading each source file once."""
+    out: list[str] = []
+    for path, diags in results:
+        lines = source_lines(path) if path.is_file() else None
+        for diag in diags:
+            file_lines = lines if diag.file in (None, str(path)) else source_lines(diag.file)
+            out.append(render_diagnostic(diag, file_lines, color))
+    return out
+
+
+# Diagnostics about a table of agentscript.toml as a whole (`agentscript.load`): they have no
+# line of their own to show, and never a line of the agent's source.
+CONFIG_CODES = frozenset({"config-error", "invalid-limits"})
+
+
+def render_load_errors(
+    diagnostics: list[Diagnostic], path: str | Path, color: bool = False
+) -> list[str]:
+    """The errors of loading the agent at ``path`` (``AgentScriptError.diagnostics``), each
+    with its source line: the agent's, or the other file's it names; a configuration error
+    (``CONFIG_CODES``) as its head line alone."""
+    agent_lines = source_lines(path) if Path(path).is_file() else None
+    out: list[str] = []
+    for diag in diagnostics:
+        if not diag.is_error:
+            continue
+        if diag.code in CONFIG_CODES:
+            lines = None
+        elif diag.file in (None, str(path)):
+            lines = agent_lines
+        else:
+            lines = source_lines(diag.file)
+        out.append(render_diagnostic(diag, lines, color))
+    return out
+
+
+__all__ = [
+    "CONFIG_CODES",
+    "render_diagnostic",
+    "render_load_errors",
+    "render_report",
+    "source_lines",
+]
