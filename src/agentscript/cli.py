@@ -56,14 +56,18 @@ def internal_error(path: Path, exc: BaseException) -> Diagnostic:
     return diag
 
 
-def validate_path(path: Path, dialect: str | None) -> list[Diagnostic]:
+def validate_path(path: Path, dialect: str | None, lints: bool = True) -> list[Diagnostic]:
     from agentscript.check import check
     from agentscript.loader import parse_file
     from agentscript.mantle import load_project
 
     try:
         if path.is_dir():
-            _project, diagnostics = load_project(path)
+            project, diagnostics = load_project(path)
+            if lints and project is not None and not any(d.is_error for d in diagnostics):
+                from agentscript.authoring.lints import lint_project
+
+                diagnostics = diagnostics + lint_project(project)
             return diagnostics
         if not path.exists():
             diag = error("file-not-found", "no such file", Span(1, 1, 1, 1))
@@ -72,12 +76,23 @@ def validate_path(path: Path, dialect: str | None) -> list[Diagnostic]:
         doc, diagnostics = parse_file(path)
         if doc is None:
             return diagnostics
-        return sorted(
-            diagnostics + check(doc, dialect=dialect).diagnostics,
-            key=lambda d: (d.span.line, d.span.column),
-        )
+        result = check(doc, dialect=dialect)
+        diagnostics = diagnostics + result.diagnostics
+        if lints and not any(d.is_error for d in diagnostics):
+            from agentscript.authoring.lints import file_lints
+
+            diagnostics += file_lints(str(path), result.outline, doc_source(path))
+        return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column))
     except Exception as exc:  # a bug of ours must not hide the rest of the report
         return [internal_error(path, exc)]
+
+
+def doc_source(path: Path) -> str:
+    """The text lints read: the file as the parser saw it (LF line ends)."""
+    from agentscript.loader import read_source
+
+    text, _problem = read_source(path)
+    return (text or "").replace("\r\n", "\n")
 
 
 # ---------------------------------------------------------------------- output
@@ -144,11 +159,15 @@ def main() -> None:
     default=None,
     help="Dialect to check against (default: the file's '# @dialect:' header, else agentforce).",
 )
-def validate(paths: tuple[str, ...], fmt: str, dialect: str | None) -> None:
+@click.option(
+    "--no-lints", "no_lints", is_flag=True,
+    help="Only the checker's diagnostics: skip the anti-pattern lints and [[assert]] rules.",
+)
+def validate(paths: tuple[str, ...], fmt: str, dialect: str | None, no_lints: bool) -> None:
     """Check .agent files, folders of them, or Mantle project folders."""
     results: list[tuple[Path, list[Diagnostic]]] = []
     for path in agent_files(paths):
-        results.append((path, validate_path(path, dialect)))
+        results.append((path, validate_path(path, dialect, lints=not no_lints)))
     if not results:
         click.echo("no .agent files or Mantle projects found", err=True)
         sys.exit(EXIT_USAGE)
@@ -179,7 +198,8 @@ def validate(paths: tuple[str, ...], fmt: str, dialect: str | None) -> None:
     "--check", "check_only", is_flag=True, help="Do not write; exit 1 if a file would change."
 )
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff instead of writing.")
-def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
+@click.option("--fix", "apply_fixes", is_flag=True, help="Also apply the safe lint fixes.")
+def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool, apply_fixes: bool) -> None:
     """Format .agent files canonically (idempotent; the tree is preserved)."""
     from agentscript.loader import read_source
     from agentscript.syntax.formatter import format_text
@@ -198,7 +218,12 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
             failed = True
             continue
         try:
-            formatted, diagnostics = format_text(text, str(path))
+            source = text
+            if apply_fixes:
+                from agentscript.authoring.lints import fix_source
+
+                source, _count = fix_source(text.replace("\r\n", "\n"), str(path))
+            formatted, diagnostics = format_text(source, str(path))
         except Exception as exc:
             click.echo(internal_error(path, exc).format(), err=True)
             failed = True
@@ -408,6 +433,48 @@ def chat(
             stubs=stubs,
         )
     )
+
+
+# ---------------------------------------------------------------------- authoring
+
+
+@main.command()
+@click.argument("agent")
+@click.option("--node", default=None, help="Only this node (subagent) or Mantle skill.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+    show_default=True,
+)
+def prompts(agent: str, node: str | None, fmt: str) -> None:
+    """Every effective prompt of each node, labelled with the condition that selects it."""
+    from agentscript.authoring.commands import prompts_command
+
+    sys.exit(prompts_command(Path(agent), node, fmt, sys.stdout, sys.stderr))
+
+
+@main.command()
+@click.argument("agent")
+@click.option(
+    "--format", "fmt", type=click.Choice(["mermaid", "dot", "svg", "json"]), default="mermaid",
+    show_default=True,
+)
+def graph(agent: str, fmt: str) -> None:
+    """The agent's control graph: nodes, transitions with their guards, delegations, ends."""
+    from agentscript.authoring.commands import graph_command
+
+    sys.exit(graph_command(Path(agent), fmt, sys.stdout, sys.stderr))
+
+
+@main.command("check-gates")
+@click.argument("agent")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def check_gates(agent: str, fmt: str) -> None:
+    """Each gated tool: when the model sees it, what can open it; and the [[assert]] rules."""
+    from agentscript.authoring.commands import gates_command
+
+    sys.exit(gates_command(Path(agent), fmt, sys.stdout, sys.stderr))
 
 
 if __name__ == "__main__":  # pragma: no cover
