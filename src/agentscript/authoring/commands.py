@@ -51,8 +51,10 @@ def load_for_authoring(path: Path) -> tuple[Loaded | None, list[Diagnostic]]:
 def _report(diagnostics: list[Diagnostic], path: Path, err: TextIO) -> int:
     for diag in diagnostics:
         where = diag.file or str(path)
-        err.write(f"{where}:{diag.span.line}:{diag.span.column}: {diag.severity}[{diag.code}]: "
-                  f"{diag.message}\n")
+        err.write(
+            f"{where}:{diag.span.line}:{diag.span.column}: {diag.severity}[{diag.code}]: "
+            f"{diag.message}\n"
+        )
     if not diagnostics:
         err.write(f"{path}: not an agent file or Mantle project\n")
     err.write(f"{path}: fix the errors above first (agentscript validate {path})\n")
@@ -140,8 +142,10 @@ def gates_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:
     if loaded is None:
         return _report(diagnostics, path, err)
     if loaded.outline is None:
-        err.write(f"{path}: check-gates reads Agent Script agents; Mantle tool constraints are "
-                  "listed by `agentscript prompts`\n")
+        err.write(
+            f"{path}: check-gates reads Agent Script agents; Mantle tool constraints are "
+            "listed by `agentscript prompts`\n"
+        )
         return 2
     proofs = gate_proofs(loaded.outline)
     asserts, problems = load_asserts(path)
@@ -151,10 +155,16 @@ def gates_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:
         return 2
     failures = check_asserts(loaded.outline, asserts)
     if fmt == "json":
-        out.write(json.dumps({
-            "gates": [p.to_json() for p in proofs],
-            "asserts": [f.to_json() for f in failures],
-        }, indent=2) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "gates": [p.to_json() for p in proofs],
+                    "asserts": [f.to_json() for f in failures],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     else:
         for proof in proofs:
             out.write(proof.sentence() + "\n")

@@ -75,7 +75,11 @@ class Atom:
     runtime: str | None = None  # "set at run time by check_if_late", when that is why
 
     def label(self) -> str:
-        shown = f"({self.shown})" if " or " in self.shown and not self.shown.startswith("not (") else self.shown
+        shown = (
+            f"({self.shown})"
+            if " or " in self.shown and not self.shown.startswith("not (")
+            else self.shown
+        )
         return f"{shown} [{self.runtime}]" if self.runtime else shown
 
 
@@ -190,7 +194,11 @@ def _compare(left: Expr, op: str, right: Expr, facts: Facts) -> bool | None:
     # One side a variable, the other a literal: exclusions still decide == and !=.
     for var_side, lit_side in ((left, right), (right, left)):
         name = variable_name(var_side)
-        if name is None or not isinstance(lit_side, Literal) or op not in ("==", "!=", "is", "is not"):
+        if (
+            name is None
+            or not isinstance(lit_side, Literal)
+            or op not in ("==", "!=", "is", "is not")
+        ):
             continue
         if lit_side.value in facts.excluded.get(name, ()):
             return op in ("!=", "is not")
@@ -244,7 +252,11 @@ def _learn(expr: Expr, holds: bool, facts: Facts) -> None:
     if name is not None and facts.is_boolean(name):
         facts.equal[name] = holds
         return
-    if isinstance(expr, Compare) and len(expr.ops) == 1 and expr.ops[0] in ("==", "!=", "is", "is not"):
+    if (
+        isinstance(expr, Compare)
+        and len(expr.ops) == 1
+        and expr.ops[0] in ("==", "!=", "is", "is not")
+    ):
         left, right = expr.left, expr.comparators[0]
         if isinstance(left, Literal):
             left, right = right, left

@@ -64,10 +64,14 @@ class GateProof:
         what = "transition" if self.kind == "transition" else "tool"
         opener = "; ".join(w.how for w in self.writers) or "nothing in the agent"
         if not self.can_open:
-            return (f"[{self.node}] {what} {self.tool} can NEVER be offered: {self.guard} cannot "
-                    f"become true (written by: {opener})")
-        return (f"[{self.node}] {what} {self.tool} is offered only when {self.guard}; "
-                f"what can make it true: {opener}")
+            return (
+                f"[{self.node}] {what} {self.tool} can NEVER be offered: {self.guard} cannot "
+                f"become true (written by: {opener})"
+            )
+        return (
+            f"[{self.node}] {what} {self.tool} is offered only when {self.guard}; "
+            f"what can make it true: {opener}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,8 +95,15 @@ def writes(outline: AgentOutline, program: Program | None = None) -> list[Write]
     found: list[Write] = []
     for name, info in outline.variables.items():
         if info.is_linked:
-            found.append(Write(name, "the session", f"linked input ({info.source or 'caller'})",
-                               ANY, info.span.line))
+            found.append(
+                Write(
+                    name,
+                    "the session",
+                    f"linked input ({info.source or 'caller'})",
+                    ANY,
+                    info.span.line,
+                )
+            )
     for node in program.nodes.values():
         hooks: list[tuple[str, Any]] = [
             ("before_reasoning", node.info.before_reasoning),
@@ -110,10 +121,16 @@ def writes(outline: AgentOutline, program: Program | None = None) -> list[Write]
                     target = slot
                     how = f"the model, through {tool.name} (@utils.setVariables)"
                     known = value.value if isinstance(value, Literal) else ANY
-                    found.append(Write(target, node.name, how, known, binding.span.line if binding else None))
+                    found.append(
+                        Write(target, node.name, how, known, binding.span.line if binding else None)
+                    )
             if tool.callback is not None:
-                _scan(tool.callback, f"{node.name}: {tool.name} callback", tool.action.name
-                      if tool.action is not None else None, found)
+                _scan(
+                    tool.callback,
+                    f"{node.name}: {tool.name} callback",
+                    tool.action.name if tool.action is not None else None,
+                    found,
+                )
     return found
 
 
@@ -149,7 +166,11 @@ def _scan(block: Block, where: str, action: str | None, found: list[Write]) -> N
 
 
 def _output_name(expr: Expr) -> str | None:
-    if isinstance(expr, Member) and isinstance(expr.obj, AtName) and expr.obj.namespace == "outputs":
+    if (
+        isinstance(expr, Member)
+        and isinstance(expr.obj, AtName)
+        and expr.obj.namespace == "outputs"
+    ):
         return expr.name
     return None
 
@@ -241,12 +262,18 @@ class AssertFailure:
     path: str  # the case label where the tool is offered without the condition
 
     def describe(self) -> str:
-        return (f"{self.assertion.rule!r} fails in {self.node}: {self.assertion.tool} is "
-                f"offered when {self.path}")
+        return (
+            f"{self.assertion.rule!r} fails in {self.node}: {self.assertion.tool} is "
+            f"offered when {self.path}"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.assertion.rule, "node": self.node, "path": self.path,
-                "source": self.assertion.source}
+        return {
+            "rule": self.assertion.rule,
+            "node": self.node,
+            "path": self.path,
+            "source": self.assertion.source,
+        }
 
 
 def load_asserts(agent_path: Path) -> tuple[list[Assertion], list[str]]:
@@ -273,17 +300,26 @@ def load_asserts(agent_path: Path) -> tuple[list[Assertion], list[str]]:
             continue
         match = _RULE.match(text)
         if match is None:
-            problems.append(f"{config}: assert {index}: {text!r} does not read "
-                            "'<tool> never offered unless <condition>'")
+            problems.append(
+                f"{config}: assert {index}: {text!r} does not read "
+                "'<tool> never offered unless <condition>'"
+            )
             continue
-        condition_text = re.sub(r"(?<![@\w.])([A-Za-z_]\w*)(?![\w(])",
-                                lambda m: m.group(1) if m.group(1) in ("and", "or", "not", "True",
-                                                                       "False", "None")
-                                else f"@variables.{m.group(1)}", match.group("cond"))
+        condition_text = re.sub(
+            r"(?<![@\w.])([A-Za-z_]\w*)(?![\w(])",
+            lambda m: (
+                m.group(1)
+                if m.group(1) in ("and", "or", "not", "True", "False", "None")
+                else f"@variables.{m.group(1)}"
+            ),
+            match.group("cond"),
+        )
         expr, diags = parse_expression(condition_text)
         if diags:
-            problems.append(f"{config}: assert {index}: cannot read the condition "
-                            f"{match.group('cond')!r}: {diags[0].message}")
+            problems.append(
+                f"{config}: assert {index}: cannot read the condition "
+                f"{match.group('cond')!r}: {diags[0].message}"
+            )
             continue
         rules.append(Assertion(text, match.group("tool"), expr, str(config)))
     return rules, problems

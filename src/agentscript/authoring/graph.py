@@ -113,8 +113,12 @@ def agent_graph(
         graph.nodes.append(GraphNode(info.name, kind, info.label or info.name, info.span.line))
     for connected in outline.connected_subagents.values():
         graph.nodes.append(
-            GraphNode(connected.name, NodeKind.CONNECTED, connected.label or connected.name,
-                      connected.span.line)
+            GraphNode(
+                connected.name,
+                NodeKind.CONNECTED,
+                connected.label or connected.name,
+                connected.span.line,
+            )
         )
     terminals: set[str] = set()
     for node in program.nodes.values():
@@ -126,24 +130,38 @@ def agent_graph(
             if binding is not None:
                 line = binding.span.line
             if tool.kind == "transition" and tool.target_node:
-                graph.edges.append(GraphEdge(info.name, tool.target_node, EdgeKind.TRANSITION,
-                                             tool.name, guard, line))
+                graph.edges.append(
+                    GraphEdge(
+                        info.name, tool.target_node, EdgeKind.TRANSITION, tool.name, guard, line
+                    )
+                )
             elif tool.kind == "delegate" and tool.target_node:
-                graph.edges.append(GraphEdge(info.name, tool.target_node, EdgeKind.DELEGATE,
-                                             tool.name, guard, line))
+                graph.edges.append(
+                    GraphEdge(
+                        info.name, tool.target_node, EdgeKind.DELEGATE, tool.name, guard, line
+                    )
+                )
             elif tool.kind == "connected" and binding is not None and binding.target:
-                graph.edges.append(GraphEdge(info.name, binding.target, EdgeKind.CALL,
-                                             tool.name, guard, line))
+                graph.edges.append(
+                    GraphEdge(info.name, binding.target, EdgeKind.CALL, tool.name, guard, line)
+                )
             elif tool.kind == "escalate":
                 terminals.add(ESCALATION)
-                graph.edges.append(GraphEdge(info.name, ESCALATION, EdgeKind.ESCALATE,
-                                             tool.name, guard, line))
+                graph.edges.append(
+                    GraphEdge(info.name, ESCALATION, EdgeKind.ESCALATE, tool.name, guard, line)
+                )
             elif tool.kind == "end_session":
                 terminals.add(END)
                 graph.edges.append(GraphEdge(info.name, END, EdgeKind.END, tool.name, guard, line))
             if tool.callback is not None:
-                _procedure_edges(graph, program, info.name, tool.callback,
-                                 f"{tool.name} callback", [guard] if guard else [])
+                _procedure_edges(
+                    graph,
+                    program,
+                    info.name,
+                    tool.callback,
+                    f"{tool.name} callback",
+                    [guard] if guard else [],
+                )
         hooks: list[tuple[str, object]] = [
             ("before_reasoning", info.before_reasoning),
             ("instructions", info.instructions),
@@ -168,8 +186,9 @@ def _procedure_edges(
                 target = program.node_of(target_expr)
                 if target is not None:
                     guard = " and ".join(guards) if guards else None
-                    graph.edges.append(GraphEdge(source, target, EdgeKind.PROCEDURE, where,
-                                                 guard, item.span.line))
+                    graph.edges.append(
+                        GraphEdge(source, target, EdgeKind.PROCEDURE, where, guard, item.span.line)
+                    )
             return  # nothing after a transition runs (rule S4)
         if isinstance(item, IfStmt):
             previous: list[str] = []
@@ -193,31 +212,59 @@ def mantle_graph(project: Any, name: str = "project") -> Graph:
 
     graph = Graph(project.agent.name or project.agent.id or name, "mantle")
     for skill in project.skills.values():
-        graph.nodes.append(GraphNode(skill.id, NodeKind.SKILL, skill.name or skill.id,
-                                     skill.span.line))
+        graph.nodes.append(
+            GraphNode(skill.id, NodeKind.SKILL, skill.name or skill.id, skill.span.line)
+        )
     for skill in project.skills.values():
         guard = skill.requires.text if skill.requires is not None else None
         for ref in skill.references:
             if ref.kind == ReferenceKind.SKILL and ref.target in project.skills:
-                graph.edges.append(GraphEdge(skill.id, ref.target, EdgeKind.INVOKE, ref.token,
-                                             guard, ref.span.line))
+                graph.edges.append(
+                    GraphEdge(
+                        skill.id, ref.target, EdgeKind.INVOKE, ref.token, guard, ref.span.line
+                    )
+                )
         for block in skill.blocks.values():
             for index, step in enumerate(block.steps):
                 step_id = f"{skill.id}/{block.id}/{step.id}"
-                graph.nodes.append(GraphNode(step_id, NodeKind.STEP, f"{step.id} ({step.kind})",
-                                             step.span.line, f"{skill.id}/{block.id}"))
+                graph.nodes.append(
+                    GraphNode(
+                        step_id,
+                        NodeKind.STEP,
+                        f"{step.id} ({step.kind})",
+                        step.span.line,
+                        f"{skill.id}/{block.id}",
+                    )
+                )
                 if index == 0:
-                    graph.edges.append(GraphEdge(skill.id, step_id, EdgeKind.NEXT,
-                                                 f"block {block.id}", None, step.span.line))
+                    graph.edges.append(
+                        GraphEdge(
+                            skill.id,
+                            step_id,
+                            EdgeKind.NEXT,
+                            f"block {block.id}",
+                            None,
+                            step.span.line,
+                        )
+                    )
                 for target_skill, kind in ((step.call, EdgeKind.CALL), (step.link, EdgeKind.LINK)):
                     if target_skill:
-                        graph.edges.append(GraphEdge(step_id, target_skill, kind, step.id, None,
-                                                     step.span.line))
+                        graph.edges.append(
+                            GraphEdge(step_id, target_skill, kind, step.id, None, step.span.line)
+                        )
                 for target, condition in _next_of(block, index):
                     if target == "END" or step.kind == StepKind.END:
                         continue
-                    graph.edges.append(GraphEdge(step_id, f"{skill.id}/{block.id}/{target}",
-                                                 EdgeKind.NEXT, step.id, condition, step.span.line))
+                    graph.edges.append(
+                        GraphEdge(
+                            step_id,
+                            f"{skill.id}/{block.id}/{target}",
+                            EdgeKind.NEXT,
+                            step.id,
+                            condition,
+                            step.span.line,
+                        )
+                    )
     return graph
 
 

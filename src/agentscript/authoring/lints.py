@@ -139,7 +139,9 @@ def _block_templates(block: Block) -> Iterator[Template]:
             yield from _block_templates(item.body)
 
 
-def _check_below_prose(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _check_below_prose(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     for info in outline.subagents.values():
         if not isinstance(info.instructions, Block):
             continue
@@ -157,7 +159,9 @@ def _check_below_prose(outline: AgentOutline, lines: list[str], program: Program
             fix = None
             if safe:
                 start, end = item.span.line, _last_line(item)
-                fix = Fix(start, end, tuple(lines[start - 1 : end]), insert_at=first_prose.span.line)
+                fix = Fix(
+                    start, end, tuple(lines[start - 1 : end]), insert_at=first_prose.span.line
+                )
             yield Finding(
                 warning(
                     CHECK_BELOW_PROSE,
@@ -180,7 +184,9 @@ def _last_line(item: IfStmt) -> int:
     return end
 
 
-def _procedure_in_literal(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _procedure_in_literal(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     for info, template in _templates(outline):
         for offset, text in enumerate(template.lines):
             if _PROCEDURE_SYNTAX.match(text):
@@ -232,7 +238,7 @@ def _bare_reference(outline: AgentOutline, lines: list[str], program: Program) -
                 continue
             fixed = "".join(
                 _BARE_REFERENCE.sub(lambda m: "{!" + m.group(0) + "}", text[start:end])
-                + (text[end : next_start] if next_start is not None else "")
+                + (text[end:next_start] if next_start is not None else "")
                 for (start, end), next_start in zip(
                     _outside_interpolations(text),
                     [r[0] for r in _outside_interpolations(text)[1:]] + [None],
@@ -251,17 +257,19 @@ def _bare_reference(outline: AgentOutline, lines: list[str], program: Program) -
                 )
 
 
-def _prose_conditional(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _prose_conditional(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     flags: dict[str, list[str]] = {}
-    for name, info in outline.variables.items():
-        if info.type.lower() == "boolean":
+    for name, variable in outline.variables.items():
+        if variable.type.lower() == "boolean":
             snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
             words = [w for w in snake.split("_") if w not in ("is", "has", "was", "")]
             if words:
                 flags[name] = words
     if not flags:
         return
-    for info, template in _templates(outline):
+    for _info, template in _templates(outline):
         for offset, text in enumerate(template.lines):
             stripped = text.strip().lower()
             if _PROCEDURE_SYNTAX.match(text) or not stripped.startswith(
@@ -283,7 +291,9 @@ def _prose_conditional(outline: AgentOutline, lines: list[str], program: Program
                     break
 
 
-def _repeated_persona(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _repeated_persona(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     first: dict[str, str] = {}
     for info, template in _templates(outline):
         repeated: list[tuple[int, str]] = []
@@ -297,8 +307,11 @@ def _repeated_persona(outline: AgentOutline, lines: list[str], program: Program)
         if repeated:
             offset, owner = repeated[0]
             line = _template_line(template, offset)
-            count = f"{len(repeated)} lines of this text repeat" if len(repeated) > 1 else (
-                "this line repeats")
+            count = (
+                f"{len(repeated)} lines of this text repeat"
+                if len(repeated) > 1
+                else ("this line repeats")
+            )
             yield Finding(
                 warning(
                     REPEATED_PERSONA,
@@ -309,7 +322,9 @@ def _repeated_persona(outline: AgentOutline, lines: list[str], program: Program)
             )
 
 
-def _unguarded_consequential(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _unguarded_consequential(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     for info in outline.subagents.values():
         for binding in info.tools.values():
             if binding.kind != "action" or binding.available_when:
@@ -350,7 +365,9 @@ def _unreachable(outline: AgentOutline, lines: list[str], program: Program) -> I
             )
 
 
-def _self_transition(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _self_transition(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     for info in outline.subagents.values():
         for binding in info.tools.values():
             if binding.kind != "transition" or binding.target != info.name:
@@ -375,7 +392,9 @@ _VARIABLE_USE = re.compile(r"@variables\.(\w+)")
 _VARIABLE_WRITE = re.compile(r"\b(?:set|collect)\s+@variables\.(\w+)")
 
 
-def _written_never_read(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _written_never_read(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     # Counted on the text in one pass each: every mention that is not the target of a `set`
     # or `collect` is a read (conditions, {!...}, `with` inputs, guards).
     source = "\n".join(lines)
@@ -397,7 +416,9 @@ def _written_never_read(outline: AgentOutline, lines: list[str], program: Progra
             )
 
 
-def _gate_never_opens(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
+def _gate_never_opens(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
     for proof in gate_proofs(outline, program):
         if proof.can_open:
             continue

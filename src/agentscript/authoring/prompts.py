@@ -115,7 +115,9 @@ class _Walker:
 
     # -- statements ------------------------------------------------------------------
 
-    def block(self, block: Block | None, paths: list[_Path], action: str | None = None) -> list[_Path]:
+    def block(
+        self, block: Block | None, paths: list[_Path], action: str | None = None
+    ) -> list[_Path]:
         if block is None:
             return paths
         for item in block.statements():
@@ -175,10 +177,10 @@ class _Walker:
     def branch(self, stmt: IfStmt, paths: list[_Path], action: str | None) -> list[_Path]:
         arms: list[tuple[list[tuple[Expr, bool]], Block | None]] = []
         previous: list[tuple[Expr, bool]] = []
-        for condition, body in [(stmt.condition, stmt.body)] + [
-            (e.condition, e.body) for e in stmt.else_ifs
-        ]:
-            arms.append(([*previous, (condition, True)], body))
+        chain: list[tuple[Expr, Block]] = [(stmt.condition, stmt.body)]
+        chain += [(e.condition, e.body) for e in stmt.else_ifs]
+        for condition, arm in chain:
+            arms.append(([*previous, (condition, True)], arm))
             previous.append((condition, False))
         arms.append((previous, stmt.else_clause.body if stmt.else_clause else None))
         out: list[_Path] = []
@@ -208,7 +210,11 @@ class _Walker:
 
     def interpolate(self, part: Interpolation, facts: Facts) -> str:
         expr = part.expr
-        if isinstance(expr, Member) and isinstance(expr.obj, AtName) and expr.obj.namespace == "actions":
+        if (
+            isinstance(expr, Member)
+            and isinstance(expr.obj, AtName)
+            and expr.obj.namespace == "actions"
+        ):
             return self.node.tool_names.get(expr.name, expr.name)
         value = facts.value_of(expr)
         if isinstance(expr, Literal) or variable_name(expr) in facts.equal:
@@ -457,16 +463,24 @@ def skill_prompts(project: Any, max_cases: int = MAX_CASES) -> list[NodePrompts]
             paths = grown
         tools = sorted(project.tools_for(skill.id))
         cases = [
-            PromptCase([[a.label() for a in facts.atoms]], system, "\n\n".join(lines), tools,
-                       {}, {}, [])
+            PromptCase(
+                [[a.label() for a in facts.atoms]], system, "\n\n".join(lines), tools, {}, {}, []
+            )
             for facts, lines in paths
         ]
         for block in skill.blocks.values():
             for step in block.steps:
                 text = step.instructions or step.utterance or step.description or ""
                 cases.append(
-                    PromptCase([[f"block {block.id}, step {step.id} ({step.kind})"]], system,
-                               text, tools, {}, {}, _step_effects(step))
+                    PromptCase(
+                        [[f"block {block.id}, step {step.id} ({step.kind})"]],
+                        system,
+                        text,
+                        tools,
+                        {},
+                        {},
+                        _step_effects(step),
+                    )
                 )
         result.append(NodePrompts(skill.id, _merge(cases), truncated))
     return result

@@ -48,7 +48,9 @@ def to_mermaid(graph: Graph) -> str:
         groups.setdefault(node.group, []).append(text)
     lines.extend(groups.pop(None, []))
     for group, members in groups.items():
-        lines.append(f'    subgraph {_ident("group:" + str(group), ids)}["{_mermaid_text(str(group))}"]')
+        lines.append(
+            f'    subgraph {_ident("group:" + str(group), ids)}["{_mermaid_text(str(group))}"]'
+        )
         lines.extend("    " + m for m in members)
         lines.append("    end")
     for edge in graph.edges:
