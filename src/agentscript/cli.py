@@ -160,7 +160,9 @@ def main() -> None:
     help="Dialect to check against (default: the file's '# @dialect:' header, else agentforce).",
 )
 @click.option(
-    "--no-lints", "no_lints", is_flag=True,
+    "--no-lints",
+    "no_lints",
+    is_flag=True,
     help="Only the checker's diagnostics: skip the anti-pattern lints and [[assert]] rules.",
 )
 def validate(paths: tuple[str, ...], fmt: str, dialect: str | None, no_lints: bool) -> None:
@@ -442,7 +444,10 @@ def chat(
 @click.argument("agent")
 @click.option("--node", default=None, help="Only this node (subagent) or Mantle skill.")
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
     show_default=True,
 )
 def prompts(agent: str, node: str | None, fmt: str) -> None:
@@ -455,7 +460,10 @@ def prompts(agent: str, node: str | None, fmt: str) -> None:
 @main.command()
 @click.argument("agent")
 @click.option(
-    "--format", "fmt", type=click.Choice(["mermaid", "dot", "svg", "json"]), default="mermaid",
+    "--format",
+    "fmt",
+    type=click.Choice(["mermaid", "dot", "svg", "json"]),
+    default="mermaid",
     show_default=True,
 )
 def graph(agent: str, fmt: str) -> None:
