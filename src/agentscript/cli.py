@@ -485,5 +485,20 @@ def check_gates(agent: str, fmt: str) -> None:
     sys.exit(gates_command(Path(agent), fmt, sys.stdout, sys.stderr))
 
 
+@main.command()
+def lsp() -> None:
+    """Run the language server on stdin/stdout (for editors; needs agentscript[lsp])."""
+    try:
+        from agentscript.authoring.lsp import run_lsp
+    except ImportError as exc:
+        click.echo(
+            f"agentscript lsp needs the language server extra ({exc.name} is missing): "
+            "pip install 'agentscript[lsp]'",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
+    sys.exit(run_lsp())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
