@@ -434,7 +434,7 @@ def skill_prompts(project: Any, max_cases: int = MAX_CASES) -> list[NodePrompts]
     """Mantle: per skill, its prose for each combination of the ``if:`` markers that shape it
     (rule M4), then one case per ordered-block step with what that step puts before the model.
     """
-    from agentscript.mantle.prompt import system_prompt
+    from agentscript.mantle.run.prompt import system_prompt
 
     system = system_prompt(project)
     types = _mantle_types(project)
