@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from agentscript.expr.nodes import Literal
 from agentscript.syntax import parse
-from agentscript.syntax.tree import Entry, IfStmt, RunStmt, SequenceItem, TemplateStmt
+from agentscript.syntax.tree import (
+    Entry,
+    ExprValue,
+    IfStmt,
+    RunStmt,
+    SequenceItem,
+    TemplateStmt,
+)
 from conformance import ERROR_RECOVERY, ERROR_RECOVERY_DIR, error_recovery_files, read_text
 
 PARSER_LEVEL = sorted(name for name, e in ERROR_RECOVERY.items() if e.stage == "parser")
@@ -187,3 +195,33 @@ def test_long_template_is_joined_once() -> None:
 def test_error_file_paths_are_recorded() -> None:
     doc = parse("a b c d\n", "broken.agent")
     assert doc.diagnostics and all(d.file == "broken.agent" for d in doc.diagnostics)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('k:\n    - "\\":"\n', '":'),  # an escaped quote, then a colon, inside the string
+        ('k:\n    - "a\\": b"\n', 'a": b'),
+    ],
+)
+def test_sequence_item_string_with_an_escaped_quote_before_a_colon(text: str, value: str) -> None:
+    """Found by the formatter round trip: ``- "\\":"`` is one string, not the quoted key
+    ``\\`` followed by ``:`` and an unterminated string."""
+    doc = parse(text)
+    assert not doc.has_errors, [d.format() for d in doc.diagnostics]
+    outer = doc.body.items[0]
+    assert isinstance(outer, Entry) and outer.block is not None
+    (item,) = outer.block.items
+    assert isinstance(item, SequenceItem) and item.block is None
+    assert isinstance(item.value, ExprValue) and isinstance(item.value.expr, Literal)
+    assert item.value.expr.value == value
+
+
+def test_sequence_item_quoted_key_ending_in_an_escaped_backslash_is_still_a_key() -> None:
+    doc = parse('k:\n    - "a\\\\": 1\n')
+    assert not doc.has_errors
+    outer = doc.body.items[0]
+    assert isinstance(outer, Entry) and outer.block is not None
+    (item,) = outer.block.items
+    assert isinstance(item, SequenceItem) and item.block is not None
+    assert [e.key.parts for e in item.block.entries()] == [["a\\\\"]]

@@ -10,7 +10,7 @@ import click
 
 from agentscript.commands import ExitCode
 from agentscript.diagnostics import AgentScriptError
-from agentscript.render import render_load_errors
+from agentscript.render import CONFIG_CODES, render_load_errors
 
 
 def exit_with(code: int) -> NoReturn:
@@ -29,7 +29,14 @@ def load_agent_or_exit(
     except AgentScriptError as exc:
         for text in render_load_errors(exc.diagnostics, path, sys.stderr.isatty()):
             click.echo(text, err=True)
-        click.echo(f"{path}: cannot run an agent with errors", err=True)
+        checked = dialect or "the file's '# @dialect:' header, else agentforce"
+        click.echo(f"{path}: cannot run an agent with errors (dialect: {checked})", err=True)
+        about_the_agent = any(d.code not in CONFIG_CODES for d in exc.diagnostics)
+        if dialect != "agentscript" and str(path).endswith(".agent") and about_the_agent:
+            click.echo(
+                "hint: --dialect agentscript checks without the Salesforce-org rules",
+                err=True,
+            )
         if any(d.code == "mantle-unresolved-tool" for d in exc.diagnostics):
             click.echo(
                 "hint: pass --stub-missing-tools to run the missing tools as stubs "

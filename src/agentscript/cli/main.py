@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from agentscript.cli.authoring import check_gates, graph, lsp, prompts
 from agentscript.cli.chat import chat
 from agentscript.cli.fmt import fmt
 from agentscript.cli.mcp_serve import mcp_serve
@@ -22,7 +23,17 @@ def main() -> None:
 
 
 # The commands, in the order `agentscript --help` lists them.
-COMMANDS: tuple[click.Command, ...] = (validate, fmt, run, chat, mcp_serve)
+COMMANDS: tuple[click.Command, ...] = (
+    validate,
+    fmt,
+    run,
+    chat,
+    prompts,
+    graph,
+    check_gates,
+    lsp,
+    mcp_serve,
+)
 
 for _command in COMMANDS:
     main.add_command(_command)

@@ -23,12 +23,20 @@ from agentscript.commands import ExitCode
 )
 @dialect_option
 @click.option(
+    "--no-lints",
+    "no_lints",
+    is_flag=True,
+    help="Only the checker's diagnostics: skip the anti-pattern lints and [[assert]] rules.",
+)
+@click.option(
     "--connect",
     is_flag=True,
     help="Also connect to the MCP servers and OpenAPI documents of agentscript.toml and "
     "check the actions against their tools and operations.",
 )
-def validate(paths: tuple[str, ...], fmt: str, dialect: str | None, connect: bool) -> None:
+def validate(
+    paths: tuple[str, ...], fmt: str, dialect: str | None, no_lints: bool, connect: bool
+) -> None:
     """Check .agent files, folders of them, or Mantle project folders."""
     from agentscript.diagnostics import Diagnostic
     from agentscript.discover import agent_files, any_unreadable
@@ -36,7 +44,7 @@ def validate(paths: tuple[str, ...], fmt: str, dialect: str | None, connect: boo
     from agentscript.validation import validate_path
 
     results: list[tuple[Path, list[Diagnostic]]] = [
-        (path, validate_path(path, dialect)) for path in agent_files(paths)
+        (path, validate_path(path, dialect, lints=not no_lints)) for path in agent_files(paths)
     ]
     if connect:
         from agentscript.integrations.connect_check import connect_results

@@ -604,7 +604,8 @@ class Parser:
             return item
         # `- key: value` starts a mapping whose entries line up with `key`.
         key_match = _KEY_PART.match(text, content, line.end)
-        if key_match or text[content] == '"':
+        quoted_key = text[content] == '"' and not _escaped_close(text, content, line.end)
+        if key_match or quoted_key:
             probe = self.key(line, content)
             if probe is not None:
                 colon = self.skip_spaces(probe[1])
@@ -1003,3 +1004,16 @@ def parse(text: str, path: str | None = None) -> Document:
         diag = error("nesting-too-deep", "the file is nested too deeply to parse", Span(1, 1, 1, 2))
         diag.file = path
         return Document(Block(Span(1, 1, 1, 1), []), [diag], path)
+
+
+def _escaped_close(text: str, start: int, end: int) -> bool:
+    """Whether the first quote after the one at ``start`` is escaped (an odd run of
+    backslashes before it): then ``- "\\":"`` is a string item, not the quoted key ``\\``
+    followed by ``:``."""
+    close = text.find('"', start + 1, end)
+    if close == -1:
+        return False
+    backslashes = 0
+    while text[close - 1 - backslashes] == "\\":
+        backslashes += 1
+    return backslashes % 2 == 1
