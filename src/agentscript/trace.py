@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ class TurnTrace:
     __slots__ = (
         "_start",
         "agent",
+        "observer",
         "plan_id",
         "response",
         "session_id",
@@ -46,11 +48,15 @@ class TurnTrace:
         # Totals over every LLM call of the turn (per-call figures are on each LLM_STEP).
         self.usage = {"llm_calls": 0, "input_tokens": 0, "output_tokens": 0, "llm_ms": 0.0}
         self._start = time.perf_counter()
+        # Called with each step as it is added (the server streams them); None: nobody listens.
+        self.observer: Callable[[dict[str, Any]], None] | None = None
 
     def add(self, step_type: str, **fields: Any) -> dict[str, Any]:
         """Append a step; it is returned so the caller can fill in what it learns later."""
         step: dict[str, Any] = {"type": step_type, **fields}
         self.steps.append(step)
+        if self.observer is not None:
+            self.observer(step)
         return step
 
     def count_llm_call(self, duration_ms: float, input_tokens: int, output_tokens: int) -> None:

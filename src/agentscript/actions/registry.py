@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import importlib
 import inspect
@@ -24,6 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from agentscript.actions.context import with_turn_context
 
 Outputs = dict[str, Any]
 # A handler receives the request and returns the outputs (sync or async).
@@ -208,7 +211,12 @@ async def _call_any(call: Callable[[], Any]) -> Any:
         with contextlib.suppress(RuntimeError):  # the loop may be closed by now
             loop.call_soon_threadsafe(settle, result, error)
 
-    threading.Thread(target=worker, name="agentscript-action", daemon=True).start()
+    # The thread runs in a copy of the caller's context, so turn context (actions/context.py)
+    # reaches the action.
+    context = contextvars.copy_context()
+    threading.Thread(
+        target=context.run, args=(worker,), name="agentscript-action", daemon=True
+    ).start()
     result = await future
     if inspect.isawaitable(result):
         return await result
@@ -247,4 +255,4 @@ def python_handler(request: ActionRequest) -> Any:
         raise ActionError(
             f"'{module_name}' has no function '{function_name}' (action '{request.name}')"
         )
-    return function(**request.inputs)
+    return function(**with_turn_context(function, dict(request.inputs)))

@@ -242,6 +242,8 @@ class Session:
         )
         self.welcome = agent.welcome(state.variables)
         self.on_text: Callable[[str], None] | None = None
+        # Called with each trace step as it is added (filled in as the turn goes on).
+        self.on_step: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def id(self) -> str:
@@ -264,6 +266,7 @@ class Session:
         state.turn += 1
         plan_id = f"{state.session_id}-{state.turn}"
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
+        trace.observer = self.on_step
         if state.ended:
             message = "the session has ended; start a new session to continue"
             trace.add("ERROR_STEP", message=message)
