@@ -67,3 +67,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     dsn: str = request.getfixturevalue("pg_dsn")
     pg_reset(dsn)
     return dsn
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def api_store(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """A store URL for the HTTP API tests: SQLite and PostgreSQL (a new, empty store each)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/sessions.db"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    pg_reset(dsn)
+    return dsn
