@@ -435,6 +435,13 @@ def chat(
     type=float,
     help="Seconds a message waits for another turn of its session before 409.",
 )
+@click.option(
+    "--rate-limit",
+    default=20.0,
+    show_default=True,
+    type=float,
+    help="Requests per second per API key (0: no limit).",
+)
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve agents over HTTP with durable sessions (needs agentscript[serve])."""

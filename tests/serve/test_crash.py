@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -38,12 +39,10 @@ def test_crash_mid_turn_leaves_session_as_before_and_retry_runs_once(
         block.touch()
 
         def send() -> None:
-            try:
+            with contextlib.suppress(httpx.TransportError):  # the server dies under it
                 httpx.post(
                     f"{first.url}/v1/sessions/{sid}/messages", json=message, headers=key, timeout=60
                 )
-            except httpx.TransportError:
-                pass  # the server dies under this request
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()

@@ -36,6 +36,7 @@ class ServeOptions:
     base_url: str | None = None
     session_ttl: float | None = None
     lock_wait: float = 30.0
+    rate_limit: float = 20.0
     cors_origins: list[str] = field(default_factory=list)
 
 
@@ -88,6 +89,7 @@ def build_app(options: ServeOptions) -> tuple[Any, list[str]]:
     config = ServerConfig(
         session_ttl=options.session_ttl,
         lock_wait=options.lock_wait,
+        rate_limit=options.rate_limit,
         cors_origins=list(options.cors_origins),
     )
     app = create_app(served, store, config=config, keys=keys)
