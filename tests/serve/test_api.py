@@ -253,11 +253,14 @@ def test_api_session_ttl_expires_sessions(api_store: str) -> None:
 def test_api_mantle_session_shows_its_skill_stack(api_store: str) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         sid = await new_session(client, "card-bank")
-        response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hello"})
+        assert not (await client.get(f"/v1/sessions/{sid}")).json()["skill_stack"]
+        text = '/activate_skill {"skill": "authenticate"}'
+        response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
         assert response.status_code == 200, response.text
+        assert response.json()["path"] == ["authenticate"]
         view = (await client.get(f"/v1/sessions/{sid}")).json()
         assert view["agent"] == "card-bank" and view["turns"] == 1
-        assert isinstance(view["skill_stack"], list | type(None))
+        assert view["skill_stack"] == ["authenticate"] and view["node"] is None
 
     run(api_store, scenario, paths=(CARD_BANK,))
 
