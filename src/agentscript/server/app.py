@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
@@ -53,6 +53,39 @@ def _error_response(exc: BaseException) -> JSONResponse:
         log.error("internal error: %s: %s", type(exc).__name__, exc)
     headers = exc.headers if isinstance(exc, ApiError) else {}
     return JSONResponse(body(code, message), status_code=status, headers=headers)
+
+
+class CountRequests:
+    """Counts responses by method and status for ``/metrics``; an exception that escaped the
+    routes becomes an error response here (never a traceback to the client)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status, started = int(message["status"]), True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:
+                raise
+            response = _error_response(exc)
+            status = response.status_code
+            await response(scope, receive, send)
+        finally:
+            self.metrics.http[(str(scope.get("method", "")), status)] += 1
 
 
 class BodyLimit:
@@ -196,17 +229,6 @@ def create_app(
     async def any_error(_request: Request, exc: Exception) -> JSONResponse:
         return _error_response(exc)
 
-    @app.middleware("http")
-    async def count(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        try:
-            response = await call_next(request)
-        except Exception as exc:  # an error raised below the routes (e.g. body too large)
-            response = _error_response(exc)
-        metrics.http[(request.method, response.status_code)] += 1
-        return response
-
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         """The process is up."""
@@ -307,6 +329,7 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Accept"],
         )
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(CountRequests, metrics=metrics)
     return app
 
 
