@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,11 +172,19 @@ async def new_sessions(client: httpx.AsyncClient, url: str, n: int) -> list[str]
     return out
 
 
+FAILURES: Counter[str] = Counter()  # what the failed requests were, for the report
+
+
 async def one_turn(client: httpx.AsyncClient, url: str, sid: str) -> tuple[float, bool]:
     start = time.perf_counter()
     r = await client.post(f"{url}/v1/sessions/{sid}/messages", json={"text": MESSAGE})
     elapsed = time.perf_counter() - start
     ok = r.status_code == 200 and r.json().get("error") is None
+    if not ok:
+        data = r.json()
+        FAILURES[
+            str(data.get("error", {}).get("code") if r.status_code != 200 else data["error"])
+        ] += 1
     return elapsed, ok
 
 
@@ -331,11 +340,17 @@ def main() -> None:
     if args.quick:
         args.sessions, args.clients, args.sequential = 40, 16, 30
 
+    if args.inprocess_model:
+        args.delay = 0.0
     print(f"# bench/serve.py — {machine()}")
+    model_kind = (
+        "in-process stand-in (no model client, no delay)"
+        if args.inprocess_model
+        else f"stand-in OpenAI-compatible server, {args.delay * 1000:g} ms per call"
+    )
     print(
-        f"# model: stand-in OpenAI-compatible server, {args.delay * 1000:g} ms per call, "
-        f"overhead = latency - calls x delay; closed loop: {args.sessions} sessions x 5 turns, "
-        f"{args.clients} clients"
+        f"# model: {model_kind}; overhead = latency - calls x delay; "
+        f"closed loop: {args.sessions} sessions x 5 turns, {args.clients} clients"
     )
     model_port = free_port()
     model = subprocess.Popen(
@@ -356,8 +371,6 @@ def main() -> None:
         time.sleep(0.3)
         with tempfile.TemporaryDirectory() as tmp:
             agent = write_agent(Path(tmp))
-            if args.inprocess_model:
-                args.delay = 0.0
             reference = in_process_cpu(
                 agent, None if args.inprocess_model else model_url, 200 if not args.quick else 20
             )
@@ -393,6 +406,9 @@ def main() -> None:
                         server.stop()
                         if kind == "postgresql":
                             pg_database(f"agentscript_bench_{os.getpid()}_{workers}", False)
+                    if FAILURES:
+                        print(f"<!-- failures: {dict(FAILURES)} -->")
+                        FAILURES.clear()
                     print(
                         f"| {kind} | {workers} | {start_s:.2f} | {seq['p50']:.1f} | {seq['p99']:.1f} "
                         f"| {closed['tps']:.0f} | {closed['cpu_ms']:.2f} "
