@@ -477,3 +477,35 @@ def test_api_no_traceback_in_any_error(api_store: str) -> None:
             assert "Traceback" not in response.text
 
     run(api_store, scenario)
+
+
+def test_api_sse_tokens_from_a_streaming_openai_compatible_model(tmp_path: Path) -> None:
+    """Through the real OpenAI client and the stand-in HTTP model server (streamed answer)."""
+    from agentscript.models.registry import model_from_spec
+    from agentscript.server.agents import load_agents, serve_agents
+    from agentscript.server.app import create_app
+    from agentscript.server.standin import StandInServer
+    from agentscript.store import MemoryStore
+
+    async def main(base_url: str) -> list[tuple[str, Any]]:
+        agents = load_agents([NOTES])
+        model = model_from_spec("openai:standin", base_url=base_url)
+        app = create_app(serve_agents(agents, {"Notes": model}), MemoryStore(), purge_every=None)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+        ):
+            sid = await new_session(client)
+            response = await client.post(
+                f"/v1/sessions/{sid}/messages",
+                json={"text": "stream this please"},
+                headers={"Accept": "text/event-stream"},
+            )
+            return sse.parse(response.text)
+
+    with StandInServer() as server:
+        events = asyncio.run(main(server.base_url))
+    tokens = [d["text"] for n, d in events if n == "token"]
+    assert len(tokens) > 1  # the answer arrived in pieces
+    assert "".join(tokens) == events[-1][1]["response"] == "You said: stream this please"
