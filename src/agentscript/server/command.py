@@ -54,7 +54,14 @@ def build_app(options: ServeOptions) -> tuple[Any, list[str]]:
     be built)."""
     from agentscript.models.base import Model, ModelError
     from agentscript.server.agents import AgentLoadError, load_agents, serve_agents
-    from agentscript.server.app import create_app
+
+    try:
+        from agentscript.server.app import create_app
+    except ImportError as exc:
+        raise ServeError(
+            f"agentscript serve needs {exc.name or 'FastAPI'}; install it with: "
+            "pip install 'agentscript[serve]'"
+        ) from None
     from agentscript.server.auth import ApiKeys, KeyConfigError
     from agentscript.server.config import ServerConfig
     from agentscript.store import store_from_url
