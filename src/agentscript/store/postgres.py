@@ -183,7 +183,6 @@ class PostgresStore:
             record = schema.session_from_row(row) if row else None
             if record is None or record.expired():
                 raise SessionGone(session_id)
-            await conn.execute("SELECT set_config('lock_timeout', '0', true)")
             yield _PostgresLock(conn, record, psycopg)
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
@@ -238,23 +237,22 @@ class _PostgresLock:
         conn, session = self._conn, self.session
         record = outcome.record
         try:
-            # A savepoint, so a duplicate key leaves the surrounding transaction usable.
-            async with conn.transaction():
-                cur = await conn.execute(
-                    Q(schema.UPDATE_AFTER_TURN),
-                    (
-                        schema.dumps(outcome.state),
-                        int(outcome.ended),
-                        int(outcome.escalated),
-                        time.time(),
-                        outcome.expires_at,
-                        session.session_id,
-                        session.turns,
-                    ),
-                )
-                if cur.rowcount != 1:
-                    raise TurnConflict(session.session_id, session.turns)
-                await conn.execute(Q(schema.INSERT_TURN), schema.turn_params(record))
+            # No savepoint: any failure here rolls the whole turn's transaction back.
+            cur = await conn.execute(
+                Q(schema.UPDATE_AFTER_TURN),
+                (
+                    schema.dumps(outcome.state),
+                    int(outcome.ended),
+                    int(outcome.escalated),
+                    time.time(),
+                    outcome.expires_at,
+                    session.session_id,
+                    session.turns,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise TurnConflict(session.session_id, session.turns)
+            await conn.execute(Q(schema.INSERT_TURN), schema.turn_params(record))
         except self._psycopg.errors.UniqueViolation:
             raise ValueError(
                 f"Idempotency-Key {record.idempotency_key!r} already used in this session"
