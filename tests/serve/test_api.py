@@ -510,3 +510,23 @@ def test_api_sse_tokens_from_a_streaming_openai_compatible_model(tmp_path: Path)
     tokens = [d["text"] for n, d in events if n == "token"]
     assert len(tokens) > 1  # the answer arrived in pieces
     assert "".join(tokens) == events[-1][1]["response"] == "You said: stream this please"
+
+
+def test_api_cors_off_unless_configured(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    preflight = {
+        "Origin": "https://app.example.com",
+        "Access-Control-Request-Method": "POST",
+    }
+
+    async def scenario(client: httpx.AsyncClient) -> tuple[int, dict[str, str]]:
+        response = await client.options("/v1/agents/Notes/sessions", headers=preflight)
+        get = await client.get("/v1/agents", headers={"Origin": "https://app.example.com"})
+        return response.status_code, {**get.headers, **response.headers}
+
+    status, headers = run(url, scenario)
+    assert "access-control-allow-origin" not in headers and status == 405
+    config = ServerConfig(cors_origins=["https://app.example.com"])
+    status, headers = run(url, scenario, config=config)
+    assert status == 200
+    assert headers["access-control-allow-origin"] == "https://app.example.com"
