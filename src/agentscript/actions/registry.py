@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.actions.context import with_turn_context
+from agentscript.errors import RunFailure
 
 Outputs = dict[str, Any]
 # A handler receives the request and returns the outputs (sync or async).
@@ -37,7 +38,7 @@ ActionFunction = Callable[..., Any]
 DEFAULT_TIMEOUT = 30.0
 
 
-class ActionError(Exception):
+class ActionError(RunFailure):
     """An action failed; the message is shown in traces and (for LLM calls) to the model."""
 
 
