@@ -305,15 +305,20 @@ class ProcedureExecutor:
         )
         started = time.perf_counter()
         self.actions_run.append(tool or action.name)
+        request = ActionRequest(action.name, action.target, inputs)
         try:
-            outputs = await self.runner.run(ActionRequest(action.name, action.target, inputs))
+            outputs = await self.runner.run(request)
         except ActionError as exc:
+            if request.printed:
+                step["printed"] = request.printed
             step["error"] = str(exc)
             step["durationMs"] = elapsed_ms(started)
             step["postVars"] = self.snapshot()
             return None, step
         step["durationMs"] = elapsed_ms(started)
         step["output"] = outputs
+        if request.printed:
+            step["printed"] = request.printed
         step["postVars"] = self.snapshot()
         shown = {
             k: v

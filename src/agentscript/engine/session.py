@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
+from agentscript.actions.settings import ActionSettings, load_settings
 from agentscript.check.outline import AgentOutline
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
@@ -78,6 +79,19 @@ class AgentBase(ABC):
         self.path = path
         self.name = name
         self.handlers = {}
+        # How sync actions run (thread pool, inline, worker processes): the [actions] table of
+        # the agent's agentscript.toml, read at the first session; assign to override.
+        self._action_settings: ActionSettings | None = None
+
+    @property
+    def action_settings(self) -> ActionSettings:
+        if self._action_settings is None:
+            self._action_settings = load_settings(self.path)
+        return self._action_settings
+
+    @action_settings.setter
+    def action_settings(self, settings: ActionSettings) -> None:
+        self._action_settings = settings
 
     @abstractmethod
     def new_turn(
@@ -239,6 +253,7 @@ class Session:
             agent_dir=agent.path.parent if agent.path else None,
             timeout=self.limits.action_timeout,
             timeouts=self.limits.action_timeouts,
+            settings=agent.action_settings,
         )
         self.welcome = agent.welcome(state.variables)
         self.on_text: Callable[[str], None] | None = None
