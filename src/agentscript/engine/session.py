@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from abc import ABC, abstractmethod
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.actions.settings import ActionSettings, load_settings
 from agentscript.check.outline import AgentOutline
+from agentscript.engine.loop import run_sync
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.state import SessionState
@@ -271,8 +271,9 @@ class Session:
         return self.state.ended
 
     def send(self, text: str) -> Reply:
-        """Run one turn synchronously (not from inside a running event loop)."""
-        return asyncio.run(self.send_async(text))
+        """Run one turn synchronously (not from inside a running event loop). Each calling
+        thread keeps one event loop for every turn it runs (``engine/loop.py``)."""
+        return run_sync(self.send_async(text))
 
     async def send_async(self, text: str) -> Reply:
         state = self.state
