@@ -7,9 +7,12 @@ same way and a model failure always ends the turn the same way.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from agentscript.expr.values import nested_deeper_than
 from agentscript.models.base import (
+    Message,
     Model,
     ModelError,
     ModelRequest,
@@ -42,14 +45,17 @@ async def call_model(
     stream: TextSink | None = None,
 ) -> ModelResponse:
     """Ask ``model``; record its input, output, duration and usage; failures raise TurnError."""
+    messages: Sequence[Message] = request.messages
+    given: dict[str, Any] = {"system": request.system, "instructions": request.instructions}
+    if trace.inputs is not None:  # only what was added since the session's previous call
+        given["messagesFrom"], messages = trace.inputs.delta(messages)
     step = trace.add(
         "LLM_STEP",
         node=request.node,
         iteration=iteration,
         input={
-            "system": request.system,
-            "instructions": request.instructions,
-            "messages": [m.to_json() for m in request.messages],
+            **given,
+            "messages": [m.to_json() for m in messages],
             "tools": [
                 {"name": t.name, "description": t.description, "parameters": t.parameters}
                 for t in request.tools

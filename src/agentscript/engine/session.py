@@ -28,6 +28,7 @@ from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+from agentscript.trace_inputs import MessageLog
 
 
 class TurnRunnerLike(Protocol):
@@ -256,6 +257,7 @@ class Session:
             settings=agent.action_settings,
         )
         self.welcome = agent.welcome(state.variables)
+        self.inputs = MessageLog()  # LLM_STEPs record only new messages (trace_inputs.py)
         self.on_text: Callable[[str], None] | None = None
 
     @property
@@ -280,6 +282,7 @@ class Session:
         state.turn += 1
         plan_id = f"{state.session_id}-{state.turn}"
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
+        trace.inputs = self.inputs
         if state.ended:
             message = "the session has ended; start a new session to continue"
             trace.add("ERROR_STEP", message=message)
