@@ -148,6 +148,7 @@ class ActionRunner:
         settings: ActionSettings | None = None,
     ) -> None:
         self.settings = settings or ActionSettings()
+        self._async: dict[Callable[..., Any], bool] = {}
         self.stubs = stubs or StubBook()
         self.functions = dict(functions or {})
         self.handlers: dict[str, Handler] = {"python": python_handler}
@@ -156,6 +157,13 @@ class ActionRunner:
         self.timeout = timeout
         # Per-action overrides by action name: a slow report generator may need more.
         self.timeouts = dict(timeouts or {})
+
+    def _is_async(self, target: Callable[..., Any]) -> bool:
+        """Whether ``target`` is ``async def`` (remembered: inspect costs about 1 µs a call)."""
+        known = self._async.get(target)
+        if known is None:
+            known = self._async[target] = inspect.iscoroutinefunction(target)
+        return known
 
     def register(self, scheme: str, handler: Handler) -> None:
         """Route every target ``scheme://...`` to ``handler`` (e.g. "flow", "apex", "https")."""
@@ -175,15 +183,16 @@ class ActionRunner:
         function = self.functions.get(request.name)
         target: Callable[..., Any]
         if function is not None:
-            target, args = function, request.inputs
+            target, args, is_async = function, request.inputs, self._is_async(function)
         else:
             handler = self.handlers.get(request.scheme or "")
             if handler is None:
                 raise ActionError(_no_handler_message(request))
             target, args = functools.partial(handler, request), {}
+            is_async = self._is_async(handler)
         printed = Printed(self.settings.output_limit)
         try:
-            result = await self._call(request, target, args, limit, printed)
+            result = await self._call(request, target, args, is_async, limit, printed)
         except TimeoutError:
             raise ActionError(f"action '{request.name}' timed out after {limit:g} s") from None
         except ActionError:
@@ -211,11 +220,12 @@ class ActionRunner:
         request: ActionRequest,
         target: Callable[..., Any],
         args: dict[str, Any],
+        is_async: bool,
         limit: float,
         printed: Printed,
     ) -> Any:
         async with asyncio.timeout(limit):
-            if inspect.iscoroutinefunction(target):
+            if is_async:
                 with captured(printed):
                     return await target(**args)
             mode = self.settings.mode(request.name)
