@@ -224,22 +224,27 @@ class ActionRunner:
         limit: float,
         printed: Printed,
     ) -> Any:
-        async with asyncio.timeout(limit):
-            if is_async:
+        if is_async:
+            async with asyncio.timeout(limit):
                 with captured(printed):
                     return await target(**args)
-            mode = self.settings.mode(request.name)
-            if mode is Isolation.PROCESS:
-                return await self._in_process(request, target, args, printed)
-            call = functools.partial(_captured_call, printed, target, args)
-            if mode is Isolation.INLINE:
-                result = call()
-            else:
+        deadline = asyncio.get_running_loop().time() + limit
+        mode = self.settings.mode(request.name)
+        if mode is Isolation.INLINE:
+            # The call holds the loop's thread until it returns, so no timer could fire before
+            # that: none is armed (it would only cost time).
+            result = _captured_call(printed, target, args)
+        else:
+            async with asyncio.timeout_at(deadline):
+                if mode is Isolation.PROCESS:
+                    return await self._in_process(request, target, args, printed)
+                call = functools.partial(_captured_call, printed, target, args)
                 result = await shared_threads(self.settings.workers).submit(call)
-            if inspect.isawaitable(result):  # a sync function that returned a coroutine
+        if inspect.isawaitable(result):  # a sync function that returned a coroutine
+            async with asyncio.timeout_at(deadline):
                 with captured(printed):
                     return await result
-            return result
+        return result
 
     async def _in_process(
         self,
