@@ -36,7 +36,6 @@ from agentscript.actions.settings import Isolation
 from common import machine
 from turn import (
     SYNC_ACTIONS,
-    TOOL_MOVES,
     TOOL_USER,
     TOOL_VARIABLES,
     check_if_late,
@@ -266,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         loop = asyncio.new_event_loop()
         try:
-            for name, turn in peers.items():  # warm up (imports, caches)
+            for turn in peers.values():  # warm up (imports, caches)
                 loop.run_until_complete(time_batch(turn, 3))
             for _ in range(rounds):
                 for name, batch in ours.items():

@@ -95,3 +95,33 @@ def test_send_inside_a_running_loop_says_to_use_send_async(agent: Agent) -> None
             session.send("go")
 
     asyncio.run(inside())
+
+
+def test_ctrl_c_during_send_cancels_the_turn_and_raises_keyboard_interrupt(agent: Agent) -> None:
+    import os
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    cancelled: list[bool] = []
+
+    async def act() -> dict[str, str]:
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the action waits
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return {}
+
+    session = agent.session(
+        model=ScriptedModel([Move(calls=[("act", {})]), Move(text="ok")]), actions={"act": act}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        session.send("go")
+    assert cancelled == [True]  # the turn was cancelled, not left running
+    # Outside a turn, Ctrl-C is Python's usual KeyboardInterrupt.
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at the next bytecode boundary
+            pass
