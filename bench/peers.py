@@ -110,7 +110,9 @@ def langgraph_turn() -> Turn:
     async def order_management(state: State) -> dict[str, Any]:
         values = {k: state[k] for k in ("order_ID", "num_turns")}  # type: ignore[literal-required]
         instructions = order_instructions(values)
-        reply = await model.ainvoke([SystemMessage(f"{SYSTEM}\n{instructions}"), *state["messages"]])
+        reply = await model.ainvoke(
+            [SystemMessage(f"{SYSTEM}\n{instructions}"), *state["messages"]]
+        )
         return {"messages": [reply], **values}
 
     def after_router(state: State) -> str:

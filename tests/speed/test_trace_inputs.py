@@ -69,7 +69,9 @@ class Witness:
         self.inner = inner
         self.received: list[list[dict[str, Any]]] = []
 
-    async def complete(self, request: ModelRequest, stream: TextSink | None = None) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, stream: TextSink | None = None
+    ) -> ModelResponse:
         self.received.append([m.to_json() for m in request.messages])
         return await self.inner.complete(request, stream=stream)
 
