@@ -281,3 +281,37 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_a_call_that_timed_out_waiting_for_a_busy_pool_never_starts_late(tmp_path: Path) -> None:
+    release = threading.Event()
+    phase = ["hang"]  # set before each turn; a call records the phase it starts in
+    started: list[str] = []
+
+    def act() -> dict[str, str]:
+        started.append(phase[0])
+        if phase[0] == "hang":
+            release.wait(timeout=60)
+        return {"who": phase[0]}
+
+    agent = agentscript.load(agent_in(tmp_path / "busy_pool", "unused:who", {}))
+    # A pool of one thread (its own size, so no other test shares it).
+    agent.action_settings = ActionSettings(workers=1)
+    model = ScriptedModel()
+    session = agent.session(
+        model=model, actions={"act": act}, limits=agentscript.Limits(action_timeout=0.2)
+    )
+    try:
+        for name in ("hang", "queued"):
+            phase[0] = name
+            model.begin_turn([Move(calls=[("act", {})]), Move(text="ok")])
+            reply = session.send(name)
+            assert action_step(reply)["error"] == "action 'act' timed out after 0.2 s"
+    finally:
+        release.set()
+    phase[0] = "after"
+    session.runner.timeout = 30
+    model.begin_turn([Move(calls=[("act", {})]), Move(text="ok")])
+    assert action_step(session.send("after"))["output"] == {"who": "after"}
+    # FIFO: "queued" was taken off the queue before "after" ran, and skipped, never started.
+    assert started == ["hang", "after"]

@@ -12,7 +12,8 @@ worker is busy the job waits in the queue; the caller's timeout covers that wait
 
 What a timed-out action still does: Python cannot stop a thread, so the call goes on running
 on its worker until it returns by itself; its result is then dropped. That worker is busy
-meanwhile, so the pool starts another one for the next job (while under ``max_workers``).
+meanwhile, so the pool starts another one for the next job (while under ``max_workers``). A job
+whose caller timed out while it waited in the queue is skipped, never started late.
 Only the process-isolation mode (``actions/process.py``) stops a timed-out action for real.
 """
 
@@ -68,6 +69,13 @@ class ActionThreads:
     def _work(self) -> None:
         while True:
             call, loop, future = self._jobs.get()
+            if future.done():
+                # Its caller timed out while the job waited for a free worker: never start an
+                # action whose failure was already reported. (Reading the state from this
+                # thread is a benign race: at worst the call runs and its result is dropped.)
+                with self._lock:
+                    self._idle += 1
+                continue
             try:
                 result, error = call(), None
             except BaseException as exc:  # handed to the awaiting turn, which reports it
