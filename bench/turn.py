@@ -586,7 +586,7 @@ def idle_session_bytes(agent: Agent, *, number: int = 200) -> tuple[float, float
 
 
 def report_tool_turn(folder: Path, *, repeat: int, number: int, profile_it: bool) -> None:
-    print("\nseed_tool: seed002 + one model-called action (3 LLM calls, 1 tool, 4 runs)")
+    print("seed_tool: seed002 + one model-called action (3 LLM calls, 1 tool, 4 runs)")
     print(f"{'actions':<20} {'API':<11} {'µs/turn':>9}")
     # Interleaved: every round measures one batch of each variant, so a change in the machine's
     # load hits all of them; each keeps its best batch.

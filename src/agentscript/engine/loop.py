@@ -20,6 +20,7 @@ already running (inside ``async`` code) it raises RuntimeError, like ``asyncio.r
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import signal
 import threading
@@ -31,14 +32,31 @@ T = TypeVar("T")
 
 
 class _ThreadLoop:
-    """The loop of one thread; closed when the thread's locals go away."""
+    """The loop of one thread; closed when the thread's locals go away (the main thread's at
+    exit). Closing first finishes async generators left suspended (an abandoned HTTP stream),
+    as ``asyncio.run`` does after every call: otherwise they are finalised outside any loop
+    and print tracebacks at exit."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
 
+    def close(self) -> None:
+        loop = self.loop
+        if loop.is_closed() or loop.is_running():
+            return
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
-            self.loop.close()
+            self.close()
+
+
+def _close_main_loop() -> None:
+    holder: _ThreadLoop | None = getattr(_local, "loop", None)
+    if holder is not None:
+        holder.close()
 
 
 _local = threading.local()
@@ -67,6 +85,8 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if holder is None:
         holder = _ThreadLoop()
         _local.loop = holder
+        if threading.current_thread() is threading.main_thread():
+            atexit.register(_close_main_loop)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
