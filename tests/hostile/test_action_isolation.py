@@ -315,3 +315,25 @@ def test_a_call_that_timed_out_waiting_for_a_busy_pool_never_starts_late(tmp_pat
     assert action_step(session.send("after"))["output"] == {"who": "after"}
     # FIFO: "queued" was taken off the queue before "after" ran, and skipped, never started.
     assert started == ["hang", "after"]
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('isolation = "fork"', "isolation 'fork' is not one of 'thread', 'inline', 'process'"),
+        ("workers = 0", "workers must be a positive integer"),
+        ("timeout = 3", "unknown key(s) ['timeout'] in [actions]"),
+    ],
+)
+def test_a_malformed_actions_table_is_an_error_naming_the_file_and_the_key(
+    tmp_path: Path, table: str, message: str
+) -> None:
+    from agentscript.actions.settings import ActionConfigError
+
+    path = agent_in(tmp_path / "bad_cfg", "unused:who", {})
+    config = path.parent / "agentscript.toml"
+    config.write_text(f"[actions]\n{table}\n", encoding="utf-8")
+    agent = agentscript.load(path)
+    with pytest.raises(ActionConfigError) as caught:
+        agent.session(model=ScriptedModel())
+    assert str(config) in str(caught.value) and message in str(caught.value)

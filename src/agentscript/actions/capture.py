@@ -73,12 +73,13 @@ class _Proxy:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.original: TextIO = sys.__stdout__ if index == 0 else sys.__stderr__  # type: ignore[assignment]
+        self.original: TextIO | None = sys.__stdout__ if index == 0 else sys.__stderr__
 
     def write(self, text: str) -> int:
         printed = _current.get()
         if printed is None:
-            return self.original.write(text)
+            # No stream at all (pythonw, a closed stdout): what the host writes is dropped.
+            return self.original.write(text) if self.original is not None else len(text)
         printed.add(self.index, str(text))
         return len(text)
 
@@ -87,19 +88,23 @@ class _Proxy:
             self.write(line)
 
     def flush(self) -> None:
-        if _current.get() is None:
+        if _current.get() is None and self.original is not None:
             self.original.flush()
 
     def writable(self) -> bool:
         return True
 
     def isatty(self) -> bool:
-        return False if _current.get() is not None else self.original.isatty()
+        if _current.get() is not None or self.original is None:
+            return False
+        return self.original.isatty()
 
     def fileno(self) -> int:
         if _current.get() is not None:
             # An action asking for the real descriptor gets none: writing to it would bypass
             # the capture.
+            raise io.UnsupportedOperation("fileno")
+        if self.original is None:
             raise io.UnsupportedOperation("fileno")
         return self.original.fileno()
 
