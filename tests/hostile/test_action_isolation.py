@@ -337,3 +337,49 @@ def test_a_malformed_actions_table_is_an_error_naming_the_file_and_the_key(
     with pytest.raises(ActionConfigError) as caught:
         agent.session(model=ScriptedModel())
     assert str(config) in str(caught.value) and message in str(caught.value)
+
+
+def test_process_mode_never_starts_a_call_whose_caller_gave_up_waiting_for_a_worker(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from agentscript.actions.process import shared_processes
+
+    marker = tmp_path / "late.txt"
+    busy = agent_in(
+        tmp_path / "p_busy", "spin:who", {"spin.py": "def who():\n    while True:\n        pass\n"}
+    )
+    late = agent_in(
+        tmp_path / "p_late",
+        "late:who",
+        {"late.py": f"def who():\n    open({str(marker)!r}, 'w').write('ran')\n    return {{'who': 'late'}}\n"},
+    )  # fmt: skip
+    settings = ActionSettings(isolation=Isolation.PROCESS, workers=1)  # its own one-worker pool
+    # Warm the single worker, so the busy call below starts at once.
+    warm = agent_in(tmp_path / "p_warm", "warm:who", {"warm.py": HELPER.format("warm")})
+    assert action_step(one_call(warm, settings))["output"] == {"who": "warm"}
+
+    def session_for(path: Path, timeout: float) -> Any:
+        agent = agentscript.load(path)
+        agent.action_settings = settings
+        return agent.session(
+            model=ScriptedModel([Move(calls=[("act", {})]), Move(text="Done.")]),
+            limits=agentscript.Limits(action_timeout=timeout),
+        )
+
+    async def both() -> list[Reply]:
+        first = asyncio.ensure_future(session_for(busy, 3.0).send_async("go"))
+        await asyncio.sleep(0.5)  # the busy call holds the only worker
+        second = await session_for(late, 0.5).send_async("go")
+        return [await first, second]
+
+    replies = asyncio.run(both())
+    assert action_step(replies[0])["error"] == "action 'act' timed out after 3 s"
+    assert action_step(replies[1])["error"] == "action 'act' timed out after 0.5 s"
+    pool = shared_processes(1)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not pool._idle:  # the waiting job got a worker, or not
+        time.sleep(0.05)
+    assert pool._idle, "the pool's worker was never given back"
+    assert not marker.exists(), "a call whose caller had timed out ran later"

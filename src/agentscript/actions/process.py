@@ -52,6 +52,21 @@ class PythonCall:
         return function(**self.inputs)
 
 
+class Claim:
+    """A caller's hold on one call: which worker runs it, and whether the caller gave up."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cancelled = False
+        self.worker: _Worker | None = None
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            if self.worker is not None:
+                self.worker.kill()
+
+
 class WorkerGone(Exception):
     """The worker process ended before answering (killed on timeout, or it crashed)."""
 
@@ -131,19 +146,16 @@ class ActionProcesses:
             self._count -= 1
             self._ready.notify()
 
-    def kill(self, worker: _Worker) -> None:
-        """Stop ``worker`` (its call timed out); the waiting thread retires it."""
-        worker.kill()
-
     def _retire(self, worker: _Worker) -> None:
         worker.process.join(timeout=5)
         worker.conn.close()
         self.killed += 1
         self._drop_slot()
 
-    def runner(self, call: Callable[[], Any], holder: list[_Worker]) -> Callable[[], Any]:
-        """A blocking function that runs ``call`` in a worker; ``holder`` gets the worker so
-        a caller that times out can kill it. Returns ``(ok, value, printed)``."""
+    def runner(self, call: Callable[[], Any], claim: Claim) -> Callable[[], Any]:
+        """A blocking function that runs ``call`` in a worker; ``claim`` lets a caller that
+        gives up (a timeout) stop it: :meth:`Claim.cancel` kills the worker, or keeps the call
+        from starting when it is still waiting for one. Returns ``(ok, value, printed)``."""
         try:
             payload = pickle.dumps(call)
         except Exception as exc:
@@ -154,7 +166,11 @@ class ActionProcesses:
 
         def run() -> tuple[bool, Any, dict[str, str]]:
             worker = self._take()
-            holder.append(worker)
+            with claim.lock:
+                if claim.cancelled:  # the caller gave up while this waited for a worker
+                    self._give_back(worker)
+                    raise WorkerGone("the call was cancelled before a worker was free")
+                claim.worker = worker
             try:
                 worker.conn.send_bytes(payload)
                 answer: tuple[bool, Any, dict[str, str]] = worker.conn.recv()

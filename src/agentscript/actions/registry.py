@@ -34,7 +34,7 @@ from typing import Any
 
 from agentscript.actions.capture import Printed, captured
 from agentscript.actions.modules import import_target
-from agentscript.actions.process import PythonCall, WorkerGone, _Worker, shared_processes
+from agentscript.actions.process import Claim, PythonCall, WorkerGone, shared_processes
 from agentscript.actions.settings import ActionSettings, Isolation
 from agentscript.actions.threads import shared_threads
 
@@ -261,16 +261,15 @@ class ActionRunner:
         else:
             call = functools.partial(target, **args)
         pool = shared_processes(self.settings.workers)
-        holder: list[_Worker] = []
+        claim = Claim()
         try:
-            run = pool.runner(call, holder)
+            run = pool.runner(call, claim)
         except TypeError as exc:
             raise ActionError(f"action '{request.name}' cannot run isolated: {exc}") from None
         try:
             ok, value, output = await shared_threads().submit(run)
         except asyncio.CancelledError:
-            for worker in holder:  # timed out (or the turn was cancelled): stop it for real
-                pool.kill(worker)
+            claim.cancel()  # timed out (or the turn was cancelled): stop it for real
             raise
         for stream, text in output.items():
             printed.add(0 if stream == "stdout" else 1, text)
