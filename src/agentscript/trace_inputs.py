@@ -10,8 +10,8 @@ one scan otherwise. ``system``, ``instructions`` and ``tools`` stay complete in 
 
 Reading side (:func:`rebuild_messages`): walking a session's ``LLM_STEP``\\ s in order (trace
 files by turn, steps in order), the full input of a step is the previous step's full input cut
-to ``messagesFrom``, plus the step's ``messages``. A step without ``messagesFrom`` is complete
-(traces written before this format, or by code that attaches no log). The jq equivalent is in
+to ``messagesFrom``, plus the step's ``messages``. A step whose ``messagesFrom`` is null or
+missing is complete (written by code that attaches no log, or before this format). The jq equivalent is in
 ``docs/tracing.md``.
 
 Contract: the log never copies a message and never changes the request; a session restored

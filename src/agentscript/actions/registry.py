@@ -37,6 +37,7 @@ from agentscript.actions.modules import import_target
 from agentscript.actions.process import Claim, PythonCall, WorkerGone, shared_processes
 from agentscript.actions.settings import ActionSettings, Isolation
 from agentscript.actions.threads import shared_threads
+from agentscript.errors import RunFailure
 
 Outputs = dict[str, Any]
 # A handler receives the request and returns the outputs (sync or async).
@@ -47,7 +48,7 @@ ActionFunction = Callable[..., Any]
 DEFAULT_TIMEOUT = 30.0
 
 
-class ActionError(Exception):
+class ActionError(RunFailure):
     """An action failed; the message is shown in traces and (for LLM calls) to the model."""
 
 
