@@ -136,9 +136,11 @@ def action_step(
     target: str | None = None,
     skill: str | None = None,
     step: str | None = None,
+    printed: dict[str, str] | None = None,
 ) -> Step:
     """An action (or variable write) starting; the caller fills ``output``, ``error``,
-    ``postVars`` and ``durationMs`` when it ends."""
+    ``postVars``, ``durationMs`` and ``printed`` (what the action wrote to stdout/stderr,
+    ``actions/capture.py``; ``null`` when it wrote nothing) when it ends."""
     return _add(
         trace,
         StepType.ACTION_STEP,
@@ -155,6 +157,7 @@ def action_step(
         preVars=pre_vars,
         postVars=None,
         durationMs=None,
+        printed=printed,
     )
 
 
@@ -200,20 +203,32 @@ def llm_step(
     node: str | None,
     iteration: int,
     inputs: dict[str, Any],
+    messages_from: int | None = None,
     request_model: str | None = None,
     model_events: list[dict[str, Any]] | None = None,
 ) -> Step:
     """One model call starting; :func:`~agentscript.engine.llm.call_model` fills the rest.
 
+    ``messages_from``: ``inputs["messages"]`` holds only the messages from that position of the
+    call's history on (the earlier ones were in the session's previous call, ``trace_inputs.py``);
+    ``None`` when they are complete. Recorded as ``input.messagesFrom``.
+
     ``request_model`` is the model asked (``model`` is added when the answer names the one
     that answered, e.g. a fallback); ``modelEvents`` lists the retries and fallbacks on the
-    way to the answer (``[]`` when none; ``call_model`` fills it when the call ends)."""
+    way to the answer (``[]`` when none; ``call_model`` fills it when the call ends).
+    """
+    given: dict[str, Any] = {}
+    for key, value in inputs.items():  # messagesFrom just before the messages it locates
+        if key == "messages":
+            given["messagesFrom"] = messages_from
+        given[key] = value
+    given.setdefault("messagesFrom", messages_from)
     return _add(
         trace,
         StepType.LLM_STEP,
         node=node,
         iteration=iteration,
-        input=inputs,
+        input=given,
         output=None,
         requestModel=request_model,
         modelEvents=list(model_events or []),

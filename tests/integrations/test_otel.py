@@ -217,3 +217,24 @@ def test_run_otel_console_prints_spans_to_stderr_only() -> None:
     )
     json.loads(result.stdout)  # stdout is still the JSON report
     assert '"name": "invoke_agent' in result.stderr
+
+
+def test_export_and_the_sessions_step_stream_both_see_every_step(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    """Session.on_step (the server's stream) and OpenTelemetry both watch the trace."""
+    path = tmp_path / "otel.agent"
+    path.write_text(AGENT)
+    agent = agentscript.load(path, dialect="agentscript")
+    agent.telemetry = telemetry(exporter)
+    moves = [Move(calls=[("go", {})]), Move(text="Hello."), Move(text="Again.")]
+    model = UsageModel(moves, name="openai:gpt-test")
+    session = agent.session(model=model)
+    seen: list[str] = []
+    session.on_step = lambda step: seen.append(step["type"])
+    reply = session.send("hi")
+    assert reply.error is None
+    assert seen == [step["type"] for step in reply.trace["planTrace"]["steps"]]
+    assert len(by_name(exporter.get_finished_spans(), "chat ")) == 2
+    second = session.send("again")  # the stream still works on the next turn
+    assert second.error is None and len(seen) > len(reply.trace["planTrace"]["steps"])

@@ -13,6 +13,7 @@ from agentscript.cli.chat import chat
 from agentscript.cli.fmt import fmt
 from agentscript.cli.mcp_serve import mcp_serve
 from agentscript.cli.run import run
+from agentscript.cli.serve import serve
 from agentscript.cli.validate import validate
 
 
@@ -33,6 +34,7 @@ COMMANDS: tuple[click.Command, ...] = (
     check_gates,
     lsp,
     mcp_serve,
+    serve,
 )
 
 for _command in COMMANDS:

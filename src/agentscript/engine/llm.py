@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 
 from agentscript.engine.budgets import BudgetExceeded, active_meter
 from agentscript.engine.kernel import check_answered
@@ -15,6 +16,7 @@ from agentscript.errors import TurnError
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
+    Message,
     Model,
     ModelError,
     ModelRequest,
@@ -44,9 +46,11 @@ async def call_model(
     A request whose history holds a tool call without its answer is not sent either (the
     kernel's last check): providers reject it, and it would mean the engine lost track of a call.
     """
+    # Every Model has a name; a hand-written one without it is still recorded.
+    model_name = str(getattr(model, "name", None) or type(model).__name__)
     meter = active_meter()
     if meter is not None:
-        hit = meter.check(model.name, request)
+        hit = meter.check(model_name, request)
         if hit is not None:
             budget_step(
                 trace,
@@ -60,20 +64,25 @@ async def call_model(
             )
             raise BudgetExceeded(hit)
     check_answered(request.messages)
+    messages: Sequence[Message] = request.messages
+    messages_from: int | None = None
+    if trace.inputs is not None:  # only what was added since the session's previous call
+        messages_from, messages = trace.inputs.delta(messages)
     step = llm_step(
         trace,
         node=request.node,
         iteration=iteration,
+        messages_from=messages_from,
         inputs={
             "system": request.system,
             "instructions": request.instructions,
-            "messages": [m.to_json() for m in request.messages],
+            "messages": [m.to_json() for m in messages],
             "tools": [
                 {"name": t.name, "description": t.description, "parameters": t.parameters}
                 for t in request.tools
             ],
         },
-        request_model=model.name,
+        request_model=model_name,
     )
     started = time.perf_counter()
     try:
@@ -95,7 +104,7 @@ async def call_model(
     input_tokens, output_tokens = (usage.input_tokens, usage.output_tokens) if usage else (0, 0)
     trace.count_llm_call(step["durationMs"], input_tokens, output_tokens)
     if meter is not None:
-        meter.record(model.name, input_tokens, output_tokens)
+        meter.record(model_name, input_tokens, output_tokens)
     return response
 
 

@@ -63,7 +63,8 @@ class Telemetry:
         return Telemetry(provider.get_tracer("agentscript"), capture_content=capture_content)
 
     def observe(self, trace: TurnTrace) -> TurnObserver:
-        """Start watching ``trace``; call :meth:`TurnObserver.finish` when the turn ends."""
+        """Start watching ``trace``; call :meth:`TurnObserver.finish` when the turn ends.
+        An observer already on the trace (``Session.on_step``) is still told of each step."""
         observer = TurnObserver(self, trace)
         trace.observer = observer.on_step
         return observer
@@ -77,9 +78,12 @@ class TurnObserver:
         self.trace = trace
         self.started_ns = time.time_ns()
         self.starts: list[int] = []
+        self.chained = trace.observer  # told after us (e.g. the server's step stream)
 
     def on_step(self, step: dict[str, Any]) -> None:
         self.starts.append(time.time_ns())
+        if self.chained is not None:
+            self.chained(step)
 
     def finish(
         self,
@@ -90,7 +94,7 @@ class TurnObserver:
         cost: float | None = None,
     ) -> None:
         """Emit the spans of the turn (never raises: telemetry must not break a turn)."""
-        self.trace.observer = None
+        self.trace.observer = self.chained
         try:
             self._emit(error=error, escalated=escalated, ended=ended, cost=cost)
         except Exception:  # an exporter or attribute problem is not the user's turn's problem
@@ -204,7 +208,10 @@ def _chat_attributes(step: Mapping[str, Any], content: bool) -> dict[str, Any]:
             [{"type": "text", "content": given.get("system", "")}]
         )
         attributes[PREFIX + "instructions"] = given.get("instructions")
+        # The session's LLM_STEPs hold only the messages added since its previous call
+        # (trace_inputs.py): messages_from says where in the history these start.
         attributes["gen_ai.input.messages"] = _json(given.get("messages") or [])
+        attributes[PREFIX + "messages_from"] = given.get("messagesFrom")
         attributes["gen_ai.output.messages"] = _json([output])
     return _clean(attributes)
 
