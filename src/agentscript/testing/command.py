@@ -1,0 +1,152 @@
+"""``agentscript test``: read specs, run their cases, report, and return the exit code.
+
+Exit codes: 0 every case passed; 1 a case failed an expectation (judged ones only with
+``judge_blocking``) or could not run (unless ``fail_on_assertion`` is off: then only cases that
+could not run give 1); 2 bad usage or a bad spec (the message names the file and line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentscript.models.base import Model, ModelError
+from agentscript.testing.discovery import AgentCache, collect
+from agentscript.testing.errors import NotASpec, SpecError
+from agentscript.testing.judge import JudgeSettings
+from agentscript.testing.readers import read_spec
+from agentscript.testing.replay import ReplayStore
+from agentscript.testing.reporters import REPORTERS, SUFFIXES
+from agentscript.testing.results import CaseResult, RunResult, Status
+from agentscript.testing.runner import CaseRunner, RunOptions
+from agentscript.testing.spec import MatchRule, Suite
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass
+class TestOptions:
+    paths: list[Path] = field(default_factory=list)
+    agent: Path | None = None
+    model: Model | None = None
+    judge_model: Model | None = None
+    result_format: str = "human"
+    output_dir: Path | None = None
+    jobs: int = 1
+    fail_fast: bool = False
+    pattern: str | None = None
+    verbose: bool = False
+    match_rule: MatchRule | None = None
+    judge_runs: int = 1
+    judge_threshold: float = 0.6
+    judge_blocking: bool = False
+    record: bool = False
+    refresh_stale: bool = False
+    fail_on_assertion: bool = True
+    base: Path = field(default_factory=Path.cwd)
+
+
+def replay_path(spec: Path) -> Path:
+    return spec.with_name(spec.name + ".replay.json")
+
+
+def selected(result_case: str, utterances: list[str], pattern: str | None) -> bool:
+    if not pattern:
+        return True
+    texts = [result_case, *utterances]
+    glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
+    return any(fnmatch.fnmatch(t.lower(), glob.lower()) for t in texts)
+
+
+async def run_suites(suites: list[Suite], agents: AgentCache, options: TestOptions) -> RunResult:
+    run = RunResult(judged_blocking=options.judge_blocking)
+    started = time.perf_counter()
+    run_options = RunOptions(
+        model=options.model,
+        judge_model=options.judge_model,
+        judge=JudgeSettings(threshold=options.judge_threshold, runs=options.judge_runs),
+        match_rule=options.match_rule,
+        record=options.record,
+        refresh_stale=options.refresh_stale,
+    )
+    gate = asyncio.Semaphore(max(1, options.jobs))
+    stop = False
+    for suite in suites:
+        agent = agents.for_suite(suite, options.agent)
+        store = ReplayStore.open(
+            replay_path(suite.path), record=options.record, refresh_stale=options.refresh_stale
+        )
+        runner = CaseRunner(agent, suite, store, run_options)
+        numbered = [
+            (n, c)
+            for n, c in enumerate(suite.cases, start=1)
+            if selected(c.name, [t.utterance for t in c.turns], options.pattern)
+        ]
+
+        async def one(number: int, case: object, runner: CaseRunner = runner) -> CaseResult:
+            async with gate:
+                return await runner.run(case, number)  # type: ignore[arg-type]
+
+        if options.fail_fast:
+            results = []
+            for number, case in numbered:
+                results.append(await one(number, case))
+                if results[-1].status(judged_blocking=options.judge_blocking) is not Status.PASS:
+                    stop = True
+                    break
+        else:
+            results = list(await asyncio.gather(*(one(n, c) for n, c in numbered)))
+        run.cases += results
+        run.stale.update(store.stale)
+        store.save()
+        if stop:
+            break
+    run.duration_ms = (time.perf_counter() - started) * 1000
+    return run
+
+
+def test_command(
+    options: TestOptions, echo: Callable[[str], None], error: Callable[[str], None]
+) -> int:
+    if options.result_format not in REPORTERS:
+        error(f"unknown result format {options.result_format!r}; use {', '.join(REPORTERS)}")
+        return EXIT_USAGE
+    try:
+        base = options.agent.parent if options.agent else options.base
+        files = collect(options.paths, base)
+        if not files:
+            error("no spec files found (give PATH, or put specs in specs/, tests/ or eval/)")
+            return EXIT_USAGE
+        suites = []
+        for path, explicit in files:
+            try:
+                suites.append(read_spec(path))
+            except NotASpec:
+                if explicit:
+                    raise
+        if not suites:
+            error("no spec files found among the given paths")
+            return EXIT_USAGE
+        agents = AgentCache()
+        for suite in suites:
+            agents.for_suite(suite, options.agent)
+        run = asyncio.run(run_suites(suites, agents, options))
+    except (SpecError, ModelError) as exc:
+        error(str(exc))
+        return EXIT_USAGE
+    text = REPORTERS[options.result_format](run, options.verbose)
+    echo(text)
+    if options.output_dir is not None:
+        options.output_dir.mkdir(parents=True, exist_ok=True)
+        suffix = SUFFIXES[options.result_format]
+        (options.output_dir / f"test-result.{suffix}").write_text(text, encoding="utf-8")
+    counts = run.counts()
+    if counts[Status.ERROR]:
+        return EXIT_FAILED
+    if counts[Status.FAILURE] and options.fail_on_assertion:
+        return EXIT_FAILED
+    return EXIT_OK
