@@ -9,6 +9,7 @@ Entities are not expanded (an entity declaration is refused), so a hostile file 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from xml.parsers import expat
 from pathlib import Path
 
 from agentscript.testing.errors import SpecError
@@ -25,19 +26,23 @@ _CASE = {"number", "inputs", "expectation", "scorer"}
 _INPUTS = {"utterance", "contextVariable", "conversationHistory"}
 
 
-class _LineBuilder(ET.TreeBuilder):
-    """Remembers the line each element starts on (ElementTree keeps none)."""
+def _parse(text: str, path: Path) -> tuple[ET.Element, dict[int, int]]:
+    """The element tree, and the line each element starts on (ElementTree keeps none)."""
+    builder = ET.TreeBuilder()
+    lines: dict[int, int] = {}
+    parser = expat.ParserCreate()
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.parser: ET.XMLParser | None = None
-        self.lines: dict[int, int] = {}
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        lines[id(builder.start(tag, attrs))] = parser.CurrentLineNumber
 
-    def start(self, tag: str, attrs: dict[str, str]) -> ET.Element:
-        element = super().start(tag, attrs)
-        if self.parser is not None:
-            self.lines[id(element)] = self.parser.parser.CurrentLineNumber
-        return element
+    parser.StartElementHandler = start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    try:
+        parser.Parse(text, True)
+    except expat.ExpatError as exc:
+        raise SpecError(path, exc.lineno, f"invalid XML: {expat.ErrorString(exc.code)}") from None
+    return builder.close(), lines
 
 
 def is_metadata_xml(path: Path) -> bool:
@@ -59,15 +64,7 @@ def _head(path: Path) -> str:
 def read_metadata_xml(text: str, path: Path) -> Suite:
     if "<!ENTITY" in text or "<!DOCTYPE" in text:
         raise SpecError(path, None, "DOCTYPE and entity declarations are not allowed")
-    builder = _LineBuilder()
-    parser = ET.XMLParser(target=builder)
-    builder.parser = parser
-    try:
-        parser.feed(text)
-        root = parser.close()
-    except ET.ParseError as exc:
-        raise SpecError(path, exc.position[0], f"invalid XML: {exc}") from None
-    lines = builder.lines
+    root, lines = _parse(text, path)
 
     def line(element: ET.Element) -> int | None:
         return lines.get(id(element))
