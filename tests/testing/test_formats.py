@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fakes.llm_servers import FakeCall, OpenAIServer, Reply
 from helpers import run_json, run_test
 
 from agentscript.testing.jsonpath import compile_path
+from fakes.llm_servers import FakeCall, OpenAIServer, Reply
 
 ENV = {"OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_CONFIG": "/nonexistent"}
 STUBS = """x-agentscript:
@@ -42,15 +42,24 @@ def test_format_A_example_spec_passes_with_salesforce_shaped_result(order_copy: 
     names = {r["name"] for r in first["testResults"]}
     assert {"topic_sequence_match", "action_sequence_match"} <= names
     for result in first["testResults"]:
-        assert set(result) >= {"name", "expectedValue", "actualValue", "score", "result",
-                               "metricScore", "metricExplainability"}
+        assert set(result) >= {
+            "name",
+            "expectedValue",
+            "actualValue",
+            "score",
+            "result",
+            "metricScore",
+            "metricExplainability",
+        }
         assert result["result"] == "PASS"
 
 
 def test_format_B_ngt_inputs_share_their_scorers(order_copy: Path) -> None:
     spec = order_copy / "ngt.yaml"
     spec.write_text(
-        "name: NGT\nsubjectType: AGENT\nsubjectName: Order_Status\n" + STUBS + """
+        "name: NGT\nsubjectType: AGENT\nsubjectName: Order_Status\n"
+        + STUBS
+        + """
 testCases:
   - inputs:
       - utterance: Where is my order?
@@ -74,7 +83,12 @@ testCases:
 def _record_then_replay(spec: Path, script: list[Reply]) -> dict[str, object]:
     with OpenAIServer(script) as server:
         code, data = run_json(
-            str(spec), "--record", "--model", "openai:gpt-test", "--base-url", server.base_url,
+            str(spec),
+            "--record",
+            "--model",
+            "openai:gpt-test",
+            "--base-url",
+            server.base_url,
             env=ENV,
         )
         assert code == 0, json.dumps(data, indent=1)
@@ -87,17 +101,52 @@ def _record_then_replay(spec: Path, script: list[Reply]) -> dict[str, object]:
 def test_format_C_run_eval_payload_runs_from_a_recording(order_copy: Path) -> None:
     _with_stubs(order_copy)
     spec = order_copy / "eval.json"
-    spec.write_text(json.dumps({"tests": [{"id": "where", "steps": [
-        {"type": "agent.create_session", "id": "s", "context_variables": {"Id": "1234"}},
-        {"type": "agent.send_message", "id": "m1", "session_id": "{s.session_id}",
-         "utterance": "Where is my order?"},
-        {"type": "evaluator.planner_topic_assertion", "id": "topic", "actual": "{m1.topic}",
-         "expected": "Order", "operator": "contains"},
-        {"type": "evaluator.planner_actions_assertion", "id": "acts", "actual": "{m1.actions}",
-         "expected": "['get_delivery_date']", "operator": "includes_items"},
-        {"type": "evaluator.string_assertion", "id": "said", "actual": "{m1.outcome}",
-         "expected": "Feb 10", "operator": "contains"},
-    ]}]}), encoding="utf-8")  # fmt: skip
+    spec.write_text(
+        json.dumps(
+            {
+                "tests": [
+                    {
+                        "id": "where",
+                        "steps": [
+                            {
+                                "type": "agent.create_session",
+                                "id": "s",
+                                "context_variables": {"Id": "1234"},
+                            },
+                            {
+                                "type": "agent.send_message",
+                                "id": "m1",
+                                "session_id": "{s.session_id}",
+                                "utterance": "Where is my order?",
+                            },
+                            {
+                                "type": "evaluator.planner_topic_assertion",
+                                "id": "topic",
+                                "actual": "{m1.topic}",
+                                "expected": "Order",
+                                "operator": "contains",
+                            },
+                            {
+                                "type": "evaluator.planner_actions_assertion",
+                                "id": "acts",
+                                "actual": "{m1.actions}",
+                                "expected": "['get_delivery_date']",
+                                "operator": "includes_items",
+                            },
+                            {
+                                "type": "evaluator.string_assertion",
+                                "id": "said",
+                                "actual": "{m1.outcome}",
+                                "expected": "Feb 10",
+                                "operator": "contains",
+                            },
+                        ],
+                    }
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
     replayed = _record_then_replay(spec, list(ORDER_TURN))
     case = replayed["testCases"][0]  # type: ignore[index]
     assert [r["name"] for r in case["testResults"]] == ["topic", "acts", "said"]
@@ -148,7 +197,10 @@ def test_aiEvaluationDefinition_xml_in_any_element_order(order_copy: Path) -> No
     replayed = _record_then_replay(spec, list(ORDER_TURN))
     results = replayed["testCases"][0]["testResults"]  # type: ignore[index]
     assert [r["name"] for r in results] == [
-        "topic_sequence_match", "action_sequence_match", "order looked up"]  # fmt: skip
+        "topic_sequence_match",
+        "action_sequence_match",
+        "order looked up",
+    ]
     assert all(r["result"] == "PASS" for r in results)
 
 
@@ -177,6 +229,14 @@ def test_aiTestingDefinition_xml_scorers(order_copy: Path) -> None:
     assert code == 1
     assert "rule exact" in out
     with OpenAIServer(list(ORDER_TURN)) as server:
-        code, out, _ = run_test(str(spec), "--model", "openai:gpt-test", "--base-url",
-                                server.base_url, "--action-match", "in_order", env=ENV)  # fmt: skip
+        code, out, _ = run_test(
+            str(spec),
+            "--model",
+            "openai:gpt-test",
+            "--base-url",
+            server.base_url,
+            "--action-match",
+            "in_order",
+            env=ENV,
+        )
     assert code == 0, out

@@ -9,8 +9,16 @@ from agentscript.testing.jsonpath import JsonPathError, compile_path
 DATA = {
     "generatedData": {
         "invokedActions": [
-            [{"function": {"name": "Check_Weather", "input": {"dateToCheck": "2025-09-12"},
-                           "output": {"high": 21}}, "executionLatency": 12}],
+            [
+                {
+                    "function": {
+                        "name": "Check_Weather",
+                        "input": {"dateToCheck": "2025-09-12"},
+                        "output": {"high": 21},
+                    },
+                    "executionLatency": 12,
+                }
+            ],
             [{"function": {"name": "Get_Events", "input": {"city": "Paris"}, "output": {}}}],
         ],
         "topic": "local_weather",
@@ -32,9 +40,9 @@ def test_index_wildcard_and_bracket_member_paths() -> None:
         "Get_Events",
     ]
     assert compile_path("$['generatedData']['topic']").find(DATA) == ["local_weather"]
-    assert compile_path("$.generatedData.invokedActions[-1][0].function.input.city").find(
-        DATA
-    ) == ["Paris"]
+    assert compile_path("$.generatedData.invokedActions[-1][0].function.input.city").find(DATA) == [
+        "Paris"
+    ]
 
 
 def test_filters_compare_numbers_and_combine_with_and_or() -> None:

@@ -9,8 +9,8 @@ Entities are not expanded (an entity declaration is refused), so a hostile file 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from xml.parsers import expat
 from pathlib import Path
+from xml.parsers import expat
 
 from agentscript.testing.errors import SpecError
 from agentscript.testing.readers.checks import custom_check, standard_check
