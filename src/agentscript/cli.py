@@ -441,6 +441,7 @@ def chat(
 @click.option("--judge-blocking", is_flag=True, help="Judged failures also fail the run.")
 @click.option("--record", is_flag=True, help="Ask --model for every call and save the answers.")
 @click.option("--refresh-stale", is_flag=True, help="Re-record only stale calls (with --model).")
+@click.option("--update-snapshots", is_flag=True, help="Rewrite instruction snapshots.")
 @click.option(
     "--no-fail-on-assertion",
     "no_fail_on_assertion",
@@ -465,6 +466,7 @@ def test_cmd(
     judge_blocking: bool,
     record: bool,
     refresh_stale: bool,
+    update_snapshots: bool,
     no_fail_on_assertion: bool,
 ) -> None:
     """Run test specs (Salesforce A/B/C and XML, Mantle scenarios, conversation files)."""
@@ -499,6 +501,7 @@ def test_cmd(
         judge_blocking=judge_blocking,
         record=record,
         refresh_stale=refresh_stale,
+        update_snapshots=update_snapshots,
         fail_on_assertion=not no_fail_on_assertion,
     )
     code = test_command(

@@ -46,6 +46,7 @@ class TestOptions:
     judge_blocking: bool = False
     record: bool = False
     refresh_stale: bool = False
+    update_snapshots: bool = False
     fail_on_assertion: bool = True
     base: Path = field(default_factory=Path.cwd)
 
@@ -72,6 +73,7 @@ async def run_suites(suites: list[Suite], agents: AgentCache, options: TestOptio
         match_rule=options.match_rule,
         record=options.record,
         refresh_stale=options.refresh_stale,
+        update_snapshots=options.update_snapshots,
     )
     gate = asyncio.Semaphore(max(1, options.jobs))
     stop = False

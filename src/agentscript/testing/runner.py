@@ -20,10 +20,12 @@ from agentscript.engine.session import AgentBase, Session
 from agentscript.models.base import Message, Model, ModelError, ModelRequest, ModelResponse
 from agentscript.models.scripted import ScriptedModel
 from agentscript.testing import matchers
+from agentscript.testing.faults import fault_function, fault_timeouts
 from agentscript.testing.judge import JudgeSettings, judge
 from agentscript.testing.replay import ReplayModel, ReplayStore
 from agentscript.testing.results import CaseResult, TurnOutcome, Verdict
 from agentscript.testing.spec import Case, CheckKind, MatchRule, Suite
+from agentscript.testing.whitebox import check_whitebox
 
 SIMULATOR_SYSTEM = (
     "You play a user talking to a customer-service agent. Stay in character as described "
@@ -41,6 +43,7 @@ class RunOptions:
     match_rule: MatchRule | None = None  # --action-match: wins over the spec
     record: bool = False
     refresh_stale: bool = False
+    update_snapshots: bool = False
 
 
 def _variables(agent: AgentBase, given: dict[str, Any]) -> dict[str, Any]:
@@ -88,11 +91,18 @@ class CaseRunner:
 
     def _session(self, case: Case, model: Model) -> Session:
         from agentscript.actions.registry import StubBook
+        from agentscript.engine.turn import Limits
 
+        stub_data = {k: v for k, v in case.stubs.items() if k not in case.faults}
+        stubs = StubBook.from_data(stub_data) if stub_data else None
+        functions = {name: fault_function(name, f) for name, f in case.faults.items()}
+        limits = Limits(action_timeouts=fault_timeouts(case.faults)) if case.faults else None
         session = self.agent.session(
             model=model,
             variables=_variables(self.agent, case.context_variables),
-            stubs=StubBook.from_data(case.stubs) if case.stubs else None,
+            stubs=stubs,
+            actions=functions or None,
+            limits=limits,
         )
         if not case.history:
             return session
@@ -104,9 +114,7 @@ class CaseRunner:
         if topics:
             saved["current_node"] = topics[-1]
         return self.agent.restore(
-            saved,
-            model=model,
-            stubs=StubBook.from_data(case.stubs) if case.stubs else None,
+            saved, model=model, stubs=stubs, actions=functions or None, limits=limits
         )
 
     async def _run(self, case: Case, result: CaseResult) -> None:
@@ -133,6 +141,13 @@ class CaseRunner:
             for check in spec.checks:
                 if check.kind.judged:
                     result.verdicts.append(await self._judge(check, transcript, number))
+                elif check.kind is CheckKind.WHITEBOX:
+                    snapshots = self.suite.path.with_name(self.suite.path.name + ".snapshots")
+                    result.verdicts.append(
+                        check_whitebox(
+                            check, outcome, number, snapshots, self.options.update_snapshots
+                        )
+                    )
                 else:
                     result.verdicts.extend(matchers.check_turn(check, outcome, self.rule, number))
             if outcome.reply.exhausted:

@@ -44,6 +44,7 @@ class CheckKind(enum.Enum):
     CRITERION = "criterion"  # a Mantle goal criterion (judged)
     EXPECT = "expect"  # a conversation file's `expect:` block
     MANTLE = "mantle_assertion"  # a Mantle goal assertion (skill_completed, ...)
+    WHITEBOX = "whitebox"  # what the model was shown (instructions, tools, variables, calls)
 
     @property
     def judged(self) -> bool:
@@ -104,6 +105,7 @@ class Case:
     context_variables: dict[str, Any] = field(default_factory=dict)
     history: list[HistoryTurn] = field(default_factory=list)
     stubs: dict[str, Any] = field(default_factory=dict)
+    faults: dict[str, dict[str, Any]] = field(default_factory=dict)  # see faults.py
     simulation: Simulation | None = None
     # Checks over the whole case (Mantle goals, judged after the last turn).
     final_checks: list[Check] = field(default_factory=list)

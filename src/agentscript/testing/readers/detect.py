@@ -41,7 +41,7 @@ def read_spec(path: Path) -> Suite:
     if is_mantle_scenario(data):
         return read_mantle_scenario(data, path)
     if is_conversation(data):
-        return read_conversation(text, path)
+        return read_conversation(data, path)
     raise NotASpec(
         path,
         1,

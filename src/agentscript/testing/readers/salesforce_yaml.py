@@ -15,6 +15,7 @@ from typing import Any
 from agentscript.actions.registry import StubBook
 from agentscript.models.scripted import Move, MoveError, parse_move
 from agentscript.testing.errors import SpecError
+from agentscript.testing.faults import parse_faults
 from agentscript.testing.readers.checks import (
     KNOWN_NAMES,
     METRICS,
@@ -31,6 +32,7 @@ from agentscript.testing.spec import (
     Suite,
     TurnSpec,
 )
+from agentscript.testing.whitebox import parse_assertions
 from agentscript.testing.yamlmarks import line_of
 
 EXTENSION = "x-agentscript"
@@ -57,7 +59,7 @@ _LEGACY_CASE = {
 _NGT_CASE = {"inputs", "scorers", EXTENSION}
 _NGT_INPUT = {"utterance", "contextVariables", "conversationHistory"}
 _TOP_EXTENSION = {"agent", "actionMatch", "actions"}
-_CASE_EXTENSION = {"actions", "model", "name"}
+_CASE_EXTENSION = {"actions", "model", "name", "assert", "faults"}
 
 
 def is_salesforce_yaml(data: Any) -> bool:
@@ -191,8 +193,10 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
         if metric not in METRICS and metric != "output_latency_milliseconds":
             raise SpecError(path, at, f"unknown metric {metric!r}")
         checks.append(standard_check(str(metric), None, path, at))
+    checks += parse_assertions(ext.get("assert"), path, line_of(ext, "assert"))
     return Case(
         name=str(ext.get("name") or f"Test Case #{index}"),
+        faults=parse_faults(ext.get("faults"), path, line_of(ext, "faults")),
         turns=[TurnSpec(utterance, checks, moves=moves, line=line_of(item, "utterance"))],
         line=line_of(item),
         context_variables=context_variables(item.get("contextVariables"), path, line_of(item)),
@@ -237,6 +241,8 @@ def _ngt_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, Any
         if name not in KNOWN_NAMES:
             raise SpecError(path, at, f"unknown scorer {name!r}; known: {sorted(KNOWN_NAMES)}")
         checks.append(standard_check(name, scorer.get("expected"), path, at))
+    checks += parse_assertions(ext.get("assert"), path, line_of(ext, "assert"))
+    faults = parse_faults(ext.get("faults"), path, line_of(ext, "faults"))
     cases: list[Case] = []
     for j, raw in enumerate(inputs, start=1):
         at = line_of(inputs, j - 1)
@@ -252,6 +258,7 @@ def _ngt_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, Any
                 context_variables=context_variables(entry.get("contextVariables"), path, at),
                 history=history(entry.get("conversationHistory"), path, at),
                 stubs={**stubs, **_stubs(ext, path)},
+                faults=faults,
             )
         )
     return cases
