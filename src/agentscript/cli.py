@@ -442,6 +442,13 @@ def chat(
 @click.option("--record", is_flag=True, help="Ask --model for every call and save the answers.")
 @click.option("--refresh-stale", is_flag=True, help="Re-record only stale calls (with --model).")
 @click.option("--update-snapshots", is_flag=True, help="Rewrite instruction snapshots.")
+@click.option("--coverage", "show_coverage", is_flag=True, help="Print the agent coverage table.")
+@click.option("--coverage-json", default=None, help="Write agent coverage as JSON to this file.")
+@click.option("--coverage-html", default=None, help="Write agent coverage as HTML to this file.")
+@click.option(
+    "--fail-under", type=click.FloatRange(0, 100), default=None, help="Minimum coverage (%)."
+)
+@click.option("--mutate", is_flag=True, help="Mutation testing: does the suite catch edits?")
 @click.option(
     "--no-fail-on-assertion",
     "no_fail_on_assertion",
@@ -467,6 +474,11 @@ def test_cmd(
     record: bool,
     refresh_stale: bool,
     update_snapshots: bool,
+    show_coverage: bool,
+    coverage_json: str | None,
+    coverage_html: str | None,
+    fail_under: float | None,
+    mutate: bool,
     no_fail_on_assertion: bool,
 ) -> None:
     """Run test specs (Salesforce A/B/C and XML, Mantle scenarios, conversation files)."""
@@ -503,6 +515,11 @@ def test_cmd(
         refresh_stale=refresh_stale,
         update_snapshots=update_snapshots,
         fail_on_assertion=not no_fail_on_assertion,
+        coverage=show_coverage,
+        coverage_json=Path(coverage_json) if coverage_json else None,
+        coverage_html=Path(coverage_html) if coverage_html else None,
+        fail_under=fail_under,
+        mutate=mutate,
     )
     code = test_command(
         options, lambda text: click.echo(text, nl=False), lambda text: click.echo(text, err=True)

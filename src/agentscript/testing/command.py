@@ -13,8 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from agentscript.engine.session import AgentBase
 from agentscript.models.base import Model, ModelError
+from agentscript.testing import coverage as agent_coverage
 from agentscript.testing.discovery import AgentCache, collect
 from agentscript.testing.errors import NotASpec, SpecError
 from agentscript.testing.judge import JudgeSettings
@@ -48,6 +51,11 @@ class TestOptions:
     refresh_stale: bool = False
     update_snapshots: bool = False
     fail_on_assertion: bool = True
+    coverage: bool = False  # print the agent coverage table
+    coverage_json: Path | None = None
+    coverage_html: Path | None = None
+    fail_under: float | None = None  # exit 1 when an agent's coverage is below this percent
+    mutate: bool = False  # mutation testing of each tested agent
     base: Path = field(default_factory=Path.cwd)
 
 
@@ -63,7 +71,13 @@ def selected(result_case: str, utterances: list[str], pattern: str | None) -> bo
     return any(fnmatch.fnmatch(t.lower(), glob.lower()) for t in texts)
 
 
-async def run_suites(suites: list[Suite], agents: AgentCache, options: TestOptions) -> RunResult:
+async def run_suites(
+    suites: list[Suite],
+    agents: AgentCache,
+    options: TestOptions,
+    steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] | None = None,
+) -> RunResult:
+    """Run every selected case; ``steps`` (when given) collects each agent's trace steps."""
     run = RunResult(judged_blocking=options.judge_blocking)
     started = time.perf_counter()
     run_options = RunOptions(
@@ -103,6 +117,9 @@ async def run_suites(suites: list[Suite], agents: AgentCache, options: TestOptio
         else:
             results = list(await asyncio.gather(*(one(n, c) for n, c in numbered)))
         run.cases += results
+        if steps is not None:
+            _, collected = steps.setdefault(id(agent), (agent, []))
+            collected += [s for r in results for t in r.turns for s in t.steps]
         run.stale.update(store.stale)
         store.save()
         if stop:
@@ -136,19 +153,95 @@ def test_command(
         agents = AgentCache()
         for suite in suites:
             agents.for_suite(suite, options.agent)
-        run = asyncio.run(run_suites(suites, agents, options))
+        steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] = {}
+        run = asyncio.run(run_suites(suites, agents, options, steps))
     except (SpecError, ModelError) as exc:
         error(str(exc))
         return EXIT_USAGE
     text = REPORTERS[options.result_format](run, options.verbose)
     echo(text)
+    below = _report_coverage(options, steps, echo, error)
+    if options.mutate:
+        out = echo if options.result_format == "human" else error
+        for agent_path, group in _by_agent(suites, agents, options).items():
+            out(asyncio.run(_mutation_run(agent_path, group, options)))
     if options.output_dir is not None:
         options.output_dir.mkdir(parents=True, exist_ok=True)
         suffix = SUFFIXES[options.result_format]
         (options.output_dir / f"test-result.{suffix}").write_text(text, encoding="utf-8")
     counts = run.counts()
+    if below:
+        return EXIT_FAILED
     if counts[Status.ERROR]:
         return EXIT_FAILED
     if counts[Status.FAILURE] and options.fail_on_assertion:
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _report_coverage(
+    options: TestOptions,
+    steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]],
+    echo: Callable[[str], None],
+    error: Callable[[str], None],
+) -> bool:
+    """Print/write agent coverage as asked; True when some agent is under ``fail_under``."""
+    wanted = options.coverage or options.coverage_json or options.coverage_html
+    if not wanted and options.fail_under is None:
+        return False
+    measured = [agent_coverage.measure(agent, found) for agent, found in steps.values()]
+    if options.coverage or options.fail_under is not None:
+        # To stderr when the result itself is machine-readable on stdout.
+        out = echo if options.result_format == "human" else error
+        for cov in measured:
+            out(agent_coverage.render_table(cov))
+    if options.coverage_json is not None:
+        options.coverage_json.write_text(agent_coverage.render_json(measured), encoding="utf-8")
+    if options.coverage_html is not None:
+        options.coverage_html.write_text(agent_coverage.render_html(measured), encoding="utf-8")
+    if options.fail_under is None:
+        return False
+    low = [c for c in measured if c.percent < options.fail_under]
+    for cov in low:
+        error(
+            f"coverage of {cov.agent} is {cov.percent:.1f}%, under --fail-under "
+            f"{options.fail_under:g}%"
+        )
+    return bool(low)
+
+
+def _by_agent(
+    suites: list[Suite], agents: AgentCache, options: TestOptions
+) -> dict[Path, list[Suite]]:
+    groups: dict[Path, list[Suite]] = {}
+    for suite in suites:
+        agent = agents.for_suite(suite, options.agent)
+        if agent.path is not None:
+            groups.setdefault(agent.path.resolve(), []).append(suite)
+    return groups
+
+
+async def _mutation_run(agent_path: Path, suites: list[Suite], options: TestOptions) -> str:
+    from dataclasses import replace
+
+    from agentscript.testing import mutation
+
+    if agent_path.is_dir():
+        mutants = mutation.mantle_mutants(agent_path)
+    else:
+        mutants = mutation.script_mutants(agent_path)
+    quiet = replace(
+        options, record=False, refresh_stale=False, update_snapshots=False, fail_fast=True
+    )
+
+    async def suite_fails(mutant_path: Path) -> bool:
+        cache = AgentCache()
+        try:
+            cache.load(mutant_path, suites[0].path)
+        except SpecError:
+            raise mutation.invalid() from None
+        run = await run_suites(suites, cache, replace(quiet, agent=mutant_path))
+        return run.failed
+
+    await mutation.run_mutants(agent_path, mutants, suite_fails)
+    return mutation.render(str(agent_path), mutants)
