@@ -197,9 +197,9 @@ class ProcedureExecutor:
         self, stmt: IfStmt, node: Node, prompt: list[str] | None, outputs: dict[str, Any] | None
     ) -> None:
         env = self.env(node, outputs)
-        # Which branch ran ("if", "elif 1", ..., "else"; "else" also when no branch ran):
-        # a decision like any other, read by `agentscript test --coverage`.
-        step = self.trace.add("BRANCH_STEP", node=node.name, line=stmt.span.line, taken="else")
+        # Which branch ran ("if", "elif 1", ..., "else"; "else" also when no branch ran), for
+        # `agentscript test --coverage`; kept beside the steps so step order is unchanged.
+        step = self.trace.add_branch(node.name, stmt.span.line)
         if self.condition(stmt.condition, env):
             step["taken"] = "if"
             await self.exec_block(stmt.body, node, prompt=prompt, outputs=outputs)

@@ -4,7 +4,7 @@ Items of an Agent Script agent: each subagent (entered: NODE_ENTER), each action
 (ran: ACTION_STEP), each transition edge from a transition tool or a ``transition to``
 statement (taken: TRANSITION_STEP), each ``available when`` gate seen *open* and seen *closed*
 (RESOLUTION_STEP ``tools`` / ``hiddenTools``: two items per gate), and each branch of each
-``if`` (``if``, every ``else if``, and ``else`` — present or implicit: BRANCH_STEP). Items of a
+``if`` (``if``, every ``else if``, and ``else`` — present or implicit: the trace's ``branches``). Items of a
 Mantle project: each skill (SKILL_STEP activated), ordered block (BLOCK_STEP entered), step
 (BLOCK_STEP entered/advanced at it) and tool constraint (the tool ran or was refused).
 
@@ -180,7 +180,7 @@ def covered_ids(steps: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
                 done.add(("gate_open", f"{node}.{tool}"))
             for tool in step.get("hiddenTools") or []:
                 done.add(("gate_closed", f"{node}.{tool}"))
-        elif kind == "BRANCH_STEP":
+        elif kind == "BRANCH":  # from the trace's `branches` list (see TurnOutcome.steps)
             done.add(("branch", f"{node}:{step.get('line')} {step.get('taken')}"))
         elif kind == "SKILL_STEP":
             current_skill = str(step.get("skill") or current_skill)

@@ -38,8 +38,13 @@ class Mutant:
     status: str = "pending"  # killed | survived | invalid
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "file": str(self.file), "line": self.line,
-                "description": self.description, "status": self.status}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "file": str(self.file),
+            "line": self.line,
+            "description": self.description,
+            "status": self.status,
+        }
 
 
 def _walk(value: Any) -> Iterator[Any]:
@@ -53,6 +58,10 @@ def _walk(value: Any) -> Iterator[Any]:
             for f in dataclasses.fields(node):
                 if f.name not in ("span", "comments", "trailing_comment", "trailing_comments"):
                     stack.append(getattr(node, f.name))
+
+
+def _replace_line(lines: list[str], number: int, text: str) -> str:
+    return "".join([*lines[: number - 1], text, *lines[number:]])
 
 
 def _without_lines(lines: list[str], first: int, last: int) -> str:
@@ -72,8 +81,15 @@ def script_mutants(path: Path) -> list[Mutant]:
     for node in _walk(document):
         line = node.span.line if hasattr(node, "span") else 0
         if isinstance(node, AvailableWhenStmt):
-            found.append(Mutant("drop_available_when", name, line, lines[line - 1].strip(),
-                                _without_lines(lines, line, line)))  # fmt: skip
+            found.append(
+                Mutant(
+                    "drop_available_when",
+                    name,
+                    line,
+                    lines[line - 1].strip(),
+                    _without_lines(lines, line, line),
+                )
+            )
         elif isinstance(node, IfStmt):
             clauses = [(node.span.line, "if")] + [(c.span.line, "else if") for c in node.else_ifs]
             for at, keyword in clauses:
@@ -81,7 +97,7 @@ def script_mutants(path: Path) -> list[Mutant]:
                 match = re.match(rf"^(\s*{keyword}\s+)(.*?)(\s*:\s*(#.*)?)$", source.rstrip("\n"))
                 if match:
                     inverted = f"{match.group(1)}not ({match.group(2)}){match.group(3)}\n"
-                    mutated = "".join(lines[: at - 1] + [inverted] + lines[at:])
+                    mutated = _replace_line(lines, at, inverted)
                     found.append(Mutant("invert_if", name, at, source.strip(), mutated))
         elif isinstance(node, TransitionStmt | SetStmt | RunStmt):
             source = lines[line - 1]
@@ -90,16 +106,24 @@ def script_mutants(path: Path) -> list[Mutant]:
                 others = [n for n in nodes if target and n != target.group(2)]
                 if target and others:
                     swapped = source.replace(target.group(0), f"@subagent.{others[0]}", 1)
-                    mutated = "".join(lines[: line - 1] + [swapped] + lines[line:])
-                    found.append(Mutant("swap_transition", name, line,
-                                        f"{source.strip()} -> {others[0]}", mutated))  # fmt: skip
+                    mutated = _replace_line(lines, line, swapped)
+                    found.append(
+                        Mutant(
+                            "swap_transition",
+                            name,
+                            line,
+                            f"{source.strip()} -> {others[0]}",
+                            mutated,
+                        )
+                    )
             if isinstance(node, SetStmt | RunStmt) and source.lstrip().startswith(("set ", "run ")):
                 kind = "delete_set" if isinstance(node, SetStmt) else "delete_run"
                 last = max(node.span.end_line, line)
                 if node.span.end_column == 1 and last > line:
                     last -= 1
-                found.append(Mutant(kind, name, line, source.strip(),
-                                    _without_lines(lines, line, last)))  # fmt: skip
+                found.append(
+                    Mutant(kind, name, line, source.strip(), _without_lines(lines, line, last))
+                )
     # Transition tools (`x: @utils.transition to @subagent.y`) are entries, not statements.
     for index, source in enumerate(lines, start=1):
         if "@utils.transition to" in source:
@@ -107,9 +131,15 @@ def script_mutants(path: Path) -> list[Mutant]:
             others = [n for n in nodes if target and n != target.group(2)]
             if target and others:
                 swapped = source.replace(target.group(0), f"@subagent.{others[0]}", 1)
-                found.append(Mutant("swap_transition", name, index,
-                                    f"{source.strip()} -> {others[0]}",
-                                    "".join(lines[: index - 1] + [swapped] + lines[index:])))  # fmt: skip
+                found.append(
+                    Mutant(
+                        "swap_transition",
+                        name,
+                        index,
+                        f"{source.strip()} -> {others[0]}",
+                        _replace_line(lines, index, swapped),
+                    )
+                )
     unique: dict[tuple[str, int], Mutant] = {}
     for mutant in found:
         unique.setdefault((mutant.kind, mutant.line), mutant)
@@ -131,8 +161,15 @@ def mantle_mutants(project: Path) -> list[Mutant]:
             elif indent == 0 and stripped:
                 in_constraints = False
             if in_constraints and stripped.startswith("requires:"):
-                found.append(Mutant("drop_tool_constraint", relative, index, stripped,
-                                    _without_lines(lines, index, index)))  # fmt: skip
+                found.append(
+                    Mutant(
+                        "drop_tool_constraint",
+                        relative,
+                        index,
+                        stripped,
+                        _without_lines(lines, index, index),
+                    )
+                )
             if re.match(r"^\s*-\s*(id|collect|execute_tool|set_memory|utter):", source):
                 last = index
                 while (
@@ -142,8 +179,15 @@ def mantle_mutants(project: Path) -> list[Mutant]:
                     and not lines[last].lstrip().startswith("- ")
                 ):
                     last += 1
-                found.append(Mutant("drop_block_step", relative, index, stripped,
-                                    _without_lines(lines, index, last)))  # fmt: skip
+                found.append(
+                    Mutant(
+                        "drop_block_step",
+                        relative,
+                        index,
+                        stripped,
+                        _without_lines(lines, index, last),
+                    )
+                )
     return found
 
 
@@ -193,6 +237,7 @@ def render(agent: str, mutants: list[Mutant]) -> str:
     ]
     for mutant in mutants:
         if mutant.status == "survived":
-            lines.append(f"  SURVIVED {mutant.file}:{mutant.line} {mutant.kind}: "
-                         f"{mutant.description}")  # fmt: skip
+            lines.append(
+                f"  SURVIVED {mutant.file}:{mutant.line} {mutant.kind}: {mutant.description}"
+            )
     return "\n".join(lines) + "\n"

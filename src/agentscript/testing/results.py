@@ -73,8 +73,10 @@ class TurnOutcome:
 
     @property
     def steps(self) -> list[dict[str, Any]]:
+        """The turn's trace steps, then one ``BRANCH`` pseudo-step per ``if`` decided."""
         steps: list[dict[str, Any]] = self.reply.trace.get("planTrace", {}).get("steps", [])
-        return steps
+        branches = [{"type": "BRANCH", **b} for b in self.reply.trace.get("branches", [])]
+        return steps + branches if branches else steps
 
 
 def invoked_actions(steps: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
