@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 if str(TESTS) not in sys.path:
