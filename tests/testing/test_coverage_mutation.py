@@ -81,3 +81,37 @@ def test_weak_suite_lets_the_dropped_gate_survive_and_strong_suite_kills_it() ->
     assert code == 0
     assert "8 mutants, 8 killed, 0 survived, 0 invalid; mutation score 100.0%" in out
     assert "SURVIVED" not in out
+
+
+def test_mantle_coverage_counts_skills_blocks_steps_and_tool_constraints(tmp_path: Path) -> None:
+    from conftest import ROOT
+
+    from agentscript import load
+
+    project = ROOT / "examples" / "card_bank"
+    model = load(project).project  # type: ignore[attr-defined]
+    out = tmp_path / "coverage.json"
+    code, _, _ = run_test(str(project / "conversations"), "--coverage-json", str(out))
+    assert code == 0
+    cov = json.loads(out.read_text(encoding="utf-8"))[0]
+    skills = model.skills.values()
+    assert cov["byKind"]["skill"]["total"] == len(skills)
+    assert cov["byKind"]["step"]["total"] == sum(
+        len(b.steps) for s in skills for b in s.blocks.values()
+    )
+    assert cov["byKind"]["tool_constraint"]["total"] == sum(len(s.tool_constraints) for s in skills)
+    ids = {i["id"] for i in cov["items"] if i["covered"]}
+    assert "card_replace" in ids and "card_replace.order_card.place_order" in ids
+
+
+def test_mantle_mutants_drop_constraints_and_block_steps() -> None:
+    from conftest import ROOT
+
+    from agentscript.testing.mutation import mantle_mutants
+
+    mutants = mantle_mutants(ROOT / "examples" / "card_bank")
+    kinds = {m.kind for m in mutants}
+    assert kinds == {"drop_tool_constraint", "drop_block_step"}
+    dropped = next(m for m in mutants if m.description == "- id: place_order")
+    assert "execute_tool: order_replacement" not in dropped.text
+    assert "id: pick_shipping" in dropped.text

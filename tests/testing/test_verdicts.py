@@ -108,3 +108,18 @@ def test_every_example_agent_passes_its_specs() -> None:
         code, data = run_json(str(example))
         assert code == 0, (example, data)
         assert data["testCases"], example
+
+
+def test_parallel_jobs_give_the_same_verdicts(order_copy: Path) -> None:
+    _break(order_copy)
+    _, one = run_json(str(order_copy / "specs"))
+    _, two = run_json(str(order_copy / "specs"), "-j", "2")
+
+    def verdicts(data: dict[str, object]) -> list[tuple[str, str, str]]:
+        return [
+            (case["name"], r["name"], r["result"])
+            for case in data["testCases"]  # type: ignore[attr-defined]
+            for r in case["testResults"]
+        ]
+
+    assert verdicts(one) == verdicts(two)
