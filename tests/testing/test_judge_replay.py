@@ -152,8 +152,9 @@ def test_recording_goes_stale_when_a_prompt_changes_and_refresh_rerecords_only_i
         ),
         encoding="utf-8",
     )
-    code, out, _ = run_test(str(spec), env=ENV)
-    assert code == 1
+    code, out, _ = run_test(str(spec), "--no-fail-on-assertion", env=ENV)
+    assert code == 1  # a stale recording is an error, not an assertion failure
+    assert "ERROR   " in out and "is stale" in out
     assert "STALE recording Live/Test Case #1|1|router|0" in out
     assert "-Route the customer's request." in out and "+Route every request." in out
     with OpenAIServer([TURN[0]]) as server:
@@ -214,3 +215,13 @@ def test_mantle_scenario_user_played_by_a_model(tmp_path: Path) -> None:
         "tool_not_executed",
     ]
     assert case["inputs"]["utterance"] == "Hi!"
+
+
+def test_a_case_with_no_recording_and_no_model_is_an_error(order_copy: Path) -> None:
+    spec = order_copy / "live.yaml"
+    spec.write_text(LIVE_SPEC, encoding="utf-8")
+    code, data = run_json(str(spec), env=ENV)
+    assert code == 1
+    case = data["testCases"][0]
+    assert case["status"] == "ERROR"
+    assert "no recorded answer for call Live/Test Case #1|1|router|0" in case["errorMessage"]

@@ -154,6 +154,9 @@ class ReplayModel:
         self.case = case
         self.turn = 0
         self._counts: dict[tuple[int, str], int] = {}
+        # The engine turns a model failure into a failed turn; the runner needs to know it was
+        # the recording (missing or stale) so the case is an ERROR, not a wrong answer.
+        self.failure: str | None = None
 
     def key(self, node: str) -> str:
         index = self._counts.get((self.turn, node), 0)
@@ -163,4 +166,8 @@ class ReplayModel:
     async def complete(
         self, request: ModelRequest, *, stream: TextSink | None = None
     ) -> ModelResponse:
-        return await self.store.answer(self.key(request.node or "agent"), request, self.live)
+        try:
+            return await self.store.answer(self.key(request.node or "agent"), request, self.live)
+        except ModelError as exc:
+            self.failure = self.failure or str(exc)
+            raise

@@ -134,6 +134,8 @@ class CaseRunner:
             replay.turn = number
             outcome = await self._send(session, spec.utterance)
             result.turns.append(outcome)
+            if replay.failure is not None:
+                raise ModelError(f"turn {number}: {replay.failure}")
             transcript += [
                 {"role": "user", "text": spec.utterance},
                 {"role": "agent", "text": outcome.reply.text},
@@ -187,6 +189,8 @@ class CaseRunner:
             replay.turn = number
             outcome = await self._send(session, text)
             result.turns.append(outcome)
+            if replay.failure is not None:
+                raise ModelError(f"turn {number}: {replay.failure}")
             result.transcript += [
                 {"role": "user", "text": text},
                 {"role": "agent", "text": outcome.reply.text},
