@@ -24,7 +24,7 @@ from agentscript.testing.faults import fault_function, fault_timeouts
 from agentscript.testing.judge import JudgeSettings, judge
 from agentscript.testing.replay import ReplayModel, ReplayStore
 from agentscript.testing.results import CaseResult, TurnOutcome, Verdict
-from agentscript.testing.spec import Case, CheckKind, MatchRule, Suite
+from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, Suite
 from agentscript.testing.whitebox import check_whitebox
 
 SIMULATOR_SYSTEM = (
@@ -73,7 +73,6 @@ class CaseRunner:
         self.suite = suite
         self.store = store
         self.options = options
-        self._case_key = suite.name
 
     @property
     def rule(self) -> MatchRule:
@@ -121,7 +120,6 @@ class CaseRunner:
         replay = ReplayModel(self.store, self.options.model, f"{self.suite.name}/{case.name}")
         scripted = ScriptedModel()
         chooser = _Chooser(replay, scripted)
-        self._case_key = replay.case
         session = self._session(case, chooser)
         transcript = result.transcript
         for turn in case.history:
@@ -142,7 +140,9 @@ class CaseRunner:
             ]
             for check in spec.checks:
                 if check.kind.judged:
-                    result.verdicts.append(await self._judge(check, transcript, number))
+                    result.verdicts.append(
+                        await self._judge(replay.case, check, transcript, number)
+                    )
                 elif check.kind is CheckKind.WHITEBOX:
                     snapshots = self.suite.path.with_name(self.suite.path.name + ".snapshots")
                     result.verdicts.append(
@@ -161,7 +161,9 @@ class CaseRunner:
             if check.kind is CheckKind.MANTLE:
                 result.verdicts.append(matchers.check_mantle(check, result.turns))
             else:
-                result.verdicts.append(await self._judge(check, transcript, len(result.turns)))
+                result.verdicts.append(
+                    await self._judge(replay.case, check, transcript, len(result.turns))
+                )
 
     async def _send(self, session: Session, text: str) -> TurnOutcome:
         started = time.perf_counter()
@@ -196,9 +198,11 @@ class CaseRunner:
                 {"role": "agent", "text": outcome.reply.text},
             ]
 
-    async def _judge(self, check: Any, transcript: list[dict[str, str]], turn: int) -> Verdict:
+    async def _judge(
+        self, base: str, check: Check, transcript: list[dict[str, str]], turn: int
+    ) -> Verdict:
+        """``base`` is the case's key in the recording (cases may run concurrently)."""
         live = self.options.judge_model or self.options.model
-        base = self._case_key
 
         async def ask(key: str, request: ModelRequest) -> ModelResponse:
             return await self.store.answer(f"{base}|{turn}|judge|{key}", request, live)
