@@ -123,3 +123,24 @@ def test_parallel_jobs_give_the_same_verdicts(order_copy: Path) -> None:
         ]
 
     assert verdicts(one) == verdicts(two)
+
+
+def test_expected_actions_may_use_definition_or_tool_names(tmp_path: Path) -> None:
+    import shutil
+
+    from conftest import ROOT
+
+    folder = tmp_path / "security_gate"
+    shutil.copytree(ROOT / "examples" / "security_gate", folder)
+    spec = folder / "specs" / "Security_Gate-testSpec.yaml"
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(
+        text.replace(
+            "expectedActions: [go_account, verify, update_account]",
+            "expectedActions: [go_account, verify_identity, update_account_info]",
+        ),
+        encoding="utf-8",
+    )
+    assert "update_account_info]" in spec.read_text(encoding="utf-8")
+    code, data = run_json(str(spec))
+    assert code == 0, data

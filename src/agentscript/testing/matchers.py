@@ -45,6 +45,18 @@ def actions_match(expected: list[str], actual: list[str], rule: MatchRule) -> bo
     return set(actual) <= set(expected)
 
 
+def by_tool_name(expected: list[str], turn: TurnOutcome) -> list[str]:
+    """Expected names written as action *definition* names (``update_account_info``) mapped to
+    the tool name that ran them (``update_account``), so either spelling matches."""
+    ran = set(turn.reply.actions)
+    alias = {
+        str(step.get("action")): str(step.get("name"))
+        for step in turn.steps
+        if step.get("type") == "ACTION_STEP" and step.get("action") != step.get("name")
+    }
+    return [name if name in ran else alias.get(name, name) for name in expected]
+
+
 _RULE_TEXT = {
     MatchRule.EXACT: "exactly these actions in this order",
     MatchRule.IN_ORDER: "these actions in this order, others allowed between",
@@ -84,7 +96,7 @@ def check_turn(check: Check, turn: TurnOutcome, rule: MatchRule, number: int) ->
     if kind is CheckKind.ACTIONS:
         chosen = check.params.get("rule", rule)
         assert isinstance(chosen, MatchRule)
-        ok = actions_match(list(check.expected), reply.actions, chosen)
+        ok = actions_match(by_tool_name(list(check.expected), turn), reply.actions, chosen)
         why = (
             f"actions (rule {chosen.value}: {_RULE_TEXT[chosen]}): expected "
             f"{check.expected}, got {reply.actions}"
