@@ -169,5 +169,6 @@ class ReplayModel:
         try:
             return await self.store.answer(self.key(request.node or "agent"), request, self.live)
         except ModelError as exc:
-            self.failure = self.failure or str(exc)
+            # The first line only: a stale call's prompt diff is listed once, in the report.
+            self.failure = self.failure or str(exc).splitlines()[0]
             raise
