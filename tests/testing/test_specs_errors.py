@@ -70,3 +70,35 @@ def test_unknown_run_eval_step_type(order_copy: Path) -> None:
     code, _, err = run_test(str(spec))
     assert code == 2
     assert f"{spec}:2:" in err and "unknown step type 'agent.dance'" in err
+
+
+def test_fifos_are_never_opened_as_agents_or_specs(tmp_path: Path) -> None:
+    # Opening a FIFO blocks until a writer comes: the agent search and the spec reader only
+    # ever open regular files.
+    import os
+
+    from agentscript.testing.discovery import agent_files
+    from agentscript.testing.errors import SpecError
+    from agentscript.testing.readers import read_spec
+
+    os.mkfifo(tmp_path / "pipe.agent")
+    os.mkfifo(tmp_path / "pipe.yaml")
+    (tmp_path / "real.agent").write_text("# not an agent\n", encoding="utf-8")
+    assert agent_files(tmp_path, 2) == [tmp_path / "real.agent"]
+    with pytest.raises(SpecError, match="not a regular file"):
+        read_spec(tmp_path / "pipe.yaml")
+
+
+def test_subject_name_prefers_the_agent_nearest_the_spec(order_copy: Path) -> None:
+    # Another agent with the same developer_name elsewhere in the project is not picked.
+    (order_copy / ".git").mkdir()
+    elsewhere = order_copy / "aa_other"  # sorts before the real one by name
+    elsewhere.mkdir()
+    text = (order_copy / "order_status.agent").read_text(encoding="utf-8")
+    broken = text.replace(
+        "go_to_orders: @utils.transition to @subagent.Order_Management",
+        "go_to_orders: @utils.transition to @subagent.escalate_order",
+    )
+    (elsewhere / "copy.agent").write_text(broken, encoding="utf-8")
+    code, out, _ = run_test(str(order_copy / "specs"), "--verbose")
+    assert code == 0, out

@@ -3,13 +3,17 @@
 Specs: each PATH is a file or a folder searched recursively; with no PATH, ``specs/``,
 ``tests/`` and ``eval/`` beside the agent (``--agent``) or in the current folder. The agent:
 ``--agent`` wins; else the spec's ``x-agentscript.agent``; a Salesforce spec's ``subjectName``
-is matched to ``config.developer_name`` of the ``.agent`` files in the spec's folder and up to
-three folders above it; a Mantle scenario belongs to the project (``agent.yml``) above it; a
+is matched to ``config.developer_name`` of the regular ``.agent`` files of the spec's project
+(the nearest folder at most three above the spec's with ``sfdx-project.json``,
+``agentscript.toml``, ``pyproject.toml`` or ``.git``; else the folder above the spec's), nearest
+first; a Mantle scenario belongs to the project (``agent.yml``) above it; a
 conversation file to the one agent beside it.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from agentscript.diagnostics import AgentScriptError
@@ -20,7 +24,56 @@ from agentscript.testing.readers import is_spec_file
 from agentscript.testing.spec import Suite
 
 DEFAULT_FOLDERS = ("specs", "tests", "eval")
+# The project a spec belongs to: the nearest folder (at most _SEARCH_UP above the spec's) with
+# one of these; `subjectName` is looked up in the `.agent` files under it.
+PROJECT_MARKERS = ("sfdx-project.json", "agentscript.toml", "pyproject.toml", ".git")
 _SEARCH_UP = 3
+_MAX_DEPTH = 8  # folder levels searched under the project root
+_MAX_FILES = 20_000  # entries visited at most: a search never walks a whole disk
+_SKIP = {".git", ".venv", "venv", "node_modules", "__pycache__", ".sfdx", ".sf", ".tox"}
+
+
+def project_root(folder: Path) -> Path | None:
+    for candidate in [folder, *folder.parents][: _SEARCH_UP + 1]:
+        if any((candidate / marker).exists() for marker in PROJECT_MARKERS):
+            return candidate
+    return None
+
+
+def agent_files(root: Path, max_depth: int) -> list[Path]:
+    """Regular ``*.agent`` files under ``root`` (never a FIFO or device: opening one blocks),
+    skipping tool folders, at most ``max_depth`` levels down and ``_MAX_FILES`` entries."""
+    found: list[Path] = []
+    visited = 0
+    for current, folders, files in os.walk(root):
+        depth = len(Path(current).relative_to(root).parts)
+        folders[:] = sorted(f for f in folders if f not in _SKIP and depth < max_depth)
+        visited += len(files) + len(folders)
+        for name in sorted(files):
+            path = Path(current) / name
+            if name.endswith(".agent") and stat.S_ISREG(_mode(path)):
+                found.append(path)
+        if visited > _MAX_FILES:
+            break
+    return found
+
+
+def _distance(a: Path, b: Path) -> int:
+    """Folder steps from ``a`` to ``b`` in the tree (up to the common folder, then down)."""
+    left, right = a.resolve().parts, b.parts
+    shared = 0
+    for x, y in zip(left, right, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return (len(left) - shared) + (len(right) - shared)
+
+
+def _mode(path: Path) -> int:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return 0
 
 
 def collect(paths: list[Path], base: Path) -> list[tuple[Path, bool]]:
@@ -62,6 +115,13 @@ class AgentCache:
     def developer_name(self, path: Path) -> str | None:
         if path not in self._names:
             try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            if "developer_name" not in text and "agent_name" not in text:
+                self._names[path] = None  # cheap test first: most files are not the one
+                return None
+            try:
                 agent = load(path)
             except AgentScriptError:
                 self._names[path] = None
@@ -77,26 +137,23 @@ class AgentCache:
             return self.load(suite.agent_path, suite.path)
         folder = suite.path.resolve().parent
         if suite.subject_name:
-            for level in range(_SEARCH_UP + 1):
-                candidates = (
-                    sorted(folder.rglob("*.agent")) if level else sorted(folder.glob("*.agent"))
-                )
-                for candidate in candidates:
-                    if self.developer_name(candidate.resolve()) == suite.subject_name:
-                        return self.load(candidate, suite.path)
-                if folder.parent == folder:
-                    break
-                folder = folder.parent
+            root = project_root(folder)
+            found = agent_files(root or folder.parent, _MAX_DEPTH if root else 2)
+            # Nearest first: an agent beside the spec wins over one elsewhere in the project.
+            found.sort(key=lambda p: (_distance(p.parent, folder), str(p)))
+            for candidate in found:
+                if self.developer_name(candidate.resolve()) == suite.subject_name:
+                    return self.load(candidate, suite.path)
             raise SpecError(
                 suite.path,
                 None,
                 f"subjectName {suite.subject_name!r} matches no .agent file's "
-                "config.developer_name near the spec; pass --agent PATH",
+                f"config.developer_name under {root or folder.parent}; pass --agent PATH",
             )
         for _ in range(_SEARCH_UP + 1):
             if (folder / "agent.yml").is_file():
                 return self.load(folder, suite.path)
-            agents = sorted(folder.glob("*.agent"))
+            agents = sorted(p for p in folder.glob("*.agent") if stat.S_ISREG(_mode(p)))
             if len(agents) == 1:
                 return self.load(agents[0], suite.path)
             if len(agents) > 1:

@@ -27,6 +27,9 @@ def is_spec_file(path: Path) -> bool:
 
 
 def read_spec(path: Path) -> Suite:
+    if path.exists() and not path.is_file():
+        # A folder, FIFO or device: opening a FIFO would wait for a writer forever.
+        raise SpecError(path, None, "not a regular file")
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
