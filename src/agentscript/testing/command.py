@@ -1,8 +1,9 @@
 """``agentscript test``: read specs, run their cases, report, and return the exit code.
 
-Exit codes: 0 every case passed; 1 a case failed an expectation (judged ones only with
-``judge_blocking``) or could not run (unless ``fail_on_assertion`` is off: then only cases that
-could not run give 1); 2 bad usage or a bad spec (the message names the file and line).
+Exit codes (``agentscript.commands.ExitCode``): ``OK`` every case passed; ``FAILED`` a case
+failed an expectation (judged ones only with ``judge_blocking``) or could not run (unless
+``fail_on_assertion`` is off: then only cases that could not run give ``FAILED``); ``USAGE`` bad
+usage or a bad spec (the message names the file and line).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentscript.commands import ExitCode
 from agentscript.engine.session import AgentBase
 from agentscript.models.base import Model, ModelError
 from agentscript.testing import coverage as agent_coverage
@@ -27,8 +29,6 @@ from agentscript.testing.reporters import REPORTERS, SUFFIXES
 from agentscript.testing.results import CaseResult, RunResult, Status
 from agentscript.testing.runner import CaseRunner, RunOptions
 from agentscript.testing.spec import MatchRule, Suite
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 @dataclass
@@ -130,16 +130,16 @@ async def run_suites(
 
 def test_command(
     options: TestOptions, echo: Callable[[str], None], error: Callable[[str], None]
-) -> int:
+) -> ExitCode:
     if options.result_format not in REPORTERS:
         error(f"unknown result format {options.result_format!r}; use {', '.join(REPORTERS)}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         base = options.agent.parent if options.agent else options.base
         files = collect(options.paths, base)
         if not files:
             error("no spec files found (give PATH, or put specs in specs/, tests/ or eval/)")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         suites = []
         for path, explicit in files:
             try:
@@ -149,7 +149,7 @@ def test_command(
                     raise
         if not suites:
             error("no spec files found among the given paths")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         agents = AgentCache()
         for suite in suites:
             agents.for_suite(suite, options.agent)
@@ -157,7 +157,7 @@ def test_command(
         run = asyncio.run(run_suites(suites, agents, options, steps))
     except (SpecError, ModelError) as exc:
         error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     text = REPORTERS[options.result_format](run, options.verbose)
     echo(text)
     below = _report_coverage(options, steps, echo, error)
@@ -171,12 +171,12 @@ def test_command(
         (options.output_dir / f"test-result.{suffix}").write_text(text, encoding="utf-8")
     counts = run.counts()
     if below:
-        return EXIT_FAILED
+        return ExitCode.FAILED
     if counts[Status.ERROR]:
-        return EXIT_FAILED
+        return ExitCode.FAILED
     if counts[Status.FAILURE] and options.fail_on_assertion:
-        return EXIT_FAILED
-    return EXIT_OK
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def _report_coverage(
