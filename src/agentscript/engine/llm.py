@@ -40,8 +40,12 @@ async def call_model(
     *,
     iteration: int,
     stream: TextSink | None = None,
+    max_reply_chars: int | None = None,
 ) -> ModelResponse:
-    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError."""
+    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
+
+    A reply whose text is longer than ``max_reply_chars`` (``Limits.max_reply_chars``) is a
+    failure too: it is neither stored in the history nor traced in full."""
     step = trace.add(
         "LLM_STEP",
         node=request.node,
@@ -67,6 +71,14 @@ async def call_model(
         step["error"] = str(exc)
         raise TurnError(f"the model failed: {exc}") from None
     step["durationMs"] = elapsed_ms(started)
+    if max_reply_chars is not None and len(response.text or "") > max_reply_chars:
+        message = (
+            f"the model's reply is longer than Limits.max_reply_chars ({max_reply_chars} "
+            f"characters); it was dropped"
+        )
+        step["error"] = message
+        step["output"] = {"text": (response.text or "")[:200] + "…", "tool_calls": []}
+        raise TurnError(message)
     response.tool_calls = [bounded_call(call) for call in response.tool_calls]
     step["output"] = response.to_json()
     if response.model:

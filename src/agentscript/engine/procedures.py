@@ -10,7 +10,7 @@ A transition is raised as :class:`TransitionSignal`, so the rest of the procedur
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentscript.actions.registry import ActionError, ActionRequest, ActionRunner
 from agentscript.check.outline import ActionDef
@@ -18,7 +18,8 @@ from agentscript.engine.program import Node, Program, capture_tool_name, variabl
 from agentscript.engine.state import SessionState
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
-from agentscript.expr.values import to_display
+from agentscript.expr.values import TypeMismatch, coerce_to_type, parse_type, to_display
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.syntax.tree import (
     Block,
     CollectStmt,
@@ -33,6 +34,9 @@ from agentscript.syntax.tree import (
     WithStmt,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
+
+if TYPE_CHECKING:
+    from agentscript.engine.turn import Limits
 
 
 def render_text(
@@ -82,6 +86,8 @@ class ProcedureFailure(Exception):
 
 class ProcedureExecutor:
     """Runs procedures against one session's state, recording every step in the trace."""
+
+    limits: Limits  # set by the turn runner that subclasses this
 
     def __init__(
         self,
@@ -187,11 +193,33 @@ class ProcedureExecutor:
                 f"set at line {stmt.span.line}: @variables.{name} is linked (read-only)"
             )
         try:
-            self.state.variables[name] = self.value(stmt.value, self.env(node, outputs))
+            value = self.value(stmt.value, self.env(node, outputs))
         except EvalError as exc:
             raise ProcedureFailure(
                 f"set @variables.{name} at line {exc.span.line}: {exc.message}"
             ) from None
+        problem = self.check_variable(name, value)
+        if isinstance(problem, str):
+            raise ProcedureFailure(f"set @variables.{name} at line {stmt.span.line}: {problem}")
+        self.state.variables[name] = problem[0]
+
+    def check_variable(self, name: str, value: Any) -> tuple[Any] | str:
+        """``(value,)`` as it may be stored in ``@variables.name`` (JSON-safe, within
+        ``Limits.max_variable_chars``, of the declared type), or why it may not."""
+        limit = self.limits.max_variable_chars
+        try:
+            value = json_safe(value, max_chars=limit)
+        except UnsafeValue as exc:
+            if exc.reason.startswith("larger than"):
+                return f"the value is larger than Limits.max_variable_chars ({limit} characters)"
+            return f"the value is not JSON-safe: {exc}"
+        declared = self.declared.get(name)
+        if declared is not None:
+            try:
+                value = coerce_declared(value, declared.type)
+            except TypeMismatch as exc:
+                return f"@variables.{name} is {declared.type}: {exc.message}"
+        return (value,)
 
     async def exec_if(
         self, stmt: IfStmt, node: Node, prompt: list[str] | None, outputs: dict[str, Any] | None
@@ -306,7 +334,9 @@ class ProcedureExecutor:
         started = time.perf_counter()
         self.actions_run.append(tool or action.name)
         try:
-            outputs = await self.runner.run(ActionRequest(action.name, action.target, inputs))
+            outputs = self.check_outputs(
+                action, await self.runner.run(ActionRequest(action.name, action.target, inputs))
+            )
         except ActionError as exc:
             step["error"] = str(exc)
             step["durationMs"] = elapsed_ms(started)
@@ -323,6 +353,50 @@ class ProcedureExecutor:
         if shown:
             self.displayable.append({"action": action.name, "outputs": shown})
         return outputs, step
+
+    def check_outputs(self, action: ActionDef, outputs: dict[str, Any]) -> dict[str, Any]:
+        """``outputs`` as plain JSON within ``Limits.max_output_chars``, every declared output
+        of its declared type (None, or a missing output, is "not set"); otherwise an ActionError saying why, so a
+        hostile or broken action becomes an error result (S12), never a stored NaN, repr or
+        giant trace."""
+        limit = self.limits.max_output_chars
+        try:
+            clean: dict[str, Any] = json_safe(outputs, max_chars=limit)
+        except UnsafeValue as exc:
+            if exc.reason.startswith("larger than"):
+                raise ActionError(
+                    f"action '{action.name}' returned outputs larger than "
+                    f"Limits.max_output_chars ({limit} characters)"
+                ) from None
+            raise ActionError(
+                f"action '{action.name}' returned an output that is not JSON: "
+                f"{'outputs.' + exc.path if exc.path else 'outputs'}: {exc.reason}"
+            ) from None
+        for name, value in clean.items():
+            param = action.outputs.get(name)
+            if param is None or value is None:
+                continue
+            try:
+                clean[name] = coerce_declared(value, param.type)
+            except TypeMismatch as exc:
+                raise ActionError(
+                    f"output '{name}' of action '{action.name}' is {param.type}: {exc.message}"
+                ) from None
+        # A declared output the action did not return (it returned None, or left it out) is
+        # unset: callbacks read None, as for any unset value, instead of failing on a name.
+        for name in action.outputs:
+            clean.setdefault(name, None)
+        return clean
+
+
+def coerce_declared(value: Any, type_name: str) -> Any:
+    """``value`` checked against a declared type; a type this runtime does not know (a
+    platform type such as ``lightning__richTextType``) accepts any JSON value."""
+    try:
+        parse_type(type_name)
+    except TypeMismatch:
+        return value
+    return coerce_to_type(value, type_name)
 
 
 def _describe(expr: Expr) -> str:

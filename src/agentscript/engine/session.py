@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.check.outline import AgentOutline
+from agentscript.engine.history import trim_history
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.state import SessionState
@@ -268,6 +269,15 @@ class Session:
             message = "the session has ended; start a new session to continue"
             trace.add("ERROR_STEP", message=message)
             return self._reply(TurnResult(error=message), trace, refused=True)
+        dropped = trim_history(state.history, self.limits.max_history_chars)
+        if dropped:
+            trace.add(
+                "EVENT_STEP",
+                event="history_trimmed",
+                dropped=dropped,
+                reason=f"the history was longer than Limits.max_history_chars "
+                f"({self.limits.max_history_chars} characters)",
+            )
         runner = self.agent.new_turn(
             state,
             self.runner,

@@ -61,6 +61,12 @@ class Limits:
     max_argument_depth: int = 16
     action_timeout: float = 30.0  # seconds, for every action without its own entry below
     action_timeouts: Mapping[str, float] = field(default_factory=dict)  # by action name
+    # Size caps (JSON characters) on what enters state, traces and later model requests:
+    # one action call's outputs, one model reply's text, one variable's value, the history.
+    max_output_chars: int = 1_000_000
+    max_reply_chars: int = 200_000
+    max_variable_chars: int = 200_000
+    max_history_chars: int = 4_000_000
 
 
 # What running one tool call gives: (the result the model sees, a deferred transition target,
@@ -327,7 +333,12 @@ class TurnRunner(ProcedureExecutor):
             node=node.name,
         )
         return await call_model(
-            self.model, request, self.trace, iteration=iteration, stream=self.stream
+            self.model,
+            request,
+            self.trace,
+            iteration=iteration,
+            stream=self.stream,
+            max_reply_chars=self.limits.max_reply_chars,
         )
 
     # ------------------------------------------------------------------ tool calls (S5, S7, S8, S13)

@@ -145,5 +145,10 @@ class MantleTurnRunner:
             node=ctx.node_name(),
         )
         return await call_model(
-            ctx.model, request, ctx.trace, iteration=ctx.llm_calls, stream=ctx.stream
+            ctx.model,
+            request,
+            ctx.trace,
+            iteration=ctx.llm_calls,
+            stream=ctx.stream,
+            max_reply_chars=ctx.limits.max_reply_chars,
         )

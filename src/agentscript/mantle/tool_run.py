@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import Tool
 from agentscript.mantle.queries import tool_constraint
@@ -53,6 +54,16 @@ async def run_tool(
     except ActionError as exc:
         error = str(exc)
         result = {"error": error}
+    else:
+        try:
+            result = json_safe(result, max_chars=ctx.limits.max_output_chars)
+        except UnsafeValue as exc:
+            error = (
+                f"tool '{tool.name}' returned an unusable result: {exc} (Limits.max_output_chars)"
+            )
+            if not exc.reason.startswith("larger than"):
+                error = f"tool '{tool.name}' returned a result that is not JSON: {exc}"
+            result = {"error": error}
     ok = error is None and not failed(result)
     record.update(
         output=result, error=error, postVars=ctx.snapshot(), durationMs=elapsed_ms(started)
