@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
+from agentscript.reading import read_file_bytes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # Diagnostics that mean the input could not be read at all (exit 2, like a usage error).
@@ -105,7 +106,7 @@ def render_diagnostic(diag: Diagnostic, lines: list[str] | None, color: bool) ->
 
 def source_lines(path: Path) -> list[str] | None:
     try:
-        data = path.read_bytes()
+        data = read_file_bytes(path)
     except OSError:
         return None
     if b"\x00" in data[:8192]:

@@ -7,13 +7,14 @@ from pathlib import Path
 from agentscript.check import check
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
 from agentscript.engine.session import Agent, AgentBase
+from agentscript.reading import read_file_bytes
 from agentscript.syntax import Document, parse
 
 
 def read_source(path: Path) -> tuple[str | None, Diagnostic | None]:
     """Read a file as UTF-8 (BOM tolerated); a binary or unreadable file is a diagnostic."""
     try:
-        data = path.read_bytes()
+        data = read_file_bytes(path)
     except OSError as exc:
         return None, _file_error(
             "unreadable-file", f"cannot read file: {exc.strerror or exc}", path
