@@ -65,7 +65,7 @@ class _Walker:
             return int(value)
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise UnsafeValue(f"{value!r} is not a JSON number", path)
+                raise UnsafeValue(f"{value!r} is not a finite JSON number", path)
             self.spend(24, path)
             return float(value)
         if isinstance(value, str):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from agentscript.expr.values import nested_deeper_than
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -79,7 +80,8 @@ async def call_model(
         step["error"] = message
         step["output"] = {"text": (response.text or "")[:200] + "…", "tool_calls": []}
         raise TurnError(message)
-    response.tool_calls = [bounded_call(call) for call in response.tool_calls]
+    most = max_reply_chars if max_reply_chars is not None else DEFAULT_MAX_ARGUMENT_CHARS
+    response.tool_calls = [bounded_call(call, most) for call in response.tool_calls]
     step["output"] = response.to_json()
     if response.model:
         step["model"] = response.model
@@ -96,8 +98,14 @@ async def call_model(
 MAX_KEPT_DEPTH = 64
 
 
-def bounded_call(call: ToolCall) -> ToolCall:
-    """``call``, or a copy without arguments when they are not a JSON object of sane depth."""
+# Without a reply cap, arguments larger than this are dropped before they are kept.
+DEFAULT_MAX_ARGUMENT_CHARS = 10_000_000
+
+
+def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> ToolCall:
+    """``call``, or a copy without arguments when they are not a JSON object of sane depth
+    and size: NaN, Infinity or anything else JSON has no form for would otherwise reach the
+    history, the trace and saved sessions."""
     arguments = call.arguments
     if arguments is None:
         return call
@@ -106,5 +114,10 @@ def bounded_call(call: ToolCall) -> ToolCall:
         return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
     if nested_deeper_than(arguments, MAX_KEPT_DEPTH):
         note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    try:
+        json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH + 1)
+    except UnsafeValue as exc:
+        note = f"(arguments dropped: {exc})"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -22,7 +21,9 @@ from agentscript.check.outline import AgentOutline
 from agentscript.engine.history import trim_history
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
-from agentscript.engine.state import SessionState
+from agentscript.engine.restore import Checker, check_common, decode, fingerprint, sign, verify
+from agentscript.engine.restore_agent import agent_shape, check_agent_state
+from agentscript.engine.state import STATE_FORMATS, SessionState
 from agentscript.engine.turn import Limits, TurnResult, TurnRunner
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
@@ -102,6 +103,21 @@ class AgentBase(ABC):
     def welcome(self, variables: Mapping[str, Any]) -> str:
         """The message shown when a session starts."""
 
+    @abstractmethod
+    def state_shape(self) -> Any:
+        """What saved sessions depend on (variables, nodes or skills, tools), as JSON data;
+        its hash is stored in every saved session and compared on restore."""
+
+    @abstractmethod
+    def check_saved(self, checker: Checker, payload: dict[str, Any]) -> dict[str, Any]:
+        """Check the agent-specific parts of a saved session (variables, node or skill
+        stack, pending confirmation, ``extra``); the checked variables. Raises
+        SessionRestoreError."""
+
+    def identity(self) -> dict[str, str]:
+        """``{"name", "hash"}``: which agent, in which compiled form, a session belongs to."""
+        return {"name": self.name, "hash": fingerprint(self.state_shape())}
+
     def register_handler(self, scheme: str, handler: Handler) -> None:
         """Run every action whose target is ``scheme://...`` with ``handler`` (all sessions)."""
         self.handlers[scheme.lower()] = handler
@@ -142,9 +158,21 @@ class AgentBase(ABC):
         limits: Limits | None = None,
         trace_dir: str | Path | None = None,
     ) -> Session:
-        """Rebuild a session saved with :meth:`Session.to_json`."""
-        payload = json.loads(data) if isinstance(data, str) else dict(data)
+        """Rebuild a session saved with :meth:`Session.to_json`, checked in full first.
+
+        Raises :class:`SessionRestoreError` (``field``, ``reason``) at the first problem: a bad
+        signature when ``AGENTSCRIPT_SESSION_KEY`` is set, another agent or another version
+        of it, a wrong type, an unknown or missing variable, an unknown node or skill, a
+        malformed history or pending confirmation.
+        """
+        payload = decode(data)
+        verify(payload)
+        checker = Checker()
+        check_common(checker, payload, set(STATE_FORMATS), self.name, self.identity()["hash"])
+        payload["variables"] = self.check_saved(checker, payload)
+        history = checker.history(payload.get("history") or [])
         state = SessionState.from_json(payload)
+        state.history = history
         session = Session(
             self,
             state,
@@ -208,6 +236,12 @@ class Agent(AgentBase):
             except TypeMismatch as exc:
                 raise ValueError(f"@variables.{name}: {exc.message}") from None
         return values
+
+    def state_shape(self) -> Any:
+        return agent_shape(self.program)
+
+    def check_saved(self, checker: Checker, payload: dict[str, Any]) -> dict[str, Any]:
+        return check_agent_state(self.program, checker, payload)
 
     def welcome(self, variables: Mapping[str, Any]) -> str:
         env = Env({"variables": variables, "knowledge": self.outline.knowledge})
@@ -324,6 +358,9 @@ class Session:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The session's state as JSON-compatible data (see :meth:`Agent.restore`)."""
+        """The session's state as JSON-compatible data (see :meth:`AgentBase.restore`), with
+        the agent's identity, signed when ``AGENTSCRIPT_SESSION_KEY`` is set."""
         self.state.stub_usage = self.runner.stubs.state()
-        return self.state.to_json()
+        data = self.state.to_json()
+        data["agent"] = self.agent.identity()
+        return sign(data)
