@@ -6,6 +6,7 @@
 """
 
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Severity, Span
+from agentscript.engine.restore import SessionRestoreError
 from agentscript.engine.session import Agent, AgentBase, Reply, Session
 from agentscript.engine.turn import Limits
 from agentscript.loader import load
@@ -21,6 +22,7 @@ __all__ = [
     "Reply",
     "ScriptedModel",
     "Session",
+    "SessionRestoreError",
     "Severity",
     "Span",
     "load",

@@ -67,6 +67,9 @@ class Limits:
     max_reply_chars: int = 200_000
     max_variable_chars: int = 200_000
     max_history_chars: int = 4_000_000
+    # Mantle: block steps run without the model in one turn (a `call:`/`link:` or `next:`
+    # cycle must end); hitting it cancels the skill stack so the session stays usable.
+    max_deterministic_steps: int = 100
 
 
 # What running one tool call gives: (the result the model sees, a deferred transition target,

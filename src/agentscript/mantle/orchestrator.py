@@ -27,7 +27,11 @@ from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSp
 
 __all__ = ["MAX_DETERMINISTIC_STEPS", "MantleTurnRunner", "yes_no"]
 
-MAX_DETERMINISTIC_STEPS = 100  # per turn: a `next:` cycle through noop steps must end
+MAX_DETERMINISTIC_STEPS = 100  # the default of Limits.max_deterministic_steps
+
+
+class StepLimitReached(LimitReached):
+    """Block steps kept running without the model: a cycle the turn cannot leave."""
 
 
 class MantleTurnRunner:
@@ -52,6 +56,9 @@ class MantleTurnRunner:
                     await resolve(ctx, answer, via="user")
             if not ctx.stop:
                 await self.loop()
+        except StepLimitReached as exc:
+            self.fail(str(exc))
+            self.unwind(str(exc))
         except (TurnError, LimitReached) as exc:
             ctx.result.exhausted = getattr(exc, "exhausted", False)
             self.fail(str(exc))
@@ -84,6 +91,16 @@ class MantleTurnRunner:
             ctx.trace.add("RESPONSE_STEP", text=text, node=ctx.node_name(), kind="llm")
             return
 
+    def unwind(self, reason: str) -> None:
+        """Cancel every skill on the stack: the cycle that hit the step limit would hit it
+        again on every later turn, so the session starts over from routing instead (memory
+        is kept). Each cancellation is a trace step."""
+        ctx = self.ctx
+        while ctx.stack.frames:
+            frame = ctx.stack.pop()
+            ctx.trace.add("SKILL_STEP", event="cancelled", skill=frame["skill"], reason=reason)
+        ctx.stack.pending = None
+
     def fail(self, message: str) -> None:
         ctx = self.ctx
         ctx.trace.add("ERROR_STEP", message=message, node=ctx.node_name())
@@ -97,10 +114,13 @@ class MantleTurnRunner:
         ctx = self.ctx
         while True:
             ctx.steps_run += 1
-            if ctx.steps_run > MAX_DETERMINISTIC_STEPS:
-                raise LimitReached(
-                    f"more than {MAX_DETERMINISTIC_STEPS} deterministic steps in one turn; "
-                    "the turn was stopped"
+            most = ctx.limits.max_deterministic_steps
+            if ctx.steps_run > most:
+                raise StepLimitReached(
+                    f"more than {most} deterministic steps in one turn "
+                    "(Limits.max_deterministic_steps): the skills on the stack loop without "
+                    "the model or the user (a call:/link: or next: cycle); the turn was stopped "
+                    "and those skills were cancelled"
                 )
             frame = ctx.stack.active()
             if frame is None:
