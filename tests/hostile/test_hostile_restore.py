@@ -278,3 +278,12 @@ def test_mantle_memory_of_the_wrong_type_is_refused() -> None:
     with pytest.raises(SessionRestoreError) as caught:
         restore(agent, data)
     assert caught.value.field == f"variables.{booleans[0]}"
+
+
+def test_host_supplied_linked_values_replace_the_stored_ones() -> None:
+    agent, data = saved()
+    data["variables"]["customer_id"] = "C-666"  # well typed, but not the host's customer
+    session = agent.restore(data, model=ScriptedModel(), variables={"customer_id": "C-1"})
+    assert session.variables["customer_id"] == "C-1"
+    with pytest.raises(ValueError, match="unknown variable"):
+        agent.restore(data, model=ScriptedModel(), variables={"nope": 1})

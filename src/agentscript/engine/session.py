@@ -157,6 +157,7 @@ class AgentBase(ABC):
         stubs: StubBook | None = None,
         limits: Limits | None = None,
         trace_dir: str | Path | None = None,
+        variables: Mapping[str, Any] | None = None,
     ) -> Session:
         """Rebuild a session saved with :meth:`Session.to_json`, checked in full first.
 
@@ -164,12 +165,19 @@ class AgentBase(ABC):
         signature when ``AGENTSCRIPT_SESSION_KEY`` is set, another agent or another version
         of it, a wrong type, an unknown or missing variable, an unknown node or skill, a
         malformed history or pending confirmation.
+
+        ``variables`` are values the host knows better than the stored data (linked ones such
+        as the verified customer id): checked like ``session(variables=...)`` (ValueError),
+        they replace the stored values.
         """
         payload = decode(data)
         verify(payload)
         checker = Checker()
         check_common(checker, payload, set(STATE_FORMATS), self.name, self.identity()["hash"])
         payload["variables"] = self.check_saved(checker, payload)
+        if variables:
+            fresh = self.initial_variables(variables)
+            payload["variables"].update({name: fresh[name] for name in variables})
         history = checker.history(payload.get("history") or [])
         state = SessionState.from_json(payload)
         state.history = history
