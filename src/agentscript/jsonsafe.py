@@ -21,12 +21,14 @@ DEFAULT_MAX_DEPTH = 32
 
 
 class UnsafeValue(ValueError):
-    """A value that cannot be kept as JSON; ``path`` says where (``outputs.items[3]``)."""
+    """A value that cannot be kept as JSON; ``path`` says where (``outputs.items[3]``);
+    ``too_large`` marks the size budget (as opposed to a value JSON has no form for)."""
 
-    def __init__(self, reason: str, path: str) -> None:
+    def __init__(self, reason: str, path: str, *, too_large: bool = False) -> None:
         super().__init__(f"{path}: {reason}" if path else reason)
         self.reason = reason
         self.path = path
+        self.too_large = too_large
 
 
 def json_safe(
@@ -54,7 +56,9 @@ class _Walker:
     def spend(self, chars: int, path: str) -> None:
         self.used += chars
         if self.used > self.budget:
-            raise UnsafeValue(f"larger than the limit of {int(self.budget)} characters", path)
+            raise UnsafeValue(
+                f"larger than the limit of {int(self.budget)} characters", path, too_large=True
+            )
 
     def copy(self, value: Any, path: str, depth: int) -> Any:
         if value is None or isinstance(value, bool):

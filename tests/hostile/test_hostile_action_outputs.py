@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,3 +120,29 @@ def test_history_is_trimmed_to_its_cap_oldest_exchanges_first() -> None:
     # Trimmed before each turn: the cap holds for what the turn starts with, plus one exchange.
     assert sum(len(m.content) for m in history) <= 2_000 + 500
     assert steps(reply, "EVENT_STEP")[0]["event"] == "history_trimmed"
+
+
+def test_mantle_tool_result_that_is_not_json_is_an_error_result() -> None:
+    import agentscript
+    from agentscript.actions.registry import StubBook
+    from agentscript.models.scripted import ScriptedModel, parse_move
+
+    examples = Path(__file__).parents[2] / "examples"
+    agent = agentscript.load(examples / "card_bank", stub_missing_tools=True)
+    model = ScriptedModel()
+    stubs = StubBook.from_data({"get_balance": {"outputs": {"balance": float("nan")}}})
+    session = agent.session(
+        model=model,
+        stubs=stubs,
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    moves = [
+        {"tool": "activate_skill", "args": {"skill": "check_balance"}},
+        {"tool": "get_balance"},
+        {"say": "done"},
+    ]
+    model.begin_turn([parse_move(m) for m in moves])
+    reply = session.send("balance?")
+    action = steps(reply, "ACTION_STEP")[0]
+    assert "not a finite JSON number" in action["error"]
+    json.dumps(session.to_json(), allow_nan=False)

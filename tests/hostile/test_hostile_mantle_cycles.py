@@ -9,7 +9,6 @@ import pytest
 from click.testing import CliRunner
 
 from agentscript.cli import main
-from agentscript.engine.turn import Limits
 from agentscript.mantle import load_project
 from agentscript.mantle.runtime import MantleAgent
 from agentscript.models.scripted import ScriptedModel, parse_move
@@ -102,7 +101,7 @@ def test_a_looping_session_ends_the_turn_with_an_error_and_stays_usable(tmp_path
     assert loaded is not None
     agent = MantleAgent(loaded)
     model = ScriptedModel()
-    session = agent.session(model=model, limits=Limits(max_deterministic_steps=30))
+    session = agent.session(model=model)
     model.begin_turn([parse_move({"tool": "activate_skill", "args": {"skill": "a"}})])
     reply = session.send("start a")
     assert reply.error is not None

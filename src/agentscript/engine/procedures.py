@@ -198,28 +198,32 @@ class ProcedureExecutor:
             raise ProcedureFailure(
                 f"set @variables.{name} at line {exc.span.line}: {exc.message}"
             ) from None
-        problem = self.check_variable(name, value)
-        if isinstance(problem, str):
-            raise ProcedureFailure(f"set @variables.{name} at line {stmt.span.line}: {problem}")
-        self.state.variables[name] = problem[0]
+        try:
+            self.state.variables[name] = self.storable(name, value)
+        except ValueError as exc:
+            raise ProcedureFailure(
+                f"set @variables.{name} at line {stmt.span.line}: {exc}"
+            ) from None
 
-    def check_variable(self, name: str, value: Any) -> tuple[Any] | str:
-        """``(value,)`` as it may be stored in ``@variables.name`` (JSON-safe, within
-        ``Limits.max_variable_chars``, of the declared type), or why it may not."""
+    def storable(self, name: str, value: Any) -> Any:
+        """``value`` as it may be stored in ``@variables.name``: JSON-safe, within
+        ``Limits.max_variable_chars``, of the declared type; otherwise ValueError saying why."""
         limit = self.limits.max_variable_chars
         try:
             value = json_safe(value, max_chars=limit)
         except UnsafeValue as exc:
-            if exc.reason.startswith("larger than"):
-                return f"the value is larger than Limits.max_variable_chars ({limit} characters)"
-            return f"the value is not JSON-safe: {exc}"
+            if exc.too_large:
+                raise ValueError(
+                    f"the value is larger than Limits.max_variable_chars ({limit} characters)"
+                ) from None
+            raise ValueError(f"the value is not JSON-safe: {exc}") from None
         declared = self.declared.get(name)
         if declared is not None:
             try:
                 value = coerce_declared(value, declared.type)
             except TypeMismatch as exc:
-                return f"@variables.{name} is {declared.type}: {exc.message}"
-        return (value,)
+                raise ValueError(f"@variables.{name} is {declared.type}: {exc.message}") from None
+        return value
 
     async def exec_if(
         self, stmt: IfStmt, node: Node, prompt: list[str] | None, outputs: dict[str, Any] | None
@@ -363,7 +367,7 @@ class ProcedureExecutor:
         try:
             clean: dict[str, Any] = json_safe(outputs, max_chars=limit)
         except UnsafeValue as exc:
-            if exc.reason.startswith("larger than"):
+            if exc.too_large:
                 raise ActionError(
                     f"action '{action.name}' returned outputs larger than "
                     f"Limits.max_output_chars ({limit} characters)"

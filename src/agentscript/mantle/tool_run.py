@@ -59,10 +59,11 @@ async def run_tool(
             result = json_safe(result, max_chars=ctx.limits.max_output_chars)
         except UnsafeValue as exc:
             error = (
-                f"tool '{tool.name}' returned an unusable result: {exc} (Limits.max_output_chars)"
+                f"tool '{tool.name}' returned a result larger than Limits.max_output_chars "
+                f"({ctx.limits.max_output_chars} characters)"
+                if exc.too_large
+                else f"tool '{tool.name}' returned a result that is not JSON: {exc}"
             )
-            if not exc.reason.startswith("larger than"):
-                error = f"tool '{tool.name}' returned a result that is not JSON: {exc}"
             result = {"error": error}
     ok = error is None and not failed(result)
     record.update(
