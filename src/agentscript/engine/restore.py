@@ -275,7 +275,7 @@ def check_common(
         c.fail("session_id", "empty")
     c.count(payload.get("turn", 0), "turn")
     c.boolean(payload.get("ended", False), "ended")
-    usage = c.mapping(payload.get("stub_usage") or {}, "stub_usage")
+    usage = c.mapping(payload.get("stub_usage", {}), "stub_usage")
     for key, value in usage.items():
         c.count(value, f"stub_usage.{key}")
-    c.mapping(payload.get("extra") or {}, "extra")
+    c.mapping(payload.get("extra", {}), "extra")

@@ -178,7 +178,7 @@ class AgentBase(ABC):
         if variables:
             fresh = self.initial_variables(variables)
             payload["variables"].update({name: fresh[name] for name in variables})
-        history = checker.history(payload.get("history") or [])
+        history = checker.history(payload.get("history", []))
         state = SessionState.from_json(payload)
         state.history = history
         session = Session(

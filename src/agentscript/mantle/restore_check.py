@@ -59,7 +59,7 @@ def check_mantle_state(project: Project, c: Checker, payload: dict[str, Any]) ->
             c.one_of(value, field, {*project.skills, "router"})
     if payload.get("pending_confirmation") is not None:
         c.fail("pending_confirmation", "Mantle sessions keep confirmations in the skill stack")
-    extra = c.mapping(payload.get("extra") or {}, "extra")
+    extra = c.mapping(payload.get("extra", {}), "extra")
     c.keys(extra, "extra", {"mantle"}, set())
     if "mantle" in extra:
         _check_stack(project, c, c.mapping(extra["mantle"], "extra.mantle"))
