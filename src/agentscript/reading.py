@@ -115,12 +115,28 @@ def compose_yaml(
     return root
 
 
+class _JsonConstructor(SafeConstructor):
+    """Safe types, with timestamps kept as the text written (``2026-02-10``): JSON has no
+    dates, and state, traces and saved sessions must stay JSON."""
+
+    def timestamp_text(self, node: yaml.Node) -> str:
+        assert isinstance(node, yaml.ScalarNode)
+        return str(self.construct_scalar(node))
+
+
+# types-PyYAML types add_constructor for the loader classes only; the call is the documented API.
+_JsonConstructor.add_constructor(  # type: ignore[type-var]
+    "tag:yaml.org,2002:timestamp", _JsonConstructor.timestamp_text
+)
+
+
 def load_yaml(text: str, *, max_nodes: int = MAX_YAML_NODES) -> Any:
-    """The plain value of one YAML document (safe types only), within the budgets."""
+    """The plain value of one YAML document (safe types, timestamps as text), within the
+    budgets."""
     root = compose_yaml(text, max_nodes=max_nodes)
     if root is None:
         return None
-    return SafeConstructor().construct_document(root)
+    return _JsonConstructor().construct_document(root)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -138,3 +138,15 @@ def test_doubling_a_string_every_turn_stops_at_the_default_variable_cap() -> Non
         errors.append(reply.error)
     assert any(e and "Limits.max_variable_chars" in e for e in errors)
     assert len(driven.session.variables["s"]) <= 200_000
+
+
+def test_yaml_dates_in_a_conversation_file_stay_text() -> None:
+    """JSON has no dates: a stub output written `2026-02-10` reaches the action check as
+    the string written, not as a datetime.date the output check would refuse."""
+    conversation = parse_conversation(
+        "actions:\n  a:\n    outputs: {when: 2026-02-10, at: 2026-02-10T10:00:00Z}\nturns: []\n"
+    )
+    assert conversation.stubs["a"]["outputs"] == {
+        "when": "2026-02-10",
+        "at": "2026-02-10T10:00:00Z",
+    }
