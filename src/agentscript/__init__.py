@@ -6,9 +6,9 @@
 """
 
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Severity, Span
-from agentscript.engine.restore import SessionRestoreError
 from agentscript.engine.session import Agent, AgentBase, Reply, Session
-from agentscript.engine.turn import Limits
+from agentscript.errors import RunFailure, SessionRestoreError, UsageError
+from agentscript.limits import Limits
 from agentscript.loader import load
 from agentscript.models.scripted import ScriptedModel
 from agentscript.syntax import parse
@@ -20,11 +20,13 @@ __all__ = [
     "Diagnostic",
     "Limits",
     "Reply",
+    "RunFailure",
     "ScriptedModel",
     "Session",
     "SessionRestoreError",
     "Severity",
     "Span",
+    "UsageError",
     "load",
     "parse",
 ]

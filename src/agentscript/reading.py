@@ -22,13 +22,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
-# 8 MiB: the largest real agent or conversation file seen is under 200 KB; an agent
-# folder's Python files are not read through here.
-MAX_FILE_BYTES = 8 * 1024 * 1024
-# Nodes a YAML document may expand to once aliases are followed. Real files have a few
-# thousand; the classic "billion laughs" (nine aliases per level, nine levels) expands to
-# 9^9, which is refused after visiting a few dozen nodes.
-MAX_YAML_NODES = 200_000
+from agentscript.limits import MAX_FILE_BYTES, MAX_YAML_NODES
 
 
 class FileInputError(OSError):
@@ -87,7 +81,7 @@ def read_file_text(
 
 
 def _too_large(max_bytes: int) -> str:
-    return f"larger than the limit of {max_bytes} bytes (reading.MAX_FILE_BYTES)"
+    return f"larger than the limit of {max_bytes} bytes (limits.MAX_FILE_BYTES)"
 
 
 class YamlLimitError(yaml.MarkedYAMLError):
@@ -162,7 +156,7 @@ def _check_expansion(root: yaml.Node, max_nodes: int) -> None:
             if total > max_nodes:
                 raise YamlLimitError(
                     f"the document expands to more than {max_nodes} nodes through its "
-                    "aliases (reading.MAX_YAML_NODES); an alias bomb is refused",
+                    "aliases (limits.MAX_YAML_NODES); an alias bomb is refused",
                     node,
                 )
             sizes[key] = total

@@ -8,7 +8,7 @@ from typing import Any
 import agentscript
 from agentscript.actions.registry import ActionFunction
 from agentscript.engine.session import AgentBase, Reply, Session
-from agentscript.engine.turn import Limits
+from agentscript.limits import Limits
 from agentscript.models.scripted import ScriptedModel, parse_move
 
 AGENTS = Path(__file__).parent / "agents"

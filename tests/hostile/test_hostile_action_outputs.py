@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hostile_helpers import Driven, load_agent, steps
 
-from agentscript.engine.turn import Limits
+from agentscript.limits import Limits
 
 FETCH = ({"tool": "fetch"}, {"say": "done"})
 

@@ -6,10 +6,14 @@ same way and a model failure always ends the turn the same way.
 
 from __future__ import annotations
 
+import json
 import time
 
+from agentscript.engine.kernel import check_answered
+from agentscript.errors import LimitReached, TurnError
 from agentscript.expr.values import nested_deeper_than
 from agentscript.jsonsafe import UnsafeValue, json_safe
+from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -20,18 +24,9 @@ from agentscript.models.base import (
     ToolCall,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
+from agentscript.trace_steps import llm_step
 
-
-class TurnError(Exception):
-    """The turn cannot go on (model failure, deterministic failure, limit).
-
-    ``exhausted`` marks the scripted model running out of moves: `agentscript run` then
-    reports that the conversation file and the engine disagree.
-    """
-
-    def __init__(self, message: str, *, exhausted: bool = False) -> None:
-        super().__init__(message)
-        self.exhausted = exhausted
+__all__ = ["MAX_KEPT_DEPTH", "TurnError", "bounded_call", "call_model"]
 
 
 async def call_model(
@@ -45,13 +40,17 @@ async def call_model(
 ) -> ModelResponse:
     """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
 
+    A request whose history holds a tool call without its answer is not sent (the kernel's
+    last check): providers reject it, and it would mean the engine lost track of a call.
     A reply whose text is longer than ``max_reply_chars`` (``Limits.max_reply_chars``) is a
-    failure too: it is neither stored in the history nor traced in full."""
-    step = trace.add(
-        "LLM_STEP",
+    failure too: it is neither stored in the history nor traced in full.
+    """
+    check_answered(request.messages)
+    step = llm_step(
+        trace,
         node=request.node,
         iteration=iteration,
-        input={
+        inputs={
             "system": request.system,
             "instructions": request.instructions,
             "messages": [m.to_json() for m in request.messages],
@@ -60,7 +59,6 @@ async def call_model(
                 for t in request.tools
             ],
         },
-        output=None,
     )
     started = time.perf_counter()
     try:
@@ -73,13 +71,14 @@ async def call_model(
         raise TurnError(f"the model failed: {exc}") from None
     step["durationMs"] = elapsed_ms(started)
     if max_reply_chars is not None and len(response.text or "") > max_reply_chars:
-        message = (
-            f"the model's reply is longer than Limits.max_reply_chars ({max_reply_chars} "
-            f"characters); it was dropped"
+        error = LimitReached(
+            "max_reply_chars",
+            max_reply_chars,
+            f"the model's reply is longer than {max_reply_chars} characters; it was dropped",
         )
-        step["error"] = message
+        step["error"] = str(error)
         step["output"] = {"text": (response.text or "")[:200] + "…", "tool_calls": []}
-        raise TurnError(message)
+        raise error
     most = max_reply_chars if max_reply_chars is not None else DEFAULT_MAX_ARGUMENT_CHARS
     response.tool_calls = [bounded_call(call, most) for call in response.tool_calls]
     step["output"] = response.to_json()
@@ -95,7 +94,7 @@ async def call_model(
 # Arguments nested deeper than this are dropped before anything records them: json.dumps
 # (traces, saved sessions, the next provider request) overflows the stack near 1000 levels,
 # which a provider's JSON parser still accepts. The turn runners refuse far shallower ones.
-MAX_KEPT_DEPTH = 64
+MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 
 
 # Without a reply cap, arguments larger than this are dropped before they are kept.
@@ -114,6 +113,11 @@ def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) ->
         return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
     if nested_deeper_than(arguments, MAX_KEPT_DEPTH):
         note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    try:
+        json.dumps(arguments, default=repr)
+    except ValueError:  # an integer too long to print: no trace or saved session could hold it
+        note = "(arguments hold a number too long to print; dropped)"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     try:
         json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH + 1)

@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from agentscript.errors import SessionRestoreError as SessionRestoreError  # re-exported
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.models.base import Message, ToolCall
 
@@ -35,15 +36,6 @@ SESSION_KEY_ENV = "AGENTSCRIPT_SESSION_KEY"
 # Saved sessions are bounded like the rest of the state; this is far above any real one.
 MAX_SESSION_CHARS = 64_000_000
 ROLES = frozenset({"user", "assistant", "tool"})
-
-
-class SessionRestoreError(ValueError):
-    """A saved session that cannot be restored: ``field`` is where, ``reason`` is why."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"cannot restore the session: {field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 def fingerprint(shape: Any) -> str:

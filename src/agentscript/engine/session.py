@@ -19,16 +19,19 @@ from typing import Any, Protocol
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.check.outline import AgentOutline
 from agentscript.engine.history import trim_history
+from agentscript.engine.kernel import TurnResult
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.restore import Checker, check_common, decode, fingerprint, sign, verify
 from agentscript.engine.restore_agent import agent_shape, check_agent_state
 from agentscript.engine.state import STATE_FORMATS, SessionState
-from agentscript.engine.turn import Limits, TurnResult, TurnRunner
+from agentscript.engine.turn import TurnRunner
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.limits import Limits
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+from agentscript.trace_steps import error_step, event_step
 
 
 class TurnRunnerLike(Protocol):
@@ -75,6 +78,8 @@ class AgentBase(ABC):
     name: str
     path: Path | None
     handlers: dict[str, Handler]
+    # Sessions' default bounds: the `[limits]` of agentscript.toml when loaded by `load`.
+    limits: Limits = Limits()
 
     def __init__(self, *, path: Path | None, name: str) -> None:
         self.path = path
@@ -218,7 +223,14 @@ class Agent(AgentBase):
         stream: Callable[[str], None] | None,
     ) -> TurnRunnerLike:
         return TurnRunner(
-            self.program, state, runner, trace, text, model=model, limits=limits, stream=stream
+            program=self.program,
+            state=state,
+            runner=runner,
+            trace=trace,
+            user_input=text,
+            model=model,
+            limits=limits,
+            stream=stream,
         )
 
     def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -273,7 +285,7 @@ class Session:
         self.agent = agent
         self.state = state
         self.model = model
-        self.limits = limits or Limits()
+        self.limits = limits or agent.limits
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.runner = ActionRunner(
             stubs=stubs,
@@ -309,13 +321,15 @@ class Session:
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
         if state.ended:
             message = "the session has ended; start a new session to continue"
-            trace.add("ERROR_STEP", message=message)
+            error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
         dropped = trim_history(state.history, self.limits.max_history_chars)
         if dropped:
-            trace.add(
-                "EVENT_STEP",
+            event_step(
+                trace,
                 event="history_trimmed",
+                node=state.current_node,
+                tool=None,
                 dropped=dropped,
                 reason=f"the history was longer than Limits.max_history_chars "
                 f"({self.limits.max_history_chars} characters)",

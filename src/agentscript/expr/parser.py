@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from agentscript.diagnostics import Diagnostic, Span, error
+from agentscript.errors import Signal
 from agentscript.expr.lexer import KEYWORDS, Lexer, Token
 from agentscript.expr.nodes import (
     AtName,
@@ -32,16 +33,15 @@ from agentscript.expr.nodes import (
     Ternary,
     Unary,
 )
+from agentscript.limits import MAX_EXPRESSION_DEPTH, MAX_EXPRESSION_OPERATORS
 from agentscript.source import Source
 
 # Nesting limit in parser levels (a bracket costs two: the bracket and the expression inside,
 # about 11 Python frames together), so 40 nested brackets stay well inside the default
 # recursion limit even within deeply nested blocks.
-MAX_DEPTH = 80
-# Binary operators in one expression. A chain `1 + 1 + ...` is parsed by a loop, but its tree
-# is as deep as it is long, and every later pass (checker, compiler, printer) recurses on the
-# tree: 1,000 terms overflowed the stack. Real conditions use a handful.
-MAX_OPERATORS = 200
+MAX_DEPTH = MAX_EXPRESSION_DEPTH
+# Binary operators in one expression (limits.MAX_EXPRESSION_OPERATORS).
+MAX_OPERATORS = MAX_EXPRESSION_OPERATORS
 _COMPARE_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _OPERAND_START = frozenset({"NUMBER", "STRING", "DATE", "DATETIME", "AT", "IDENT"})
@@ -49,7 +49,7 @@ _OPERAND_START = frozenset({"NUMBER", "STRING", "DATE", "DATETIME", "AT", "IDENT
 _BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">="})
 
 
-class _TooDeep(Exception):
+class _TooDeep(Signal):
     def __init__(self, message: str = "expression is nested too deeply") -> None:
         super().__init__(message)
         self.message = message

@@ -13,7 +13,7 @@ from typing import Any
 from agentscript.engine.restore import Checker
 from agentscript.mantle.memory import MemoryWriteError, coerce_value, initial_memory
 from agentscript.mantle.model import Project
-from agentscript.mantle.stack import ACTIVE, PARKED, PAUSED
+from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED
 
 STATUSES = {ACTIVE, PARKED, PAUSED}
 KINDS = {"routed", "invoked", "interrupt", "engine", "start"}
