@@ -25,7 +25,7 @@ class TurnReport:
 
     def to_json(self) -> dict[str, Any]:
         reply = self.reply
-        return {
+        report = {
             "user": self.user,
             "response": reply.text,
             "node": reply.node,
@@ -40,6 +40,12 @@ class TurnReport:
             "displayable": reply.displayable,
             "failed_expectations": self.failed_expectations,
         }
+        refused = refused_calls(reply.trace)
+        if refused:
+            report["refused"] = refused
+        if reply.delegated:
+            report["delegated"] = reply.delegated
+        return report
 
 
 @dataclass
@@ -106,4 +112,15 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
         f"{name}: {json.dumps(before.get(name), default=repr)} -> {json.dumps(value, default=repr)}"
         for name, value in after.items()
         if before.get(name) != value
+    ]
+
+
+def refused_calls(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool calls of a turn that were refused (rule S5 gates, bad arguments, limits), as
+    ``{"name", "reason"}``: what ``run --json`` reports beside the actions that ran."""
+    steps = trace.get("planTrace", {}).get("steps", []) if isinstance(trace, dict) else []
+    return [
+        {"name": step.get("name"), "reason": step.get("reason")}
+        for step in steps
+        if isinstance(step, dict) and step.get("type") == "REFUSED_STEP"
     ]
