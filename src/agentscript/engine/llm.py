@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 
 from agentscript.engine.kernel import check_answered
 from agentscript.errors import LimitReached, TurnError
@@ -15,6 +16,7 @@ from agentscript.expr.values import nested_deeper_than
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
+    Message,
     Model,
     ModelError,
     ModelRequest,
@@ -46,14 +48,19 @@ async def call_model(
     failure too: it is neither stored in the history nor traced in full.
     """
     check_answered(request.messages)
+    messages: Sequence[Message] = request.messages
+    messages_from: int | None = None
+    if trace.inputs is not None:  # only what was added since the session's previous call
+        messages_from, messages = trace.inputs.delta(messages)
     step = llm_step(
         trace,
         node=request.node,
         iteration=iteration,
+        messages_from=messages_from,
         inputs={
             "system": request.system,
             "instructions": request.instructions,
-            "messages": [m.to_json() for m in request.messages],
+            "messages": [m.to_json() for m in messages],
             "tools": [
                 {"name": t.name, "description": t.description, "parameters": t.parameters}
                 for t in request.tools

@@ -46,11 +46,9 @@ async def run_tool(
         inputs["context"] = tool_context(ctx, tool, skill_id)
     started = time.perf_counter()
     error: str | None = None
+    request = ActionRequest(tool.name, tool_target(tool), inputs)
     try:
-        result = await ctx.runner.run(
-            ActionRequest(tool.name, tool_target(tool), inputs),
-            timeout=ctx.project.agent.tool_timeout,
-        )
+        result = await ctx.runner.run(request, timeout=ctx.project.agent.tool_timeout)
     except ActionError as exc:
         error = str(exc)
         result = {"error": error}
@@ -65,6 +63,8 @@ async def run_tool(
                 else f"tool '{tool.name}' returned a result that is not JSON: {exc}"
             )
             result = {"error": error}
+    if request.printed:
+        record["printed"] = request.printed
     ok = error is None and not failed(result)
     record.update(
         output=result, error=error, postVars=ctx.snapshot(), durationMs=elapsed_ms(started)
