@@ -31,6 +31,17 @@ HEADER = "name: T\nsubjectType: AGENT\nsubjectName: Order_Status\ntestCases:\n"
             "needs 'topic'",
         ),
         ("  - utterance: hi\n  bad: [\n", 6, "invalid YAML"),
+        # The YAML budgets of agentscript.reading: a duplicate key, an alias bomb.
+        ("  - utterance: hi\n    utterance: again\n", 6, "duplicate key 'utterance'"),
+        (
+            "  - utterance: hi\n    x-agentscript:\n      a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + "".join(
+                f"      {n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+                for p, n in zip("abcde", "bcdef", strict=True)
+            ),
+            12,
+            "alias bomb is refused",
+        ),
     ],
 )
 def test_bad_spec_names_file_and_line(order_copy: Path, body: str, line: int, message: str) -> None:

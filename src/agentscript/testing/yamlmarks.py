@@ -3,7 +3,9 @@
 :func:`load_yaml` returns plain data in which every mapping is a :class:`Marked` dict (a real
 ``dict``) carrying ``line`` (1-based line of the mapping) and ``key_lines`` (line of each key),
 and every list is a :class:`MarkedList` with ``line`` and ``item_lines``. Only the safe loader
-is used: no tags, no object construction.
+is used: no tags, no object construction; the node tree is checked against
+:func:`agentscript.reading.check_yaml_nodes` (alias bombs, recursive aliases, duplicate keys)
+before anything is built.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, SequenceNode
 
+from agentscript.reading import check_yaml_nodes
 from agentscript.testing.errors import SpecError
 
 
@@ -74,13 +77,24 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequen
 
 
 def load_yaml(text: str, path: Path | None) -> Any:
-    """Parse ``text``; a syntax error becomes a :class:`SpecError` with its line."""
+    """Parse ``text`` within the YAML budgets of :mod:`agentscript.reading` (alias expansion,
+    recursive aliases, duplicate keys); a syntax error or a budget exceeded becomes a
+    :class:`SpecError` with its line."""
+    loader = _Loader(text)  # a SafeLoader subclass: no tags, no objects
     try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no tags, no objects
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        check_yaml_nodes(root)
+        return loader.construct_document(root)
+    except RecursionError:
+        raise SpecError(path, None, "invalid YAML: the document is nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise SpecError(path, line, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    finally:
+        loader.dispose()
 
 
 def line_of(data: Any, key: str | int | None = None) -> int | None:

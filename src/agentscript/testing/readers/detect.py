@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentscript.reading import read_file_text
 from agentscript.testing.errors import NotASpec, SpecError
 from agentscript.testing.readers.conversation_file import is_conversation, read_conversation
 from agentscript.testing.readers.eval_payload import read_eval_payload
@@ -31,7 +32,7 @@ def read_spec(path: Path) -> Suite:
         # A folder, FIFO or device: opening a FIFO would wait for a writer forever.
         raise SpecError(path, None, "not a regular file")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_file_text(path)  # regular files only, at most limits.MAX_FILE_BYTES
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(path, None, f"cannot read the spec: {exc}") from None
     if path.suffix == ".xml":
