@@ -443,12 +443,35 @@ def chat(
     help="Requests per second per API key (0: no limit).",
 )
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
+@click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve agents over HTTP with durable sessions (needs agentscript[serve])."""
     from agentscript.server.command import serve_cli
 
     options["cors_origins"] = list(options["cors_origins"])
     sys.exit(serve_cli(paths, echo=lambda line: click.echo(line, err=True), **options))
+
+
+# ---------------------------------------------------------------------- playground
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--port", default=8000, show_default=True, type=int, help="Port on 127.0.0.1.")
+@click.option("--model", "model", default=None, help="Model spec (default: the stand-in model).")
+@click.option("--base-url", default=None, help="Server URL (Ollama, vLLM, a gateway, ...).")
+@click.option(
+    "--stubs",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A conversation file whose 'actions:' answer flow://, apex://, ... actions.",
+)
+@click.option("--var", "variables", multiple=True, help="Initial variable NAME=VALUE.")
+def playground(paths: tuple[str, ...], **options: Any) -> None:
+    """Chat with agents in the browser and watch every decision (needs agentscript[serve])."""
+    from agentscript.server.playground.command import playground_cli
+
+    sys.exit(playground_cli(paths, echo=lambda line: click.echo(line, err=True), **options))
 
 
 if __name__ == "__main__":  # pragma: no cover
