@@ -311,7 +311,9 @@
     return (S.agent && S.agent.variables) || [];
   }
 
-  function parseValue(text) {
+  function parseValue(type, text) {
+    // Text types keep what was typed ("0042" stays text); others read JSON, else text.
+    if (/^(string|text|date|datetime|time|id)$/i.test(String(type || ""))) return text;
     if (text.trim() === "") return null;
     try { return JSON.parse(text); } catch (e) { return text; }
   }
@@ -330,7 +332,7 @@
           "aria-label": v.name, "data-variable": v.name,
           value: value === undefined || value === null ? "" : (typeof value === "string" ? value : JSON.stringify(value)),
         });
-        input.addEventListener("change", () => { S.edited[v.name] = parseValue(input.value); newSession(true); });
+        input.addEventListener("change", () => { S.edited[v.name] = parseValue(v.type, input.value); newSession(true); });
         valueCell = el("td", {}, input);
       } else {
         valueCell = el("td", { "data-variable": v.name });
@@ -343,7 +345,7 @@
       body.append(row);
     }
     $("vars-note").textContent = editable
-      ? "Editable until the first message (a change starts a new session). JSON values; anything else is text."
+      ? "Editable until the first message (a change starts a new session). Text as typed; other types as JSON."
       : "Changed by the last turn: highlighted, with the value before.";
   }
 
@@ -354,7 +356,8 @@
   function drawWhere(state) {
     const box = $("where");
     box.textContent = "";
-    if (state.stack) {
+    if (S.agent && S.agent.format === "mantle") {
+      state.stack = state.stack || [];
       box.append(el("div", {}, "Skill stack (top first):"));
       const list = el("ol", { class: "stack", "aria-label": "Skill stack" });
       for (const frame of state.stack.slice().reverse()) {
