@@ -435,7 +435,8 @@
     if (!S.graph) return;
     const NS = "http://www.w3.org/2000/svg";
     const rows = layers(S.graph);
-    const W = 380, boxW = 132, boxH = 26, gapY = 52;
+    const boxW = 132, boxH = 26, gapY = 52;
+    const W = Math.max(380, Math.max(1, ...rows.map((r) => r.length)) * (boxW + 14) + 14);
     const pos = {};
     rows.forEach((row, r) => row.forEach((id, i) => {
       pos[id] = { x: (W / (row.length + 1)) * (i + 1), y: 20 + r * gapY };
