@@ -15,10 +15,6 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from click.testing import CliRunner
-
-from agentscript.cli import main
-from agentscript.server.command import ServeError, build_app
-from agentscript.server.playground.routes import STATIC
 from tests.playground.harness import (
     CARD_BANK,
     LATE_ORDER,
@@ -28,6 +24,10 @@ from tests.playground.harness import (
     say,
     session,
 )
+
+from agentscript.cli import main
+from agentscript.server.command import ServeError, build_app
+from agentscript.server.playground.routes import STATIC
 
 CARD_VARS = {
     "project.authenticated": True,

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.playground.browser import browser, chromium_path, playground_server
 from tests.playground.harness import CARD_BANK, LATE_ORDER, ORDER_STATUS, ROOT, options
 
@@ -57,8 +56,7 @@ def send(page: Any, text: str) -> None:
     page.keyboard.type(text)
     page.keyboard.press("Enter")
     page.wait_for_function(
-        f"document.querySelectorAll('.turn-head').length > {turns} && "
-        "!window.playground.state.busy"
+        f"document.querySelectorAll('.turn-head').length > {turns} && !window.playground.state.busy"
     )
 
 
@@ -155,9 +153,7 @@ def test_browser_shows_action_and_model_failures_plainly(
     assert page.locator(".msg.error").count() == 0
 
 
-def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(
-    page: Any, base_url: str
-) -> None:
+def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(page: Any, base_url: str) -> None:
     open_agent(page, base_url, "card-bank")
     assert page.locator("#where").inner_text().strip().endswith("no active skill")
     send(page, '/activate_skill {"skill": "authenticate"}')
@@ -183,7 +179,10 @@ def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(
     assert "block order_card at pick_card" in stack.nth(1).inner_text()
     send(page, "/get_balance")
     assert "1250.75" in page.locator(".msg.agent").last.inner_text()
-    assert page.locator('#variables tr[data-variable="check_balance.balance"] .value').inner_text() == "1250.75"
+    assert (
+        page.locator('#variables tr[data-variable="check_balance.balance"] .value').inner_text()
+        == "1250.75"
+    )
     SCREENSHOT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOT))
 
@@ -209,7 +208,9 @@ def test_browser_confirmation_prompt_has_yes_and_no(page: Any, base_url: str) ->
     )
     page.wait_for_selector("#script li.next")
     page.click("#play")
-    page.wait_for_function("!window.playground.state.busy && document.querySelector('#step').disabled")
+    page.wait_for_function(
+        "!window.playground.state.busy && document.querySelector('#step').disabled"
+    )
     assert page.locator(".msg.confirmation").count() >= 1
     box = page.locator(".msg.confirmation").first
     assert box.inner_text().startswith("Confirmation needed:")
@@ -226,7 +227,9 @@ def test_browser_page_load_and_200_step_trace_timings(
         "(() => { const n = performance.getEntriesByType('navigation')[0];"
         " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd}; })()"
     )
-    ready_ms = page.evaluate("window.playground.loadMs + performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+    ready_ms = page.evaluate(
+        "window.playground.loadMs + performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd"
+    )
     send(page, "/go_to_orders")
     # 200 steps drawn by the same code the SSE stream uses: the real turn's steps, repeated.
     timing = page.evaluate(
