@@ -259,3 +259,22 @@ def test_browser_page_load_and_200_step_trace_timings(
             f"{ready_ms:.0f} ms; 200-step trace: script {timing['script']:.1f} ms, "
             f"painted {timing['painted']:.1f} ms"
         )
+
+
+def test_browser_escalation_is_shown_plainly(page: Any, base_url: str, tmp_path: Path) -> None:
+    script = tmp_path / "escalate.yaml"
+    script.write_text(
+        "variables: {order_ID: '1234'}\n"
+        "turns:\n"
+        "  - user: I want a human\n"
+        "    model: [{tool: go_to_escalation}, {tool: escalate}]\n",
+        encoding="utf-8",
+    )
+    open_agent(page, base_url, "Order_Status")
+    page.set_input_files("#load-file", str(script))
+    page.wait_for_selector("#script li.next")
+    page.keyboard.press("Alt+S")
+    page.wait_for_selector("#script li.done")
+    notice = page.locator(".msg.notice.escalated")
+    assert notice.inner_text().startswith("Escalated:")
+    assert page.locator("#where .node").inner_text() == "escalate_order"

@@ -436,7 +436,7 @@
     const NS = "http://www.w3.org/2000/svg";
     const rows = layers(S.graph);
     const boxW = 132, boxH = 26, gapY = 52;
-    const W = Math.max(380, Math.max(1, ...rows.map((r) => r.length)) * (boxW + 14) + 14);
+    const W = Math.max(380, (Math.max(1, ...rows.map((r) => r.length)) + 1) * (boxW + 14));
     const pos = {};
     rows.forEach((row, r) => row.forEach((id, i) => {
       pos[id] = { x: (W / (row.length + 1)) * (i + 1), y: 20 + r * gapY };
