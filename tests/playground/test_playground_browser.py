@@ -135,7 +135,9 @@ def test_browser_shows_action_and_model_failures_plainly(
         "  check_if_late: {error: 'service unavailable'}\n"
         "turns:\n"
         "  - user: Where is my order?\n"
-        "    model: [{tool: go_to_orders}]\n",
+        "    model: [{tool: go_to_orders}]\n"
+        "  - user: Hello?\n"
+        "    model: []\n",
         encoding="utf-8",
     )
     open_agent(page, base_url, "Order_Status")
@@ -143,14 +145,18 @@ def test_browser_shows_action_and_model_failures_plainly(
     page.wait_for_selector("#script li.next")
     page.click("#step")
     page.wait_for_selector("#script li.done")
+    # A failing action: the step is marked failed with the error; the turn says it failed.
     failed = page.locator("#trace .step-ACTION_STEP.failed").inner_text()
     assert "check_if_late" in failed and "service unavailable" in failed
     errors = page.locator(".msg.error").all_inner_texts()
-    assert any(e.startswith("The turn failed:") for e in errors)
-    # The model has nothing left to say: the next message fails plainly too.
-    page.click("#restart")
-    page.wait_for_selector("#script li.next")
-    assert page.locator(".msg.error").count() == 0
+    assert len(errors) == 1 and errors[0].startswith("The turn failed:")
+    # The model fails (the script has no move for it): said plainly, and the page goes on.
+    page.click("#step")
+    page.wait_for_function("document.querySelectorAll('.msg.error').length === 2")
+    last = page.locator(".msg.error").last.inner_text()
+    assert last.startswith("The turn failed:") and "no model move left" in last
+    page.wait_for_function("!window.playground.state.busy")
+    assert not page.locator("#send").is_disabled()
 
 
 def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(page: Any, base_url: str) -> None:
@@ -278,3 +284,47 @@ def test_browser_escalation_is_shown_plainly(page: Any, base_url: str, tmp_path:
     notice = page.locator(".msg.notice.escalated")
     assert notice.inner_text().startswith("Escalated:")
     assert page.locator("#where .node").inner_text() == "escalate_order"
+
+
+def test_browser_mantle_response_buttons_send_their_payload(chrome: Any, tmp_path: Path) -> None:
+    import shutil
+
+    project = tmp_path / "card_bank"
+    shutil.copytree(CARD_BANK, project)
+    responses = project / "skills" / "card_replace" / "responses.yml"
+    responses.write_text(
+        responses.read_text(encoding="utf-8").replace(
+            "    - text: I can help you replace your card.\n",
+            "    - text: I can help you replace your card.\n"
+            "      buttons:\n"
+            '        - {title: Lost, payload: \'/set_fields {"reason": "lost"}\'}\n'
+            '        - {title: Damaged, payload: \'/set_fields {"reason": "damaged"}\'}\n',
+        ),
+        encoding="utf-8",
+    )
+    with playground_server(options(str(project))) as url:
+        context = chrome.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        try:
+            page.goto(f"{url}/playground/")
+            page.wait_for_selector("body[data-ready=true]")
+            for name, value in (
+                ("project.authenticated", "true"),
+                ("project.customer_name", "Ada"),
+            ):
+                field = page.locator(f'#variables input[data-variable="{name}"]')
+                field.fill(value)
+                field.press("Tab")
+                page.wait_for_function(f"window.playground.state.variables[{name!r}] !== undefined")
+            send(page, '/activate_skill {"skill": "card_replace"}')
+            buttons = page.locator(".msg.agent button.payload")
+            assert buttons.all_inner_texts() == ["Lost", "Damaged"]
+            buttons.first.focus()
+            page.keyboard.press("Enter")  # keyboard only
+            page.wait_for_function("document.querySelectorAll('.turn-head').length === 2")
+            page.wait_for_function("!window.playground.state.busy")
+            assert page.locator(".msg.user").last.inner_text() == '/set_fields {"reason": "lost"}'
+            value = page.locator('#variables tr[data-variable="card_replace.reason"] .value')
+            assert value.inner_text() == '"lost"'
+        finally:
+            context.close()
