@@ -248,6 +248,15 @@ def test_playground_start_up_refusals_name_the_fix(tmp_path: Path) -> None:
     assert "--stubs" in result.output and "Traceback" not in result.output
 
 
+def test_serve_playground_flag_reaches_the_playground_checks(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/sessions.db"
+    result = CliRunner().invoke(
+        main, ["serve", ORDER_STATUS, "--playground", "--workers", "2", "--store", store]
+    )
+    assert result.exit_code == 2
+    assert "--playground runs in one worker" in result.output
+
+
 def test_serve_without_playground_has_no_page() -> None:
     async def scenario(c: httpx.AsyncClient) -> tuple[int, int]:
         return (await c.get("/playground/")).status_code, (await c.get("/")).status_code

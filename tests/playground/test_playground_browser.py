@@ -98,6 +98,14 @@ def test_browser_order_status_conversation_shows_reply_trace_and_variable_change
     assert page.locator('#graph g.gnode.visited[data-node="router"]').count() == 1
     # Linked variables are read-only once the conversation started.
     assert page.locator("#variables input").count() == 0
+    # Restart (Alt+R): a new session with the same variables, editable again.
+    old = page.evaluate("window.playground.state.session")
+    page.keyboard.press("Alt+R")
+    page.wait_for_function(f"window.playground.state.session !== {old!r}")
+    page.wait_for_selector('#variables input[data-variable="order_ID"]')
+    assert page.locator('#variables input[data-variable="order_ID"]').input_value() == "5678"
+    assert page.locator("#trace .step").count() == 0
+    assert page.locator(".msg.user").count() == 0
 
 
 def test_browser_replays_a_conversation_file_step_by_step_and_saves_it(
