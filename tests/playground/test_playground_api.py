@@ -251,7 +251,18 @@ def test_playground_start_up_refusals_name_the_fix(tmp_path: Path) -> None:
 def test_serve_playground_flag_reaches_the_playground_checks(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/sessions.db"
     result = CliRunner().invoke(
-        main, ["serve", ORDER_STATUS, "--playground", "--workers", "2", "--store", store]
+        main,
+        [
+            "serve",
+            ORDER_STATUS,
+            "--playground",
+            "--workers",
+            "2",
+            "--store",
+            store,
+            "--model",
+            "standin",
+        ],
     )
     assert result.exit_code == 2
     assert "--playground runs in one worker" in result.output
