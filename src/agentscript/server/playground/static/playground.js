@@ -619,8 +619,9 @@
     $("show-resolution").addEventListener("change", (e) => $("trace").parentElement.classList.toggle("hide-resolution", !e.target.checked));
     document.addEventListener("keydown", (e) => {
       if (!e.altKey) return;
-      const keys = { n: "new-session", r: "restart", l: "load", s: "step" };
-      const target = keys[e.key.toLowerCase()];
+      // By key position (e.code): Alt+letter types another character on some layouts.
+      const keys = { KeyN: "new-session", KeyR: "restart", KeyL: "load", KeyS: "step" };
+      const target = keys[e.code];
       if (target && !$(target).disabled) { e.preventDefault(); $(target).click(); }
     });
     await init();
