@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-serve test lint typecheck bench clean
+.PHONY: setup demo demo-serve test lint typecheck bench clean editors-test vsix screenshot
 
 $(STAMP): pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +42,30 @@ demo-serve: setup
 	@echo "== 5. The agent behind an HTTP API: agentscript serve, one session, two messages (stand-in model) =="
 	$(PY) examples/serve_demo.py
 
-test: setup
+test: setup editors-test
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
+
+# Rewrite docs/playground.png (the README image) from the playground browser test; an ordinary
+# test run writes its screenshot to a temporary folder instead. Needs Chromium (see .ci/run).
+screenshot: setup
+	AGENTSCRIPT_UPDATE_SCREENSHOT=1 $(PY) -m pytest -q -p no:cacheprovider \
+		tests/playground/test_playground_browser.py -k card_bank_hidden_tools
+
+# The VS Code extension: its TextMate grammar is tested with vscode-tmgrammar-test (unit tests)
+# and vscode-textmate over every corpus file. Node and npm come with the machine; the packages
+# from the npm registry, pinned by package-lock.json.
+EDITOR := editors/vscode
+$(EDITOR)/node_modules/.installed: $(EDITOR)/package.json $(EDITOR)/package-lock.json
+	cd $(EDITOR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+editors-test: $(EDITOR)/node_modules/.installed
+	cd $(EDITOR) && npm test --silent
+
+vsix: $(EDITOR)/node_modules/.installed
+	cd $(EDITOR) && npm run --silent package
 
 lint: setup
 	$(PY) -m ruff check src tests bench
@@ -54,9 +74,13 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy
 
+# The peers of bench/peers.py (LangGraph, OpenAI Agents SDK) are installed here only, never by
+# `make test`.
 bench: setup
+	$(PY) -m pip install --quiet -r bench/requirements.txt
 	$(PY) bench/parse.py
 	$(PY) bench/turn.py
+	$(PY) bench/peers.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(EDITOR)/node_modules

@@ -25,7 +25,7 @@ class TurnReport:
 
     def to_json(self) -> dict[str, Any]:
         reply = self.reply
-        return {
+        report = {
             "user": self.user,
             "response": reply.text,
             "node": reply.node,
@@ -40,6 +40,12 @@ class TurnReport:
             "displayable": reply.displayable,
             "failed_expectations": self.failed_expectations,
         }
+        refused = refused_calls(reply.trace)
+        if refused:
+            report["refused"] = refused
+        if reply.delegated:
+            report["delegated"] = reply.delegated
+        return report
 
 
 @dataclass
@@ -51,7 +57,8 @@ class Playback:
 
     @property
     def failed(self) -> bool:
-        """The script and the engine disagreed, a turn was refused, or an expectation failed."""
+        """The script and the engine disagreed, a turn was refused, an expectation failed,
+        or a turn ended in an error that its ``expect: error:`` does not expect."""
         return any(
             t.reply.exhausted or t.reply.refused or t.failed_expectations for t in self.turns
         )
@@ -82,6 +89,12 @@ async def play_async(
         reply = await session.send_async(turn.user)
         unused = [] if reply.refused else [m.to_json() for m in model.unused_moves()]
         failures = turn.expect.check(reply)
+        if reply.error is not None and not reply.exhausted and "error" not in turn.expect.spec:
+            # A failed turn fails the run unless the file says it should fail.
+            failures.append(
+                "the turn failed with an error no 'expect:' expected "
+                "(add 'error: true', or the text it contains, under the turn's 'expect:')"
+            )
         playback.turns.append(TurnReport(turn.user, reply, unused, before, failures))
     playback.variables = session.variables
     return playback
@@ -99,4 +112,15 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
         f"{name}: {json.dumps(before.get(name), default=repr)} -> {json.dumps(value, default=repr)}"
         for name, value in after.items()
         if before.get(name) != value
+    ]
+
+
+def refused_calls(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool calls of a turn that were refused (rule S5 gates, bad arguments, limits), as
+    ``{"name", "reason"}``: what ``run --json`` reports beside the actions that ran."""
+    steps = trace.get("planTrace", {}).get("steps", []) if isinstance(trace, dict) else []
+    return [
+        {"name": step.get("name"), "reason": step.get("reason")}
+        for step in steps
+        if isinstance(step, dict) and step.get("type") == "REFUSED_STEP"
     ]

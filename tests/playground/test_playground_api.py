@@ -28,6 +28,7 @@ from tests.playground.harness import (
 from agentscript.cli import main
 from agentscript.server.command import ServeError, build_app
 from agentscript.server.playground.routes import STATIC
+from agentscript.trace_inputs import rebuild_messages
 
 CARD_VARS = {
     "project.authenticated": True,
@@ -273,3 +274,34 @@ def test_serve_without_playground_has_no_page() -> None:
         return (await c.get("/playground/")).status_code, (await c.get("/")).status_code
 
     assert run(options(ORDER_STATUS, playground=False), scenario) == (404, 404)
+
+
+def test_playground_traces_zip_rebuilds_each_model_input_whole() -> None:
+    # LLM_STEP keeps only the messages added since the previous call (input.messagesFrom);
+    # the downloaded traces, in turn order, rebuild every input with trace_inputs.
+    async def scenario(c: httpx.AsyncClient) -> bytes:
+        sid = await session(c, "Order_Status", variables={"order_ID": "1234"})
+        await say(c, sid, "hello")
+        await say(c, sid, "/go_to_orders")
+        return (await c.get(f"/playground/api/sessions/{sid}/traces.zip")).content
+
+    archive = zipfile.ZipFile(io.BytesIO(run(options(ORDER_STATUS, stubs=LATE_ORDER), scenario)))
+    docs = [json.loads(archive.read(name)) for name in archive.namelist()]  # written in turn order
+    inputs = rebuild_messages(docs)
+    steps = [s for d in docs for s in d["planTrace"]["steps"] if s["type"] == "LLM_STEP"]
+    assert len(inputs) == len(steps) >= 3
+    users = [m.get("content") for m in inputs[-1] if m.get("role") == "user"]
+    assert users == ["hello", "/go_to_orders"]
+    assert any(m.get("role") == "tool" for m in inputs[-1])
+
+
+def test_graph_route_serves_the_real_graph_with_its_edges() -> None:
+    async def scenario(c: httpx.AsyncClient) -> dict[str, Any]:
+        data: dict[str, Any] = (await c.get("/v1/agents/Order_Status/graph")).json()
+        return data
+
+    graph = run(options(ORDER_STATUS), scenario)
+    assert graph["format"] == "agentscript-graph/1"
+    edges = {(e["source"], e["target"], e["via"]) for e in graph["edges"]}
+    assert ("router", "Order_Management", "go_to_orders") in edges
+    assert ("router", "escalate_order", "go_to_escalation") in edges

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,14 @@ from tests.playground.browser import browser, chromium_path, playground_server
 from tests.playground.harness import CARD_BANK, LATE_ORDER, ORDER_STATUS, ROOT, options
 
 SCREENSHOT = ROOT / "docs" / "playground.png"
+# The README image is rewritten only on request (`make screenshot`), so an ordinary test run
+# leaves the work tree clean; otherwise the same screenshot goes to a temporary file.
+UPDATE_SCREENSHOT = "AGENTSCRIPT_UPDATE_SCREENSHOT"
+
+
+def screenshot_path(tmp_path: Path) -> Path:
+    """docs/playground.png when AGENTSCRIPT_UPDATE_SCREENSHOT=1, else a file under tmp_path."""
+    return SCREENSHOT if os.environ.get(UPDATE_SCREENSHOT) == "1" else tmp_path / "playground.png"
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +105,24 @@ def test_browser_order_status_conversation_shows_reply_trace_and_variable_change
     assert page.locator("#where .node").inner_text() == "Order_Management"
     assert page.locator('#graph g.gnode.current[data-node="Order_Management"]').count() == 1
     assert page.locator('#graph g.gnode.visited[data-node="router"]').count() == 1
+    # The graph's edges are drawn (from agentscript.authoring.graph), the transition taken
+    # highlighted and the others not.
+    assert page.locator("#graph path.gedge").count() == 4
+    taken = page.locator("#graph path.gedge.taken")
+    assert taken.count() == 1
+    assert taken.get_attribute("data-edge") == "router->Order_Management"
+    assert "taken" not in (
+        page.locator('#graph path.gedge[data-edge="router->escalate_order"]').get_attribute("class")
+        or ""
+    )
+    assert page.locator("#path").inner_text() == "Visited: router → Order_Management"
+    # Each model call's input is shown whole, rebuilt from the trace's deltas
+    # (input.messagesFrom): the later call still shows the user's message.
+    llm = page.locator("#trace .step-LLM_STEP")
+    assert llm.count() >= 2
+    llm.last.locator("summary").click()
+    shown = llm.last.locator("pre").inner_text()
+    assert "/go_to_orders" in shown and "messagesFrom" not in shown
     # Linked variables are read-only once the conversation started.
     assert page.locator("#variables input").count() == 0
     # Restart (Alt+R): a new session with the same variables, editable again.
@@ -167,7 +194,9 @@ def test_browser_shows_action_and_model_failures_plainly(
     assert not page.locator("#send").is_disabled()
 
 
-def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(page: Any, base_url: str) -> None:
+def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(
+    page: Any, base_url: str, tmp_path: Path
+) -> None:
     open_agent(page, base_url, "card-bank")
     assert page.locator("#where").inner_text().strip().endswith("no active skill")
     send(page, '/activate_skill {"skill": "authenticate"}')
@@ -197,8 +226,10 @@ def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(page: Any, bas
         page.locator('#variables tr[data-variable="check_balance.balance"] .value').inner_text()
         == "1250.75"
     )
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT))
+    shot = screenshot_path(tmp_path)
+    shot.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(shot))
+    assert shot.read_bytes().startswith(b"\x89PNG")
 
 
 def test_browser_card_bank_refusals_show_their_reason(page: Any, base_url: str) -> None:

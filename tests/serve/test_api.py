@@ -306,18 +306,19 @@ def test_api_message_and_body_bounds(api_store: str) -> None:
 def test_api_second_message_to_a_busy_session_waits_then_409(
     api_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    block = tmp_path / "block"
+    block, log = tmp_path / "block", tmp_path / "calls.jsonl"
     block.touch()
     monkeypatch.setenv("NOTES_BLOCK", str(block))
+    monkeypatch.setenv("NOTES_LOG", str(log))
 
     async def scenario(client: httpx.AsyncClient) -> None:
         sid = await new_session(client)
         other = await new_session(client)
         url = f"/v1/sessions/{sid}/messages"
         first = asyncio.create_task(client.post(url, json={"text": '/note {"text": "a"}'}))
-        for _ in range(200):  # until the first turn holds the lock (bounded)
+        for _ in range(1000):  # until the first turn is inside its action (bounded)
             await asyncio.sleep(0.01)
-            if (await client.get("/metrics")).text.count("agentscript_turns_in_progress 1"):
+            if log.exists():
                 break
         second = await client.post(url, json={"text": "hi"})
         assert error_of(second) == (409, "session_busy")
@@ -509,3 +510,23 @@ def test_api_sse_tokens_from_a_streaming_openai_compatible_model(tmp_path: Path)
     tokens = [d["text"] for n, d in events if n == "token"]
     assert len(tokens) > 1  # the answer arrived in pieces
     assert "".join(tokens) == events[-1][1]["response"] == "You said: stream this please"
+
+
+def test_api_cors_off_unless_configured(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    preflight = {
+        "Origin": "https://app.example.com",
+        "Access-Control-Request-Method": "POST",
+    }
+
+    async def scenario(client: httpx.AsyncClient) -> tuple[int, dict[str, str]]:
+        response = await client.options("/v1/agents/Notes/sessions", headers=preflight)
+        get = await client.get("/v1/agents", headers={"Origin": "https://app.example.com"})
+        return response.status_code, {**get.headers, **response.headers}
+
+    status, headers = run(url, scenario)
+    assert "access-control-allow-origin" not in headers and status == 405
+    config = ServerConfig(cors_origins=["https://app.example.com"])
+    status, headers = run(url, scenario, config=config)
+    assert status == 200
+    assert headers["access-control-allow-origin"] == "https://app.example.com"

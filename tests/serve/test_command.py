@@ -71,6 +71,15 @@ def test_serve_lists_store_and_agents() -> None:
     assert "agent:  Notes" in text and "agent:  card-bank" in text
 
 
+def test_serve_folder_finds_agent_files_and_mantle_projects_below_it() -> None:
+    # The same expansion as validate/fmt: a folder holding a Mantle project serves it too.
+    examples = Path(CARD_BANK).parent
+    _app, lines = build_app(ServeOptions(paths=[str(examples)], model="standin", store="memory://"))
+    text = "\n".join(lines)
+    assert f"agent:  card-bank ({examples / 'card_bank'})" in text
+    assert str(examples / "order_status" / "order_status.agent") in text
+
+
 def test_serve_session_ttl_units() -> None:
     assert parse_ttl("90") == 90 and parse_ttl("30m") == 1800 and parse_ttl("2d") == 172800
     assert parse_ttl(None) is None

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from agentscript.actions.context import IDEMPOTENCY_KEY, with_turn_context
 from agentscript.actions.registry import ActionRequest, ActionRunner
+from agentscript.actions.settings import ActionSettings, Isolation
 
 
 def takes_key(text: str, idempotency_key: str | None = None) -> dict[str, Any]:
@@ -30,8 +33,11 @@ def test_key_given_only_to_functions_that_declare_it() -> None:
     assert with_turn_context(takes_key, {"text": "a"}) == {"text": "a"}  # no turn key
 
 
-def test_key_reaches_a_python_action_on_its_worker_thread() -> None:
-    runner = ActionRunner()
+@pytest.mark.parametrize("mode", list(Isolation))
+def test_key_reaches_a_python_action_in_every_isolation_mode(mode: Isolation) -> None:
+    # thread: a pool thread (context copied); inline: the loop's thread; process: a worker
+    # process (the key travels with the call).
+    runner = ActionRunner(settings=ActionSettings(isolation=mode))
 
     async def main() -> dict[str, Any]:
         token = IDEMPOTENCY_KEY.set("k-2")

@@ -19,7 +19,14 @@ PARAMETER = "idempotency_key"
 
 def with_turn_context(function: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, Any]:
     """``inputs`` plus ``idempotency_key`` when the turn has one and ``function`` accepts it."""
-    key = IDEMPOTENCY_KEY.get()
+    return with_key(function, inputs, IDEMPOTENCY_KEY.get())
+
+
+def with_key(
+    function: Callable[..., Any], inputs: dict[str, Any], key: str | None
+) -> dict[str, Any]:
+    """``inputs`` plus ``idempotency_key=key`` when ``key`` is set and ``function`` accepts it
+    (for a call that runs where the context variable cannot reach: a worker process)."""
     if key is None or PARAMETER in inputs:
         return inputs
     try:

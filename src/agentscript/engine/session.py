@@ -8,25 +8,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
+from agentscript.actions.settings import ActionSettings, load_settings
 from agentscript.check.outline import AgentOutline
+from agentscript.engine.kernel import TurnResult
+from agentscript.engine.loop import run_sync
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.state import SessionState
-from agentscript.engine.turn import Limits, TurnResult, TurnRunner
+from agentscript.engine.turn import TurnRunner
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.limits import Limits
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+from agentscript.trace_inputs import MessageLog
+from agentscript.trace_steps import error_step
 
 
 class TurnRunnerLike(Protocol):
@@ -45,7 +50,7 @@ class Reply:
     text: str  # every message of the turn, joined by blank lines
     messages: list[str]
     node: str | None  # the subagent the turn ended in
-    path: list[str]  # every subagent entered, in order
+    path: list[str]  # the nodes that had control, in order (delegates are in ``delegated``)
     actions: list[str]  # tools and actions run, in order
     escalated: bool
     ended: bool
@@ -57,6 +62,7 @@ class Reply:
     trace_file: str | None = None
     exhausted: bool = False  # the scripted model had no move left
     refused: bool = False  # the turn was not run (e.g. the session had ended)
+    delegated: list[str] = field(default_factory=list)  # nodes run as delegates, in order
 
     @property
     def ok(self) -> bool:
@@ -73,11 +79,26 @@ class AgentBase(ABC):
     name: str
     path: Path | None
     handlers: dict[str, Handler]
+    # Sessions' default bounds: the `[limits]` of agentscript.toml when loaded by `load`.
+    limits: Limits = Limits()
 
     def __init__(self, *, path: Path | None, name: str) -> None:
         self.path = path
         self.name = name
         self.handlers = {}
+        # How sync actions run (thread pool, inline, worker processes): the [actions] table of
+        # the agent's agentscript.toml, read at the first session; assign to override.
+        self._action_settings: ActionSettings | None = None
+
+    @property
+    def action_settings(self) -> ActionSettings:
+        if self._action_settings is None:
+            self._action_settings = load_settings(self.path)
+        return self._action_settings
+
+    @action_settings.setter
+    def action_settings(self, settings: ActionSettings) -> None:
+        self._action_settings = settings
 
     @abstractmethod
     def new_turn(
@@ -181,7 +202,14 @@ class Agent(AgentBase):
         stream: Callable[[str], None] | None,
     ) -> TurnRunnerLike:
         return TurnRunner(
-            self.program, state, runner, trace, text, model=model, limits=limits, stream=stream
+            program=self.program,
+            state=state,
+            runner=runner,
+            trace=trace,
+            user_input=text,
+            model=model,
+            limits=limits,
+            stream=stream,
         )
 
     def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,7 +258,7 @@ class Session:
         self.agent = agent
         self.state = state
         self.model = model
-        self.limits = limits or Limits()
+        self.limits = limits or agent.limits
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.runner = ActionRunner(
             stubs=stubs,
@@ -239,8 +267,10 @@ class Session:
             agent_dir=agent.path.parent if agent.path else None,
             timeout=self.limits.action_timeout,
             timeouts=self.limits.action_timeouts,
+            settings=agent.action_settings,
         )
         self.welcome = agent.welcome(state.variables)
+        self.inputs = MessageLog()  # LLM_STEPs record only new messages (trace_inputs.py)
         self.on_text: Callable[[str], None] | None = None
         # Called with each trace step as it is added (filled in as the turn goes on).
         self.on_step: Callable[[dict[str, Any]], None] | None = None
@@ -258,18 +288,20 @@ class Session:
         return self.state.ended
 
     def send(self, text: str) -> Reply:
-        """Run one turn synchronously (not from inside a running event loop)."""
-        return asyncio.run(self.send_async(text))
+        """Run one turn synchronously (not from inside a running event loop). Each calling
+        thread keeps one event loop for every turn it runs (``engine/loop.py``)."""
+        return run_sync(self.send_async(text))
 
     async def send_async(self, text: str) -> Reply:
         state = self.state
         state.turn += 1
         plan_id = f"{state.session_id}-{state.turn}"
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
+        trace.inputs = self.inputs
         trace.observer = self.on_step
         if state.ended:
             message = "the session has ended; start a new session to continue"
-            trace.add("ERROR_STEP", message=message)
+            error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
         runner = self.agent.new_turn(
             state,
@@ -303,6 +335,7 @@ class Session:
             messages=list(result.messages),
             node=self.state.current_node,
             path=list(result.path),
+            delegated=list(result.delegated),
             actions=list(actions or []),
             escalated=result.escalated,
             ended=result.ended or self.state.ended,

@@ -240,7 +240,7 @@ class OrderedBlock:
     name: str | None = None
     description: str | None = None
 
-    def step(self, step_id: str) -> Step | None:
+    def step(self, step_id: str | None) -> Step | None:
         for step in self.steps:
             if step.id == step_id:
                 return step

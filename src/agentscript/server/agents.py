@@ -61,19 +61,14 @@ class ServedAgent:
 
 
 def discover(paths: Sequence[str]) -> Iterator[Path]:
-    """``.agent`` files and Mantle project folders named by, or found under, ``paths``."""
-    from agentscript.mantle import is_mantle_project
+    """``.agent`` files and Mantle project folders named by, or found under, ``paths`` (the
+    same expansion as every command: :func:`agentscript.discover.agent_files`)."""
+    from agentscript.discover import agent_files
 
     for raw in paths:
-        path = Path(raw)
-        if not path.exists():
+        if not Path(raw).exists():
             raise AgentLoadError(f"{raw}: no such file or folder")
-        if path.is_file() or is_mantle_project(path):
-            yield path
-            continue
-        yield from sorted(p for p in path.rglob("*.agent") if p.is_file())
-        projects = {p.parent.parent for p in path.rglob("skill.md")}
-        yield from sorted(p for p in projects if is_mantle_project(p))
+    yield from agent_files(paths)
 
 
 def load_agents(paths: Sequence[str]) -> list[AgentBase]:

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-EXIT_OK, EXIT_USAGE = 0, 2
+from agentscript.commands import ExitCode
+
 ENV = "AGENTSCRIPT_SERVE"
 STANDIN = "standin"  # --model standin: the built-in stand-in model (demos, tests)
 
@@ -140,21 +141,21 @@ def worker_app() -> Any:
     return app
 
 
-def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> int:
+def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> ExitCode:
     """Run the server until it is stopped; the exit code."""
     if options.workers < 1:
         echo("--workers must be at least 1")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         app, lines = build_app(options)
     except ServeError as exc:
         echo(f"agentscript serve: {exc}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         import uvicorn
     except ImportError:
         echo("agentscript serve needs uvicorn; install it with: pip install 'agentscript[serve]'")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     for line in lines:
         echo(line)
     if options.workers == 1:
@@ -172,7 +173,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
             log_level="warning",
             access_log=False,
         )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def parse_ttl(text: str | None) -> float | None:
@@ -197,11 +198,11 @@ def options_from_cli(paths: Sequence[str], **given: Any) -> ServeOptions:
     return ServeOptions(paths=list(paths), session_ttl=ttl, **given)
 
 
-def serve_cli(paths: Sequence[str], echo: Callable[[str], None] = print, **given: Any) -> int:
+def serve_cli(paths: Sequence[str], echo: Callable[[str], None] = print, **given: Any) -> ExitCode:
     """What the ``serve`` click command calls: options as parsed, then :func:`serve_command`."""
     try:
         options = options_from_cli(paths, **given)
     except ServeError as exc:
         echo(f"agentscript serve: {exc}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     return serve_command(options, echo)

@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from agentscript.trace_steps import StepType
+
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A session counts as active for this long after its last turn.
 ACTIVE_WINDOW = 300.0
@@ -68,11 +70,11 @@ class Metrics:
         failed = False
         for step in steps:
             kind = step.get("type")
-            if kind == "ACTION_STEP" and step.get("error"):
+            if kind == StepType.ACTION_STEP and step.get("error"):
                 self.action_errors[agent] += 1
-            elif kind == "REFUSED_STEP":
+            elif kind == StepType.REFUSED_STEP:
                 self.refusals[agent] += 1
-            elif kind == "ERROR_STEP":
+            elif kind == StepType.ERROR_STEP:
                 failed = True
         self.turns[(agent, "error" if failed else "ok")] += 1
         self._last_turn[session_id] = time.monotonic()

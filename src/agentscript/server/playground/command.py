@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agentscript.commands import ExitCode
 from agentscript.server.agents import ServedAgent
 from agentscript.server.command import (
     STANDIN,
@@ -63,7 +64,7 @@ def playground_cli(
     base_url: str | None = None,
     stubs: str | None = None,
     variables: Sequence[str] = (),
-) -> int:
+) -> ExitCode:
     """What the ``playground`` click command calls; the exit code."""
     options = ServeOptions(
         paths=list(paths),

@@ -20,6 +20,7 @@
     current: null,
     graph: null,
     stepCount: 0,
+    sent: null,         // the full messages of the session's last LLM_STEP (traces keep deltas)
     key: sessionStorage.getItem("agentscript-key") || "",
   };
 
@@ -264,7 +265,8 @@
       const parts = ["model (" + (s.node || "") + " #" + (s.iteration || 1) + "): ",
         calls.length ? el("b", {}, calls.join(", ")) : el("span", {}, out.text || "")];
       if (s.error) parts.push(el("div", { class: "error-text" }, s.error));
-      parts.push(lazyDetails("input", () => JSON.stringify(s.input, null, 2)));
+      const input = fullInput(s.input);
+      parts.push(lazyDetails("input", () => JSON.stringify(input, null, 2)));
       return parts;
     },
     ACTION_STEP: (s) => {
@@ -275,6 +277,24 @@
       return parts;
     },
   };
+
+  // An LLM_STEP records only the messages added since the session's previous call
+  // (input.messagesFrom; trace_inputs.rebuild_messages): rebuild the full input, in step order.
+  function fullInput(input) {
+    if (!input || typeof input !== "object") return input;
+    const added = Array.isArray(input.messages) ? input.messages : [];
+    const from = input.messagesFrom;
+    let messages;
+    if (from === null || from === undefined) messages = added;
+    else if ((S.sent || []).length >= from) messages = (S.sent || []).slice(0, from).concat(added);
+    else messages = null;  // the earlier steps are not on this page
+    if (messages) S.sent = messages;
+    const full = Object.assign({}, input);
+    delete full.messagesFrom;
+    if (messages) full.messages = messages;
+    else full.earlierMessagesNotShown = from;
+    return full;
+  }
 
   function stepNode(s) {
     const render = RENDER[s.type];
@@ -450,6 +470,7 @@
       const line = document.createElementNS(NS, "path");
       line.setAttribute("d", "M" + a.x + "," + (a.y + boxH / 2) + " L" + b.x + "," + (b.y - boxH / 2));
       line.setAttribute("class", "gedge" + (S.taken.has(e.source + "->" + e.target) ? " taken" : ""));
+      line.setAttribute("data-edge", e.source + "->" + e.target);
       const title = document.createElementNS(NS, "title");
       title.textContent = e.kind + " via " + e.via + (e.guard ? " when " + e.guard : "");
       line.append(title);
@@ -488,7 +509,7 @@
     $("messages").textContent = "";
     $("trace").textContent = "";
     $("input").disabled = false;
-    S.turns = 0; S.stepCount = 0; S.visited = new Set(); S.taken = new Set(); S.current = null;
+    S.turns = 0; S.stepCount = 0; S.sent = null; S.visited = new Set(); S.taken = new Set(); S.current = null;
     S.lastValues = null;
     $("step-count").textContent = "";
   }
