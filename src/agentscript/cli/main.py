@@ -12,8 +12,10 @@ from agentscript.cli.authoring import check_gates, graph, lsp, prompts
 from agentscript.cli.chat import chat
 from agentscript.cli.fmt import fmt
 from agentscript.cli.mcp_serve import mcp_serve
+from agentscript.cli.playground import playground
 from agentscript.cli.run import run
 from agentscript.cli.serve import serve
+from agentscript.cli.test import test_cmd
 from agentscript.cli.validate import validate
 
 
@@ -29,12 +31,14 @@ COMMANDS: tuple[click.Command, ...] = (
     fmt,
     run,
     chat,
+    test_cmd,
     prompts,
     graph,
     check_gates,
     lsp,
     mcp_serve,
     serve,
+    playground,
 )
 
 for _command in COMMANDS:

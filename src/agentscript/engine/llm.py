@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 from agentscript.engine.budgets import BudgetExceeded, active_meter
 from agentscript.engine.kernel import check_answered
-from agentscript.errors import TurnError
+from agentscript.errors import LimitReached, TurnError
 from agentscript.expr.values import nested_deeper_than
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
     Message,
@@ -38,6 +39,7 @@ async def call_model(
     *,
     iteration: int,
     stream: TextSink | None = None,
+    max_reply_chars: int | None = None,
 ) -> ModelResponse:
     """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
 
@@ -45,6 +47,8 @@ async def call_model(
     first: a call that would cross a cap is not made (``BudgetExceeded``, a ``BUDGET_STEP``).
     A request whose history holds a tool call without its answer is not sent either (the
     kernel's last check): providers reject it, and it would mean the engine lost track of a call.
+    A reply whose text is longer than ``max_reply_chars`` (``Limits.max_reply_chars``) is a
+    failure too: it is neither stored in the history nor traced in full.
     """
     # Every Model has a name; a hand-written one without it is still recorded.
     model_name = str(getattr(model, "name", None) or type(model).__name__)
@@ -96,7 +100,17 @@ async def call_model(
         raise TurnError(f"the model failed: {exc}") from None
     step["durationMs"] = elapsed_ms(started)
     step["modelEvents"] = list(response.events)
-    response.tool_calls = [bounded_call(call) for call in response.tool_calls]
+    if max_reply_chars is not None and len(response.text or "") > max_reply_chars:
+        error = LimitReached(
+            "max_reply_chars",
+            max_reply_chars,
+            f"the model's reply is longer than {max_reply_chars} characters; it was dropped",
+        )
+        step["error"] = str(error)
+        step["output"] = {"text": (response.text or "")[:200] + "…", "tool_calls": []}
+        raise error
+    most = max_reply_chars if max_reply_chars is not None else DEFAULT_MAX_ARGUMENT_CHARS
+    response.tool_calls = [bounded_call(call, most) for call in response.tool_calls]
     step["output"] = response.to_json()
     if response.model:
         step["model"] = response.model
@@ -114,8 +128,14 @@ async def call_model(
 MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 
 
-def bounded_call(call: ToolCall) -> ToolCall:
-    """``call``, or a copy without arguments when they are not a JSON object of sane depth."""
+# Without a reply cap, arguments larger than this are dropped before they are kept.
+DEFAULT_MAX_ARGUMENT_CHARS = 10_000_000
+
+
+def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> ToolCall:
+    """``call``, or a copy without arguments when they are not a JSON object of sane depth
+    and size: NaN, Infinity or anything else JSON has no form for would otherwise reach the
+    history, the trace and saved sessions."""
     arguments = call.arguments
     if arguments is None:
         return call
@@ -129,5 +149,10 @@ def bounded_call(call: ToolCall) -> ToolCall:
         json.dumps(arguments, default=repr)
     except ValueError:  # an integer too long to print: no trace or saved session could hold it
         note = "(arguments hold a number too long to print; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    try:
+        json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH + 1)
+    except UnsafeValue as exc:
+        note = f"(arguments dropped: {exc})"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.conditions import names_used
+from agentscript.mantle.load.cycles import call_cycles
 from agentscript.mantle.load.tool_code import make_stub
 from agentscript.mantle.model import (
     END_STEP,
@@ -47,6 +48,7 @@ def validate(project: Project, *, stub_missing_tools: bool = False) -> list[Diag
         out.extend(_skill(project, skill))
     out.extend(_responses(project))
     out.extend(resolve_tools(project, stub_missing_tools=stub_missing_tools))
+    out.extend(call_cycles(project))
     return out
 
 

@@ -121,9 +121,7 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
             f"'{call.name}' waits for the user's confirmation; call resolve_tool_confirmation",
         )
     if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
-        return refuse(
-            ctx, call, not_offered_message(call.name), cause=NotOffered.HIDDEN
-        )
+        return refuse(ctx, call, not_offered_message(call.name), cause=NotOffered.HIDDEN)
     checked, problem = check_arguments(tool, args)
     if problem is not None:
         return refuse(ctx, call, problem)
