@@ -116,15 +116,22 @@ def distinct_ids(calls: list[ToolCall], history: Sequence[Message]) -> list[Tool
     or repeated id (seen from hostile-model fuzzing) would otherwise get one answer for two
     calls, and the next request would be refused for an unanswered call."""
     taken = {c.id for m in history for c in m.tool_calls}
+    keep: set[int] = set()
+    for index, call in enumerate(calls):  # ids already fine keep their value, first come first
+        if call.id and call.id not in taken:
+            taken.add(call.id)
+            keep.add(index)
     out: list[ToolCall] = []
-    for call in calls:
-        new_id = call.id
+    for index, call in enumerate(calls):
+        if index in keep:
+            out.append(call)
+            continue
         number = 1
-        while not new_id or new_id in taken:
-            new_id = f"{call.id or 'call'}_{number}"
+        while f"{call.id or 'call'}_{number}" in taken:
             number += 1
+        new_id = f"{call.id or 'call'}_{number}"
         taken.add(new_id)
-        out.append(call if new_id == call.id else replace(call, id=new_id))
+        out.append(replace(call, id=new_id))
     return out
 
 
