@@ -140,7 +140,7 @@ BAD_EDITS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ),
     ("pending not an object", edit("pending_confirmation", "yes"), "pending_confirmation"),
     ("stub usage negative", edit("stub_usage", {"refund": -1}), "stub_usage.refund"),
-    ("extra state", edit("extra", {"x": 1}), "extra"),
+    ("extra state", edit("extra", {"x": 1}), "extra.x"),
 ]
 
 
@@ -290,3 +290,15 @@ def test_host_supplied_linked_values_replace_the_stored_ones() -> None:
     assert session.variables["customer_id"] == "C-1"
     with pytest.raises(ValueError, match="unknown variable"):
         agent.restore(data, model=ScriptedModel(), variables={"nope": 1})
+
+
+def test_budget_totals_in_extra_are_restored_and_checked() -> None:
+    agent, data = saved()
+    data["extra"] = {
+        "usage": {"llm_calls": 2, "input_tokens": 10, "output_tokens": 5, "cost": None}
+    }
+    restore(agent, data)  # a session metered by a budget reads back
+    data["extra"]["usage"]["llm_calls"] = -1
+    with pytest.raises(SessionRestoreError) as caught:
+        restore(agent, data)
+    assert caught.value.field == "extra.usage.llm_calls"
