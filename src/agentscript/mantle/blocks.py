@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.engine.llm import TurnError
+from agentscript.mantle import collect
 from agentscript.mantle.block_pointer import advance, advance_past_call, hold, is_held
 from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirmation
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
@@ -47,6 +48,7 @@ async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockE
             return True
         if step.ask_before_filling and step.id not in entry["asked"]:
             entry["asked"][step.id] = ctx.state.turn
+        collect.ask(ctx, skill, block.id, entry, step)
         return False
     if kind is StepKind.INSTRUCTIONS:
         if step.complete_when is not None and holds(step.complete_when, ctx.memory):

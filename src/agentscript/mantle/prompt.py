@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentscript.mantle.collect import question_name
 from agentscript.mantle.model import (
     MemoryEntry,
     OrderedBlock,
@@ -155,9 +156,11 @@ def step_section(
             text += f" ({entry.description})"
         if step.description:
             text += f". {step.description}"
-        question = response_text(project, step.utterance, memory)
+        question = response_text(project, question_name(project, skill, step), memory)
         if question:
-            text += f'.\nAsk the user: "{question}"'
+            text += f'.\nThe user has been asked: "{question}". Do not ask it again.'
+        else:
+            text += ".\nAsk the user for it."
         text += f"\nWhen the user answers, record it with set_fields ({name})."
         if step.ask_before_filling:
             text += " Ask this question even if the user mentioned a value before."

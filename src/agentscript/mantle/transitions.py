@@ -11,6 +11,7 @@ from typing import Any
 
 from agentscript.mantle import prompt as p
 from agentscript.mantle.block_pointer import advance_past_call, step_at
+from agentscript.mantle.collect import reask
 from agentscript.mantle.model import ReferenceKind, Skill
 from agentscript.mantle.queries import holds, offered_skills
 from agentscript.mantle.stack import ACTIVE, PARKED, PAUSED, Frame, SkillStack
@@ -75,6 +76,7 @@ def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = N
     if parent["status"] != PARKED:
         return
     parent["status"] = ACTIVE
+    reask(parent)
     ctx.result.path.append(parent["skill"])
     ctx.trace.add("SKILL_STEP", event="resumed", skill=parent["skill"], **position(parent))
     parent_entry = SkillStack.block(parent)
@@ -162,6 +164,7 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
             pause(ctx, active, by=skill_id)
         ctx.stack.move_to_top(existing)
         existing["status"] = ACTIVE
+        reask(existing)
         ctx.result.path.append(skill_id)
         where = position(existing)
         ctx.trace.add("SKILL_STEP", event="resumed", skill=skill_id, **where)

@@ -81,8 +81,8 @@ class TurnContext:
         (self.state.history if waiting is None else waiting).append(Message("assistant", text))
         self.trace.add("RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields)
 
-    def utter(self, name: str | None, kind: str) -> None:
-        self.say(p.response_text(self.project, name, self.memory), kind, response=name)
+    def utter(self, name: str | None, kind: str, **fields: Any) -> None:
+        self.say(p.response_text(self.project, name, self.memory), kind, response=name, **fields)
 
     # --- the history the model reads ------------------------------------------------
 
