@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.engine.turn import NO, YES
-from agentscript.mantle import prompt as p
 from agentscript.mantle.block_pointer import advance, hold
 from agentscript.mantle.model import Tool, ToolConstraint
 from agentscript.mantle.queries import tool_allowed, tool_constraint
@@ -47,7 +46,8 @@ def hold_for_confirmation(
     constraint = tool_constraint(ctx.project, skill_id, tool.name)
     gate = constraint.requires_confirmation if constraint else None
     ask = gate.utter_for_confirmation if gate else None
-    question = p.response_text(ctx.project, ask, ctx.memory) if ask else None
+    rendered = ctx.render(ask) if ask else None
+    question = rendered.text if rendered else None
     if ask and not question:
         reason = f"the confirmation question for '{tool.name}' is empty; the call is not run"
         ctx.trace.add("REFUSED_STEP", name=tool.name, reason=reason, source=source)
@@ -111,7 +111,7 @@ async def resolve(ctx: TurnContext, confirmed: bool, *, via: str) -> dict[str, A
         if from_step and entry is not None:
             hold(ctx, entry)
         denial = gate.utter_on_user_denial if gate else None
-        if denial and p.response_text(ctx.project, denial, ctx.memory):
+        if denial and ctx.render(denial):
             ctx.utter(denial, "denial")
             ctx.stop = True
     elif not tool_allowed(ctx.project, skill_id, name, ctx.memory):

@@ -12,6 +12,7 @@ from agentscript.actions.registry import ActionError, ActionRequest
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import Tool
 from agentscript.mantle.queries import tool_constraint
+from agentscript.mantle.scopes import readable, refuse_access
 from agentscript.mantle.tool_runtime import MemoryView, ToolContext, failed, tool_target
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
@@ -66,15 +67,27 @@ async def run_tool(
 def tool_context(ctx: TurnContext, tool: Tool, skill_id: str) -> ToolContext:
     """``context``: bare names look in the tool's skill, the active skill, then ``project``."""
     namespaces = [ns for ns in (tool.owner, skill_id) if ns]
+    reader = tool.owner or skill_id  # a shared tool acts for the active skill
 
     def read(name: str) -> Any:
         entry = resolve_name(ctx.project, name, namespaces)
-        return ctx.memory.get(entry.qualified_name) if entry else None
+        if entry is None:
+            return None
+        if not readable(entry, reader):
+            refuse_access(ctx.trace, entry.qualified_name, reader, "read", "tool", tool=tool.name)
+            return None
+        return ctx.memory.get(entry.qualified_name)
 
     def write(name: str, value: Any) -> None:
         entry = resolve_name(ctx.project, name, namespaces)
         if entry is None:
             raise MemoryWriteError(f"'{name}' is not a declared memory entry")
+        if not readable(entry, reader):
+            raise MemoryWriteError(
+                refuse_access(
+                    ctx.trace, entry.qualified_name, reader, "write", "tool", tool=tool.name
+                )
+            )
         ctx.write(entry.qualified_name, check_write(entry, ctx.memory, value))
 
     return ToolContext(MemoryView(read, write), lambda text: ctx.say(text, "tool"))

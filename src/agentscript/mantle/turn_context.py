@@ -17,7 +17,7 @@ from typing import Any
 from agentscript.actions.registry import ActionRunner
 from agentscript.engine.state import SessionState
 from agentscript.engine.turn import Limits, TurnResult
-from agentscript.mantle import prompt as p
+from agentscript.mantle.delivery import Rendered, render
 from agentscript.mantle.model import Project
 from agentscript.mantle.stack import SkillStack
 from agentscript.models.base import Message, Model, ToolCall
@@ -81,8 +81,17 @@ class TurnContext:
         (self.state.history if waiting is None else waiting).append(Message("assistant", text))
         self.trace.add("RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields)
 
+    def render(self, name: str | None) -> Rendered | None:
+        """A response as it would be delivered now (scoped to its reader, see
+        :mod:`.delivery`)."""
+        frame = self.stack.active()
+        active = frame["skill"] if frame else None
+        return render(self.project, self.trace, self.memory, name, active)
+
     def utter(self, name: str | None, kind: str, **fields: Any) -> None:
-        self.say(p.response_text(self.project, name, self.memory), kind, response=name, **fields)
+        rendered = self.render(name)
+        if rendered is not None:
+            self.say(rendered.text, kind, response=name, **fields)
 
     # --- the history the model reads ------------------------------------------------
 
