@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from agentscript.mantle.responses_file import read_responses
 from agentscript.mantle.skill_file import read_skill
 from agentscript.mantle.tools import load_tool_file, tool_files
 from agentscript.mantle.validate import validate
+
+_log = logging.getLogger(__name__)
 
 
 def is_mantle_project(path: str | os.PathLike[str]) -> bool:
@@ -141,6 +144,14 @@ def _load_tools(
 def _add_tool(registry: dict[str, Tool], tool: Tool, diagnostics: list[Diagnostic]) -> None:
     if tool.name in registry:
         first = registry[tool.name]
+        if _shadows(tool, first):
+            message = f"tool '{tool.name}' in {tool.file} shadows the one in {first.file}"
+            _log.info("%s", message)
+            diagnostics.append(
+                Diagnostic("mantle-tool-shadowed", message, tool.span, Severity.INFO, tool.file)
+            )
+            registry[tool.name] = tool
+            return
         diagnostics.append(
             Diagnostic(
                 "mantle-tool-collision",
@@ -152,6 +163,14 @@ def _add_tool(registry: dict[str, Tool], tool: Tool, diagnostics: list[Diagnosti
         )
         return
     registry[tool.name] = tool
+
+
+def _shadows(tool: Tool, first: Tool) -> bool:
+    """A ``tools/*.py`` definition replaces a same-named one from the ``tools.py`` beside it."""
+    package = os.path.basename(os.path.dirname(tool.file)) == "tools"
+    single = os.path.basename(first.file) == "tools.py"
+    same_folder = os.path.dirname(os.path.dirname(tool.file)) == os.path.dirname(first.file)
+    return package and single and same_folder
 
 
 def _merge_responses(

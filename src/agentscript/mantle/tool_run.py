@@ -10,7 +10,7 @@ from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
-from agentscript.mantle.model import Tool
+from agentscript.mantle.model import Project, Tool
 from agentscript.mantle.queries import tool_constraint
 from agentscript.mantle.scopes import readable, refuse_access
 from agentscript.mantle.tool_runtime import MemoryView, ToolContext, failed, tool_target
@@ -49,7 +49,7 @@ async def run_tool(
     try:
         result = await ctx.runner.run(
             ActionRequest(tool.name, tool_target(tool), inputs),
-            timeout=ctx.project.agent.tool_timeout,
+            timeout=tool_timeout(ctx.project),
         )
     except ActionError as exc:
         error = str(exc)
@@ -62,6 +62,15 @@ async def run_tool(
     if constraint is not None:
         ctx.utter(constraint.on_success if ok else constraint.on_failure, "utter")
     return result, ok
+
+
+DEFAULT_TOOL_TIMEOUT = 10.0  # seconds: Mantle's documented default for ``tool_timeout``
+
+
+def tool_timeout(project: Project) -> float:
+    """``tool_timeout`` of agent.yml, else the documented 10 seconds."""
+    configured = project.agent.tool_timeout
+    return DEFAULT_TOOL_TIMEOUT if configured is None else configured
 
 
 def tool_context(ctx: TurnContext, tool: Tool, skill_id: str) -> ToolContext:
