@@ -109,7 +109,11 @@ def test_rule2_skill_invocation_returns_to_the_caller(agent: MantleAgent) -> Non
     assert activated["kind"] == "invoked" and activated["invokedBy"] == "card_replace"
     assert playback.turns[2].reply.node == "card_replace"
     assert "Active skill: Card Replace" in last_instructions(playback, 3)
-    assert events(playback, 4, "SKILL_STEP") == [("completed", "card_replace")]
+    assert events(playback, 4, "SKILL_STEP") == [
+        ("completed", "card_replace"),
+        ("activated", "default_completed"),  # the stack is empty: the completion follow-up
+        ("completed", "default_completed"),
+    ]
 
 
 def test_rule3_prose_enters_the_block_and_returns_to_prose_in_the_same_turn(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentscript.mantle import lifecycle
 from agentscript.mantle import prompt as p
 from agentscript.mantle.memory import MemoryWriteError, check_write
 from agentscript.mantle.queries import holds
@@ -90,6 +91,7 @@ def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 HANDLERS = {
+    lifecycle.CANNOT_HELP: lifecycle.cannot_help,
     p.ACTIVATE: activate_skill,
     p.COMPLETE: complete_skill,
     p.CANCEL: cancel_skill,

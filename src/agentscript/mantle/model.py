@@ -17,6 +17,15 @@ from agentscript.expr.nodes import Expr
 
 PROJECT_NAMESPACE = "project"
 
+# Lifecycle skills the engine runs itself (see :mod:`agentscript.mantle.lifecycle`).
+SESSION_START_SKILL = "default_session_start"
+COMPLETED_SKILL = "default_completed"
+RESUME_OFFER_SKILL = "default_resume_offer"
+UNSUPPORTED_SKILL = "default_unsupported_request_handler"
+LIFECYCLE_SKILLS = frozenset(
+    {SESSION_START_SKILL, COMPLETED_SKILL, RESUME_OFFER_SKILL, UNSUPPORTED_SKILL}
+)
+
 
 @dataclass(slots=True)
 class Condition:

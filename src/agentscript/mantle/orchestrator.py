@@ -13,6 +13,7 @@ from typing import Any
 
 from agentscript.engine.llm import TurnError, call_model
 from agentscript.engine.turn import LimitReached, TurnResult
+from agentscript.mantle import lifecycle
 from agentscript.mantle import prompt as p
 from agentscript.mantle.blocks import block_step
 from agentscript.mantle.confirmation import resolve, yes_no
@@ -21,7 +22,7 @@ from agentscript.mantle.queries import holds
 from agentscript.mantle.resolution import resolve_prompt
 from agentscript.mantle.stack import SkillStack
 from agentscript.mantle.tool_dispatch import dispatch
-from agentscript.mantle.transitions import finish, start_session_skill
+from agentscript.mantle.transitions import finish
 from agentscript.mantle.turn_context import TurnContext
 from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSpec
 
@@ -43,15 +44,14 @@ class MantleTurnRunner:
         ctx = self.ctx
         try:
             ctx.state.history.append(Message("user", ctx.text))
-            if not ctx.stack.data["started"]:
-                ctx.stack.data["started"] = True
-                start_session_skill(ctx)
-            if ctx.stack.pending is not None:
-                answer = yes_no(ctx.text)
-                if answer is not None:
-                    await resolve(ctx, answer, via="user")
-            if not ctx.stop:
-                await self.loop()
+            if not await lifecycle.before_turn(self):
+                if ctx.stack.pending is not None:
+                    answer = yes_no(ctx.text)
+                    if answer is not None:
+                        await resolve(ctx, answer, via="user")
+                if not ctx.stop:
+                    await self.loop()
+            await lifecycle.after_turn(self)
         except (TurnError, LimitReached) as exc:
             ctx.result.exhausted = getattr(exc, "exhausted", False)
             self.fail(str(exc))

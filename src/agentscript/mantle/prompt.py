@@ -35,7 +35,10 @@ Memory = Mapping[str, Any]
 
 ACTIVATE, COMPLETE, CANCEL = "activate_skill", "complete_skill", "cancel_skill"
 SET_FIELDS, RESOLVE = "set_fields", "resolve_tool_confirmation"
-ENGINE_TOOLS = frozenset({ACTIVATE, COMPLETE, CANCEL, SET_FIELDS, RESOLVE})
+CANNOT_HELP, SEARCH_KNOWLEDGE = "cannot_help", "search_knowledge"
+ENGINE_TOOLS = frozenset(
+    {ACTIVATE, COMPLETE, CANCEL, SET_FIELDS, RESOLVE, CANNOT_HELP, SEARCH_KNOWLEDGE}
+)
 
 _JSON_OF = {
     "text": "string",
@@ -213,6 +216,13 @@ def complete_spec() -> ToolSpec:
 def cancel_spec() -> ToolSpec:
     return ToolSpec(
         CANCEL, "Abandon the active skill (or, when none is active, drop the paused one)."
+    )
+
+
+def cannot_help_spec() -> ToolSpec:
+    return ToolSpec(
+        CANNOT_HELP,
+        "Decline a request that no skill and no instruction covers (out of scope).",
     )
 
 

@@ -10,6 +10,7 @@ import time
 
 from agentscript.mantle import prompt as p
 from agentscript.mantle.block_pointer import step_at
+from agentscript.mantle.lifecycle import cannot_help_offered
 from agentscript.mantle.model import Skill, StepKind
 from agentscript.mantle.queries import holds, offered_skills, tool_allowed
 from agentscript.mantle.stack import BlockEntry, SkillStack
@@ -70,6 +71,8 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
                 tools.append(ToolSpec(name, tool.description, dict(tool.parameters_schema)))
             else:
                 hidden.append(name)
+    if cannot_help_offered(ctx):
+        tools.append(p.cannot_help_spec())
     pending = ctx.stack.pending
     if pending is not None:
         parts.append(

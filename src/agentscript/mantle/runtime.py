@@ -19,6 +19,7 @@ from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import AgentBase, TurnRunnerLike
 from agentscript.engine.state import SessionState
 from agentscript.engine.turn import Limits
+from agentscript.mantle.lifecycle import install_builtin_responses
 from agentscript.mantle.loader import load_project
 from agentscript.mantle.memory import seeded_memory
 from agentscript.mantle.model import Project
@@ -37,6 +38,7 @@ class MantleAgent(AgentBase):
         root = Path(project.root)
         super().__init__(path=root, name=name or project.agent.id or root.name)
         self.project = project
+        install_builtin_responses(project)
         self.handlers["mantle"] = mantle_handler(project)
 
     def new_turn(
