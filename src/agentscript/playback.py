@@ -25,7 +25,7 @@ class TurnReport:
 
     def to_json(self) -> dict[str, Any]:
         reply = self.reply
-        return {
+        data = {
             "user": self.user,
             "response": reply.text,
             "node": reply.node,
@@ -40,6 +40,9 @@ class TurnReport:
             "displayable": reply.displayable,
             "failed_expectations": self.failed_expectations,
         }
+        if reply.buttons:  # Mantle response buttons; absent otherwise (the pinned shape)
+            data["buttons"] = reply.buttons
+        return data
 
 
 @dataclass

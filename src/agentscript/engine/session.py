@@ -13,7 +13,7 @@ import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,6 +57,8 @@ class Reply:
     trace_file: str | None = None
     exhausted: bool = False  # the scripted model had no move left
     refused: bool = False  # the turn was not run (e.g. the session had ended)
+    # Buttons offered with the turn's responses ({title, payload}; Mantle projects).
+    buttons: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -311,6 +313,7 @@ class Session:
             trace_file=trace_file,
             exhausted=result.exhausted,
             refused=refused,
+            buttons=list(result.buttons),
         )
 
     def to_json(self) -> dict[str, Any]:

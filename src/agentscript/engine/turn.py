@@ -91,6 +91,7 @@ class TurnResult:
     error: str | None = None
     exhausted: bool = False  # the scripted model had no move left
     confirmation: str | None = None
+    buttons: list[dict[str, Any]] = field(default_factory=list)  # Mantle response buttons
 
 
 class TurnRunner(ProcedureExecutor):

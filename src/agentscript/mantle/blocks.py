@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.engine.llm import TurnError
-from agentscript.mantle import collect
+from agentscript.mantle import collect, hooks
 from agentscript.mantle.block_pointer import advance, advance_past_call, hold, is_held
 from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirmation
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
@@ -62,7 +62,13 @@ async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockE
     if kind is StepKind.LINK:
         return link_step(ctx, frame, skill, entry, step)
     if kind is StepKind.SET_MEMORY:
+        if is_held(ctx, entry, step):
+            return False  # a post-write hook rejected it; runs again once memory changes
+        since = hooks.mark(ctx)
         set_memory_step(ctx, skill, step)
+        if await hooks.after_writes(ctx, since, engine_made=True) is not None:
+            hold(ctx, entry)
+            return False
     elif kind is StepKind.ACTION:
         ctx.utter(step.action, "action")
     elif kind is not StepKind.NOOP:
@@ -128,10 +134,13 @@ async def execute_step(
             ctx, skill.id, tool, arguments, source="step", block=block.id, step=step.id
         )
         return False
+    since = hooks.mark(ctx)
     result, ok = await run_tool(ctx, skill.id, tool, arguments, "deterministic", step.id)
     # Deterministic results go into the history so the model can use them.
     ctx.answer(ctx.engine_call("step", tool.name, dict(arguments)), result)
     ctx.close_calls()
+    if await hooks.after_writes(ctx, since, engine_made=True) is not None:
+        ok = False
     if ok:
         advance(ctx, skill, entry, block, step)
         return True

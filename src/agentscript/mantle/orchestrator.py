@@ -13,7 +13,7 @@ from typing import Any
 
 from agentscript.engine.llm import TurnError, call_model
 from agentscript.engine.turn import LimitReached, TurnResult
-from agentscript.mantle import lifecycle
+from agentscript.mantle import buttons, hooks, lifecycle
 from agentscript.mantle import prompt as p
 from agentscript.mantle.blocks import block_step
 from agentscript.mantle.confirmation import resolve, yes_no
@@ -45,13 +45,17 @@ class MantleTurnRunner:
         try:
             ctx.state.history.append(Message("user", ctx.text))
             if not await lifecycle.before_turn(self):
-                if ctx.stack.pending is not None:
+                await buttons.apply_payload(ctx)
+                if ctx.stack.pending is not None and not ctx.stop:
                     answer = yes_no(ctx.text)
                     if answer is not None:
+                        since = hooks.mark(ctx)
                         await resolve(ctx, answer, via="user")
+                        await hooks.after_writes(ctx, since, engine_made=True)
                 if not ctx.stop:
                     await self.loop()
             await lifecycle.after_turn(self)
+            await buttons.fill_source_buttons(ctx)
         except (TurnError, LimitReached) as exc:
             ctx.result.exhausted = getattr(exc, "exhausted", False)
             self.fail(str(exc))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentscript.mantle import hooks
 from agentscript.mantle import prompt as p
 from agentscript.mantle.confirmation import hold_for_confirmation, needs_confirmation, resolve
 from agentscript.mantle.engine_tools import HANDLERS
@@ -72,8 +73,12 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
     if problem is not None:
         return refuse(ctx, call, problem)
     handler = HANDLERS.get(call.name)
+    since = hooks.mark(ctx)
     if handler is not None:
         result = handler(ctx, args)
+        if "error" not in result:
+            rejected = await hooks.after_writes(ctx, since, engine_made=False)
+            result = result if rejected is None else {"error": rejected}
     elif call.name == p.RESOLVE:
         confirmed = args.get("confirmed")
         if ctx.stack.pending is None:
@@ -81,13 +86,19 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
         elif not isinstance(confirmed, bool):
             result = {"error": "resolve_tool_confirmation needs confirmed=true or false"}
         else:
-            return await resolve(ctx, confirmed, via="llm")
+            return await with_hooks(ctx, since, await resolve(ctx, confirmed, via="llm"))
     else:
-        return await call_skill_tool(ctx, call, args)
+        return await with_hooks(ctx, since, await call_skill_tool(ctx, call, args))
     if "error" in result:
         return refuse(ctx, call, str(result["error"]))
     ctx.actions_run.append(call.name)
     return result
+
+
+async def with_hooks(ctx: TurnContext, since: int, result: dict[str, Any]) -> dict[str, Any]:
+    """Run post-write hooks for what the call wrote; a rejection becomes its error."""
+    rejected = await hooks.after_writes(ctx, since, engine_made=False)
+    return result if rejected is None else {**result, "error": rejected}
 
 
 async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]) -> dict[str, Any]:

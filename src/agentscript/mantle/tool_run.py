@@ -99,4 +99,7 @@ def tool_context(ctx: TurnContext, tool: Tool, skill_id: str) -> ToolContext:
             )
         ctx.write(entry.qualified_name, check_write(entry, ctx.memory, value))
 
-    return ToolContext(MemoryView(read, write), lambda text: ctx.say(text, "tool"))
+    def send(text: str) -> None:
+        ctx.say(text, "tool")
+
+    return ToolContext(MemoryView(read, write), send)

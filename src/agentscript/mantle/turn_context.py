@@ -47,6 +47,11 @@ class TurnContext:
     # Messages said while tool calls wait for their answers: providers require the answers
     # right after the calls, so these join the history once the calls are answered.
     said_during_calls: list[Message] | None = None
+    # Every write of the turn as (key, previous value): post-write hooks roll back from it.
+    journal: list[tuple[str, Any]] = field(default_factory=list)
+    # Responses whose buttons a tool supplies: (RESPONSE_STEP, tool name, skill), filled at
+    # the end of the turn.
+    pending_buttons: list[tuple[dict[str, Any], str, str | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stack = SkillStack(self.state.extra)
@@ -67,19 +72,23 @@ class TurnContext:
         return frame["skill"] if frame else "router"
 
     def write(self, key: str, value: Any) -> None:
+        self.journal.append((key, self.memory.get(key)))
         self.memory[key] = value
         self.stack.note_write(key, self.state.turn)
 
     # --- messages -------------------------------------------------------------------
 
-    def say(self, text: str | None, kind: str, **fields: Any) -> None:
-        """Deliver a message verbatim (responses, confirmations, ``context.send``)."""
+    def say(self, text: str | None, kind: str, **fields: Any) -> dict[str, Any] | None:
+        """Deliver a message verbatim (responses, confirmations, ``context.send``); returns
+        its ``RESPONSE_STEP``."""
         if not text:
-            return
+            return None
         self.result.messages.append(text)
         waiting = self.said_during_calls
         (self.state.history if waiting is None else waiting).append(Message("assistant", text))
-        self.trace.add("RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields)
+        return self.trace.add(
+            "RESPONSE_STEP", text=text, node=self.node_name(), kind=kind, **fields
+        )
 
     def render(self, name: str | None) -> Rendered | None:
         """A response as it would be delivered now (scoped to its reader, see
@@ -90,8 +99,18 @@ class TurnContext:
 
     def utter(self, name: str | None, kind: str, **fields: Any) -> None:
         rendered = self.render(name)
-        if rendered is not None:
-            self.say(rendered.text, kind, response=name, **fields)
+        if rendered is None:
+            return
+        if rendered.buttons:
+            fields["buttons"] = rendered.buttons
+            self.result.buttons.extend(rendered.buttons)
+        if rendered.metadata:
+            fields["metadata"] = rendered.metadata
+        step = self.say(rendered.text, kind, response=name, **fields)
+        if step is not None and rendered.variant.buttons_source:
+            frame = self.stack.active()
+            source = rendered.variant.buttons_source
+            self.pending_buttons.append((step, source, frame["skill"] if frame else None))
 
     # --- the history the model reads ------------------------------------------------
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
+from agentscript.mantle.buttons import check_buttons
 from agentscript.mantle.conditions import names_used
 from agentscript.mantle.model import (
     END_STEP,
@@ -46,6 +47,7 @@ def validate(project: Project, *, stub_missing_tools: bool = False) -> list[Diag
     for skill in project.skills.values():
         out.extend(_skill(project, skill))
     out.extend(_responses(project))
+    out.extend(check_buttons(project))
     out.extend(resolve_tools(project, stub_missing_tools=stub_missing_tools))
     return out
 
