@@ -15,7 +15,10 @@ active skill's tools, then the shared tools. Writes are found through
 
 from __future__ import annotations
 
-from agentscript.mantle.model import PROJECT_NAMESPACE, Tool
+from collections.abc import Iterator
+
+from agentscript.diagnostics import Diagnostic, Severity
+from agentscript.mantle.model import PROJECT_NAMESPACE, Project, Tool
 from agentscript.mantle.tool_run import run_tool
 from agentscript.mantle.turn_context import TurnContext
 
@@ -84,3 +87,27 @@ async def after_writes(ctx: TurnContext, since: int, *, engine_made: bool) -> st
             ctx.close_calls()
         return message
     return None
+
+
+def check_hooks(project: Project) -> Iterator[Diagnostic]:
+    """A hook must name an entry its place can write: a skill's hook an entry of that skill
+    or of the project, a shared hook a project entry."""
+    places: list[tuple[str | None, dict[str, Tool]]] = [(None, project.shared_tools)]
+    places.extend((skill.id, skill.tools) for skill in project.skills.values())
+    for skill_id, tools in places:
+        for tool in tools.values():
+            entry = tool.hook_for
+            if entry is None or tool.is_stub:
+                continue
+            own = skill_id is not None and entry in project.skills[skill_id].memory
+            if own or entry in project.memory:
+                continue
+            where = f"skill '{skill_id}' or the project" if skill_id else "the project"
+            yield Diagnostic(
+                "mantle-hook",
+                f"post-write hook '{tool.name}' names '{entry}', which is not a memory entry "
+                f"of {where}; rename the function to run_after_setting_<entry>",
+                tool.span,
+                Severity.ERROR,
+                tool.file,
+            )

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.buttons import check_buttons
 from agentscript.mantle.conditions import names_used
+from agentscript.mantle.hooks import check_hooks
 from agentscript.mantle.model import (
     END_STEP,
     PROJECT_NAMESPACE,
@@ -48,6 +49,7 @@ def validate(project: Project, *, stub_missing_tools: bool = False) -> list[Diag
         out.extend(_skill(project, skill))
     out.extend(_responses(project))
     out.extend(check_buttons(project))
+    out.extend(check_hooks(project))
     out.extend(resolve_tools(project, stub_missing_tools=stub_missing_tools))
     return out
 
