@@ -90,7 +90,22 @@ def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     return {"status": "updated", "fields": sorted(writes)}
 
 
+def search_knowledge(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Ranked passages from the project's references; the query and hits are traced."""
+    index = ctx.project.knowledge
+    query = args.get("query")
+    if index is None:
+        return {"error": "this project has no knowledge base (no references/ folder)"}
+    if not isinstance(query, str) or not query.strip():
+        return {"error": "search_knowledge needs query=<text>"}
+    passages = [hit.to_json() for hit in index.search(query)]
+    ctx.trace.add("KNOWLEDGE_STEP", query=query, passages=passages, node=ctx.node_name())
+    ctx.searched = True
+    return {"passages": passages} if passages else {"passages": [], "note": "nothing found"}
+
+
 HANDLERS = {
+    p.SEARCH_KNOWLEDGE: search_knowledge,
     lifecycle.CANNOT_HELP: lifecycle.cannot_help,
     p.ACTIVATE: activate_skill,
     p.COMPLETE: complete_skill,

@@ -225,7 +225,10 @@ def cannot_help(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
 def cannot_help_offered(ctx: TurnContext) -> bool:
     """Offered unless the scope handler is the active skill."""
     frame = ctx.stack.active()
-    return frame is None or frame["skill"] != UNSUPPORTED_SKILL
+    if frame is not None and frame["skill"] == UNSUPPORTED_SKILL:
+        return False
+    # With a knowledge base, the model must look there before declining.
+    return ctx.project.knowledge is None or ctx.searched
 
 
 # --- session end --------------------------------------------------------------------------

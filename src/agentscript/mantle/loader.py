@@ -9,6 +9,7 @@ from pathlib import Path
 from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity, Span
 from agentscript.mantle import yamlsrc as y
 from agentscript.mantle.agent_file import read_agent
+from agentscript.mantle.knowledge import build_index
 from agentscript.mantle.memory_file import read_project_memory, read_skill_memory
 from agentscript.mantle.model import AgentSettings, Project, Response, Skill, Tool
 from agentscript.mantle.responses_file import read_responses
@@ -93,6 +94,8 @@ def load_project(
         for tool in _load_tools(file, root, None, diagnostics):
             _add_tool(project.shared_tools, tool, diagnostics)
 
+    project.knowledge, problems = build_index(root, agent.references, agent.file)
+    diagnostics.extend(problems)
     diagnostics.extend(validate(project, stub_missing_tools=stub_missing_tools))
     return project, diagnostics
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentscript.diagnostics import UNKNOWN_SPAN, Span
 from agentscript.expr.nodes import Expr
+
+if TYPE_CHECKING:
+    from agentscript.mantle.knowledge import KnowledgeIndex
 
 PROJECT_NAMESPACE = "project"
 
@@ -323,6 +326,7 @@ class Project:
     shared_tools: dict[str, Tool] = field(default_factory=dict)  # root tools.py / tools/
     responses: dict[str, Response] = field(default_factory=dict)  # one global registry
     mcp_servers: list[str] = field(default_factory=list)
+    knowledge: KnowledgeIndex | None = None  # references/ (see agentscript.mantle.knowledge)
 
     def tools_for(self, skill_id: str) -> dict[str, Tool]:
         """Tools a skill can use: its own plus the shared ones it imports (local wins)."""

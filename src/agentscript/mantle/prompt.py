@@ -219,6 +219,25 @@ def cancel_spec() -> ToolSpec:
     )
 
 
+KNOWLEDGE_NOTE = (
+    "You searched the knowledge base this turn: answer from the passages search_knowledge "
+    "returned, and say so when they do not answer the question."
+)
+
+
+def search_knowledge_spec() -> ToolSpec:
+    return ToolSpec(
+        SEARCH_KNOWLEDGE,
+        "Search the knowledge base (the project's reference documents) for passages that "
+        "answer a question.",
+        {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to look up."}},
+            "required": ["query"],
+        },
+    )
+
+
 def cannot_help_spec() -> ToolSpec:
     return ToolSpec(
         CANNOT_HELP,

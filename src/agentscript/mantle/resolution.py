@@ -67,10 +67,16 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
         if settable:
             tools.append(p.set_fields_spec(settable))
         for name, tool in project.tools_for(skill.id).items():
-            if tool_allowed(project, skill.id, name, memory):
+            if ctx.searched:
+                hidden.append(name)  # withheld after a knowledge search this turn
+            elif tool_allowed(project, skill.id, name, memory):
                 tools.append(ToolSpec(name, tool.description, dict(tool.parameters_schema)))
             else:
                 hidden.append(name)
+    if project.knowledge is not None:
+        tools.append(p.search_knowledge_spec())
+        if ctx.searched:
+            parts.append(p.KNOWLEDGE_NOTE)
     if cannot_help_offered(ctx):
         tools.append(p.cannot_help_spec())
     pending = ctx.stack.pending

@@ -116,6 +116,8 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
             call,
             f"'{call.name}' waits for the user's confirmation; call resolve_tool_confirmation",
         )
+    if ctx.searched:
+        return refuse(ctx, call, f"tool '{call.name}' is withheld after a knowledge search")
     if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
         return refuse(ctx, call, f"tool '{call.name}' is not available now")
     checked, problem = check_arguments(tool, args)

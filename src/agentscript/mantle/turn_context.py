@@ -47,6 +47,7 @@ class TurnContext:
     # Messages said while tool calls wait for their answers: providers require the answers
     # right after the calls, so these join the history once the calls are answered.
     said_during_calls: list[Message] | None = None
+    searched: bool = False  # search_knowledge ran this turn: skill tools are withheld
     # Every write of the turn as (key, previous value): post-write hooks roll back from it.
     journal: list[tuple[str, Any]] = field(default_factory=list)
     # Responses whose buttons a tool supplies: (RESPONSE_STEP, tool name, skill), filled at
