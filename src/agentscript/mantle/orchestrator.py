@@ -142,7 +142,7 @@ class MantleTurnRunner:
     async def ask_model(self, instructions: str, tools: list[ToolSpec]) -> ModelResponse:
         ctx = self.ctx
         request = ModelRequest(
-            system=p.system_prompt(ctx.project),
+            system=p.system_prompt(ctx.project, ctx.memory),
             instructions=instructions,
             messages=list(ctx.state.history),
             tools=tools,

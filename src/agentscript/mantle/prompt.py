@@ -9,6 +9,7 @@ decides which pieces apply.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from agentscript.mantle.collect import question_name
@@ -23,6 +24,7 @@ from agentscript.mantle.model import (
 )
 from agentscript.mantle.queries import (
     collect_key,
+    engine_managed,
     holds,
     render_response_text,
     select_variant,
@@ -50,12 +52,35 @@ _JSON_OF = {
 }
 
 
-def system_prompt(project: Project) -> str:
-    """Persona and rules: the deploy-stable part."""
+def system_prompt(
+    project: Project, memory: Memory | None = None, now: datetime | None = None
+) -> str:
+    """The documented sections, deploy-stable first: persona, rules, the skill glossary,
+    then the current date and time and the project memory that is set (``[set]`` for PII).
+    Without ``memory`` only the deploy-stable part is returned."""
     agent = project.agent
     parts = [agent.persona.strip()] if agent.persona.strip() else []
     if agent.rules:
         parts.append("Rules:\n" + "\n".join(f"- {rule}" for rule in agent.rules))
+    glossary = [s for s in project.skills.values() if not s.disabled and not engine_managed(s)]
+    if glossary:
+        parts.append(
+            "Skills of this agent:\n"
+            + "\n".join(
+                f"- {s.id} ({s.name or s.id}): {' '.join(s.description.split())}" for s in glossary
+            )
+        )
+    if memory is None:
+        return "\n\n".join(parts)
+    moment = (now or datetime.now().astimezone()).strftime("%A, %Y-%m-%d %H:%M %Z").strip()
+    parts.append(f"Current date and time: {moment}")
+    known = []
+    for name, entry in project.memory.items():
+        value = memory.get(entry.qualified_name)
+        if value is not None:
+            known.append(f"- {name}: {'[set]' if entry.pii else value}")
+    if known:
+        parts.append("What we know about this conversation (project memory):\n" + "\n".join(known))
     return "\n\n".join(parts)
 
 
