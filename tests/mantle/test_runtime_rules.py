@@ -91,7 +91,10 @@ def test_rule1_interrupt_pauses_the_block_and_resumes_at_the_same_step(agent: Ma
     assert [(s["step"], s["text"]) for s in asked] == [
         ("pick_card", "Which card should we replace?")
     ]
-    assert steps(playback, 3, "LLM_STEP")  # the model resumed it; the framework re-asked
+    # The interrupt ended: the engine offered to resume; "yes" resumed without the model.
+    offer = [s for s in steps(playback, 2, "RESPONSE_STEP") if s["kind"] == "lifecycle"]
+    assert [s["text"] for s in offer] == ["Would you like to continue with Card Replace?"]
+    assert steps(playback, 3, "LLM_STEP") == []
     assert "step pick_card: collect card_id" in last_instructions(playback, 4)
     advanced = [s for s in steps(playback, 4, "BLOCK_STEP") if s["event"] == "advanced"]
     assert [(s["step"], s["next"]) for s in advanced] == [("pick_card", "pick_shipping")]
