@@ -202,3 +202,22 @@ def test_before_end_skills_run_then_the_session_ends(tmp_path: Path) -> None:
     assert said(playback, 1) == ["Goodbye, Ada!"]
     assert playback.turns[0].reply.ended
     assert playback.turns[1].reply.refused
+
+
+def test_lifecycle_configuration_errors_are_validate_diagnostics(tmp_path: Path) -> None:
+    from agentscript.mantle import load_project
+
+    project = copy_bank(tmp_path)
+    handler = project / "skills" / "default_unsupported_request_handler"
+    handler.mkdir()
+    (handler / "skill.md").write_text(
+        "---\nname: Decline\ndescription: Declines.\nrouting:\n  engine_managed: false\n---\n"
+        "Say politely that this is out of scope.\n"
+    )
+    (project / "agent.yml").write_text(
+        (project / "agent.yml").read_text() + "conversation:\n  before_end: [survey]\n"
+    )
+    _, diagnostics = load_project(project)
+    found = [(d.severity.value, d.message) for d in diagnostics if d.code == "mantle-lifecycle"]
+    assert any(sev == "error" and "must stay engine-managed" in m for sev, m in found)
+    assert any(sev == "warning" and "'survey'" in m for sev, m in found)

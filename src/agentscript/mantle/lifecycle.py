@@ -21,9 +21,10 @@ project's ``responses.yml``. Every run is traced as ``SKILL_STEP`` events with
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
-from agentscript.diagnostics import UNKNOWN_SPAN
+from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity
 from agentscript.mantle.confirmation import yes_no
 from agentscript.mantle.model import (
     COMPLETED_SKILL,
@@ -261,3 +262,43 @@ async def continue_ending(runner: TurnLoop) -> None:
         ctx.state.ended = True
         ctx.result.ended = True
         ctx.trace.add("EVENT_STEP", event="session_ended", reason=SESSION_END_MESSAGE)
+
+
+# --- load-time checks -----------------------------------------------------------------------
+
+
+def check_lifecycle(project: Project) -> Iterator[Diagnostic]:
+    """The unsupported-request handler stays engine-managed; ``before_end`` names skills."""
+    handler = project.skills.get(UNSUPPORTED_SKILL)
+    if handler is not None and handler.engine_managed is False:
+        yield Diagnostic(
+            "mantle-lifecycle",
+            f"'{UNSUPPORTED_SKILL}' must stay engine-managed; remove 'routing: "
+            "{engine_managed: false}'",
+            handler.span,
+            Severity.ERROR,
+            handler.file,
+        )
+    listed = project.agent.conversation.get("before_end")
+    if listed is None:
+        return
+    if not isinstance(listed, list) or not all(isinstance(s, str) for s in listed):
+        yield Diagnostic(
+            "mantle-lifecycle",
+            "conversation.before_end must be a list of skill ids",
+            project.agent.span,
+            Severity.ERROR,
+            project.agent.file,
+        )
+        return
+    for skill_id in listed:
+        if skill_id not in project.skills:
+            yield Diagnostic(
+                "mantle-lifecycle",
+                f"conversation.before_end names '{skill_id}', which is not a skill of this "
+                "project; it is skipped when the session ends (add skills/"
+                f"{skill_id}/skill.md to run it)",
+                project.agent.span,
+                Severity.WARNING,
+                project.agent.file,
+            )

@@ -10,6 +10,7 @@ from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity, Span
 from agentscript.mantle import yamlsrc as y
 from agentscript.mantle.agent_file import read_agent
 from agentscript.mantle.knowledge import build_index
+from agentscript.mantle.lifecycle import check_lifecycle, install_builtin_responses
 from agentscript.mantle.memory_file import read_project_memory, read_skill_memory
 from agentscript.mantle.model import AgentSettings, Project, Response, Skill, Tool
 from agentscript.mantle.responses_file import read_responses
@@ -90,6 +91,7 @@ def load_project(
             project.skills[skill.id] = skill
 
     project.responses = _merge_responses(responses, diagnostics)
+    install_builtin_responses(project)  # lifecycle wording a project may reference
     for file in tool_files(str(root)):
         for tool in _load_tools(file, root, None, diagnostics):
             _add_tool(project.shared_tools, tool, diagnostics)
@@ -97,6 +99,7 @@ def load_project(
     project.knowledge, problems = build_index(root, agent.references, agent.file)
     diagnostics.extend(problems)
     diagnostics.extend(validate(project, stub_missing_tools=stub_missing_tools))
+    diagnostics.extend(check_lifecycle(project))
     return project, diagnostics
 
 
