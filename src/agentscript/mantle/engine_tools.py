@@ -7,6 +7,7 @@ dispatcher and changes nothing.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from agentscript.mantle import lifecycle
@@ -98,7 +99,10 @@ def search_knowledge(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
         return {"error": "this project has no knowledge base (no references/ folder)"}
     if not isinstance(query, str) or not query.strip():
         return {"error": "search_knowledge needs query=<text>"}
-    passages = [hit.to_json() for hit in index.search(query)]
+    try:
+        passages = [hit.to_json() for hit in index.search(query)]
+    except sqlite3.Error as exc:  # a damaged cache file: an error result, not a traceback
+        return {"error": f"the knowledge search failed: {exc}"}
     ctx.trace.add("KNOWLEDGE_STEP", query=query, passages=passages, node=ctx.node_name())
     ctx.searched = True
     return {"passages": passages} if passages else {"passages": [], "note": "nothing found"}
