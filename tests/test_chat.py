@@ -32,12 +32,14 @@ from agentscript.conversation import parse_conversation
 from agentscript.engine.session import Agent
 from agentscript.models import describe_configuration_help
 from agentscript.models.base import (
+    Message,
     ModelError,
     ModelRequest,
     ModelResponse,
     TextSink,
     ToolCall,
 )
+from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.models.recording import (
     RAW_ARGUMENTS_KEY,
     ConversationRecorder,
@@ -475,7 +477,7 @@ def test_record_to_an_unwritable_place_is_a_usage_error(
 def test_move_of() -> None:
     assert move_of(ModelResponse(text="hi")).to_json() == {"say": "hi"}
     assert move_of(ModelResponse()).to_json() == {"say": ""}
-    one = ModelResponse(text="ignored", tool_calls=[ToolCall("1", "a", {"x": 1})])
+    one = ModelResponse(tool_calls=[ToolCall("1", "a", {"x": 1})])
     assert move_of(one).to_json() == {"tool": "a", "args": {"x": 1}}
     two = ModelResponse(tool_calls=[ToolCall("1", "a", {}), ToolCall("2", "b", {"y": [1]})])
     assert move_of(two).to_json() == {
@@ -533,23 +535,18 @@ def test_conversation_recorder_round_trips() -> None:
     ]
 
 
-class BrokenStream:
+def broken_stream(messages: list[Message], info: FunctionInfo) -> str:
     """Streams part of an answer, then fails (a connection lost mid-answer)."""
-
-    name = "broken:test"
-
-    async def complete(
-        self, request: ModelRequest, *, stream: TextSink | None = None
-    ) -> ModelResponse:
-        if stream is not None:
-            stream("Your order is")
-        raise ModelError("the stream was cut")
+    info.stream("Your order is")
+    raise ModelError("the stream was cut")
 
 
 def test_failure_mid_stream_ends_the_line_then_reports(
     shop: Agent, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = run_chat(shop, model=BrokenStream(), interactive=False, lines=["where is it?"])
+    code = run_chat(
+        shop, model=FunctionModel(broken_stream), interactive=False, lines=["where is it?"]
+    )
 
     captured = capsys.readouterr()
     assert code == 1

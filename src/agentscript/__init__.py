@@ -7,7 +7,8 @@
 
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Severity, Span
 from agentscript.engine.session import Agent, AgentBase, Reply, Session
-from agentscript.engine.turn import Limits
+from agentscript.errors import RunFailure, UsageError
+from agentscript.limits import Limits
 from agentscript.loader import load
 from agentscript.models.scripted import ScriptedModel
 from agentscript.syntax import parse
@@ -19,10 +20,12 @@ __all__ = [
     "Diagnostic",
     "Limits",
     "Reply",
+    "RunFailure",
     "ScriptedModel",
     "Session",
     "Severity",
     "Span",
+    "UsageError",
     "load",
     "parse",
 ]

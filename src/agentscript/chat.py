@@ -8,12 +8,13 @@ chat goes on; nothing here prints a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import click
 import yaml
 
 from agentscript.actions.registry import StubBook
+from agentscript.commands import SHOW_CHOICES, ExitCode
 from agentscript.conversation import ConversationError, load_conversation
 from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
@@ -37,8 +39,6 @@ from agentscript.models.registry import (
 from agentscript.models.routing import RoutedModel
 from agentscript.playback import describe_changes
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-SHOW_CHOICES = ("prompt", "tools", "trace")
 COMMANDS = {
     "/vars": "show the session's variables",
     "/trace": "summarise the steps of the last turn",
@@ -49,6 +49,8 @@ COMMANDS = {
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMMAND = re.compile(r"/[a-z]+\Z")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Files --record never overwrites: agents, action code, configuration.
+_SOURCE_SUFFIXES = frozenset({".agent", ".py", ".toml"})
 
 
 class ChatUsageError(Exception):
@@ -156,6 +158,53 @@ class ChatOptions:
     stream: bool = True
 
 
+def readable(line: str) -> str:
+    """``line`` with any byte that was not UTF-8 replaced by U+FFFD.
+
+    Python reads a terminal or pipe with ``surrogateescape``, so a stray byte arrives as a
+    lone surrogate; kept in the history, it would make every later request fail to encode.
+    """
+    return line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def stdin_lines() -> Iterator[str]:
+    """Standard input, line by line, never failing on a byte that is not valid text."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # replaced by a text-only stream (tests, embedding)
+        yield from sys.stdin
+        return
+    encoding = getattr(sys.stdin, "encoding", None) or "utf-8"
+    for raw in buffer:
+        yield raw.decode(encoding, "replace")
+
+
+def refuse_overwriting_inputs(record: Path, agent: AgentBase, stubs: str | Path | None) -> None:
+    """ChatUsageError when ``--record`` names one of the chat's inputs: the agent file, a file
+    of the agent's project folder, the stubs file, or any existing source file (``.agent``,
+    ``.py``, ``.toml``: never a recording). The recording is written at once, so this runs
+    before the chat starts."""
+    target = record.resolve()
+    if target.is_file() and target.suffix.lower() in _SOURCE_SUFFIXES:
+        raise ChatUsageError(
+            f"--record {record}: that is a source file, not a recording; record to a new file"
+        )
+    inputs: list[Path] = [Path(stubs)] if stubs is not None else []
+    if agent.path is not None:
+        inputs.append(agent.path)
+    for source in inputs:
+        source = source.resolve()
+        if source.is_dir():
+            if target.is_relative_to(source) and target.exists():
+                raise ChatUsageError(
+                    f"--record {record}: that file belongs to the agent's project {source}; "
+                    "record to a new file"
+                )
+        elif target == source:
+            raise ChatUsageError(
+                f"--record {record}: that is one of the chat's inputs; record to a new file"
+            )
+
+
 # ---------------------------------------------------------------------- output
 
 
@@ -214,6 +263,11 @@ class Chat:
         self.last_reply: Reply | None = None
         self._segment_open = False  # streamed text is on screen, its line not yet ended
         self._streamed: list[str] = []  # final answers of this turn already shown live
+        # One event loop for the whole chat: an SDK client's connection pool belongs to the
+        # loop that opened it, and a fresh loop per turn left the previous client to close its
+        # connections on a dead loop ("Task exception was never retrieved ... Event loop is
+        # closed" on stderr after every streamed turn).
+        self._runner = asyncio.Runner()
         self.session = self._new_session()
 
     def _new_session(self) -> Session:
@@ -231,6 +285,10 @@ class Chat:
             self.save_recording()
         self.last_reply = None
         return session
+
+    def close(self) -> None:
+        """Close the chat's event loop (the model's connections with it)."""
+        self._runner.close()
 
     def reset(self) -> None:
         self.session = self._new_session()
@@ -253,6 +311,11 @@ class Chat:
 
     def _on_response(self, request: ModelRequest, response: ModelResponse) -> None:
         if not self._segment_open:
+            # Not streamed (--no-stream, or a model that does not stream): text the model sent
+            # along with tool calls is never one of the turn's messages, so show it here or
+            # it is lost.
+            if response.tool_calls and response.text and response.text.strip():
+                self.console.reply(response.text)
             return
         self._close_segment()
         if not response.tool_calls:
@@ -271,7 +334,7 @@ class Chat:
         self.model.begin_turn()
         self._streamed = []
         try:
-            reply = self.session.send(text)
+            reply = self._runner.run(self.session.send_async(text))
         except KeyboardInterrupt:
             self._close_segment()
             self.console.error("interrupted; the turn was abandoned")
@@ -285,6 +348,9 @@ class Chat:
         self._close_segment()
         self.last_reply = reply
         self.show_reply(reply)
+        quiet = reply.error is None and not reply.escalated and not reply.ended
+        if quiet and not any(m.strip() for m in reply.messages):
+            self.console.notice("(the agent's reply was empty)")
         if reply.error is not None:
             self.failed_turns += 1
             self.console.error(f"error: {reply.error}")
@@ -349,6 +415,7 @@ class Chat:
 
     def handle(self, line: str) -> bool:
         """One line of input: a command or a user message. False when the chat should stop."""
+        line = readable(line)
         text = line.strip()
         if not text:
             return True
@@ -368,7 +435,7 @@ class Chat:
             if not self.handle(line):
                 break
             self.console.line()
-        return EXIT_FAILED if self.failed_turns else EXIT_OK
+        return ExitCode.FAILED if self.failed_turns else ExitCode.OK
 
     def run_interactive(self, read_line: Callable[[str], str]) -> int:
         self.console.notice(
@@ -381,12 +448,15 @@ class Chat:
                 line = read_line(prompt)
             except EOFError:
                 self.console.line()
-                return EXIT_OK
+                return ExitCode.OK
             except KeyboardInterrupt:
                 self.console.line()
                 continue
+            except UnicodeDecodeError:  # a terminal whose input is not UTF-8
+                self.console.error("that line was not valid text; type it again")
+                continue
             if not self.handle(line):
-                return EXIT_OK
+                return ExitCode.OK
 
 
 # ---------------------------------------------------------------------- turn details
@@ -542,6 +612,8 @@ def run_chat(
             raise ChatUsageError(
                 f"--show: unknown {unknown_show}; choose from {list(SHOW_CHOICES)}"
             )
+        if record is not None:
+            refuse_overwriting_inputs(Path(record), agent, stubs)
         chosen = (
             model if model is not None else choose_model(agent, spec=model_spec, base_url=base_url)
         )
@@ -559,14 +631,16 @@ def run_chat(
             raise ChatUsageError(f"--var: {exc}") from None
     except (ChatUsageError, ModelError) as exc:
         console.error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         if interactive:
             return chat.run_interactive(read_line or _terminal_reader())
-        return chat.run_lines(lines if lines is not None else sys.stdin)
+        return chat.run_lines(lines if lines is not None else stdin_lines())
     except ChatUsageError as exc:  # e.g. the recording became unwritable
         console.error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
+    finally:
+        chat.close()
 
 
 def _terminal_reader() -> Callable[[str], str]:
@@ -594,6 +668,8 @@ __all__ = [
     "describe_turn",
     "parse_var",
     "parse_vars",
+    "readable",
+    "refuse_overwriting_inputs",
     "run_chat",
     "summarize_steps",
 ]

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from agentscript.actions.registry import StubBook
+from agentscript.errors import UsageError
 from agentscript.expectations import ExpectationError, Expectations
 from agentscript.models.scripted import Move, MoveError, parse_move
 
@@ -28,7 +29,7 @@ _TOP_KEYS = {"variables", "actions", "turns", "description", "name"}
 _TURN_KEYS = {"user", "model", "expect"}
 
 
-class ConversationError(ValueError):
+class ConversationError(UsageError, ValueError):
     """The conversation file is malformed; the message says where and how to fix it."""
 
 
@@ -112,7 +113,14 @@ def parse_conversation(text: str, path: Path | None = None) -> Conversation:
             expect = Expectations.parse(raw.get("expect"), label)
         except ExpectationError as exc:
             raise ConversationError(str(exc)) from None
-        turns.append(Turn(str(raw["user"]), moves, expect))
+        user = raw["user"]
+        if user is None or isinstance(user, dict | list):
+            # YAML reads `user:` with nothing after it as null, which is not the text "None".
+            raise ConversationError(
+                f"{label}: 'user' must be the user's message as text "
+                f'(write user: "" for an empty message)'
+            )
+        turns.append(Turn(str(user), moves, expect))
     return Conversation(dict(variables), dict(stubs), turns, path)
 
 

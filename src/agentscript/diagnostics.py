@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+from agentscript.errors import UsageError
+
 
 class Severity(StrEnum):
     """How bad a diagnostic is: only errors stop a file from loading."""
@@ -95,7 +97,7 @@ def info(code: str, message: str, span: Span) -> Diagnostic:
     return Diagnostic(code, message, span, Severity.INFO)
 
 
-class AgentScriptError(Exception):
+class AgentScriptError(UsageError):
     """Raised by :func:`agentscript.load` when a file has errors; carries every diagnostic."""
 
     def __init__(self, diagnostics: list[Diagnostic], path: str | None = None) -> None:

@@ -15,7 +15,8 @@ turns:
       error: false                      # true: any error; a string: the error contains it
 ```
 
-`agentscript run` reports each unmet expectation and exits 1.
+`agentscript run` reports each unmet expectation and exits 1. A turn that ends in an error
+fails the run too, unless its `expect:` has `error:` (`true`, or a text the error contains).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from agentscript.errors import UsageError
 
 if TYPE_CHECKING:
     from agentscript.engine.session import Reply
@@ -41,7 +44,7 @@ KEYS = (
 )
 
 
-class ExpectationError(ValueError):
+class ExpectationError(UsageError, ValueError):
     """An ``expect:`` block is malformed."""
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from agentscript.check import check
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
 from agentscript.engine.session import Agent, AgentBase
+from agentscript.limits import Limits, configured_limits
+from agentscript.models.registry import find_config
 from agentscript.syntax import Document, parse
 
 
@@ -60,10 +62,13 @@ def load(
     replaced by stubs instead of being errors.
     """
     file = Path(path)
+    limits = _limits(file)
     if file.is_dir() or file.name in ("agent.yml", "agent.yaml"):
         from agentscript.mantle.runtime import load_mantle_agent
 
-        return load_mantle_agent(file, stub_missing_tools=stub_missing_tools)
+        agent = load_mantle_agent(file, stub_missing_tools=stub_missing_tools)
+        agent.limits = limits
+        return agent
     doc, diagnostics = parse_file(file)
     if doc is None:
         raise AgentScriptError(diagnostics, str(file))
@@ -71,4 +76,18 @@ def load(
     diagnostics = diagnostics + result.diagnostics
     if any(d.is_error for d in diagnostics):
         raise AgentScriptError(diagnostics, str(file))
-    return Agent(result.outline, path=file)
+    loaded = Agent(result.outline, path=file)
+    loaded.limits = limits
+    return loaded
+
+
+def _limits(file: Path) -> Limits:
+    """The ``[limits]`` of the ``agentscript.toml`` that applies to ``file`` (defaults when
+    there is none); a bad table is an ``invalid-limits`` diagnostic on that file."""
+    try:
+        limits, _ = configured_limits(file)
+    except ValueError as exc:
+        config = find_config(file)
+        diag = _file_error("invalid-limits", f"{exc}; fix the [limits] table", config or file)
+        raise AgentScriptError([diag], str(config or file)) from None
+    return limits

@@ -54,7 +54,8 @@ class Playback:
 
     @property
     def failed(self) -> bool:
-        """The script and the engine disagreed, a turn was refused, or an expectation failed."""
+        """The script and the engine disagreed, a turn was refused, an expectation failed,
+        or a turn ended in an error that its ``expect: error:`` does not expect."""
         return any(
             t.reply.exhausted or t.reply.refused or t.failed_expectations for t in self.turns
         )
@@ -85,6 +86,12 @@ async def play_async(
         reply = await session.send_async(turn.user)
         unused = [] if reply.refused else [m.to_json() for m in model.unused_moves()]
         failures = turn.expect.check(reply)
+        if reply.error is not None and not reply.exhausted and "error" not in turn.expect.spec:
+            # A failed turn fails the run unless the file says it should fail.
+            failures.append(
+                "the turn failed with an error no 'expect:' expected "
+                "(add 'error: true', or the text it contains, under the turn's 'expect:')"
+            )
         playback.turns.append(TurnReport(turn.user, reply, unused, before, failures))
     playback.variables = session.variables
     return playback

@@ -12,7 +12,8 @@ from engine_helpers import AGENTS, Scripted, steps
 import agentscript
 from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.turn import Limits
-from agentscript.models.base import ModelRequest, ModelResponse, TextSink, ToolCall
+from agentscript.models.base import Message, ToolCall
+from agentscript.models.function import FunctionInfo, FunctionModel
 
 STUBS = {"find_records": {"outputs": {"found": 3}}}
 
@@ -155,30 +156,23 @@ def test_safety_deeply_nested_json_is_refused() -> None:
     assert "nested too deeply" in steps(reply, "REFUSED_STEP")[0]["reason"]
 
 
-class RawModel:
+def raw_model(raw: str) -> FunctionModel:
     """Sends one tool call whose arguments are not a JSON object, then answers."""
 
-    name = "raw"
+    def answer(messages: list[Message], info: FunctionInfo) -> ToolCall | str:
+        if info.calls_before == 0:
+            return ToolCall("c1", "go_notes", {})
+        if info.calls_before == 1:
+            return ToolCall("c2", "lookup", None, raw)
+        return "ok"
 
-    def __init__(self, raw: str) -> None:
-        self.raw = raw
-        self.calls = 0
-
-    async def complete(
-        self, request: ModelRequest, *, stream: TextSink | None = None
-    ) -> ModelResponse:
-        self.calls += 1
-        if self.calls == 1:
-            return ModelResponse(tool_calls=[ToolCall("c1", "go_notes", {})])
-        if self.calls == 2:
-            return ModelResponse(tool_calls=[ToolCall("c2", "lookup", None, self.raw)])
-        return ModelResponse(text="ok")
+    return FunctionModel(answer, name="raw")
 
 
 @pytest.mark.parametrize("raw", ["[1, 2]", '"text"', "null", "{not json"])
 def test_safety_non_object_json_arguments_are_refused(raw: str) -> None:
     agent = agentscript.load(AGENTS / "vars.agent")
-    session = agent.session(model=RawModel(raw), variables={"customer_id": "C"})
+    session = agent.session(model=raw_model(raw), variables={"customer_id": "C"})
     reply = session.send("x")
     refused = steps(reply, "REFUSED_STEP")
     assert len(refused) == 1 and "not a JSON object" in refused[0]["reason"]

@@ -11,7 +11,7 @@ import pytest
 from mantle_helpers import clean, load, run_text, said, steps
 
 from agentscript.mantle import load_project
-from agentscript.mantle.tool_run import DEFAULT_TOOL_TIMEOUT, tool_timeout
+from agentscript.mantle.run.tool_execution import DEFAULT_TOOL_TIMEOUT, tool_timeout
 
 # Written exactly as the Mantle tools reference shows it.
 DOCUMENTED_TOOLS = '''\

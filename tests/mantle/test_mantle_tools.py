@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from agentscript.diagnostics import Span
-from agentscript.mantle.tools import json_type, load_tool_file, make_stub, tool
+from agentscript.mantle.load.tool_code import json_type, load_tool_file, make_stub, tool
 
 
 def test_json_type_covers_common_hints() -> None:

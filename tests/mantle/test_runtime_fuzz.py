@@ -25,11 +25,11 @@ import agentscript
 from agentscript.actions.registry import StubBook, StubResult
 from agentscript.engine.session import Reply, Session
 from agentscript.engine.turn import Limits
-from agentscript.mantle import prompt as p
 from agentscript.mantle.model import MemoryEntry, Project
 from agentscript.mantle.queries import holds, tool_constraint
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.stack import ACTIVE, PARKED
 from agentscript.mantle.runtime import MantleAgent, load_mantle_agent
-from agentscript.mantle.stack import ACTIVE, PARKED
 from agentscript.models.base import (
     Message,
     ModelError,

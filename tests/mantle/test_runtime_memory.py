@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from agentscript.diagnostics import UNKNOWN_SPAN
-from agentscript.mantle.confirmation import yes_no
 from agentscript.mantle.memory import (
     MemoryWriteError,
     check_write,
@@ -13,8 +12,9 @@ from agentscript.mantle.memory import (
     resolve_name,
 )
 from agentscript.mantle.model import AgentSettings, MemoryEntry, Project, Skill
-from agentscript.mantle.stack import PAUSED, SkillStack
-from agentscript.mantle.tool_runtime import failed, normalise_result
+from agentscript.mantle.run.confirmation import yes_no
+from agentscript.mantle.run.stack import PAUSED, SkillStack
+from agentscript.mantle.run.tool_handler import failed, normalise_result
 
 
 def entry(kind: str, **extra: object) -> MemoryEntry:

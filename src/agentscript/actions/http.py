@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest
+from agentscript.limits import MAX_HTTP_RESPONSE_BYTES
 
-MAX_RESPONSE_BYTES = 5_000_000
+MAX_RESPONSE_BYTES = MAX_HTTP_RESPONSE_BYTES
 
 
 def http_json_handler(

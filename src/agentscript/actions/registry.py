@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentscript.errors import RunFailure
+
 Outputs = dict[str, Any]
 # A handler receives the request and returns the outputs (sync or async).
 Handler = Callable[["ActionRequest"], Outputs | Awaitable[Outputs]]
@@ -34,7 +36,7 @@ ActionFunction = Callable[..., Any]
 DEFAULT_TIMEOUT = 30.0
 
 
-class ActionError(Exception):
+class ActionError(RunFailure):
     """An action failed; the message is shown in traces and (for LLM calls) to the model."""
 
 

@@ -6,9 +6,13 @@ same way and a model failure always ends the turn the same way.
 
 from __future__ import annotations
 
+import json
 import time
 
+from agentscript.engine.kernel import check_answered
+from agentscript.errors import TurnError
 from agentscript.expr.values import nested_deeper_than
+from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -19,18 +23,9 @@ from agentscript.models.base import (
     ToolCall,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
+from agentscript.trace_steps import llm_step
 
-
-class TurnError(Exception):
-    """The turn cannot go on (model failure, deterministic failure, limit).
-
-    ``exhausted`` marks the scripted model running out of moves: `agentscript run` then
-    reports that the conversation file and the engine disagree.
-    """
-
-    def __init__(self, message: str, *, exhausted: bool = False) -> None:
-        super().__init__(message)
-        self.exhausted = exhausted
+__all__ = ["MAX_KEPT_DEPTH", "TurnError", "bounded_call", "call_model"]
 
 
 async def call_model(
@@ -41,12 +36,17 @@ async def call_model(
     iteration: int,
     stream: TextSink | None = None,
 ) -> ModelResponse:
-    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError."""
-    step = trace.add(
-        "LLM_STEP",
+    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
+
+    A request whose history holds a tool call without its answer is not sent (the kernel's
+    last check): providers reject it, and it would mean the engine lost track of a call.
+    """
+    check_answered(request.messages)
+    step = llm_step(
+        trace,
         node=request.node,
         iteration=iteration,
-        input={
+        inputs={
             "system": request.system,
             "instructions": request.instructions,
             "messages": [m.to_json() for m in request.messages],
@@ -55,7 +55,6 @@ async def call_model(
                 for t in request.tools
             ],
         },
-        output=None,
     )
     started = time.perf_counter()
     try:
@@ -81,7 +80,7 @@ async def call_model(
 # Arguments nested deeper than this are dropped before anything records them: json.dumps
 # (traces, saved sessions, the next provider request) overflows the stack near 1000 levels,
 # which a provider's JSON parser still accepts. The turn runners refuse far shallower ones.
-MAX_KEPT_DEPTH = 64
+MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 
 
 def bounded_call(call: ToolCall) -> ToolCall:
@@ -94,5 +93,10 @@ def bounded_call(call: ToolCall) -> ToolCall:
         return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
     if nested_deeper_than(arguments, MAX_KEPT_DEPTH):
         note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    try:
+        json.dumps(arguments, default=repr)
+    except ValueError:  # an integer too long to print: no trace or saved session could hold it
+        note = "(arguments hold a number too long to print; dropped)"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call

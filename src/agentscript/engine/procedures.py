@@ -16,6 +16,7 @@ from agentscript.actions.registry import ActionError, ActionRequest, ActionRunne
 from agentscript.check.outline import ActionDef
 from agentscript.engine.program import Node, Program, capture_tool_name, variable_of
 from agentscript.engine.state import SessionState
+from agentscript.errors import Signal, TurnError
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
 from agentscript.expr.values import to_display
@@ -33,6 +34,7 @@ from agentscript.syntax.tree import (
     WithStmt,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
+from agentscript.trace_steps import Source, action_step
 
 
 def render_text(
@@ -67,7 +69,7 @@ def render_parts(program: Program, parts: list[TemplatePart], env: Env, warnings
     return "".join(out)
 
 
-class TransitionSignal(Exception):
+class TransitionSignal(Signal):
     """Control moves to ``target`` now; ``via`` says what caused it."""
 
     def __init__(self, target: str, via: str) -> None:
@@ -76,7 +78,7 @@ class TransitionSignal(Exception):
         self.via = via
 
 
-class ProcedureFailure(Exception):
+class ProcedureFailure(TurnError):
     """A deterministic step failed: the turn ends with ``system.messages.error``."""
 
 
@@ -136,6 +138,11 @@ class ProcedureExecutor:
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self.state.variables)
+
+    def begin_resolution(self) -> None:
+        """Forget the previous resolution's warnings and collect question (S3 starts over)."""
+        self.warnings = []
+        self._asked_collect = False
 
     # ------------------------------------------------------------------ statements
 
@@ -247,7 +254,7 @@ class ProcedureExecutor:
                             raise ProcedureFailure(
                                 f"with {binding.param} at line {exc.span.line}: {exc.message}"
                             ) from None
-        results, step = await self.call_action(action, inputs, node, source="deterministic")
+        results, step = await self.call_action(action, inputs, node, source=Source.DETERMINISTIC)
         if results is None:
             raise ProcedureFailure(step["error"] or f"action '{action.name}' failed")
         await self.exec_callback(stmt.body, node, results, step)
@@ -285,23 +292,20 @@ class ProcedureExecutor:
         inputs: dict[str, Any],
         node: Node,
         *,
-        source: str,
+        source: Source,
         tool: str | None = None,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """Run an action and record an ACTION_STEP; returns its outputs (None on failure,
         then the step's ``error`` says why) and the step."""
-        step = self.trace.add(
-            "ACTION_STEP",
+        step = action_step(
+            self.trace,
             name=tool or action.name,
             action=action.name,
             target=action.target,
             node=node.name,
             source=source,
-            input=dict(inputs),
-            output=None,
-            error=None,
-            preVars=self.snapshot(),
-            postVars=None,
+            inputs=dict(inputs),
+            pre_vars=self.snapshot(),
         )
         started = time.perf_counter()
         self.actions_run.append(tool or action.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from agentscript.check.outline import (
@@ -91,12 +92,27 @@ class Parameter:
     required: bool
 
 
+class ToolKind(StrEnum):
+    """What calling a tool does (the binding's kind, plus the engine's collect tools)."""
+
+    ACTION = "action"  # runs an action, then the binding's callback
+    CONNECTED = "connected"  # calls a connected subagent like an action
+    TRANSITION = "transition"  # moves to another subagent
+    DELEGATE = "delegate"  # runs another subagent and returns its reply
+    SET_VARIABLES = "set_variables"  # @utils.setVariables
+    ESCALATE = "escalate"  # @utils.escalate
+    END_SESSION = "end_session"  # @utils.end_session
+    CAPTURE = "capture"  # fills `collect` variables
+    CANCEL = "cancel"  # abandons a `collect`
+    UNRESOLVED = "unresolved"  # the target could not be resolved: never offered
+
+
 @dataclass(slots=True)
 class Tool:
     """A reasoning action of a node as the engine dispatches it."""
 
     name: str
-    kind: str  # action|transition|set_variables|escalate|end_session|delegate|connected|capture|cancel
+    kind: ToolKind
     spec: ToolSpec
     parameters: dict[str, Parameter]
     action: ActionDef | None = None
@@ -201,7 +217,7 @@ class Program:
         return Node(info.name, info, tools, tool_names, slots, model, params)
 
     def _tool(self, info: SubagentInfo, binding: ToolBinding) -> Tool:
-        kind = binding.kind or "unresolved"
+        kind = ToolKind(binding.kind or ToolKind.UNRESOLVED)
         after_response: Block | None = None
         action = info.actions.get(binding.target or "") if kind == "action" else None
         target_node = binding.target if kind in ("transition", "delegate") else None
@@ -302,7 +318,7 @@ class Program:
         cancel_name = f"cancel_{info.name}_collect"
         capture = Tool(
             capture_name,
-            "capture",
+            ToolKind.CAPTURE,
             ToolSpec(
                 capture_name,
                 "Record the values the user gave for the requested fields",
@@ -312,7 +328,7 @@ class Program:
         )
         cancel = Tool(
             cancel_name,
-            "cancel",
+            ToolKind.CANCEL,
             ToolSpec(
                 cancel_name, "Stop collecting these fields when the user wants something else"
             ),

@@ -19,14 +19,17 @@ from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.check.outline import AgentOutline
+from agentscript.engine.kernel import TurnResult
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.state import SessionState
-from agentscript.engine.turn import Limits, TurnResult, TurnRunner
+from agentscript.engine.turn import TurnRunner
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.limits import Limits
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+from agentscript.trace_steps import error_step
 
 
 class TurnRunnerLike(Protocol):
@@ -75,6 +78,8 @@ class AgentBase(ABC):
     name: str
     path: Path | None
     handlers: dict[str, Handler]
+    # Sessions' default bounds: the `[limits]` of agentscript.toml when loaded by `load`.
+    limits: Limits = Limits()
 
     def __init__(self, *, path: Path | None, name: str) -> None:
         self.path = path
@@ -183,7 +188,14 @@ class Agent(AgentBase):
         stream: Callable[[str], None] | None,
     ) -> TurnRunnerLike:
         return TurnRunner(
-            self.program, state, runner, trace, text, model=model, limits=limits, stream=stream
+            program=self.program,
+            state=state,
+            runner=runner,
+            trace=trace,
+            user_input=text,
+            model=model,
+            limits=limits,
+            stream=stream,
         )
 
     def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,7 +244,7 @@ class Session:
         self.agent = agent
         self.state = state
         self.model = model
-        self.limits = limits or Limits()
+        self.limits = limits or agent.limits
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.runner = ActionRunner(
             stubs=stubs,
@@ -268,7 +280,7 @@ class Session:
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
         if state.ended:
             message = "the session has ended; start a new session to continue"
-            trace.add("ERROR_STEP", message=message)
+            error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
         runner = self.agent.new_turn(
             state,

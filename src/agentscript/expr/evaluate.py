@@ -32,6 +32,8 @@ from agentscript.expr.nodes import (
     reference_path,
 )
 from agentscript.expr.values import type_name_of
+from agentscript.limits import MAX_INT_BITS as LIMIT_INT_BITS
+from agentscript.limits import MAX_SEQUENCE_LENGTH as LIMIT_SEQUENCE_LENGTH
 
 __all__ = [
     "BUILTINS",
@@ -47,8 +49,8 @@ __all__ = [
 
 # Hostile-input bounds: a string or list result longer than this, or an integer wider than
 # this many bits, is an error rather than a slow or memory-hungry success.
-MAX_SEQUENCE_LENGTH: Final = 1_000_000
-MAX_INT_BITS: Final = 4096
+MAX_SEQUENCE_LENGTH: Final = LIMIT_SEQUENCE_LENGTH
+MAX_INT_BITS: Final = LIMIT_INT_BITS
 
 BUILTINS: Final = frozenset({"len", "min", "max"})
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from agentscript.diagnostics import Diagnostic, Span, error
+from agentscript.errors import Signal
 from agentscript.expr.lexer import KEYWORDS, Lexer, Token
 from agentscript.expr.nodes import (
     AtName,
@@ -32,12 +33,13 @@ from agentscript.expr.nodes import (
     Ternary,
     Unary,
 )
+from agentscript.limits import MAX_EXPRESSION_DEPTH
 from agentscript.source import Source
 
 # Nesting limit in parser levels (a bracket costs two: the bracket and the expression inside,
 # about 11 Python frames together), so 40 nested brackets stay well inside the default
 # recursion limit even within deeply nested blocks.
-MAX_DEPTH = 80
+MAX_DEPTH = MAX_EXPRESSION_DEPTH
 _COMPARE_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _OPERAND_START = frozenset({"NUMBER", "STRING", "DATE", "DATETIME", "AT", "IDENT"})
@@ -45,7 +47,7 @@ _OPERAND_START = frozenset({"NUMBER", "STRING", "DATE", "DATETIME", "AT", "IDENT
 _BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">="})
 
 
-class _TooDeep(Exception):
+class _TooDeep(Signal):
     pass
 
 

@@ -13,6 +13,10 @@ import math
 import re
 from collections.abc import Mapping
 
+from agentscript.errors import Signal
+from agentscript.limits import MAX_DISPLAY_CHARS as LIMIT_DISPLAY_CHARS
+from agentscript.limits import MAX_DISPLAY_DEPTH as LIMIT_DISPLAY_DEPTH
+
 __all__ = [
     "KNOWN_TYPES",
     "TypeMismatch",
@@ -306,11 +310,11 @@ def truthy(value: object) -> bool:
 
 
 # Interpolation output is bounded so a huge or deeply nested value cannot flood a prompt.
-MAX_DISPLAY_CHARS = 100_000
-MAX_DISPLAY_DEPTH = 64
+MAX_DISPLAY_CHARS = LIMIT_DISPLAY_CHARS
+MAX_DISPLAY_DEPTH = LIMIT_DISPLAY_DEPTH
 
 
-class _Full(Exception):
+class _Full(Signal):
     pass
 
 

@@ -1,6 +1,7 @@
 """Rasa Mantle skill projects: load, validate, and answer engine questions about them."""
 
-from agentscript.mantle.loader import is_mantle_project, load_project
+from agentscript.mantle.load.loader import is_mantle_project, load_project
+from agentscript.mantle.load.tool_code import tool
 from agentscript.mantle.model import (
     AgentSettings,
     CompleteWhen,
@@ -34,7 +35,6 @@ from agentscript.mantle.queries import (
     tool_constraint,
     visible_tools,
 )
-from agentscript.mantle.tools import tool
 
 __all__ = [
     "AgentSettings",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 PROJECT_NAMESPACE = "project"
 
-# Lifecycle skills the engine runs itself (see :mod:`agentscript.mantle.lifecycle`).
+# Lifecycle skills the engine runs itself (see :mod:`agentscript.mantle.run.lifecycle`).
 SESSION_START_SKILL = "default_session_start"
 COMPLETED_SKILL = "default_completed"
 RESUME_OFFER_SKILL = "default_resume_offer"
@@ -28,6 +28,10 @@ UNSUPPORTED_SKILL = "default_unsupported_request_handler"
 LIFECYCLE_SKILLS = frozenset(
     {SESSION_START_SKILL, COMPLETED_SKILL, RESUME_OFFER_SKILL, UNSUPPORTED_SKILL}
 )
+# Their responses (built-in wording in :mod:`agentscript.mantle.load.lifecycle`).
+ASK_ANYTHING_ELSE = "utter_can_do_something_else"
+ASK_TO_CONTINUE = "utter_ask_wants_to_continue"
+CANNOT_HELP_RESPONSE = "utter_cannot_help"
 
 
 @dataclass(slots=True)
@@ -252,7 +256,7 @@ class OrderedBlock:
     name: str | None = None
     description: str | None = None
 
-    def step(self, step_id: str) -> Step | None:
+    def step(self, step_id: str | None) -> Step | None:
         for step in self.steps:
             if step.id == step_id:
                 return step

@@ -18,15 +18,15 @@ from agentscript.actions.registry import ActionRunner
 from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import AgentBase, TurnRunnerLike
 from agentscript.engine.state import SessionState
-from agentscript.engine.turn import Limits
-from agentscript.mantle.lifecycle import install_builtin_responses
-from agentscript.mantle.loader import load_project
+from agentscript.limits import Limits
+from agentscript.mantle.load.lifecycle import install_builtin_responses
+from agentscript.mantle.load.loader import load_project
 from agentscript.mantle.memory import seeded_memory
 from agentscript.mantle.model import Project
-from agentscript.mantle.orchestrator import MantleTurnRunner
-from agentscript.mantle.prompt import response_text
-from agentscript.mantle.tool_runtime import mantle_handler
-from agentscript.mantle.turn_context import TurnContext
+from agentscript.mantle.run.orchestrator import MantleTurnRunner
+from agentscript.mantle.run.prompt import response_text
+from agentscript.mantle.run.tool_handler import mantle_handler
+from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
 

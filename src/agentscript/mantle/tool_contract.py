@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agentscript.mantle.tool_runtime import ToolContext
-from agentscript.mantle.tools import tool as _mark
+from agentscript.mantle.load.tool_code import tool as _mark
+from agentscript.mantle.run.tool_handler import ToolContext
 
 __all__ = ["DOCUMENTED_MODULES", "ToolContext", "ToolResult", "documented_names", "tool"]
 

@@ -1,5 +1,6 @@
 """LLM providers behind one interface (``base.Model``)."""
 
+from agentscript.models.all_tools import CallEveryToolModel
 from agentscript.models.base import (
     Message,
     Model,
@@ -10,6 +11,7 @@ from agentscript.models.base import (
     ToolSpec,
     Usage,
 )
+from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.models.registry import (
     describe_configuration_help,
     load_config,
@@ -18,6 +20,9 @@ from agentscript.models.registry import (
 )
 
 __all__ = [
+    "CallEveryToolModel",
+    "FunctionInfo",
+    "FunctionModel",
     "Message",
     "Model",
     "ModelError",

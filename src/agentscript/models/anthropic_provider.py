@@ -11,6 +11,7 @@ from typing import Any
 
 from agentscript.models.base import (
     Message,
+    ModelError,
     ModelRequest,
     ModelResponse,
     ToolCall,
@@ -86,7 +87,13 @@ class AnthropicModel(SdkModel):
     def _parse_response(self, message: Any) -> ModelResponse:
         texts: list[str] = []
         calls: list[ToolCall] = []
-        for block in getattr(message, "content", None) or []:
+        content = getattr(message, "content", None)
+        if not isinstance(content, list):
+            raise ModelError(
+                f"{self.provider} model '{self.model}': the answer has no content list; "
+                "is the server a Messages API (check --base-url)?"
+            )
+        for block in content:
             kind = getattr(block, "type", None)
             if kind == "text":
                 texts.append(str(getattr(block, "text", "") or ""))

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentscript.errors import RunFailure
+
 
 @dataclass(slots=True)
 class ToolSpec:
@@ -126,7 +128,7 @@ class ModelResponse:
         return data
 
 
-class ModelError(Exception):
+class ModelError(RunFailure):
     """A model could not answer (bad key, unknown model, refused, network). Message is for users."""
 
 

@@ -25,11 +25,12 @@ ResponseHook = Callable[[ModelRequest, ModelResponse], None]
 def move_of(response: ModelResponse) -> Move:
     """The scripted move that makes the scripted model give the same answer.
 
-    Tool calls win over text, as in the engine: text sent along with tool calls is never
-    shown to the user, so it is not part of the move.
+    Text sent along with tool calls is kept in the move (``say`` beside ``tool``): chat shows
+    it, and the replayed trace then holds the same answer.
     """
     if response.tool_calls:
-        return Move(calls=[(call.name, _arguments(call)) for call in response.tool_calls])
+        calls = [(call.name, _arguments(call)) for call in response.tool_calls]
+        return Move(text=response.text or None, calls=calls)
     return Move(text=response.text or "")
 
 

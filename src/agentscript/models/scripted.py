@@ -1,6 +1,8 @@
 """The scripted model: plays the ``model:`` moves of a conversation file, one per LLM call.
 
-A move is ``{say: text}``, ``{tool: name, args: {...}}`` or ``{tools: [{tool, args}, ...]}``.
+A move is ``{say: text}``, ``{tool: name, args: {...}}`` or ``{tools: [{tool, args}, ...]}``;
+``say`` next to ``tool``/``tools`` is text the model sent along with its calls (a "let me
+check" preamble), kept so a recorded chat replays the answer it got.
 The model does not check that a tool is offered: a move naming a hidden or unknown tool
 reaches the engine like any hallucinated call, so refusals can be tested.
 """
@@ -11,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentscript.errors import UsageError
 from agentscript.models.base import (
     ModelRequest,
     ModelResponse,
@@ -20,7 +23,7 @@ from agentscript.models.base import (
 )
 
 
-class MoveError(ValueError):
+class MoveError(UsageError, ValueError):
     """A move in a conversation file is malformed."""
 
 
@@ -30,12 +33,15 @@ class Move:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        if self.text is not None:
-            return {"say": self.text}
+        data: dict[str, Any] = {} if self.text is None else {"say": self.text}
+        if not self.calls:
+            return data
         if len(self.calls) == 1:
             name, args = self.calls[0]
-            return {"tool": name, "args": args} if args else {"tool": name}
-        return {"tools": [{"tool": n, "args": a} for n, a in self.calls]}
+            data.update({"tool": name, "args": args} if args else {"tool": name})
+            return data
+        data["tools"] = [{"tool": n, "args": a} for n, a in self.calls]
+        return data
 
 
 def parse_move(data: Any, where: str = "move") -> Move:
@@ -43,20 +49,28 @@ def parse_move(data: Any, where: str = "move") -> Move:
     if not isinstance(data, Mapping):
         raise MoveError(f"{where}: a move is a mapping with 'say', 'tool' or 'tools'")
     keys = set(data)
-    if "say" in keys:
-        if keys - {"say"}:
-            raise MoveError(f"{where}: 'say' cannot be combined with {sorted(keys - {'say'})}")
-        return Move(text=str(data["say"]))
+    text = None if "say" not in keys else _text(data["say"], where)
+    keys.discard("say")
     if "tool" in keys:
         if keys - {"tool", "args"}:
             raise MoveError(f"{where}: unknown key(s) {sorted(keys - {'tool', 'args'})}")
-        return Move(calls=[_call(data, where)])
+        return Move(text=text, calls=[_call(data, where)])
     if "tools" in keys:
         calls = data["tools"]
         if keys - {"tools"} or not isinstance(calls, list) or not calls:
             raise MoveError(f"{where}: 'tools' is a non-empty list of {{tool, args}}")
-        return Move(calls=[_call(c, f"{where}.tools[{i}]") for i, c in enumerate(calls)])
+        return Move(text=text, calls=[_call(c, f"{where}.tools[{i}]") for i, c in enumerate(calls)])
+    if text is not None:
+        if keys:
+            raise MoveError(f"{where}: 'say' cannot be combined with {sorted(keys)}")
+        return Move(text=text)
     raise MoveError(f"{where}: expected 'say', 'tool' or 'tools', got {sorted(keys)}")
+
+
+def _text(value: Any, where: str) -> str:
+    if value is None or isinstance(value, Mapping | list):
+        raise MoveError(f"{where}: 'say' needs a text (use say: \"\" for an empty answer)")
+    return str(value)
 
 
 def _call(data: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -97,12 +111,12 @@ class ScriptedModel:
             )
         move = self._moves[self._next]
         self._next += 1
-        if move.text is not None:
-            if stream is not None:
-                stream(move.text)
-            return ModelResponse(text=move.text, model=self.name)
+        if move.text and stream is not None:
+            stream(move.text)
         calls = []
         for name, args in move.calls:
             self._calls += 1
             calls.append(ToolCall(f"call_{self._calls}", name, dict(args)))
-        return ModelResponse(tool_calls=calls, model=self.name)
+        if not calls:
+            return ModelResponse(text=move.text or "", model=self.name)
+        return ModelResponse(text=move.text, tool_calls=calls, model=self.name)

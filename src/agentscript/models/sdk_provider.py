@@ -8,10 +8,12 @@ assembling a stream. The SDK is an optional extra, imported only when a model is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Protocol
 
 from agentscript.models.base import Message, ModelError, ModelRequest, ModelResponse, TextSink
@@ -85,6 +87,49 @@ class StreamAssembler(Protocol):
         ...
 
 
+# Transport errors (httpx names, which both SDKs wrap) that mean the connection was made and
+# then lost, rather than never made.
+_BROKEN_CONNECTION = frozenset(
+    {"RemoteProtocolError", "ReadError", "WriteError", "ReadTimeout", "ProtocolError"}
+)
+_NO_CONNECTION = frozenset({"ConnectError", "ConnectTimeout"})
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc.__cause__ or exc.__context__
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def connection_broke(exc: BaseException) -> bool:
+    """Whether a connection error means a connection lost mid-answer (not a refused one)."""
+    for cause in [exc, *_causes(exc)]:
+        name = type(cause).__name__
+        if name in _NO_CONNECTION:
+            return False
+        if name in _BROKEN_CONNECTION:
+            return True
+    return False
+
+
+def describe_cause(exc: BaseException) -> str:
+    """The innermost cause of ``exc`` as ``Type: message``."""
+    inner = [exc, *_causes(exc)][-1]
+    return f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
+
+
+async def _close_when_loop_ends(client: Any) -> AsyncIterator[None]:
+    """Suspends at once; its ``finally`` closes ``client`` when the loop finalizes it."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # closing is best effort
+            await client.close()
+
+
 class SdkModel(ABC):
     """A chat model reached through a vendor SDK's async client.
 
@@ -144,6 +189,7 @@ class SdkModel(ABC):
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay)
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._closer: AsyncIterator[None] | None = None
 
     def __repr__(self) -> str:
         where = f", base_url={self.base_url!r}" if self.base_url else ""
@@ -158,7 +204,7 @@ class SdkModel(ABC):
                 f"pip install 'agentscript[{self.prefix}]'"
             ) from exc
 
-    def _get_client(self) -> Any:
+    async def _get_client(self) -> Any:
         # An SDK client's connection pool belongs to the event loop that first used it, so a
         # caller that runs each turn under a fresh asyncio.run() gets a fresh client.
         loop = asyncio.get_running_loop()
@@ -173,6 +219,12 @@ class SdkModel(ABC):
                 max_retries=0,  # retried by call_with_retries, with our own backoff
             )
             self._client_loop = loop
+            # Close it while its loop still runs: asyncio.run() finalizes open async
+            # generators before closing the loop. Left to the garbage collector, the SDK closes
+            # a client on whatever loop runs then, and its connections fail there with
+            # "Event loop is closed" (printed as "Task exception was never retrieved").
+            self._closer = _close_when_loop_ends(self._client)
+            await anext(self._closer)
         return self._client
 
     # -- the protocol, implemented by each provider ----------------------------------------
@@ -210,12 +262,13 @@ class SdkModel(ABC):
     ) -> ModelResponse:
         kwargs = self._build_kwargs(request, streaming=stream is not None)
         shown: list[str] = []  # the text already fed to ``stream``
+        events: list[int] = [0]  # stream events received, to tell a cut stream from no stream
 
         async def attempt() -> ModelResponse:
-            answer = await self._send(self._get_client(), kwargs)
+            answer = await self._send(await self._get_client(), kwargs)
             if stream is None:
-                return self._parse_response(answer)
-            return await self._relay(answer, stream, shown)
+                return self._parse_whole(answer)
+            return await self._relay(answer, stream, shown, events)
 
         def transient(exc: BaseException) -> bool:
             # Once text reached the sink, a retry would show it twice.
@@ -228,19 +281,66 @@ class SdkModel(ABC):
         except RetriesExhausted as exc:
             raise self._model_error(exc.__cause__, attempts=exc.attempts) from None
         except Exception as exc:
+            if events[0] and not self._is_status_error(exc):
+                raise self._cut_error(exc, shown) from None
             raise self._model_error(exc, attempts=1) from None
 
-    async def _relay(self, events: Any, sink: TextSink, shown: list[str]) -> ModelResponse:
-        """Feed a stream's text to ``sink`` (and ``shown``) as it arrives; return the answer."""
+    def _parse_whole(self, answer: Any) -> ModelResponse:
+        """A whole answer parsed, or a clear ModelError when the body was not one: the SDKs
+        hand back the raw text (or whatever JSON came) instead of failing."""
+        if answer is None or isinstance(answer, str | bytes | list | dict | int | float):
+            raise self._not_an_answer("its body is not a JSON answer of that API")
+        try:
+            return self._parse_response(answer)
+        except ModelError:
+            raise
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            raise self._not_an_answer(f"its body has an unexpected shape ({exc})") from None
+
+    def _not_an_answer(self, why: str) -> ModelError:
+        where = self.base_url or self.default_host
+        return ModelError(
+            f"{self.provider} model '{self.model}': the server at {where} answered, but {why}; "
+            f"check that --base-url points at a server speaking the {self.provider} API"
+        )
+
+    def _cut_error(self, exc: BaseException, shown: list[str]) -> ModelError:
+        """The stream started, then broke: say so (it is not a failure to connect)."""
+        where = self.base_url or self.default_host
+        got = sum(len(piece) for piece in shown)
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return ModelError(
+            redact(
+                f"{self.provider} model '{self.model}': the answer from {where} was cut off "
+                f"mid-stream after {got} character(s) of text ({detail})",
+                [self._api_key, self._auth_token],
+            )
+        )
+
+    def _is_status_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._sdk.APIStatusError)
+
+    async def _relay(
+        self, events: Any, sink: TextSink, shown: list[str], received: list[int]
+    ) -> ModelResponse:
+        """Feed a stream's text to ``sink`` (and ``shown``) as it arrives; return the answer.
+        ``received[0]`` counts the events; a stream with none was not a stream at all."""
+        if isinstance(events, str | bytes | list | dict):
+            raise self._not_an_answer("it did not stream (no server-sent events)")
         assembler = self._stream_assembler()
         try:
             async for event in events:
+                received[0] += 1
                 piece = assembler.add(event)
                 if piece:
                     shown.append(piece)
                     sink(piece)
         finally:
             await events.close()
+        if not received[0]:
+            raise self._not_an_answer(
+                "its stream held no events (the body is not server-sent events)"
+            )
         return assembler.response(self.model)
 
     def _is_transient(self, exc: BaseException) -> bool:
@@ -262,6 +362,12 @@ class SdkModel(ABC):
             text = (
                 f"{provider} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
             )
+        elif isinstance(exc, sdk.APIConnectionError) and connection_broke(exc):
+            where = self.base_url or self.default_host
+            text = (
+                f"The connection to {where} broke before the whole answer arrived{tries} "
+                f"({describe_cause(exc)})"
+            )
         elif isinstance(exc, sdk.APIConnectionError):
             where = self.base_url or self.default_host
             text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
@@ -282,6 +388,12 @@ class SdkModel(ABC):
         elif isinstance(exc, sdk.APIError):
             message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
             text = f"{provider} reported an error{tries}: {message}"
+        elif exc is not None and connection_broke(exc):
+            where = self.base_url or self.default_host
+            text = (
+                f"The connection to {where} broke before the whole answer arrived{tries} "
+                f"({describe_cause(exc)})"
+            )
         else:
             text = f"{provider} request failed: {type(exc).__name__}: {exc}"
         return ModelError(redact(text, [self._api_key, self._auth_token]))

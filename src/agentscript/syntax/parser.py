@@ -17,6 +17,7 @@ from agentscript.diagnostics import Diagnostic, Span, error, warning
 from agentscript.expr.lexer import TAB_WIDTH
 from agentscript.expr.nodes import ErrorExpr, Expr
 from agentscript.expr.parser import ExprParser, quick_parse
+from agentscript.limits import MAX_BLOCK_DEPTH as LIMIT_BLOCK_DEPTH
 from agentscript.source import Source, normalise_newlines
 from agentscript.syntax.tree import (
     AvailableWhenStmt,
@@ -49,7 +50,7 @@ from agentscript.syntax.tree import (
 
 # Nesting limits keep the recursive parser well inside Python's default recursion limit
 # (about 6 frames per block level, 11 per bracket level; see expr.parser.MAX_DEPTH).
-MAX_BLOCK_DEPTH = 50
+MAX_BLOCK_DEPTH = LIMIT_BLOCK_DEPTH
 
 _STATEMENT_WORD = re.compile(
     r"(?:if|else|elif|elseif|run|set|with|transition|available|collect)(?![A-Za-z0-9_])"

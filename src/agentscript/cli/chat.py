@@ -1,0 +1,72 @@
+"""``agentscript chat AGENT``: talk to an agent with a real model (``chat.run_chat``)."""
+
+from __future__ import annotations
+
+import click
+
+from agentscript.cli.common import exit_with, load_agent_or_exit
+from agentscript.cli.options import stub_missing_tools_option, trace_dir_option
+from agentscript.commands import SHOW_CHOICES
+
+
+@click.command()
+@click.argument("agent")
+@click.option("--model", "model_spec", default=None, help="Model spec, e.g. openai:gpt-4o-mini.")
+@click.option("--base-url", default=None, help="Server URL (Ollama, vLLM, a gateway, ...).")
+@click.option(
+    "--var", "variables", multiple=True, metavar="NAME=VALUE", help="Initial variable (YAML value)."
+)
+@trace_dir_option
+@click.option(
+    "--show",
+    multiple=True,
+    type=click.Choice(SHOW_CHOICES),
+    help="After each reply, show the resolved prompt, the tools offered, or the turn's steps.",
+)
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Save the chat as a conversation file that `agentscript run` replays.",
+)
+@click.option("--no-stream", is_flag=True, help="Print each reply whole instead of streaming it.")
+@click.option(
+    "--stubs",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A conversation file whose 'actions:' answer actions that have no local backend "
+    "(flow://, apex://, ...) and whose 'variables:' are initial values.",
+)
+@stub_missing_tools_option
+def chat(
+    agent: str,
+    model_spec: str | None,
+    base_url: str | None,
+    variables: tuple[str, ...],
+    trace_dir: str | None,
+    show: tuple[str, ...],
+    record: str | None,
+    no_stream: bool,
+    stubs: str | None,
+    stub_missing_tools: bool,
+) -> None:
+    """Chat with AGENT using a real model (one message per line when stdin is not a terminal)."""
+    from agentscript.chat import run_chat
+
+    loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
+    exit_with(
+        run_chat(
+            loaded,
+            model_spec=model_spec,
+            base_url=base_url,
+            variables=variables,
+            show=show,
+            trace_dir=trace_dir,
+            record=record,
+            stream=not no_stream,
+            stubs=stubs,
+        )
+    )
+
+
+__all__ = ["chat"]

@@ -1,0 +1,54 @@
+"""``agentscript fmt PATH...``: format ``.agent`` files in place, or check (``--check``) or
+show (``--diff``) what would change."""
+
+from __future__ import annotations
+
+import click
+
+from agentscript.cli.common import exit_with
+from agentscript.commands import ExitCode
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option(
+    "--check", "check_only", is_flag=True, help="Do not write; exit 1 if a file would change."
+)
+@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff instead of writing.")
+def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
+    """Format .agent files canonically (idempotent; the tree is preserved)."""
+    from agentscript.discover import agent_files
+    from agentscript.formatting import format_path
+
+    files = [p for p in agent_files(paths) if not p.is_dir()]
+    if not files:
+        click.echo("no .agent files found", err=True)
+        exit_with(ExitCode.USAGE)
+    changed = 0
+    failed = False
+    for path in files:
+        result = format_path(path)
+        if result.problems:
+            for diag in result.problems:
+                click.echo(diag.format(), err=True)
+            if result.text is not None and result.problems[0].code != "internal-error":
+                click.echo(f"{path}: not formatted (fix the errors first)", err=True)
+            failed = True
+            continue
+        if not result.changed:
+            continue
+        changed += 1
+        if show_diff:
+            click.echo(result.diff(), nl=False)
+        elif check_only:
+            click.echo(f"would reformat {path}")
+        else:
+            result.write()
+            click.echo(f"reformatted {path}")
+    if failed:
+        exit_with(ExitCode.USAGE if changed == 0 else ExitCode.FAILED)
+    if (check_only or show_diff) and changed:
+        exit_with(ExitCode.FAILED)
+
+
+__all__ = ["fmt"]

@@ -1,0 +1,28 @@
+"""Click options shared by several commands, each defined once."""
+
+from __future__ import annotations
+
+import click
+
+# Where `run` and `chat` write one trace file per turn.
+trace_dir_option = click.option(
+    "--trace-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write one trace file per turn.",
+)
+
+stub_missing_tools_option = click.option(
+    "--stub-missing-tools",
+    is_flag=True,
+    help="Mantle projects: run tools whose Python code is missing as stubs (results from the conversation file).",
+)
+
+dialect_option = click.option(
+    "--dialect",
+    type=click.Choice(["agentforce", "agentscript"]),
+    default=None,
+    help="Dialect to check against (default: the file's '# @dialect:' header, else agentforce).",
+)
+
+__all__ = ["dialect_option", "stub_missing_tools_option", "trace_dir_option"]

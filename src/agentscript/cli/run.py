@@ -1,0 +1,103 @@
+"""``agentscript run AGENT --conversation FILE``: play a conversation file through an agent
+with the scripted model, print the transcript (or one JSON object), exit ``FAILED`` when the
+script, an expectation or a turn failed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agentscript.cli.common import exit_with, load_agent_or_exit
+from agentscript.cli.options import stub_missing_tools_option, trace_dir_option
+from agentscript.commands import ExitCode
+
+
+@click.command()
+@click.argument("agent")
+@click.option(
+    "--conversation", "conversation_path", required=True, help="Conversation file (YAML)."
+)
+@trace_dir_option
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object instead of the transcript."
+)
+@stub_missing_tools_option
+def run(
+    agent: str,
+    conversation_path: str,
+    trace_dir: str | None,
+    as_json: bool,
+    stub_missing_tools: bool,
+) -> None:
+    """Play a conversation file through AGENT with the scripted model."""
+    from agentscript.conversation import ConversationError, load_conversation
+    from agentscript.playback import play
+
+    try:
+        conversation = load_conversation(conversation_path)
+    except ConversationError as exc:
+        click.echo(str(exc), err=True)
+        exit_with(ExitCode.USAGE)
+    loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
+    try:
+        playback = play(loaded, conversation, trace_dir=Path(trace_dir) if trace_dir else None)
+    except ValueError as exc:  # e.g. unknown or ill-typed initial variables
+        click.echo(f"{conversation_path}: {exc}", err=True)
+        exit_with(ExitCode.USAGE)
+    if as_json:
+        click.echo(json.dumps(playback.to_json(), indent=2, default=repr))
+    else:
+        print_transcript(playback)
+    exit_with(ExitCode.FAILED if playback.failed else ExitCode.OK)
+
+
+def print_transcript(playback: Any) -> None:
+    """The played conversation for people: each turn's user text, path, actions, changes,
+    messages and failures (details dimmed on a terminal)."""
+    from agentscript.playback import describe_changes
+
+    color = sys.stdout.isatty()
+
+    def dim(text: str) -> str:
+        return click.style(text, dim=True) if color else text
+
+    def red(text: str) -> str:
+        return click.style(text, fg="red") if color else text
+
+    if playback.welcome:
+        click.echo(f"agent: {playback.welcome}")
+    for index, turn in enumerate(playback.turns, start=1):
+        reply = turn.reply
+        click.echo(dim(f"--- turn {index} " + "-" * 40))
+        click.echo(f"user:  {turn.user}")
+        if reply.path:
+            click.echo(dim(f"  path:      {' -> '.join(reply.path)}"))
+        if reply.actions:
+            click.echo(dim(f"  actions:   {', '.join(reply.actions)}"))
+        for change in describe_changes(turn.before, reply.variables):
+            click.echo(dim(f"  set        {change}"))
+        for shown in reply.displayable:
+            click.echo(
+                dim(f"  shown:     {shown['action']}: {json.dumps(shown['outputs'], default=repr)}")
+            )
+        if reply.trace_file:
+            click.echo(dim(f"  trace:     {reply.trace_file}"))
+        if turn.unused_moves:
+            click.echo(dim(f"  unused:    {len(turn.unused_moves)} scripted move(s) not needed"))
+        for message in reply.messages:
+            click.echo(f"agent: {message}")
+        if reply.escalated:
+            click.echo("  [escalated to a human agent]")
+        if reply.ended:
+            click.echo("  [session ended]")
+        for failure in turn.failed_expectations:
+            click.echo(red(f"  expect failed: {failure}"))
+        if reply.error:
+            click.echo(red(f"  error: {reply.error}"))
+
+
+__all__ = ["print_transcript", "run"]

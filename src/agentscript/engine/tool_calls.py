@@ -1,0 +1,362 @@
+"""The model's tool calls in an Agent Script turn (S5, S7, S8, S13).
+
+:class:`ToolCalls` takes one LLM step's calls: each is checked (known, offered now, arguments
+within the kernel's bounds, declared and of the declared type) and then run by its kind: a
+transition, a variable write, escalation, end of session, a delegated subagent, an action
+(held for confirmation when it requires one). Refusals are ``REFUSED_STEP``s and error
+results; transitions are deferred to the end of the step (the first one wins); every call gets
+its answer in the history through the kernel's :class:`~.kernel.ToolCallWindow`, even when a
+call ends the turn.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentscript.engine.confirmation import hold_for_confirmation
+from agentscript.engine.kernel import TURN_ENDING, ToolCallWindow, bounds_problem
+from agentscript.engine.procedures import ProcedureFailure, TransitionSignal
+from agentscript.engine.program import Node, Tool, ToolKind
+from agentscript.expr.evaluate import EvalError
+from agentscript.expr.values import TypeMismatch, coerce_to_type
+from agentscript.models.base import Message, ModelResponse, ToolCall
+from agentscript.not_offered import NotOffered, not_offered_message
+from agentscript.syntax.tree import Block
+from agentscript.trace import elapsed_ms
+from agentscript.trace_steps import (
+    ResponseKind,
+    Source,
+    StopReason,
+    action_step,
+    event_step,
+    refused_step,
+    response_step,
+)
+
+if TYPE_CHECKING:
+    from agentscript.engine.turn import TurnRunner
+
+# What running one tool call gives: (the result the model sees, a deferred transition target,
+# why the turn stops: "escalate" | "end_session" | "confirmation").
+ToolOutcome = tuple[dict[str, Any], str | None, StopReason | None]
+
+
+@dataclass
+class StepOutcome:
+    transition: tuple[str, str] | None = None  # (target, via)
+    stop: StopReason | None = None
+
+
+class ToolCalls:
+    """Runs the tool calls of the LLM steps of one turn."""
+
+    def __init__(self, turn: TurnRunner) -> None:
+        self.turn = turn
+        self.procedures = turn.procedures
+        self._step_mark = 0  # history length before the current step's tool calls
+        self._escalation_text = ""
+
+    async def dispatch(
+        self, node: Node, response: ModelResponse, visible: dict[str, Tool]
+    ) -> StepOutcome:
+        turn = self.turn
+        calls = response.tool_calls
+        most = turn.limits.max_tool_calls_per_step
+        self._step_mark = len(turn.state.history)
+        window = ToolCallWindow(turn.state.history)
+        window.open(response.text or "", calls)
+        outcome = StepOutcome()
+        cut_short = "not completed: the turn was stopped"
+        try:
+            for index, call in enumerate(calls):
+                if index >= most:
+                    reason = f"more than {most} tool calls in one step"
+                    refused = self.refusal(node, call, reason, "max_tool_calls_per_step")
+                    window.answer(call, refused[0])
+                    continue
+                if outcome.stop is not None:
+                    reason = f"not run: the turn already ended ({outcome.stop})"
+                    window.answer(call, self.refusal(node, call, reason)[0])
+                    continue
+                try:
+                    result, transition, stop = await self.invoke(node, call, visible)
+                except TURN_ENDING as exc:
+                    cut_short = f"not completed: {exc}"
+                    raise
+                window.answer(call, result)
+                if transition is not None and outcome.transition is None:
+                    outcome.transition = (transition, f"tool {call.name}")  # S7: the first wins
+                if stop is not None:
+                    outcome.stop = stop
+        finally:
+            window.close(cut_short)
+        # What the engine said during the step follows the tool results: providers reject any
+        # message between an assistant's tool calls and their results.
+        if outcome.stop is StopReason.CONFIRMATION and turn.result.confirmation is not None:
+            turn.state.history.append(Message("assistant", turn.result.confirmation))
+        if outcome.stop is StopReason.ESCALATE and self._escalation_text:
+            turn.state.history.append(Message("assistant", self._escalation_text))
+        return outcome
+
+    def refusal(
+        self, node: Node, call: ToolCall, reason: str, limit: str | None = None
+    ) -> ToolOutcome:
+        """Record that ``call`` was refused; the model is told ``reason``. ``limit`` names the
+        ``Limits`` field when a bound refused it."""
+        refused_step(
+            self.turn.trace,
+            name=call.name,
+            reason=reason,
+            node=node.name,
+            source=Source.LLM,
+            arguments=call.arguments,
+            limit=limit,
+        )
+        return {"error": reason}, None, None
+
+    async def invoke(self, node: Node, call: ToolCall, visible: dict[str, Tool]) -> ToolOutcome:
+        """Run one tool call; returns (result for the model, transition target, stop)."""
+        turn = self.turn
+        tool = node.tools.get(call.name)
+        if tool is None or call.name not in visible:
+            # The model gets one text for both, so it cannot tell a hidden tool exists; the
+            # trace keeps the true cause for the developer.
+            cause = NotOffered.UNKNOWN if tool is None else NotOffered.HIDDEN
+            reason = (
+                f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+                if tool is None
+                else not_offered_message(call.name)
+            )
+            refused_step(
+                turn.trace,
+                name=call.name,
+                reason=reason,
+                node=node.name,
+                source=Source.LLM,
+                arguments=call.arguments,
+                cause=cause,
+            )
+            return {"error": not_offered_message(call.name)}, None, None
+        arguments, problem, limit = self.check_arguments(tool, call)
+        if problem is not None:
+            return self.refusal(node, call, problem, limit)
+        kind = tool.kind
+        if kind in (ToolKind.TRANSITION, ToolKind.CANCEL):
+            turn.actions_run.append(tool.name)
+            target = tool.target_node
+            if target is None or target not in turn.program.nodes:
+                return {"error": f"tool '{tool.name}' has no valid target"}, None, None
+            if kind is ToolKind.CANCEL:
+                turn.state.resume_node = None
+            callback_transition = await self.run_tool_callback(tool, node, {})
+            return {"status": f"transferring to {target}"}, callback_transition or target, None
+        if kind in (ToolKind.SET_VARIABLES, ToolKind.CAPTURE):
+            return await self.set_variables(tool, node, arguments)
+        if kind is ToolKind.ESCALATE:
+            turn.actions_run.append(tool.name)
+            event_step(turn.trace, event="escalate", node=node.name, tool=tool.name)
+            turn.result.escalated = True
+            self.say_escalation_message(node)
+            return {"status": "escalated to a human agent"}, None, StopReason.ESCALATE
+        if kind is ToolKind.END_SESSION:
+            turn.actions_run.append(tool.name)
+            event_step(turn.trace, event="end_session", node=node.name, tool=tool.name)
+            turn.result.ended = True
+            turn.state.ended = True
+            return {"status": "session ended"}, None, StopReason.END_SESSION
+        if kind is ToolKind.DELEGATE:
+            return await self.delegate(tool, node)
+        if kind in (ToolKind.ACTION, ToolKind.CONNECTED) and tool.action is not None:
+            if tool.requires_confirmation:
+                return hold_for_confirmation(turn, tool, node, call, arguments)
+            return await self.run_tool_action(tool, node, arguments)
+        return {"error": f"tool '{tool.name}' cannot be run by this runtime ({kind})"}, None, None
+
+    def say_escalation_message(self, node: Node) -> None:
+        """The channel's `escalation_message` (messaging first), so the user is told."""
+        turn = self.turn
+        messages = turn.program.outline.escalation_messages
+        text = messages.get("messaging") or next(iter(messages.values()), None)
+        procedures = self.procedures
+        rendered = procedures.render(text, procedures.env(node)) if text is not None else ""
+        if rendered:
+            self._escalation_text = rendered
+            turn.result.messages.append(rendered)
+            response_step(turn.trace, text=rendered, node=node.name, kind=ResponseKind.ESCALATION)
+
+    def check_arguments(
+        self, tool: Tool, call: ToolCall
+    ) -> tuple[dict[str, Any], str | None, str | None]:
+        """Only declared parameters, required ones present, values of the declared type,
+        within the kernel's size and depth bounds; returns (arguments, problem, the
+        ``Limits`` field when a bound is the problem)."""
+        if call.arguments is None:
+            return (
+                {},
+                f"the arguments of '{call.name}' are not a JSON object: {call.raw_arguments[:200]!r}",
+                None,
+            )
+        args = call.arguments
+        unknown = sorted(set(args) - set(tool.parameters))
+        if unknown:
+            allowed = sorted(tool.parameters) or "none"
+            return {}, f"unknown argument(s) {unknown} for '{call.name}'; allowed: {allowed}", None
+        bound = bounds_problem(call.name, args, self.turn.limits)
+        if bound is not None:
+            return {}, bound[0], bound[1]
+        checked: dict[str, Any] = {}
+        for name, param in tool.parameters.items():
+            if name not in args or args[name] is None:
+                if param.required:
+                    return {}, f"missing required argument '{name}' for '{call.name}'", None
+                continue
+            try:
+                checked[name] = coerce_to_type(args[name], param.type)
+            except TypeMismatch as exc:
+                return {}, f"argument '{name}' of '{call.name}': {exc.message}", None
+        return checked, None, None
+
+    async def set_variables(self, tool: Tool, node: Node, arguments: dict[str, Any]) -> ToolOutcome:
+        """S8: only declared mutable variables, values already type-checked."""
+        turn = self.turn
+        procedures = self.procedures
+        turn.actions_run.append(tool.name)
+        step = action_step(
+            turn.trace,
+            name=tool.name,
+            action="@utils.setVariables" if tool.kind is ToolKind.SET_VARIABLES else "collect",
+            node=node.name,
+            source=Source.LLM,
+            inputs=dict(arguments),
+            pre_vars=procedures.snapshot(),
+        )
+        started = time.perf_counter()
+        for name in arguments:
+            declared = procedures.declared.get(name)
+            if declared is None or not declared.is_mutable:
+                step["error"] = f"@variables.{name} is not a mutable variable"
+                step["postVars"] = procedures.snapshot()
+                step["durationMs"] = elapsed_ms(started)
+                return {"error": step["error"]}, None, None
+        env = procedures.env(node)
+        computed: dict[str, Any] = {}
+        for name, expr in tool.bound_inputs.items():
+            try:
+                computed[name] = procedures.value(expr, env)
+            except EvalError as exc:
+                step["error"] = f"with {name}: {exc.message}"
+                step["postVars"] = procedures.snapshot()
+                step["durationMs"] = elapsed_ms(started)
+                return {"error": step["error"]}, None, None
+        turn.state.variables.update(arguments)
+        for name, value in computed.items():
+            declared = procedures.declared.get(name)
+            if declared is not None and declared.is_mutable:
+                turn.state.variables[name] = value
+        transition = await self.run_tool_callback(tool, node, {}, step)
+        step["output"] = {"updated": sorted({*arguments, *computed})}
+        step["postVars"] = procedures.snapshot()
+        step["durationMs"] = elapsed_ms(started)
+        return {"status": "updated", "variables": sorted({*arguments, *computed})}, transition, None
+
+    def tool_inputs(self, tool: Tool, node: Node, arguments: dict[str, Any]) -> dict[str, Any]:
+        assert tool.action is not None
+        procedures = self.procedures
+        env = procedures.env(node)
+        inputs = procedures.defaults(tool.action, env)
+        for name, expr in tool.bound_inputs.items():
+            try:
+                inputs[name] = procedures.value(expr, env)
+            except EvalError as exc:
+                raise ProcedureFailure(
+                    f"with {name} of tool '{tool.name}': {exc.message}"
+                ) from None
+        inputs.update(arguments)
+        return inputs
+
+    async def run_tool_action(
+        self, tool: Tool, node: Node, arguments: dict[str, Any]
+    ) -> ToolOutcome:
+        """S7 and S12: run the action, then its callback; a failure goes back to the model."""
+        assert tool.action is not None
+        inputs = self.tool_inputs(tool, node, arguments)
+        outputs, step = await self.procedures.call_action(
+            tool.action, inputs, node, source=Source.LLM, tool=tool.name
+        )
+        if outputs is None:
+            return {"error": step["error"] or "the action failed"}, None, None
+        transition = None
+        if tool.after_response is not None:  # a connected subagent's own follow-up
+            transition = await self.run_tool_callback(
+                tool, node, outputs, step, tool.after_response
+            )
+        if transition is None:
+            transition = await self.run_tool_callback(tool, node, outputs, step)
+        hidden = {k for k, p in tool.action.outputs.items() if p.filter_from_agent}
+        return {k: v for k, v in outputs.items() if k not in hidden}, transition, None
+
+    async def run_tool_callback(
+        self,
+        tool: Tool,
+        node: Node,
+        outputs: dict[str, Any],
+        step: dict[str, Any] | None = None,
+        block: Block | None = None,
+    ) -> str | None:
+        """Run the binding's body (or ``block``); a transition there is deferred to the end of
+        the step."""
+        body = block if block is not None else tool.callback
+        if body is None:
+            return None
+        try:
+            await self.procedures.exec_callback(body, node, outputs, step)
+        except TransitionSignal as signal:
+            return signal.target
+        return None
+
+    async def delegate(self, tool: Tool, node: Node) -> ToolOutcome:
+        """``@subagent.x`` as a tool: run x (and wherever it transitions), return its reply."""
+        turn = self.turn
+        target = tool.target_node
+        if target is None or target not in turn.program.nodes:
+            return {"error": f"tool '{tool.name}' has no valid target"}, None, None
+        turn.actions_run.append(tool.name)
+        event_step(
+            turn.trace, event="delegate_start", node=node.name, tool=tool.name, target=target
+        )
+        outer_messages = turn.result.messages
+        turn.result.messages = []
+        # The delegate sees the history before the caller's pending tool calls and its own
+        # exchange stays out of the caller's history: its reply comes back as the tool result.
+        outer_history = turn.state.history
+        # The delegate's own steps move the mark; a second delegation in this step needs it.
+        outer_mark = self._step_mark
+        turn.state.history = list(outer_history[:outer_mark])
+        try:
+            await turn.drive(target, f"delegated by {node.name}")
+            reply = "\n".join(turn.result.messages)
+        finally:
+            turn.result.messages = outer_messages
+            turn.state.history = outer_history
+            self._step_mark = outer_mark
+            turn.state.current_node = node.name
+        event_step(
+            turn.trace,
+            event="delegate_end",
+            node=node.name,
+            tool=tool.name,
+            target=target,
+            reply=reply,
+        )
+        if turn.result.escalated:
+            return {"reply": reply}, None, StopReason.ESCALATE
+        if turn.state.ended:
+            return {"reply": reply}, None, StopReason.END_SESSION
+        if turn.result.confirmation is not None:
+            # A call held inside the delegate ends the caller's turn too, and the question
+            # (said in the delegate's messages) must reach the user.
+            turn.result.messages.append(turn.result.confirmation)
+            return {"reply": reply}, None, StopReason.CONFIRMATION
+        return {"reply": reply}, None, None

@@ -1,0 +1,126 @@
+"""Every bound of the runtime, in one place: :class:`Limits` (per session, overridable) and
+the fixed bounds that protect the parsers and evaluators from hostile input.
+
+:class:`Limits` is read by the turn runners of both formats and by the action runner. Callers
+override a field from the Python API (``agent.session(limits=Limits(max_llm_calls=4))``) or in
+the ``[limits]`` table of ``agentscript.toml``, read when the agent is loaded::
+
+    [limits]
+    max_llm_calls = 8
+    action_timeout = 10.0
+    action_timeouts = { slow_report = 60.0 }
+
+Every error a bound causes names its field (``Limits.max_llm_calls = 16``); a refused tool
+call's ``REFUSED_STEP`` carries it as ``limit``.
+
+The fixed bounds below are not per session: they keep recursion inside Python's stack and
+arithmetic inside sane sizes whatever the input, so they are constants the parsers and
+evaluators import from here (documented in ``docs/limits.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+# --- fixed bounds (hostile input; not overridable) -----------------------------------------
+
+# Blocks nested deeper than this in a `.agent` file are ignored with a diagnostic: about 6
+# interpreter frames per block level, well inside Python's default recursion limit of 1000.
+MAX_BLOCK_DEPTH: Final = 50
+# Expression nesting (brackets, unary operators, parenthesised sub-expressions) the expression
+# parser accepts; about 11 frames per level, so 80 levels stay under the recursion limit.
+MAX_EXPRESSION_DEPTH: Final = 80
+# Integers an expression's arithmetic may produce (bits), and strings or lists it may build
+# (items); larger results are an EvalError rather than a slow or memory-hungry success.
+MAX_INT_BITS: Final = 4096
+MAX_SEQUENCE_LENGTH: Final = 1_000_000
+# `{!expr}` display of a value: longer text is cut, deeper structure shown as "...".
+MAX_DISPLAY_CHARS: Final = 100_000
+MAX_DISPLAY_DEPTH: Final = 64
+# Tool-call arguments nested deeper than this are dropped before anything records them:
+# json.dumps (traces, saved sessions, the next request) overflows near 1000 levels.
+MAX_KEPT_ARGUMENT_DEPTH: Final = 64
+# Bytes read from an http(s):// action's response body.
+MAX_HTTP_RESPONSE_BYTES: Final = 5_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-turn bounds (S11) and hostile-input bounds on what the model sends.
+
+    Each field's name appears in the error it causes.
+    """
+
+    # One turn (S11): past any of these the turn ends with the error message; the session
+    # stays usable.
+    max_llm_calls: int = 16  # LLM calls in one turn (both formats)
+    max_transitions: int = 10  # Agent Script transitions in one turn
+    max_deterministic_steps: int = 100  # Mantle block steps run without the model, per turn
+    # One LLM step: calls past this many are refused (REFUSED_STEP with `limit`).
+    max_tool_calls_per_step: int = 8
+    # What the model sends: arguments past these are refused (REFUSED_STEP with `limit`).
+    max_argument_chars: int = 20_000  # JSON text of one call's arguments
+    max_argument_depth: int = 16  # nesting of one call's arguments
+    # Actions: seconds before an action is abandoned (ActionError naming the timeout).
+    action_timeout: float = 30.0  # every action without its own entry below
+    action_timeouts: Mapping[str, float] = field(default_factory=dict)  # by action name
+
+    def replaced(self, table: Mapping[str, Any], *, where: str = "limits") -> Limits:
+        """A copy with the fields of ``table`` (a ``[limits]`` table) changed; ValueError
+        names the first unknown field or ill-typed value."""
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for name, value in table.items():
+            if name not in fields:
+                raise ValueError(f"{where}: unknown limit '{name}'; known: {sorted(fields)}")
+            changes[name] = _checked(where, name, value, getattr(self, name))
+        return dataclasses.replace(self, **changes)
+
+
+def _checked(where: str, name: str, value: Any, current: Any) -> Any:
+    if isinstance(current, Mapping):
+        if not isinstance(value, Mapping) or not all(
+            _is_number(v) and v > 0 for v in value.values()
+        ):
+            raise ValueError(f"{where}: {name} must be a table of positive numbers (seconds)")
+        return {str(k): float(v) for k, v in value.items()}
+    if isinstance(current, float):
+        if not _is_number(value) or value <= 0:
+            raise ValueError(f"{where}: {name} must be a positive number, not {value!r}")
+        return float(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{where}: {name} must be a positive integer, not {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def configured_limits(start: Path | None = None) -> tuple[Limits, Path | None]:
+    """:class:`Limits` with the ``[limits]`` table of the ``agentscript.toml`` that applies
+    to ``start`` (``$AGENTSCRIPT_CONFIG``, else the nearest one), and that file.
+
+    No file, or a file that is not valid TOML, gives the defaults (the model configuration
+    reports an unreadable file); a bad ``[limits]`` table is a ValueError naming the field.
+    """
+    from agentscript.models.registry import find_config  # the one rule for finding the file
+
+    path = find_config(start)
+    if path is None:
+        return Limits(), None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return Limits(), path
+    table = data.get("limits")
+    if table is None:
+        return Limits(), path
+    if not isinstance(table, Mapping):
+        raise ValueError("'limits' must be a table, e.g. [limits]")
+    return Limits().replaced(table, where="[limits]"), path

@@ -1,0 +1,1 @@
+"""Running Mantle turns: the turn loop and what it drives."""

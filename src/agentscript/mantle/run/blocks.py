@@ -1,0 +1,196 @@
+"""Stepping an ordered block (M3, M5, M7): the step under the pointer runs when it needs no
+model (``noop``, ``set_memory``, ``action``, ``execute_tool``, ``call``, ``link``) or is
+checked when it waits for the user (``collect``, ``instructions``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentscript.engine.llm import TurnError
+from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
+from agentscript.mantle.model import END_STEP, Condition, OrderedBlock, Skill, Step, StepKind
+from agentscript.mantle.queries import (
+    collect_key,
+    default_evaluator,
+    holds,
+    tool_allowed,
+    tool_constraint,
+)
+from agentscript.mantle.run import collect, hooks
+from agentscript.mantle.run.block_pointer import advance, advance_past_call, hold, is_held
+from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation
+from agentscript.mantle.run.stack import PARKED, BlockEntry, Frame, SkillStack
+from agentscript.mantle.run.tool_execution import run_tool
+from agentscript.mantle.run.transitions import finish, forget_pending, start_skill
+from agentscript.mantle.run.turn_context import TurnContext
+from agentscript.trace_steps import ResponseKind, Source, block_event, skill_event
+
+
+async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry) -> bool:
+    """Run or check the step under the pointer; True when something moved."""
+    block = skill.blocks.get(entry["block"])
+    if block is None:
+        frame["blocks"].pop()
+        return True
+    if entry["step"] is None:
+        entry["step"] = block.steps[0].id if block.steps else END_STEP
+        block_event(ctx.trace, event="entered", skill=skill.id, block=block.id, step=entry["step"])
+    step = block.step(entry["step"]) if entry["step"] != END_STEP else None
+    if step is None or step.kind is StepKind.END:
+        end_block(ctx, frame, skill, entry)
+        return True
+    kind = step.kind
+    if kind is StepKind.COLLECT:
+        if collect_done(ctx, skill, entry, step):
+            advance(ctx, skill, entry, block, step)
+            return True
+        if step.ask_before_filling and step.id not in entry["asked"]:
+            entry["asked"][step.id] = ctx.state.turn
+        collect.ask(ctx, skill, block.id, entry, step)
+        return False
+    if kind is StepKind.INSTRUCTIONS:
+        if step.complete_when is not None and holds(step.complete_when, ctx.memory):
+            advance(ctx, skill, entry, block, step)
+            return True
+        return False
+    if kind is StepKind.EXECUTE_TOOL:
+        return await execute_step(ctx, skill, entry, block, step)
+    if kind is StepKind.CALL:
+        return call_step(ctx, frame, skill, step)
+    if kind is StepKind.LINK:
+        return link_step(ctx, frame, skill, entry, step)
+    if kind is StepKind.SET_MEMORY:
+        if is_held(ctx, entry, step):
+            return False  # a post-write hook rejected it; runs again once memory changes
+        since = hooks.mark(ctx)
+        set_memory_step(ctx, skill, step)
+        if await hooks.after_writes(ctx, since, engine_made=True) is not None:
+            hold(ctx, entry)
+            return False
+    elif kind is StepKind.ACTION:
+        ctx.utter(step.action, ResponseKind.ACTION)
+    elif kind is not StepKind.NOOP:
+        return False
+    advance(ctx, skill, entry, block, step)
+    return True
+
+
+def collect_done(ctx: TurnContext, skill: Skill, entry: BlockEntry, step: Step) -> bool:
+    key = collect_key(skill.id, step)
+    if key is None or ctx.memory.get(key) is None:
+        return False
+    if not step.ask_before_filling:
+        return True
+    # Asked first, answered after: a value given before the question does not count.
+    asked = entry["asked"].get(step.id)
+    return asked is not None and ctx.stack.written_turn(key) > int(asked)
+
+
+def end_block(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry) -> None:
+    frame["blocks"].pop()
+    block_event(ctx.trace, event="completed", skill=skill.id, block=entry["block"], step=END_STEP)
+    parent = SkillStack.block(frame)
+    if entry["call"] and parent is not None:
+        advance_past_call(ctx, skill, parent)
+    elif not frame["blocks"] and skill.body_is_single_block:
+        finish(ctx, frame, "completed", reason="block reached END")
+
+
+def set_memory_step(ctx: TurnContext, skill: Skill, step: Step) -> None:
+    for name, value in step.set_memory.items():
+        entry = resolve_name(ctx.project, name, [skill.id])
+        try:
+            if entry is None:
+                raise MemoryWriteError(f"'{name}' is not a declared memory entry")
+            ctx.write(entry.qualified_name, check_write(entry, ctx.memory, value))
+        except MemoryWriteError as exc:
+            raise TurnError(f"step {step.id} of {skill.id}: {exc}") from None
+
+
+async def execute_step(
+    ctx: TurnContext, skill: Skill, entry: BlockEntry, block: OrderedBlock, step: Step
+) -> bool:
+    if is_held(ctx, entry, step):
+        return False  # failed or declined before; runs again once memory changes
+    pending = ctx.stack.pending
+    if pending and pending.get("step") == step.id and pending.get("skill") == skill.id:
+        return False
+    name = step.execute_tool or ""
+    tool = ctx.project.tools_for(skill.id).get(name)
+    if tool is None:
+        raise TurnError(f"step {step.id} of {skill.id}: tool '{name}' is not available")
+    if not tool_allowed(ctx.project, skill.id, name, ctx.memory):
+        ctx.refuse_waiting_step(
+            name, f"requires of '{name}' does not hold; step {step.id} waits", skill.id, step.id
+        )
+        return False
+    arguments = step_arguments(skill, step, ctx.memory)
+    if needs_confirmation(tool_constraint(ctx.project, skill.id, name)):
+        hold_for_confirmation(
+            ctx, skill.id, tool, arguments, source=Source.STEP, block=block.id, step=step.id
+        )
+        return False
+    since = hooks.mark(ctx)
+    result, ok = await run_tool(ctx, skill.id, tool, arguments, Source.DETERMINISTIC, step.id)
+    # Deterministic results go into the history so the model can use them.
+    ctx.answer(ctx.engine_call("step", tool.name, dict(arguments)), result)
+    ctx.close_calls()
+    if await hooks.after_writes(ctx, since, engine_made=True) is not None:
+        ok = False
+    if ok:
+        advance(ctx, skill, entry, block, step)
+        return True
+    hold(ctx, entry)
+    return False
+
+
+def step_arguments(skill: Skill, step: Step, memory: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` of an ``execute_tool`` step: ``session.`` values are evaluated."""
+    arguments: dict[str, Any] = {}
+    for key, value in step.parameters.items():
+        if isinstance(value, Condition):
+            try:
+                arguments[key] = default_evaluator(value, memory)
+            except Exception as exc:
+                raise TurnError(f"step {step.id} of {skill.id}: parameter {key}: {exc}") from None
+        else:
+            arguments[key] = value
+    return arguments
+
+
+def call_step(ctx: TurnContext, frame: Frame, skill: Skill, step: Step) -> bool:
+    target = step.call or ""
+    if target in skill.blocks:
+        SkillStack.enter_block(frame, target, call=True)
+        return True
+    callee = ctx.project.skills.get(target)
+    if callee is None or not holds(callee.requires, ctx.memory):
+        ctx.refuse_waiting_step(
+            target,
+            f"cannot call '{target}' now (unknown, or its requires does not hold)",
+            skill.id,
+            step.id,
+        )
+        return False
+    frame["status"] = PARKED
+    start_skill(ctx, target, "invoked", via_call=True, invoked_by=skill.id)
+    return True
+
+
+def link_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry, step: Step) -> bool:
+    target = step.link or ""
+    if target in skill.blocks:
+        frame["blocks"].pop()
+        block_event(
+            ctx.trace, event="completed", skill=skill.id, block=entry["block"], step=step.id
+        )
+        SkillStack.enter_block(frame, target, call=entry["call"])
+        return True
+    if target not in ctx.project.skills:
+        raise TurnError(f"step {step.id} of {skill.id}: link target '{target}' is unknown")
+    ctx.stack.pop()
+    skill_event(ctx.trace, event="completed", skill=skill.id, reason=f"link to {target}")
+    forget_pending(ctx, frame)
+    start_skill(ctx, target, frame["kind"], via_call=frame["via_call"])
+    return True

@@ -1,0 +1,121 @@
+"""The engine tools the model calls: ``activate_skill``, ``complete_skill``, ``cancel_skill``
+and ``set_fields`` (``resolve_tool_confirmation`` is in :mod:`.confirmation`).
+
+Each handler returns the result for the model; a result with ``error`` is refused by the
+dispatcher and changes nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from agentscript.mantle.memory import MemoryWriteError, check_write
+from agentscript.mantle.queries import holds
+from agentscript.mantle.run import lifecycle
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.stack import SkillStack
+from agentscript.mantle.run.transitions import activate, drop_paused, finish
+from agentscript.mantle.run.turn_context import TurnContext
+from agentscript.trace import elapsed_ms
+from agentscript.trace_steps import Source, action_step, knowledge_step
+
+
+def activate_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    skill, block = args.get("skill"), args.get("block")
+    if not isinstance(skill, str) or (block is not None and not isinstance(block, str)):
+        return {"error": "activate_skill needs skill=<id> (and optionally block=<id>)"}
+    return activate(ctx, skill, block)
+
+
+def complete_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    frame = ctx.stack.active()
+    if frame is None:
+        return {"error": "no skill is active"}
+    entry = SkillStack.block(frame)
+    if entry is not None:
+        return {
+            "error": f"ordered block '{entry['block']}' is running (step {entry['step']}); "
+            "it finishes at its END step, complete_skill is not available"
+        }
+    done = ctx.project.skills[frame["skill"]].complete_when
+    if done is not None and done.condition is not None and not holds(done.condition, ctx.memory):
+        return {"error": f"the skill is not done: {done.condition.text} does not hold"}
+    finish(ctx, frame, "completed", reason="complete_skill")
+    return {"status": "completed", "skill": frame["skill"]}
+
+
+def cancel_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    frame = ctx.stack.active()
+    if frame is not None:
+        finish(ctx, frame, "cancelled", reason="cancel_skill")
+        return {"status": "cancelled", "skill": frame["skill"]}
+    return drop_paused(ctx)
+
+
+def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Write the active skill's settable entries: all or nothing, type- and enum-checked."""
+    frame = ctx.stack.active()
+    if frame is None:
+        return {"error": "no skill is active; start one with activate_skill"}
+    skill = ctx.project.skills[frame["skill"]]
+    settable = p.settable_entries(ctx.project, skill)
+    if not args:
+        return {"error": f"set_fields needs at least one field; settable: {sorted(settable)}"}
+    writes: dict[str, Any] = {}
+    for name, value in args.items():
+        key = name.removeprefix("session.").removeprefix(f"{skill.id}.")
+        entry = settable.get(key)
+        if entry is None:
+            return {"error": f"'{name}' cannot be set here; settable: {sorted(settable)}"}
+        if value is None:
+            return {"error": f"'{name}': a value is required"}
+        try:
+            writes[entry.qualified_name] = check_write(entry, ctx.memory, value)
+        except MemoryWriteError as exc:
+            return {"error": str(exc)}
+    started = time.perf_counter()
+    step = action_step(
+        ctx.trace,
+        name=p.SET_FIELDS,
+        action=p.SET_FIELDS,
+        node=ctx.node_name(),
+        source=Source.LLM,
+        skill=skill.id,
+        inputs=dict(args),
+        pre_vars=ctx.snapshot(),
+    )
+    for key, value in writes.items():
+        ctx.write(key, value)
+    step["output"] = {"updated": sorted(writes)}
+    step["postVars"] = ctx.snapshot()
+    step["durationMs"] = elapsed_ms(started)
+    return {"status": "updated", "fields": sorted(writes)}
+
+
+def search_knowledge(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Ranked passages from the project's references; the query and hits are traced."""
+    index = ctx.project.knowledge
+    query = args.get("query")
+    if index is None:
+        return {"error": "this project has no knowledge base (no references/ folder)"}
+    if not isinstance(query, str) or not query.strip():
+        return {"error": "search_knowledge needs query=<text>"}
+    try:
+        passages = [hit.to_json() for hit in index.search(query)]
+    except sqlite3.Error as exc:  # a damaged cache file: an error result, not a traceback
+        return {"error": f"the knowledge search failed: {exc}"}
+    knowledge_step(ctx.trace, node=ctx.node_name(), query=query, passages=passages)
+    ctx.searched = True
+    return {"passages": passages} if passages else {"passages": [], "note": "nothing found"}
+
+
+HANDLERS = {
+    p.SEARCH_KNOWLEDGE: search_knowledge,
+    lifecycle.CANNOT_HELP: lifecycle.cannot_help,
+    p.ACTIVATE: activate_skill,
+    p.COMPLETE: complete_skill,
+    p.CANCEL: cancel_skill,
+    p.SET_FIELDS: set_fields,
+}

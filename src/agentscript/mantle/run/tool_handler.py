@@ -1,0 +1,153 @@
+"""Running Mantle tool functions through the engine's :class:`ActionRunner`.
+
+A tool call becomes an ``ActionRequest`` named after the tool with the target
+``mantle://<owner>/<tool>`` (``_shared`` for root tools), so conversation-file stubs (by
+tool name) and per-session callables win over the project's code, and timeouts and error
+reporting are the engine's. The ``mantle`` handler calls the function, injecting
+``context`` when the function declares it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+from agentscript.actions.registry import ActionError, ActionRequest, Handler
+from agentscript.mantle.model import Project, Tool
+
+SHARED = "_shared"
+
+
+def tool_target(tool: Tool) -> str:
+    return f"mantle://{tool.owner or SHARED}/{tool.name}"
+
+
+class _Done:
+    """Awaitable that does nothing: ``await context.send(...)`` works in async tools, and a
+    sync tool may call ``context.send(...)`` without awaiting (no "never awaited" warning)."""
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
+
+
+class MemoryView:
+    """``context.memory``: ``get``/``set`` by bare or qualified name."""
+
+    def __init__(self, read: Callable[[str], Any], write: Callable[[str, Any], None]) -> None:
+        self._read = read
+        self._write = write
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self._read(name)
+        return default if value is None else value
+
+    def set(self, name: str, value: Any) -> None:
+        self._write(name, value)
+
+
+class ToolContext:
+    """What a tool's ``context`` parameter receives."""
+
+    def __init__(self, memory: MemoryView, send: Callable[[str], None]) -> None:
+        self.memory = memory
+        self._send = send
+        self.is_cancelled = False
+
+    def send(self, text: str) -> _Done:
+        """Deliver ``text`` to the user verbatim (no LLM)."""
+        self._send(str(text))
+        return _Done()
+
+
+def mantle_handler(project: Project) -> Handler:
+    """The ``mantle://`` scheme handler for one loaded project."""
+
+    def handle(request: ActionRequest) -> Any:
+        owner, _, name = request.path.partition("/")
+        tools = project.shared_tools if owner == SHARED else _skill_tools(project, owner)
+        tool = tools.get(name)
+        if tool is None or tool.function is None:
+            raise ActionError(f"tool '{name}' has no code in this project")
+        result = tool.function(**request.inputs)
+        if hasattr(result, "__await__"):
+            return _awaited(result)
+        return normalise_result(result)
+
+    return handle
+
+
+def _skill_tools(project: Project, skill_id: str) -> dict[str, Tool]:
+    skill = project.skills.get(skill_id)
+    return skill.tools if skill else {}
+
+
+async def _awaited(pending: Any) -> dict[str, Any]:
+    return normalise_result(await pending)
+
+
+def normalise_result(result: Any) -> dict[str, Any]:
+    """A dict for the model: Mantle's ``ToolResult(llm_response=...)`` is unwrapped."""
+    if hasattr(result, "llm_response"):
+        error = getattr(result, "error", None)
+        body = normalise_result(result.llm_response)
+        if error:
+            body["error"] = str(error)
+        return body
+    if result is None:
+        return {}
+    if isinstance(result, Mapping):
+        return dict(result)
+    return {"result": result}
+
+
+def failed(result: Mapping[str, Any]) -> bool:
+    """A tool reports failure with a non-empty ``error`` or ``ok: false``."""
+    return bool(result.get("error")) or result.get("ok") is False
+
+
+# --- arguments --------------------------------------------------------------------------
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The LLM's arguments checked against the tool's JSON schema (shape, not semantics);
+    size and depth are the kernel's ``bounds_problem``'s."""
+    schema = tool.parameters_schema or {}
+    properties: dict[str, Any] = schema.get("properties") or {}
+    if schema.get("additionalProperties") is not True:
+        unknown = sorted(set(arguments) - set(properties))
+        if unknown:
+            allowed = sorted(properties) or "none"
+            return {}, f"unknown argument(s) {unknown} for '{tool.name}'; allowed: {allowed}"
+    for name in schema.get("required") or []:
+        if arguments.get(name) is None:
+            return {}, f"missing required argument '{name}' for '{tool.name}'"
+    for name, value in arguments.items():
+        problem = _type_problem(properties.get(name) or {}, value)
+        if problem is not None:
+            return {}, f"argument '{name}' of '{tool.name}': {problem}"
+    return dict(arguments), None
+
+
+def _type_problem(prop: Mapping[str, Any], value: Any) -> str | None:
+    if value is None:
+        return None
+    if "enum" in prop and value not in prop["enum"]:
+        return f"{value!r} is not one of {prop['enum']}"
+    kind = prop.get("type")
+    if not isinstance(kind, str) or kind not in _JSON_TYPES:
+        return None
+    if isinstance(value, bool) and kind in ("integer", "number"):
+        return f"expected {kind}, got a boolean"
+    if not isinstance(value, _JSON_TYPES[kind]):
+        return f"expected {kind}, got {type(value).__name__}"
+    return None

@@ -1,0 +1,201 @@
+"""Skill activation, completion and the stack transitions between them (M1, M2).
+
+A skill starts routed (nothing active), invoked (the active skill names it where the model
+can see it, or through a ``call:`` step: the caller is parked and resumes when it ends) or
+as an interrupt (the active skill is paused and resumes only when activated again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentscript.mantle.model import ReferenceKind, Skill
+from agentscript.mantle.queries import holds, offered_skills
+from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.block_pointer import advance_past_call, step_at
+from agentscript.mantle.run.collect import reask
+from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED, Frame, SkillStack
+from agentscript.mantle.run.turn_context import TurnContext
+from agentscript.trace_steps import ResponseKind, block_event, skill_event
+
+SESSION_START_SKILL = "default_session_start"
+
+
+def position(frame: Frame) -> dict[str, Any]:
+    """``{block, step}`` of the frame's running block, for trace steps (empty without one)."""
+    entry = SkillStack.block(frame)
+    return {} if entry is None else {"block": entry["block"], "step": entry["step"]}
+
+
+def start_session_skill(ctx: TurnContext) -> None:
+    skill = ctx.project.skills.get(SESSION_START_SKILL)
+    if skill is not None and not skill.disabled and skill.body_is_single_block:
+        start_skill(ctx, skill.id, "engine")
+
+
+def start_skill(
+    ctx: TurnContext,
+    skill_id: str,
+    kind: str,
+    *,
+    via_call: bool = False,
+    invoked_by: str | None = None,
+) -> Frame:
+    skill = ctx.project.skills[skill_id]
+    if ctx.stack.count_activation(skill_id) > 0:
+        # A skill starting again starts clean (its public values survived until now).
+        for name, entry in skill.memory.items():
+            ctx.memory[f"{skill_id}.{name}"] = (
+                entry.initial_value if entry.has_initial_value else None
+            )
+        ctx.stack.clear_fired(skill_id)
+    frame = ctx.stack.push(skill_id, kind, via_call=via_call)
+    ctx.result.path.append(skill_id)
+    fields: dict[str, Any] = {"kind": kind}
+    if invoked_by:
+        fields["invokedBy"] = invoked_by
+    skill_event(ctx.trace, event="activated", skill=skill_id, **fields)
+    for trigger in skill.utter:
+        if trigger.on == "activate":
+            ctx.utter(trigger.response, ResponseKind.UTTER)
+    if skill.body_is_single_block:
+        SkillStack.enter_block(frame, next(iter(skill.blocks)))
+    return frame
+
+
+def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = None) -> None:
+    """Complete or cancel the top frame; an invoked skill hands control back (M2)."""
+    ctx.stack.pop()
+    fields = position(frame)
+    if reason:
+        fields["reason"] = reason
+    skill_event(ctx.trace, event=event, skill=frame["skill"], **fields)
+    forget_pending(ctx, frame)
+    if frame["kind"] != "invoked" or not ctx.stack.frames:
+        return
+    parent = ctx.stack.frames[-1]
+    if parent["status"] != PARKED:
+        return
+    parent["status"] = ACTIVE
+    reask(parent)
+    ctx.result.path.append(parent["skill"])
+    skill_event(ctx.trace, event="resumed", skill=parent["skill"], **position(parent))
+    parent_entry = SkillStack.block(parent)
+    if frame["via_call"] and parent_entry is not None:
+        advance_past_call(ctx, ctx.project.skills[parent["skill"]], parent_entry)
+
+
+def forget_pending(ctx: TurnContext, frame: Frame) -> None:
+    """A call waiting for confirmation goes with its skill."""
+    pending = ctx.stack.pending
+    if pending is not None and pending["skill"] == frame["skill"]:
+        ctx.stack.pending = None
+
+
+def drop_paused(ctx: TurnContext) -> dict[str, Any]:
+    """``cancel_skill`` with no active skill: drop the most recently paused one."""
+    paused = ctx.stack.paused()
+    if not paused:
+        return {"error": "no skill to cancel"}
+    dropped = paused[0]
+    frames = ctx.stack.frames
+    below = frames.index(dropped) - 1
+    frames.remove(dropped)
+    skill_event(ctx.trace, event="cancelled", skill=dropped["skill"], reason="dropped")
+    forget_pending(ctx, dropped)
+    if dropped["kind"] == "invoked" and below >= 0 and frames[below]["status"] == PARKED:
+        # Its caller waited for it; the user had moved on, so the caller is paused (resumed
+        # when activated again) instead of waiting for a skill that is gone.
+        caller = frames[below]
+        caller["status"] = PAUSED
+        skill_event(
+            ctx.trace,
+            event="interrupted",
+            skill=caller["skill"],
+            by=dropped["skill"],
+            reason="the skill it started was dropped",
+            **position(caller),
+        )
+    return {"status": "cancelled", "skill": dropped["skill"]}
+
+
+def pause(ctx: TurnContext, frame: Frame, by: str) -> None:
+    frame["status"] = PAUSED
+    where = position(frame)
+    if where:
+        block_event(ctx.trace, event="paused", skill=frame["skill"], **where)
+    skill_event(ctx.trace, event="interrupted", skill=frame["skill"], by=by, **where)
+
+
+def invokes(ctx: TurnContext, frame: Frame, target: str) -> bool:
+    """Whether the active skill names ``target`` as ``@skill.x`` where the model can see it
+    (its visible prose or the instructions of its current step)."""
+    skill = ctx.project.skills[frame["skill"]]
+    if target in p.visible_skill_references(skill, ctx.memory):
+        return True
+    entry = SkillStack.block(frame)
+    step = step_at(skill, entry)[1] if entry else None
+    return step is not None and any(
+        r.kind is ReferenceKind.SKILL and r.target == target for r in step.references
+    )
+
+
+def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, Any]:
+    """``activate_skill``: start, invoke, interrupt for or resume ``skill_id``."""
+    target = ctx.project.skills.get(skill_id)
+    if target is None:
+        return {"error": f"unknown skill '{skill_id}'"}
+    active = ctx.stack.active()
+    if active is not None and active["skill"] == skill_id:
+        if block is None:
+            return {"status": f"{skill_id} is already active"}
+        return enter_prose_block(active, target, block)
+    existing = ctx.stack.find(skill_id)
+    unavailable = {"error": f"skill '{skill_id}' is not available now (its requires does not hold)"}
+    offered = {s.id for s in offered_skills(ctx.project, ctx.memory)}
+    if existing is None and skill_id not in offered:
+        return unavailable
+    status: dict[str, Any]
+    if existing is not None:
+        if existing["status"] == PARKED:
+            return {"error": f"skill '{skill_id}' waits for a skill it started"}
+        if not holds(target.requires, ctx.memory):
+            return unavailable
+        if active is not None:
+            pause(ctx, active, by=skill_id)
+        ctx.stack.move_to_top(existing)
+        existing["status"] = ACTIVE
+        reask(existing)
+        ctx.result.path.append(skill_id)
+        where = position(existing)
+        skill_event(ctx.trace, event="resumed", skill=skill_id, **where)
+        status = {"status": "resumed", "skill": skill_id, **where}
+    else:
+        if active is not None and invokes(ctx, active, skill_id):
+            active["status"] = PARKED
+            start_skill(ctx, skill_id, "invoked", invoked_by=active["skill"])
+        elif active is not None:
+            pause(ctx, active, by=skill_id)
+            start_skill(ctx, skill_id, "interrupt")
+        else:
+            start_skill(ctx, skill_id, "routed")
+        status = {"status": "activated", "skill": skill_id}
+    if block is not None:
+        frame = ctx.stack.active()
+        if frame is not None:
+            entered = enter_prose_block(frame, target, block)
+            if "error" in entered:
+                return entered
+            status["block"] = block
+    return status
+
+
+def enter_prose_block(frame: Frame, skill: Skill, block: str) -> dict[str, Any]:
+    """The model starts a block its skill's prose names (``@block.x``)."""
+    if block not in skill.blocks:
+        return {"error": f"skill '{skill.id}' has no block '{block}'"}
+    running = SkillStack.block(frame)
+    if running is not None:
+        return {"error": f"block '{running['block']}' is running (step {running['step']})"}
+    SkillStack.enter_block(frame, block)
+    return {"status": "block started", "block": block}

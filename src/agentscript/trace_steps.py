@@ -1,0 +1,329 @@
+"""The trace steps of both formats, built by one set of typed builders.
+
+Each step type has one builder, and every builder writes the same keys every time (a field
+that does not apply is ``null``), so a step type has the same shape whichever format, node or
+path produced it: a reader of ``RESPONSE_STEP`` finds ``text``, ``node``, ``kind`` and
+``response`` in an Agent Script trace and in a Mantle one. Builders return the step, still in
+the trace, so the caller can fill in what it learns later (``output``, ``postVars``).
+
+The closed vocabularies of the trace are ``StrEnum``s (step types, sources, response kinds,
+stop reasons); the steps hold their plain string values, so the JSON output is unchanged.
+
+Contract: builders only record; they never read state, raise, or decide anything.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from agentscript.trace import TurnTrace
+
+Step = dict[str, Any]
+
+
+def _add(trace: TurnTrace, step_type: StepType, **fields: Any) -> Step:
+    """Append the step with every vocabulary member as its plain string: traces are plain
+    JSON data, and Python readers see ``'llm'``, not ``<Source.LLM: 'llm'>``."""
+    plain = {k: v.value if isinstance(v, StrEnum) else v for k, v in fields.items()}
+    return trace.add(step_type.value, **plain)
+
+
+class StepType(StrEnum):
+    NODE_ENTER = "NODE_ENTER"
+    HOOK_STEP = "HOOK_STEP"
+    RESOLUTION_STEP = "RESOLUTION_STEP"
+    LLM_STEP = "LLM_STEP"
+    ACTION_STEP = "ACTION_STEP"
+    TRANSITION_STEP = "TRANSITION_STEP"
+    REFUSED_STEP = "REFUSED_STEP"
+    RESPONSE_STEP = "RESPONSE_STEP"
+    ERROR_STEP = "ERROR_STEP"
+    EVENT_STEP = "EVENT_STEP"
+    SKILL_STEP = "SKILL_STEP"  # Mantle: a skill activated, completed, interrupted, ...
+    BLOCK_STEP = "BLOCK_STEP"  # Mantle: an ordered block entered, advanced, completed, ...
+    KNOWLEDGE_STEP = "KNOWLEDGE_STEP"  # Mantle: a search_knowledge query and its passages
+
+
+class Source(StrEnum):
+    """Who asked for an action or a refused call."""
+
+    LLM = "llm"  # the model called a tool
+    DETERMINISTIC = "deterministic"  # a procedure, hook or block step ran it
+    STEP = "step"  # Mantle: an execute_tool block step (held for confirmation)
+    USER = "user"  # the user answered a confirmation without the model
+    BUTTON = "button"  # Mantle: the user tapped a button with a set: payload
+    BUTTONS = "buttons"  # Mantle: a tool run to supply a response's buttons
+    HOOK = "hook"  # Mantle: a post-write hook (run_after_setting_<entry>)
+    MEMORY = "memory"  # Mantle: a read or write refused by a private memory scope
+
+
+class ResponseKind(StrEnum):
+    """Where a message said to the user comes from (``RESPONSE_STEP.kind``)."""
+
+    LLM = "llm"  # the model's text answer
+    ERROR = "error"  # the turn failed: the agent's error message
+    ESCALATION = "escalation"  # the channel's escalation message
+    CONFIRMATION = "confirmation"  # a yes/no question before a held call
+    DENIAL = "denial"  # Mantle: said when the user declines a held call
+    UTTER = "utter"  # Mantle: a named response (`utter:`, on_success/on_failure)
+    ACTION = "action"  # Mantle: an `action:` block step's response
+    TOOL = "tool"  # Mantle: a tool's context.send(...)
+    COLLECT = "collect"  # Mantle: a collect step's question, spoken by the framework
+    BUTTON = "button"  # Mantle: said when a tapped set: payload cannot be applied
+    LIFECYCLE = "lifecycle"  # Mantle: a lifecycle skill's response (resume offer, ...)
+
+
+class StopReason(StrEnum):
+    """Why a tool call ends the turn."""
+
+    ESCALATE = "escalate"
+    END_SESSION = "end_session"
+    CONFIRMATION = "confirmation"
+
+
+def response_step(
+    trace: TurnTrace,
+    *,
+    text: str,
+    node: str | None,
+    kind: ResponseKind,
+    response: str | None = None,
+    skill: str | None = None,
+    block: str | None = None,
+    step: str | None = None,
+    buttons: list[dict[str, Any]] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Step:
+    """A message said to the user; ``response`` names the Mantle response it came from,
+    ``skill``/``block``/``step`` the Mantle skill (and collect step) that said it, ``buttons``
+    (``{title, payload}``) and ``metadata`` what the response carries for the channel.
+    A response whose buttons a tool supplies gets them (or ``buttonsError``) at the end of
+    the turn."""
+    return _add(
+        trace,
+        StepType.RESPONSE_STEP,
+        text=text,
+        node=node,
+        kind=kind,
+        response=response,
+        skill=skill,
+        block=block,
+        step=step,
+        buttons=buttons,
+        metadata=metadata,
+    )
+
+
+def error_step(trace: TurnTrace, *, message: str, node: str | None) -> Step:
+    """Why the turn failed (or was refused)."""
+    return _add(trace, StepType.ERROR_STEP, message=message, node=node)
+
+
+def refused_step(
+    trace: TurnTrace,
+    *,
+    name: str,
+    reason: str,
+    node: str | None,
+    source: Source,
+    arguments: Any = None,
+    limit: str | None = None,
+    skill: str | None = None,
+    step: str | None = None,
+    cause: str | None = None,
+    access: str | None = None,
+    via: str | None = None,
+    reader: str | None = None,
+    tool: str | None = None,
+    response: str | None = None,
+) -> Step:
+    """A tool call not run. ``limit`` names the ``Limits`` field when a bound refused it;
+    ``skill``/``step`` locate a Mantle block step that waits; ``cause`` says whether a tool the
+    model was told is "not available now" was hidden or unknown (the trace keeps the truth).
+
+    A Mantle memory scope refusal (``source: memory``, ``name`` the memory entry) also has
+    ``access`` (``read``/``write``), ``via`` (``tool``/``response``), ``reader`` (the skill
+    the access was for, null for project-level code) and the ``tool`` or ``response`` that
+    tried it: these five keys are written together, only when ``access`` is given."""
+    step_fields: dict[str, Any] = {} if cause is None else {"cause": cause}
+    if access is not None:
+        step_fields.update(access=access, via=via, reader=reader, tool=tool, response=response)
+    return _add(
+        trace,
+        StepType.REFUSED_STEP,
+        name=name,
+        reason=reason,
+        node=node,
+        source=source,
+        arguments=arguments,
+        limit=limit,
+        skill=skill,
+        step=step,
+        **step_fields,
+    )
+
+
+def action_step(
+    trace: TurnTrace,
+    *,
+    name: str,
+    action: str | None,
+    node: str | None,
+    source: Source,
+    inputs: dict[str, Any],
+    pre_vars: dict[str, Any],
+    target: str | None = None,
+    skill: str | None = None,
+    step: str | None = None,
+) -> Step:
+    """An action (or variable write) starting; the caller fills ``output``, ``error``,
+    ``postVars`` and ``durationMs`` when it ends."""
+    return _add(
+        trace,
+        StepType.ACTION_STEP,
+        name=name,
+        action=action,
+        target=target,
+        node=node,
+        source=source,
+        skill=skill,
+        step=step,
+        input=inputs,
+        output=None,
+        error=None,
+        preVars=pre_vars,
+        postVars=None,
+        durationMs=None,
+    )
+
+
+def resolution_step(
+    trace: TurnTrace,
+    *,
+    node: str,
+    iteration: int,
+    instructions: str,
+    tools: list[str],
+    hidden_tools: list[str],
+    pre_vars: dict[str, Any],
+    post_vars: dict[str, Any],
+    duration_ms: float,
+    warnings: list[str] | None = None,
+    transition: str | None = None,
+    discarded: str | None = None,
+) -> Step:
+    """The prompt and tools of one model call. ``transition`` and ``discarded`` are present
+    only when the resolution transitioned instead (Agent Script, S4): readers test for the
+    key, so it is never written as null."""
+    step = _add(
+        trace,
+        StepType.RESOLUTION_STEP,
+        node=node,
+        iteration=iteration,
+        instructions=instructions,
+        tools=tools,
+        hiddenTools=hidden_tools,
+        preVars=pre_vars,
+        postVars=post_vars,
+        durationMs=duration_ms,
+        warnings=list(warnings or []),
+    )
+    if transition is not None:
+        step.update(transition=transition, discarded=discarded or "")
+    return step
+
+
+def llm_step(trace: TurnTrace, *, node: str | None, iteration: int, inputs: dict[str, Any]) -> Step:
+    """One model call starting; :func:`~agentscript.engine.llm.call_model` fills the rest."""
+    return _add(trace, StepType.LLM_STEP, node=node, iteration=iteration, input=inputs, output=None)
+
+
+def confirmation_requested(
+    trace: TurnTrace,
+    *,
+    node: str | None,
+    tool: str,
+    arguments: dict[str, Any],
+    source: Source,
+    skill: str | None = None,
+) -> Step:
+    return _add(
+        trace,
+        StepType.EVENT_STEP,
+        event="confirmation_requested",
+        node=node,
+        skill=skill,
+        tool=tool,
+        arguments=arguments,
+        source=source,
+    )
+
+
+def confirmation_resolved(
+    trace: TurnTrace,
+    *,
+    node: str | None,
+    tool: str,
+    confirmed: bool,
+    via: Source,
+    skill: str | None = None,
+) -> Step:
+    return _add(
+        trace,
+        StepType.EVENT_STEP,
+        event="confirmation_resolved",
+        node=node,
+        skill=skill,
+        tool=tool,
+        confirmed=confirmed,
+        via=via,
+    )
+
+
+def event_step(
+    trace: TurnTrace, *, event: str, node: str | None, tool: str | None, **fields: Any
+) -> Step:
+    """Another event (escalation, end of session, delegation) with its own ``fields``."""
+    return _add(trace, StepType.EVENT_STEP, event=event, node=node, tool=tool, **fields)
+
+
+def node_enter(trace: TurnTrace, *, node: str, reason: str) -> Step:
+    return _add(trace, StepType.NODE_ENTER, node=node, reason=reason)
+
+
+def hook_step(trace: TurnTrace, *, node: str, hook: str, pre_vars: dict[str, Any]) -> Step:
+    """A hook starting; ``postVars`` and ``durationMs`` come when it ends, ``transition``
+    only when it transitions."""
+    return _add(
+        trace,
+        StepType.HOOK_STEP,
+        node=node,
+        hook=hook,
+        preVars=pre_vars,
+        postVars=None,
+        durationMs=None,
+    )
+
+
+def transition_step(trace: TurnTrace, *, source: str, target: str, via: str) -> Step:
+    return _add(trace, StepType.TRANSITION_STEP, **{"from": source, "to": target, "via": via})
+
+
+def skill_event(trace: TurnTrace, *, event: str, skill: str, **fields: Any) -> Step:
+    return _add(trace, StepType.SKILL_STEP, event=event, skill=skill, **fields)
+
+
+def block_event(
+    trace: TurnTrace, *, event: str, skill: str, block: str, step: str | None, **fields: Any
+) -> Step:
+    return _add(
+        trace, StepType.BLOCK_STEP, event=event, skill=skill, block=block, step=step, **fields
+    )
+
+
+def knowledge_step(
+    trace: TurnTrace, *, node: str | None, query: str, passages: list[dict[str, Any]]
+) -> Step:
+    """A Mantle ``search_knowledge`` call: the query and the ranked passages returned."""
+    return _add(trace, StepType.KNOWLEDGE_STEP, node=node, query=query, passages=passages)
