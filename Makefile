@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck bench clean
+.PHONY: setup demo test lint typecheck bench clean editors-test vsix
 
 $(STAMP): pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +36,24 @@ demo: setup
 	@echo
 	@echo "Trace files are in traces/ (one JSON file per turn). Try: $(VENV)/bin/agentscript --help"
 
-test: setup
+test: setup editors-test
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
+
+# The VS Code extension: its TextMate grammar is tested with vscode-tmgrammar-test (unit tests)
+# and vscode-textmate over every corpus file. Node and npm come with the machine; the packages
+# from the npm registry, pinned by package-lock.json.
+EDITOR := editors/vscode
+$(EDITOR)/node_modules/.installed: $(EDITOR)/package.json $(EDITOR)/package-lock.json
+	cd $(EDITOR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+editors-test: $(EDITOR)/node_modules/.installed
+	cd $(EDITOR) && npm test --silent
+
+vsix: $(EDITOR)/node_modules/.installed
+	cd $(EDITOR) && npm run --silent package
 
 lint: setup
 	$(PY) -m ruff check src tests bench
@@ -53,4 +67,4 @@ bench: setup
 	$(PY) bench/turn.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(EDITOR)/node_modules

@@ -132,7 +132,7 @@ def run_json(agent: Path, conversation: Path, *extra: str | Path) -> tuple[int, 
 
 
 def test_validate_clean_file_exits_zero(mini: tuple[Path, Path]) -> None:
-    result = invoke("validate", mini[0])
+    result = invoke("validate", "--no-lints", mini[0])
     assert result.exit_code == 0
     assert result.stdout == ""
     assert "1 file(s) checked: 0 error(s), 0 warning(s)" in result.stderr
@@ -171,7 +171,7 @@ def test_validate_json_fields(tmp_path: Path) -> None:
 
 
 def test_validate_json_of_a_clean_file_is_an_empty_list(mini: tuple[Path, Path]) -> None:
-    result = invoke("validate", "--format", "json", mini[0])
+    result = invoke("validate", "--no-lints", "--format", "json", mini[0])
     assert (result.exit_code, json.loads(result.stdout)) == (0, [])
 
 
@@ -180,11 +180,11 @@ def test_validate_folder_finds_agent_files_recursively(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub" / "b.agent", BROKEN_AGENT)
     write(tmp_path / "sub" / "notes.txt", "not an agent")
-    result = invoke("validate", "--format", "json", tmp_path)
+    result = invoke("validate", "--no-lints", "--format", "json", tmp_path)
     assert result.exit_code == 1
     files = {d["file"] for d in json.loads(result.stdout)}
     assert files == {str(tmp_path / "sub" / "b.agent")}
-    text = invoke("validate", tmp_path)
+    text = invoke("validate", "--no-lints", tmp_path)
     assert "2 file(s) checked" in text.stderr
 
 
@@ -275,7 +275,7 @@ def test_validate_missing_path_is_bad_input(tmp_path: Path) -> None:
     assert f"{missing}:1:1: error[file-not-found]" in result.stdout
     # The other files are still checked and reported.
     ok = write(tmp_path / "ok.agent", MINI_AGENT)
-    both = invoke("validate", "--format", "json", ok, missing)
+    both = invoke("validate", "--no-lints", "--format", "json", ok, missing)
     assert both.exit_code == 2
     assert [d["code"] for d in json.loads(both.stdout)] == ["file-not-found"]
 

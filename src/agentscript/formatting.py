@@ -54,8 +54,9 @@ class FormattedFile:
         self.path.write_text(self.formatted, encoding="utf-8", newline=newline)
 
 
-def format_path(path: Path) -> FormattedFile:
-    """Read and format ``path``; errors go to ``problems`` and leave ``formatted`` None."""
+def format_path(path: Path, *, fix: bool = False) -> FormattedFile:
+    """Read and format ``path``; errors go to ``problems`` and leave ``formatted`` None.
+    ``fix`` first applies the safe lint fixes (``agentscript fmt --fix``)."""
     from agentscript.loader import read_source
     from agentscript.syntax.formatter import format_text
     from agentscript.validation import internal_error
@@ -64,7 +65,12 @@ def format_path(path: Path) -> FormattedFile:
     if text is None:
         return FormattedFile(path, problems=[problem] if problem is not None else [])
     try:
-        formatted, diagnostics = format_text(text, str(path))
+        source = text
+        if fix:
+            from agentscript.authoring.lints import fix_source
+
+            source, _count = fix_source(text.replace("\r\n", "\n"), str(path))
+        formatted, diagnostics = format_text(source, str(path))
     except Exception as exc:  # a bug of ours is reported for this file, not raised
         return FormattedFile(path, text, problems=[internal_error(path, exc)])
     errors = [d for d in diagnostics if d.is_error]

@@ -24,15 +24,22 @@ def internal_error(path: str | Path, exc: BaseException) -> Diagnostic:
     return diag
 
 
-def validate_path(path: Path, dialect: str | None = None) -> list[Diagnostic]:
-    """Every diagnostic of ``path``, in source order (a Mantle folder in its loader's order)."""
+def validate_path(path: Path, dialect: str | None = None, lints: bool = True) -> list[Diagnostic]:
+    """Every diagnostic of ``path``, in source order (a Mantle folder in its loader's order).
+
+    ``lints`` adds the anti-pattern warnings and ``[[assert]]`` rules of
+    :mod:`agentscript.authoring.lints` to a file or project without errors."""
     from agentscript.check import check
     from agentscript.loader import parse_file
     from agentscript.mantle import load_project
 
     try:
         if path.is_dir():
-            _project, diagnostics = load_project(path)
+            project, diagnostics = load_project(path)
+            if lints and project is not None and not any(d.is_error for d in diagnostics):
+                from agentscript.authoring.lints import lint_project
+
+                diagnostics = diagnostics + lint_project(project)
             return diagnostics
         if not path.exists():
             diag = error("file-not-found", "no such file", Span(1, 1, 1, 1))
@@ -41,10 +48,15 @@ def validate_path(path: Path, dialect: str | None = None) -> list[Diagnostic]:
         doc, diagnostics = parse_file(path)
         if doc is None:
             return diagnostics
-        return sorted(
-            diagnostics + check(doc, dialect=dialect).diagnostics,
-            key=lambda d: (d.span.line, d.span.column),
-        )
+        result = check(doc, dialect=dialect)
+        diagnostics = diagnostics + result.diagnostics
+        if lints and not any(d.is_error for d in diagnostics):
+            from agentscript.authoring.lints import file_lints
+            from agentscript.loader import read_source
+
+            text, _problem = read_source(path)
+            diagnostics += file_lints(str(path), result.outline, (text or "").replace("\r\n", "\n"))
+        return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column))
     except Exception as exc:  # a bug of ours must not hide the rest of the report
         return [internal_error(path, exc)]
 

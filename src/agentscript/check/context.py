@@ -12,17 +12,20 @@ from agentscript.diagnostics import Diagnostic, Severity, Span
 DIALECTS = ("agentforce", "agentscript")
 
 
-def suggest(name: str, candidates: Iterable[str]) -> str:
-    """A " Did you mean 'x'?" suffix, or "" when nothing is close."""
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate ``name`` was probably meant to be (a close spelling, or the same word in
+    another case), else None."""
     pool = list(candidates)
     close = difflib.get_close_matches(name, pool, n=1, cutoff=0.75)
-    if not close:
-        lowered = {c.lower(): c for c in pool}
-        hit = lowered.get(name.lower())
-        if hit is None:
-            return ""
-        close = [hit]
-    return f" Did you mean '{close[0]}'?"
+    if close:
+        return close[0]
+    return {c.lower(): c for c in pool}.get(name.lower())
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str:
+    """A " Did you mean 'x'?" suffix, or "" when nothing is close."""
+    hit = closest(name, candidates)
+    return "" if hit is None else f" Did you mean '{hit}'?"
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from agentscript.check.structure import Jobs, StructureChecker
 from agentscript.check.types import base_type, compatible, static_type
 from agentscript.check.values import string_of
 from agentscript.diagnostics import Span
-from agentscript.expr.nodes import EllipsisExpr, Expr, reference_path
+from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
 from agentscript.syntax.tree import (
     AvailableWhenStmt,
     Block,
@@ -185,11 +185,14 @@ class ProcedureChecker:
         elif isinstance(item, WithStmt):
             for binding in item.bindings:
                 check(binding.value, scope, allow_ellipsis=True)
+                self._quoted_interpolation(binding.param, binding.value)
         elif isinstance(item, RunStmt):
             self.run_statement(item, scope, in_if=in_if)
         elif isinstance(item, IfStmt):
             if in_if:
-                self._nested_if(item.span)
+                # `if <condition>`: the span of the statement line may run on over a trailing
+                # comment, which is not part of the problem.
+                self._nested_if(item.span.to(item.condition.span))
             check(item.condition, scope)
             self.procedure(item.body, mode, scope, in_if=True)
             for branch in item.else_ifs:
@@ -217,6 +220,17 @@ class ProcedureChecker:
                     value = found["message"].value
                     if isinstance(value, Template):
                         self.template(value, scope)
+
+    def _quoted_interpolation(self, param: str, value: Expr) -> None:
+        """`with x="Turn: {!@variables.n}"` passes those characters, not the value: say so."""
+        if isinstance(value, Literal) and isinstance(value.value, str) and "{!" in value.value:
+            self.ctx.info(
+                "literal-interpolation-in-input",
+                f"the input '{param}' receives the text {value.value!r} as written: '{{!...}}' "
+                "is only filled in prompt text and messages; pass the value itself "
+                f"(with {param}=@variables.x) or join text with '+'",
+                value.span,
+            )
 
     def _nested_if(self, span: Span) -> None:
         message = (

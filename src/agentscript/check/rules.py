@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 from agentscript.check import schema
-from agentscript.check.context import Context
+from agentscript.check.context import Context, closest
 from agentscript.check.structure import Jobs
 from agentscript.check.values import is_none, string_of
 from agentscript.diagnostics import Span
-from agentscript.expr.nodes import reference_path
+from agentscript.expr.nodes import Expr, Member, reference_path
 from agentscript.syntax.tree import Entry, ExprValue, Template
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(//)?(\S*)$")
@@ -45,11 +45,13 @@ def _variables(ctx: Context, jobs: Jobs) -> None:
         if source is not None and isinstance(source.value, ExprValue):
             path = reference_path(source.value.expr)
             if path is not None and path[0] not in schema.CONTEXT_SOURCES:
+                meant = closest(path[0], schema.CONTEXT_SOURCES)
+                hint = f" Did you mean '@{meant}'?" if meant else ""
                 ctx.org_error(
                     "constraint-allowed-namespaces",
                     f"'source' must reference @MessagingSession, @MessagingEndUser or "
-                    f"@VoiceCall, not '@{path[0]}'.",
-                    source.value.span,
+                    f"@VoiceCall, not '@{path[0]}'.{hint}",
+                    _namespace_span(source.value.expr),
                 )
         if not info.is_linked:
             continue
@@ -347,3 +349,11 @@ def _connections(ctx: Context, jobs: Jobs) -> None:
                 f"add {missing}.",
                 span,
             )
+
+
+def _namespace_span(expr: Expr) -> Span:
+    """The ``@namespace`` part of a reference: what a wrong namespace should underline."""
+    node = expr
+    while isinstance(node, Member):
+        node = node.obj
+    return node.span

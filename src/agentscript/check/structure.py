@@ -11,7 +11,7 @@ from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 
 from agentscript.check import schema
-from agentscript.check.context import Context, suggest
+from agentscript.check.context import Context, closest, suggest
 from agentscript.check.exprs import Scope
 from agentscript.check.outline import (
     ActionDef,
@@ -157,11 +157,23 @@ class StructureChecker:
         names = list(spec.fields)
         if variant:
             names += list(spec.variant_fields)
-        hint = suggest(item.key.kind, names)
+        hint = ""
+        meant = closest(item.key.kind, names)
+        if meant is not None:
+            found = spec.lookup(meant, variant=variant)
+            # A named block is written `connection <name>:`; suggesting the bare word would
+            # lead to the next error.
+            form = (
+                f"`{meant} <name>:`" if found and found.kind is schema.Kind.NAMED else f"'{meant}'"
+            )
+            hint = f" Did you mean {form}?"
         allowed = ", ".join(names) if len(names) <= 12 else ""
         extra = f" Allowed here: {allowed}." if allowed and not hint else ""
-        code = "unknown-block" if spec is schema.ROOT else "unknown-field"
-        self.ctx.error(code, f"Unknown field '{key}' in {spec.name}.{hint}{extra}", item.key.span)
+        if spec is schema.ROOT:
+            code, message = "unknown-block", f"Unknown top-level block '{key}'."
+        else:
+            code, message = "unknown-field", f"Unknown field '{key}' in {spec.name}."
+        self.ctx.error(code, f"{message}{hint}{extra}", item.key.span)
 
     def _required(
         self, found: dict[str, Entry], spec: BlockSpec, owner: Span, variant: bool

@@ -15,7 +15,8 @@ from agentscript.commands import ExitCode
     "--check", "check_only", is_flag=True, help="Do not write; exit 1 if a file would change."
 )
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff instead of writing.")
-def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
+@click.option("--fix", "apply_fixes", is_flag=True, help="Also apply the safe lint fixes.")
+def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool, apply_fixes: bool) -> None:
     """Format .agent files canonically (idempotent; the tree is preserved)."""
     from agentscript.discover import agent_files
     from agentscript.formatting import format_path
@@ -27,7 +28,7 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     changed = 0
     failed = False
     for path in files:
-        result = format_path(path)
+        result = format_path(path, fix=apply_fixes)
         if result.problems:
             for diag in result.problems:
                 click.echo(diag.format(), err=True)

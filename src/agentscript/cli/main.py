@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from agentscript.cli.authoring import check_gates, graph, lsp, prompts
 from agentscript.cli.chat import chat
 from agentscript.cli.fmt import fmt
 from agentscript.cli.run import run
@@ -21,7 +22,16 @@ def main() -> None:
 
 
 # The commands, in the order `agentscript --help` lists them.
-COMMANDS: tuple[click.Command, ...] = (validate, fmt, run, chat)
+COMMANDS: tuple[click.Command, ...] = (
+    validate,
+    fmt,
+    run,
+    chat,
+    prompts,
+    graph,
+    check_gates,
+    lsp,
+)
 
 for _command in COMMANDS:
     main.add_command(_command)

@@ -20,7 +20,13 @@ from agentscript.commands import ExitCode
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @dialect_option
-def validate(paths: tuple[str, ...], fmt: str, dialect: str | None) -> None:
+@click.option(
+    "--no-lints",
+    "no_lints",
+    is_flag=True,
+    help="Only the checker's diagnostics: skip the anti-pattern lints and [[assert]] rules.",
+)
+def validate(paths: tuple[str, ...], fmt: str, dialect: str | None, no_lints: bool) -> None:
     """Check .agent files, folders of them, or Mantle project folders."""
     from agentscript.diagnostics import Diagnostic
     from agentscript.discover import agent_files, any_unreadable
@@ -28,7 +34,7 @@ def validate(paths: tuple[str, ...], fmt: str, dialect: str | None) -> None:
     from agentscript.validation import validate_path
 
     results: list[tuple[Path, list[Diagnostic]]] = [
-        (path, validate_path(path, dialect)) for path in agent_files(paths)
+        (path, validate_path(path, dialect, lints=not no_lints)) for path in agent_files(paths)
     ]
     if not results:
         click.echo("no .agent files or Mantle projects found", err=True)

@@ -1,0 +1,179 @@
+"""The authoring commands as functions: ``prompts``, ``graph`` and ``check-gates``.
+
+Each takes a path and output streams, prints, and returns the exit code (0 done, 1 the agent
+has errors or an assertion failed, 2 bad usage), so the CLI stays a thin parser of options.
+An agent with errors is reported with its diagnostics, never analysed half-checked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from agentscript.check.outline import AgentOutline
+from agentscript.diagnostics import Diagnostic
+
+
+@dataclass(slots=True)
+class Loaded:
+    """An agent ready for static analysis: exactly one of ``outline`` / ``project`` is set."""
+
+    path: Path
+    outline: AgentOutline | None = None
+    project: Any = None
+
+
+def load_for_authoring(path: Path) -> tuple[Loaded | None, list[Diagnostic]]:
+    """Parse and check an ``.agent`` file, or load a Mantle project, without running it."""
+    from agentscript.check import check
+    from agentscript.loader import parse_file
+
+    if path.is_dir() or path.name in ("agent.yml", "agent.yaml"):
+        from agentscript.mantle import load_project
+
+        project, diagnostics = load_project(path if path.is_dir() else path.parent)
+        errors = [d for d in diagnostics if d.is_error]
+        if project is None or errors:
+            return None, errors or diagnostics
+        return Loaded(path, project=project), diagnostics
+    doc, diagnostics = parse_file(path)
+    if doc is None:
+        return None, diagnostics
+    result = check(doc)
+    everything = diagnostics + result.diagnostics
+    if any(d.is_error for d in everything):
+        return None, [d for d in everything if d.is_error]
+    return Loaded(path, outline=result.outline), everything
+
+
+def _report(diagnostics: list[Diagnostic], path: Path, err: TextIO) -> int:
+    for diag in diagnostics:
+        where = diag.file or str(path)
+        err.write(
+            f"{where}:{diag.span.line}:{diag.span.column}: {diag.severity}[{diag.code}]: "
+            f"{diag.message}\n"
+        )
+    if not diagnostics:
+        err.write(f"{path}: not an agent file or Mantle project\n")
+    err.write(f"{path}: fix the errors above first (agentscript validate {path})\n")
+    return 1
+
+
+def prompts_command(path: Path, node: str | None, fmt: str, out: TextIO, err: TextIO) -> int:
+    """``agentscript prompts``: every reachable effective prompt, per node or skill."""
+    from agentscript.authoring.prompts import node_prompts, skill_prompts
+
+    loaded, diagnostics = load_for_authoring(path)
+    if loaded is None:
+        return _report(diagnostics, path, err)
+    if loaded.outline is not None:
+        results = node_prompts(loaded.outline)
+    else:
+        results = skill_prompts(loaded.project)
+    if node is not None:
+        results = [r for r in results if r.node == node]
+        if not results:
+            err.write(f"{path}: no node or skill named {node!r}\n")
+            return 2
+    if fmt == "json":
+        out.write(json.dumps([r.to_json() for r in results], indent=2) + "\n")
+        return 0
+    markdown = fmt == "markdown"
+    for result in results:
+        out.write(f"## {result.node}\n\n" if markdown else f"== {result.node} ==\n")
+        for number, case in enumerate(result.cases, 1):
+            title = f"case {number} of {len(result.cases)}: {case.label}"
+            out.write(f"### {title}\n\n" if markdown else f"-- {title}\n")
+            _write_case(case, out, markdown)
+        if result.truncated:
+            out.write("(more paths exist than are shown: the walk stopped at its case limit)\n")
+        out.write("\n")
+    return 0
+
+
+def _write_case(case: Any, out: TextIO, markdown: bool) -> None:
+    def block(title: str, text: str) -> None:
+        if markdown:
+            out.write(f"**{title}**\n\n```text\n{text}\n```\n\n")
+        else:
+            body = "\n".join("    " + line for line in text.splitlines()) or "    (empty)"
+            out.write(f"  {title}:\n{body}\n")
+
+    def line(title: str, text: str) -> None:
+        out.write(f"**{title}:** {text}\n\n" if markdown else f"  {title}: {text}\n")
+
+    if case.transition is not None:
+        line("transition", f"to {case.transition} before any model call (the prompt is discarded)")
+    else:
+        block("system", case.system)
+        block("instructions", case.instructions)
+        line("tools", ", ".join(case.tools) or "(none)")
+        for name, guard in case.conditional_tools.items():
+            line("offered when", f"{name}: {guard}")
+        for name, guard in case.hidden_tools.items():
+            line("hidden", f"{name} (available when {guard})")
+    if case.effects:
+        line("effects", "; ".join(case.effects))
+
+
+def graph_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:
+    """``agentscript graph``: the agent's control graph as Mermaid, DOT, SVG or JSON."""
+    from agentscript.authoring.graph import agent_graph, mantle_graph
+    from agentscript.authoring.render import RENDERERS
+
+    loaded, diagnostics = load_for_authoring(path)
+    if loaded is None:
+        return _report(diagnostics, path, err)
+    if loaded.outline is not None:
+        graph = agent_graph(loaded.outline, path.stem)
+    else:
+        graph = mantle_graph(loaded.project, path.name)
+    out.write(RENDERERS[fmt](graph))
+    return 0
+
+
+def gates_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:
+    """``agentscript check-gates``: each gate, what opens it, and the agent's assertions."""
+    from agentscript.authoring.gates import check_asserts, gate_proofs, load_asserts
+
+    loaded, diagnostics = load_for_authoring(path)
+    if loaded is None:
+        return _report(diagnostics, path, err)
+    if loaded.outline is None:
+        err.write(
+            f"{path}: check-gates reads Agent Script agents; Mantle tool constraints are "
+            "listed by `agentscript prompts`\n"
+        )
+        return 2
+    proofs = gate_proofs(loaded.outline)
+    asserts, problems = load_asserts(path)
+    for problem in problems:
+        err.write(f"{problem}\n")
+    if problems:
+        return 2
+    failures = check_asserts(loaded.outline, asserts)
+    if fmt == "json":
+        out.write(
+            json.dumps(
+                {
+                    "gates": [p.to_json() for p in proofs],
+                    "asserts": [f.to_json() for f in failures],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    else:
+        for proof in proofs:
+            out.write(proof.sentence() + "\n")
+            for writer in proof.writers:
+                out.write(f"    {writer}\n")
+        if not proofs:
+            out.write("No gated tools or transitions.\n")
+        for failure in failures:
+            out.write(f"ASSERT FAILED: {failure.describe()}\n")
+        if asserts and not failures:
+            out.write(f"All {len(asserts)} assertions hold.\n")
+    return 1 if failures else 0

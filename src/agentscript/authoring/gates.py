@@ -1,0 +1,374 @@
+"""Gate proofs: for each gated tool, when the model can see it and which writes can open it.
+
+A gate is a reasoning action with ``available when`` (rule S5). For each one this module says
+the condition, every write that can change a variable the condition reads (``set`` statements
+with where they run, action outputs, ``@utils.setVariables`` slots the model fills, ``collect``,
+linked inputs, the declared default), and whether the gate can open at all: a gate whose
+variables only ever hold values that keep the condition false can never open, which is the
+``gate-never-opens`` lint.
+
+Assertions (``[[assert]]`` in ``agentscript.toml``, ``rule = "refund never offered unless
+is_verified"``) are checked on the symbolic paths of :mod:`agentscript.authoring.prompts`: the
+assertion fails when some path offers the tool (or leaves it to an undecided guard) while the
+condition is not provably true there.
+
+Never raises on a checked outline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentscript.authoring.facts import Facts, readable, truth, variable_name, variables_in
+from agentscript.check.outline import AgentOutline
+from agentscript.engine.program import Program
+from agentscript.expr.nodes import AtName, Expr, Literal, Member
+from agentscript.expr.parser import parse_expression
+from agentscript.syntax.tree import Block, CollectStmt, IfStmt, RunStmt, SetStmt
+
+ANY = object()  # a write whose value is not known statically (an action output, the model)
+_MAX_COMBINATIONS = 4096
+
+
+@dataclass(slots=True)
+class Write:
+    variable: str
+    where: str  # "account: verify callback", "Order_Management instructions"
+    how: str  # "set from verify_identity output verified", "the model (setVariables)"
+    value: object = ANY
+    line: int | None = None
+
+    def __str__(self) -> str:
+        suffix = f" (line {self.line})" if self.line else ""
+        return f"{self.variable}: {self.how}, in {self.where}{suffix}"
+
+
+@dataclass(slots=True)
+class GateProof:
+    node: str
+    tool: str
+    kind: str
+    guard: str
+    line: int | None
+    writers: list[Write] = field(default_factory=list)
+    can_open: bool = True
+    # Variables the guard reads that nothing in the agent writes (only their default applies).
+    unwritten: list[str] = field(default_factory=list)
+
+    def sentence(self) -> str:
+        what = "transition" if self.kind == "transition" else "tool"
+        opener = "; ".join(w.how for w in self.writers) or "nothing in the agent"
+        if not self.can_open:
+            return (
+                f"[{self.node}] {what} {self.tool} can NEVER be offered: {self.guard} cannot "
+                f"become true (written by: {opener})"
+            )
+        return (
+            f"[{self.node}] {what} {self.tool} is offered only when {self.guard}; "
+            f"what can make it true: {opener}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "tool": self.tool,
+            "kind": self.kind,
+            "guard": self.guard,
+            "line": self.line,
+            "canOpen": self.can_open,
+            "writers": [
+                {"variable": w.variable, "where": w.where, "how": w.how, "line": w.line}
+                for w in self.writers
+            ],
+            "unwritten": self.unwritten,
+        }
+
+
+def writes(outline: AgentOutline, program: Program | None = None) -> list[Write]:
+    """Every place a variable can get a value."""
+    program = program or Program(outline)
+    found: list[Write] = []
+    for name, info in outline.variables.items():
+        if info.is_linked:
+            found.append(
+                Write(
+                    name,
+                    "the session",
+                    f"linked input ({info.source or 'caller'})",
+                    ANY,
+                    info.span.line,
+                )
+            )
+    for node in program.nodes.values():
+        hooks: list[tuple[str, Any]] = [
+            ("before_reasoning", node.info.before_reasoning),
+            ("instructions", node.info.instructions),
+            ("after_reasoning", node.info.after_reasoning),
+        ]
+        for where, block in hooks:
+            if isinstance(block, Block):
+                _scan(block, f"{node.name} {where}", None, found)
+        for tool in node.tools.values():
+            if tool.kind == "set_variables":
+                binding = node.info.tools.get(tool.name)
+                slots = binding.inputs if binding is not None else {}
+                for slot, value in slots.items():
+                    target = slot
+                    how = f"the model, through {tool.name} (@utils.setVariables)"
+                    known = value.value if isinstance(value, Literal) else ANY
+                    found.append(
+                        Write(target, node.name, how, known, binding.span.line if binding else None)
+                    )
+            if tool.callback is not None:
+                _scan(
+                    tool.callback,
+                    f"{node.name}: {tool.name} callback",
+                    tool.action.name if tool.action is not None else None,
+                    found,
+                )
+    return found
+
+
+def _scan(block: Block, where: str, action: str | None, found: list[Write]) -> None:
+    for item in block.statements():
+        if isinstance(item, SetStmt):
+            name = variable_name(item.target)
+            if name is None:
+                continue
+            output = _output_name(item.value)
+            if output is not None:
+                how = f"set from {action or 'an action'} output {output}"
+                value: object = ANY
+            elif isinstance(item.value, Literal):
+                how, value = f"set to {readable(item.value)}", item.value.value
+            else:
+                how, value = f"set to {readable(item.value)}", ANY
+            found.append(Write(name, where, how, value, item.span.line))
+        elif isinstance(item, CollectStmt):
+            name = variable_name(item.target)
+            if name is not None:
+                found.append(Write(name, where, "collected from the user", ANY, item.span.line))
+        elif isinstance(item, RunStmt) and item.body is not None:
+            target = item.target
+            ran = target.name if isinstance(target, Member) else action
+            _scan(item.body, where, ran, found)
+        elif isinstance(item, IfStmt):
+            _scan(item.body, where, action, found)
+            for elif_ in item.else_ifs:
+                _scan(elif_.body, where, action, found)
+            if item.else_clause is not None:
+                _scan(item.else_clause.body, where, action, found)
+
+
+def _output_name(expr: Expr) -> str | None:
+    if (
+        isinstance(expr, Member)
+        and isinstance(expr.obj, AtName)
+        and expr.obj.namespace == "outputs"
+    ):
+        return expr.name
+    return None
+
+
+def gate_proofs(outline: AgentOutline, program: Program | None = None) -> list[GateProof]:
+    """One proof per gated tool or transition, in node order."""
+    program = program or Program(outline)
+    all_writes = writes(outline, program)
+    types = {name: info.type for name, info in outline.variables.items()}
+    defaults: dict[str, object] = {}
+    for name, info in outline.variables.items():
+        if isinstance(info.default, Literal):
+            defaults[name] = info.default.value
+        elif info.default is None and info.type.lower() == "boolean" and not info.is_linked:
+            defaults[name] = ANY
+        else:
+            defaults[name] = ANY
+    proofs: list[GateProof] = []
+    for node in program.nodes.values():
+        for tool in node.tools.values():
+            if tool.guard is None:
+                continue
+            names = sorted(variables_in(tool.guard))
+            writers = [w for w in all_writes if w.variable in names]
+            binding = node.info.tools.get(tool.name)
+            proof = GateProof(
+                node.name,
+                tool.name,
+                "transition" if tool.kind == "transition" else tool.kind,
+                readable(tool.guard),
+                binding.span.line if binding is not None else None,
+                writers,
+                unwritten=[n for n in names if not any(w.variable == n for w in writers)],
+            )
+            proof.can_open = _can_open(tool.guard, names, writers, defaults, types)
+            proofs.append(proof)
+    return proofs
+
+
+def _can_open(
+    guard: Expr,
+    names: list[str],
+    writers: list[Write],
+    defaults: dict[str, object],
+    types: dict[str, str],
+) -> bool:
+    """False only when every combination of the values the variables can hold keeps the
+    guard false. A variable with any statically unknown write can hold anything."""
+    choices: list[list[object]] = []
+    for name in names:
+        values = [defaults.get(name, ANY), *(w.value for w in writers if w.variable == name)]
+        if ANY in values or name not in types:
+            choices.append([ANY])
+        else:
+            unique: list[object] = []
+            for value in values:
+                if value not in unique:
+                    unique.append(value)
+            choices.append(unique)
+    for count, combination in enumerate(itertools.product(*choices)):
+        if count >= _MAX_COMBINATIONS:
+            return True
+        facts = Facts(types)
+        for name, value in zip(names, combination, strict=True):
+            if value is not ANY:
+                facts.equal[name] = value
+        if truth(guard, facts) is not False:
+            return True
+    return False
+
+
+# -- assertions -------------------------------------------------------------------------
+
+_RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_]\w*)\s+never\s+offered\s+unless\s+(?P<cond>.+)$")
+
+
+@dataclass(slots=True)
+class Assertion:
+    rule: str
+    tool: str
+    condition: Expr
+    source: str
+
+
+@dataclass(slots=True)
+class AssertFailure:
+    assertion: Assertion
+    node: str
+    path: str  # the case label where the tool is offered without the condition
+
+    def describe(self) -> str:
+        return (
+            f"{self.assertion.rule!r} fails in {self.node}: {self.assertion.tool} is "
+            f"offered when {self.path}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.assertion.rule,
+            "node": self.node,
+            "path": self.path,
+            "source": self.assertion.source,
+        }
+
+
+def load_asserts(agent_path: Path) -> tuple[list[Assertion], list[str]]:
+    """The ``[[assert]]`` rules of the ``agentscript.toml`` beside the agent (or a parent
+    folder). Returns the rules and the problems that keep a rule from being read."""
+    config = _find_config(agent_path)
+    if config is None:
+        return [], []
+    try:
+        data = tomllib.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return [], [f"{config}: cannot read: {exc}"]
+    raw = data.get("assert", [])
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        return [], [f"{config}: [[assert]] must be a list of tables with a `rule`"]
+    rules: list[Assertion] = []
+    problems: list[str] = []
+    for index, entry in enumerate(raw, 1):
+        text = entry.get("rule") if isinstance(entry, dict) else entry
+        if not isinstance(text, str):
+            problems.append(f"{config}: assert {index}: `rule` must be a string")
+            continue
+        match = _RULE.match(text)
+        if match is None:
+            problems.append(
+                f"{config}: assert {index}: {text!r} does not read "
+                "'<tool> never offered unless <condition>'"
+            )
+            continue
+        condition_text = re.sub(
+            r"(?<![@\w.])([A-Za-z_]\w*)(?![\w(])",
+            lambda m: (
+                m.group(1)
+                if m.group(1) in ("and", "or", "not", "True", "False", "None")
+                else f"@variables.{m.group(1)}"
+            ),
+            match.group("cond"),
+        )
+        expr, diags = parse_expression(condition_text)
+        if diags:
+            problems.append(
+                f"{config}: assert {index}: cannot read the condition "
+                f"{match.group('cond')!r}: {diags[0].message}"
+            )
+            continue
+        rules.append(Assertion(text, match.group("tool"), expr, str(config)))
+    return rules, problems
+
+
+def _find_config(agent_path: Path) -> Path | None:
+    folder = agent_path.resolve()
+    folder = folder if folder.is_dir() else folder.parent
+    for candidate in (folder, *folder.parents):
+        config = candidate / "agentscript.toml"
+        if config.is_file():
+            return config
+    return None
+
+
+def check_asserts(outline: AgentOutline, rules: list[Assertion]) -> list[AssertFailure]:
+    """The paths where an asserted tool is offered without its condition provably holding."""
+    from agentscript.authoring.prompts import node_prompts_with_facts
+
+    if not rules:
+        return []
+    failures: list[AssertFailure] = []
+    for node, label, facts, offered in node_prompts_with_facts(outline):
+        for rule in rules:
+            if rule.tool not in offered:
+                continue
+            guard = offered[rule.tool]
+            opened = facts if guard is None else _assume_true(guard, facts)
+            if opened is None:
+                continue
+            if truth(rule.condition, opened) is not True:
+                failures.append(AssertFailure(rule, node, label))
+    return failures
+
+
+def _assume_true(guard: Expr, facts: Facts) -> Facts | None:
+    from agentscript.authoring.facts import assume
+
+    return assume(guard, True, facts)
+
+
+__all__ = [
+    "ANY",
+    "AssertFailure",
+    "Assertion",
+    "GateProof",
+    "Write",
+    "check_asserts",
+    "gate_proofs",
+    "load_asserts",
+    "writes",
+]

@@ -1,0 +1,240 @@
+"""Where each name of an ``.agent`` file is defined and used: what an editor needs.
+
+Built from the text and the checker's outline of the same text. References are found in the
+text itself (``@variables.x``, ``@actions.x``, ``@subagent.x`` ...), so a half-typed file that
+does not check still gets references, completion and rename; definitions come from the outline
+(variables, subagents, actions and reasoning actions), which the checker builds even when the
+file has errors.
+
+Positions are 0-based (line, character), as the Language Server Protocol counts them, with a tab
+counted as one character like the protocol does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from agentscript.check import check
+from agentscript.check.outline import AgentOutline
+from agentscript.diagnostics import Diagnostic
+from agentscript.syntax import parse
+
+_REFERENCE = re.compile(
+    r"@(variables|actions|subagent|topic|start_agent|connected_subagent|outputs|utils)\.(\w+)"
+)
+NAMESPACES = (
+    "variables",
+    "actions",
+    "subagent",
+    "topic",
+    "start_agent",
+    "connected_subagent",
+    "outputs",
+    "utils",
+    "system_variables",
+    "knowledge",
+)
+UTILS = ("transition", "escalate", "setVariables", "end_session")
+
+
+class SymbolKind(StrEnum):
+    VARIABLE = "variable"
+    NODE = "node"  # start_agent, subagent, topic, connected subagent
+    ACTION = "action"  # an action definition
+    TOOL = "tool"  # a reasoning action (binding)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    line: int
+    start: int
+    end: int
+
+    def contains(self, line: int, character: int) -> bool:
+        return self.line == line and self.start <= character <= self.end
+
+
+@dataclass(slots=True)
+class Symbol:
+    kind: SymbolKind
+    name: str
+    definition: Range
+    detail: str = ""
+    owner: str | None = None  # the node of an action or tool
+    references: list[Range] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DocumentIndex:
+    text: str
+    outline: AgentOutline
+    diagnostics: list[Diagnostic]
+    symbols: list[Symbol]
+
+    def at(self, line: int, character: int) -> Symbol | None:
+        """The symbol whose definition or a reference covers the position."""
+        for symbol in self.symbols:
+            if symbol.definition.contains(line, character):
+                return symbol
+            if any(r.contains(line, character) for r in symbol.references):
+                return symbol
+        return None
+
+    def named(self, kind: SymbolKind, name: str) -> list[Symbol]:
+        return [s for s in self.symbols if s.kind == kind and s.name == name]
+
+
+_NODE_NAMESPACES = {"subagent", "topic", "start_agent", "connected_subagent"}
+
+
+def build_index(text: str, path: str = "document.agent") -> DocumentIndex:
+    """Parse, check and index ``text``. Never raises on any text."""
+    doc = parse(text, path)
+    result = check(doc)
+    outline = result.outline
+    lines = text.splitlines()
+    symbols: list[Symbol] = []
+
+    def name_range(line: int, column: int, name: str) -> Range:
+        source = lines[line - 1] if 0 < line <= len(lines) else ""
+        at = source.find(name, max(column - 1, 0))
+        if at < 0:
+            at = max(column - 1, 0)
+        return Range(line - 1, at, at + len(name))
+
+    for name, info in outline.variables.items():
+        detail = f"{info.modifier + ' ' if info.modifier else ''}{info.type}"
+        if info.description:
+            detail += f" — {info.description}"
+        symbols.append(
+            Symbol(
+                SymbolKind.VARIABLE,
+                name,
+                name_range(info.span.line, info.span.column, name),
+                detail,
+            )
+        )
+    for node in outline.subagents.values():
+        detail = f"{node.kind} {node.name}" + (f" — {node.description}" if node.description else "")
+        symbols.append(
+            Symbol(
+                SymbolKind.NODE,
+                node.name,
+                name_range(node.span.line, node.span.column + len(node.kind), node.name),
+                detail,
+            )
+        )
+        for action in node.actions.values():
+            inputs = ", ".join(f"{p.name}: {p.type}" for p in action.inputs.values())
+            outputs = ", ".join(f"{p.name}: {p.type}" for p in action.outputs.values())
+            detail = f"{action.name}({inputs}) -> ({outputs}) [{action.target or 'no target'}]"
+            if action.description:
+                detail += f" — {action.description}"
+            symbols.append(
+                Symbol(
+                    SymbolKind.ACTION,
+                    action.name,
+                    name_range(action.span.line, action.span.column, action.name),
+                    detail,
+                    node.name,
+                )
+            )
+        for binding in node.tools.values():
+            guard = " (gated)" if binding.available_when else ""
+            detail = f"reasoning action {binding.name} -> {binding.target or '?'}{guard}"
+            symbols.append(
+                Symbol(
+                    SymbolKind.TOOL,
+                    binding.name,
+                    name_range(binding.span.line, binding.span.column, binding.name),
+                    detail,
+                    node.name,
+                )
+            )
+    for connected in outline.connected_subagents.values():
+        symbols.append(
+            Symbol(
+                SymbolKind.NODE,
+                connected.name,
+                name_range(connected.span.line, connected.span.column, connected.name),
+                f"connected_subagent {connected.name}",
+            )
+        )
+    _link_references(lines, symbols)
+    return DocumentIndex(text, outline, [*doc.diagnostics, *result.diagnostics], symbols)
+
+
+def _node_at(symbols: list[Symbol], line: int) -> str | None:
+    """The node whose block contains a line: the last node defined at or before it."""
+    owner = None
+    for symbol in symbols:
+        if (
+            symbol.kind == SymbolKind.NODE
+            and symbol.definition.line <= line
+            and (owner is None or symbol.definition.line >= owner.definition.line)
+        ):
+            owner = symbol
+    return owner.name if owner else None
+
+
+def _link_references(lines: list[str], symbols: list[Symbol]) -> None:
+    for number, line in enumerate(lines):
+        code = line.split("#", 1)[0] if '"' not in line else line
+        for match in _REFERENCE.finditer(code):
+            namespace, name = match.group(1), match.group(2)
+            where = Range(number, match.start(2), match.end(2))
+            if namespace == "variables":
+                targets = [s for s in symbols if s.kind == SymbolKind.VARIABLE and s.name == name]
+            elif namespace in _NODE_NAMESPACES:
+                targets = [s for s in symbols if s.kind == SymbolKind.NODE and s.name == name]
+            elif namespace == "actions":
+                node = _node_at(symbols, number)
+                candidates = [
+                    s
+                    for s in symbols
+                    if s.kind in (SymbolKind.ACTION, SymbolKind.TOOL) and s.name == name
+                ]
+                local = [s for s in candidates if s.owner == node]
+                targets = (local or candidates)[:1]
+            else:
+                targets = []
+            for target in targets:
+                target.references.append(where)
+
+
+def completions(index: DocumentIndex, line: int, character: int) -> list[tuple[str, str]]:
+    """(label, detail) pairs for the text before the cursor: namespaces after ``@``, members
+    after ``@namespace.``."""
+    lines = index.text.splitlines()
+    before = lines[line][:character] if line < len(lines) else ""
+    member = re.search(r"@(\w+)\.(\w*)$", before)
+    if member is not None:
+        namespace = member.group(1)
+        if namespace == "variables":
+            return [(s.name, s.detail) for s in index.symbols if s.kind == SymbolKind.VARIABLE]
+        if namespace in _NODE_NAMESPACES:
+            kinds = {"subagent": "subagent", "topic": "topic", "start_agent": "start_agent"}
+            return [
+                (s.name, s.detail)
+                for s in index.symbols
+                if s.kind == SymbolKind.NODE
+                and (namespace not in kinds or s.detail.startswith(kinds[namespace]))
+            ]
+        if namespace == "actions":
+            node = _node_at(index.symbols, line)
+            found = [
+                (s.name, s.detail)
+                for s in index.symbols
+                if s.kind in (SymbolKind.ACTION, SymbolKind.TOOL) and s.owner == node
+            ]
+            return found or [
+                (s.name, s.detail) for s in index.symbols if s.kind == SymbolKind.ACTION
+            ]
+        if namespace == "utils":
+            return [(u, "@utils." + u) for u in UTILS]
+        return []
+    if re.search(r"@\w*$", before):
+        return [(n, f"@{n}.") for n in NAMESPACES]
+    return []

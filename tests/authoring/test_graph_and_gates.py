@@ -1,0 +1,218 @@
+"""`agentscript graph` in every format, and `agentscript check-gates` with its assertions."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from agentscript.authoring.gates import gate_proofs
+from agentscript.authoring.graph import EdgeKind, agent_graph
+
+from .helpers import agent_text, invoke, outline_of, swap
+
+ROOT = Path(__file__).resolve().parents[2]
+ORDER_STATUS = ROOT / "examples" / "order_status" / "order_status.agent"
+SECURITY_GATE = ROOT / "examples" / "security_gate" / "security_gate.agent"
+
+
+def test_graph_edges_of_order_status() -> None:
+    graph = agent_graph(outline_of(ORDER_STATUS.read_text()))
+    edges = {(e.source, e.target, e.kind, e.via, e.guard) for e in graph.edges}
+    assert edges == {
+        ("router", "Order_Management", EdgeKind.TRANSITION, "go_to_orders", None),
+        ("router", "escalate_order", EdgeKind.TRANSITION, "go_to_escalation", None),
+        (
+            "Order_Management",
+            "escalate_order",
+            EdgeKind.PROCEDURE,
+            "after_reasoning",
+            "num_turns > 5",
+        ),
+        ("escalate_order", "@escalation", EdgeKind.ESCALATE, "escalate", None),
+    }
+
+
+def test_graph_guards_and_delegation() -> None:
+    text = agent_text(
+        """\
+        variables:
+            ok: mutable boolean = False
+
+        start_agent main:
+            description: "Main"
+            reasoning:
+                instructions: ->
+                    | Help.
+                actions:
+                    go: @utils.transition to @subagent.other
+                        available when @variables.ok
+                    ask: @subagent.other
+                        description: "Ask the other one"
+                    bye: @utils.end_session
+
+        subagent other:
+            description: "Other"
+            reasoning:
+                instructions: ->
+                    | Other.
+        """
+    )
+    graph = agent_graph(outline_of(text))
+    kinds = {(e.via, e.kind, e.guard) for e in graph.edges}
+    assert ("go", EdgeKind.TRANSITION, "ok") in kinds
+    assert ("bye", EdgeKind.END, None) in kinds
+    assert any(e.kind == EdgeKind.DELEGATE and e.target == "other" for e in graph.edges)
+
+
+@pytest.mark.parametrize("fmt", ["mermaid", "dot", "svg", "json"])
+def test_graph_formats(fmt: str) -> None:
+    result = invoke("graph", ORDER_STATUS, "--format", fmt)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    if fmt == "mermaid":
+        assert out.startswith("flowchart TD\n")
+        assert '-->|"after_reasoning [num_turns > 5]"|' in out
+    elif fmt == "dot":
+        assert out.startswith('digraph "Order_Status" {')
+        assert '"router" -> "Order_Management" [label="go_to_orders"];' in out
+    elif fmt == "svg":
+        root = ET.fromstring(out)  # well-formed XML, drawn without external programs
+        labels = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+        assert "Order_Management" in labels
+        assert "go_to_orders" in labels
+    else:
+        data = json.loads(out)
+        assert data["format"] == "agentscript-graph/1"
+        assert {n["id"] for n in data["nodes"]} == {
+            "router",
+            "Order_Management",
+            "escalate_order",
+            "@escalation",
+        }
+
+
+def test_mantle_graph_has_skills_blocks_and_steps() -> None:
+    result = invoke("graph", ROOT / "examples" / "card_bank", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    ids = {n["id"] for n in data["nodes"]}
+    assert {"authenticate", "card_replace", "check_balance"} <= ids
+    assert "card_replace/order_card/pick_card" in ids
+    nexts = {(e["source"], e["target"]) for e in data["edges"] if e["kind"] == "next"}
+    assert ("card_replace/order_card/load_cards", "card_replace/order_card/pick_card") in nexts
+
+
+def test_gate_proof_names_what_opens_the_gate() -> None:
+    (proof,) = gate_proofs(outline_of(SECURITY_GATE.read_text()))
+    assert (proof.node, proof.tool, proof.guard, proof.can_open) == (
+        "account",
+        "update_account",
+        "is_verified == True",
+        True,
+    )
+    assert [w.how for w in proof.writers] == ["set from verify_identity output verified"]
+    result = invoke("check-gates", SECURITY_GATE)
+    assert result.exit_code == 0
+    assert "update_account is offered only when is_verified == True" in result.stdout
+    assert "set from verify_identity output verified" in result.stdout
+
+
+NEVER_OPENS = agent_text(
+    """\
+    variables:
+        unlocked: mutable boolean = False
+
+    start_agent main:
+        description: "Main"
+        reasoning:
+            instructions: ->
+                | Help.
+            actions:
+                secret: @utils.escalate
+                    available when @variables.unlocked == True
+    """
+)
+
+
+def test_a_gate_that_can_never_open() -> None:
+    (proof,) = gate_proofs(outline_of(NEVER_OPENS))
+    assert proof.can_open is False
+    assert proof.unwritten == ["unlocked"]
+    assert "can NEVER be offered" in proof.sentence()
+
+
+def test_a_literal_write_that_keeps_the_gate_shut() -> None:
+    text = swap(
+        NEVER_OPENS,
+        "                | Help.\n",
+        "                set @variables.unlocked = False\n                | Help.\n",
+    )
+    (proof,) = gate_proofs(outline_of(text))
+    assert proof.can_open is False
+    opened = swap(text, "set @variables.unlocked = False", "set @variables.unlocked = True")
+    (proof,) = gate_proofs(outline_of(opened))
+    assert proof.can_open is True
+
+
+REFUND = agent_text(
+    """\
+    variables:
+        is_verified: mutable boolean = False
+
+    start_agent main:
+        description: "Main"
+        reasoning:
+            instructions: ->
+                | Help.
+            actions:
+                verify: @utils.setVariables
+                    with is_verified=...
+                refund: @actions.refund_order
+                    GUARD
+        actions:
+            refund_order:
+                description: "Refund"
+                target: "flow://Refund"
+    """
+)
+
+
+def _project(tmp_path: Path, guard: str, rule: str) -> Path:
+    agent = tmp_path / "refund.agent"
+    agent.write_text(swap(REFUND, "GUARD", guard))
+    (tmp_path / "agentscript.toml").write_text(f'[[assert]]\nrule = "{rule}"\n')
+    return agent
+
+
+def test_assert_holds_when_the_gate_implies_it(tmp_path: Path) -> None:
+    agent = _project(
+        tmp_path,
+        "available when @variables.is_verified == True",
+        "refund never offered unless is_verified",
+    )
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 0, result.output
+    assert "All 1 assertions hold." in result.stdout
+    assert invoke("validate", agent).exit_code == 0
+
+
+def test_assert_fails_when_a_path_offers_the_tool(tmp_path: Path) -> None:
+    agent = _project(
+        tmp_path, 'description: "Refund the order"', "refund never offered unless is_verified"
+    )
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 1
+    assert "ASSERT FAILED" in result.stdout
+    validate = invoke("validate", agent)
+    assert validate.exit_code == 1
+    assert "error[assert-failed]" in validate.stdout
+
+
+def test_an_unreadable_assert_is_reported(tmp_path: Path) -> None:
+    agent = _project(tmp_path, 'description: "x"', "refund sometimes offered")
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 2
+    assert "does not read '<tool> never offered unless <condition>'" in result.stderr
