@@ -94,7 +94,7 @@ TURN_FIELDS = {
     "error",
 }
 # Additive fields (DESIGN.md: stable interfaces change only additively).
-TURN_EXTRA_FIELDS = {"path", "displayable", "failed_expectations"}
+TURN_EXTRA_FIELDS = {"path", "displayable", "failed_expectations", "refused", "delegated"}
 
 
 def invoke(*args: str | Path) -> Result:

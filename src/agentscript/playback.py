@@ -12,6 +12,7 @@ from typing import Any
 from agentscript.conversation import Conversation
 from agentscript.engine.session import AgentBase, Reply
 from agentscript.models.scripted import ScriptedModel
+from agentscript.trace_steps import Source
 
 
 @dataclass
@@ -25,7 +26,7 @@ class TurnReport:
 
     def to_json(self) -> dict[str, Any]:
         reply = self.reply
-        data = {
+        report = {
             "user": self.user,
             "response": reply.text,
             "node": reply.node,
@@ -40,9 +41,14 @@ class TurnReport:
             "displayable": reply.displayable,
             "failed_expectations": self.failed_expectations,
         }
+        refused = refused_calls(reply.trace)
+        if refused:
+            report["refused"] = refused
+        if reply.delegated:
+            report["delegated"] = reply.delegated
         if reply.buttons:  # Mantle response buttons; absent otherwise (the pinned shape)
-            data["buttons"] = reply.buttons
-        return data
+            report["buttons"] = reply.buttons
+        return report
 
 
 @dataclass
@@ -109,4 +115,19 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
         f"{name}: {json.dumps(before.get(name), default=repr)} -> {json.dumps(value, default=repr)}"
         for name, value in after.items()
         if before.get(name) != value
+    ]
+
+
+def refused_calls(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool calls of a turn that were refused (rule S5 gates, bad arguments, limits), as
+    ``{"name", "reason"}``: what ``run --json`` reports beside the actions that ran. A Mantle
+    memory scope refusal (``source: memory``) is a refused read or write of a memory entry,
+    not a tool call: it stays in the trace only."""
+    steps = trace.get("planTrace", {}).get("steps", []) if isinstance(trace, dict) else []
+    return [
+        {"name": step.get("name"), "reason": step.get("reason")}
+        for step in steps
+        if isinstance(step, dict)
+        and step.get("type") == "REFUSED_STEP"
+        and step.get("source") != Source.MEMORY
     ]

@@ -24,13 +24,18 @@ def render_diagnostic(diag: Diagnostic, lines: list[str] | None, color: bool = F
         head = click.style(head, fg=_COLOURS[diag.severity.value], bold=diag.is_error)
     if not lines or not (1 <= diag.span.line <= len(lines)):
         return head
-    source = lines[diag.span.line - 1].expandtabs(4)
-    start = max(diag.span.column - 1, 0)
-    width = (
-        diag.span.end_column - diag.span.column
-        if diag.span.end_line == diag.span.line
-        else len(source) - start
-    )
+    raw = lines[diag.span.line - 1]
+    source = raw.expandtabs(4)
+    # Columns count a tab as one character; the line is shown with tabs expanded, so the caret
+    # is placed by the expanded width of what precedes it (a tab-indented file was off by 3 per
+    # tab before).
+    first = max(diag.span.column - 1, 0)
+    start = len(raw[:first].expandtabs(4))
+    if diag.span.end_line == diag.span.line:
+        last = max(diag.span.end_column - 1, first)
+        width = len(raw[:last].expandtabs(4)) - start
+    else:
+        width = len(source) - start
     caret = " " * start + "^" * max(1, min(width, max(1, len(source) - start)))
     if color:
         caret = click.style(caret, fg="green")

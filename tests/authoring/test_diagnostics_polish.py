@@ -86,3 +86,76 @@ def test_unknown_block_message_reaches_validate(tmp_path: Path) -> None:
     result = invoke("validate", "--no-lints", path)
     assert result.exit_code == 1
     assert "Did you mean `connection <name>:`?" in result.stdout
+
+
+# ---------------------------------------------------------------- run and its output
+
+ENGINE = Path(__file__).resolve().parents[1] / "engine"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_delegation_is_not_on_the_path_since_control_came_back() -> None:
+    import sys
+
+    sys.path.insert(0, str(ENGINE))
+    from engine_helpers import play_file  # type: ignore[import-not-found]
+
+    reply = play_file("tools", "tools_delegate").turns[0].reply
+    assert reply.path == ["router", "shop"]
+    assert reply.delegated == ["helper"]
+
+
+def test_tab_indented_file_gets_the_caret_under_the_token(tmp_path: Path) -> None:
+    path = tmp_path / "tab.agent"
+    path.write_text('system:\n\tinstructions: "x"\n\tbogus: 1\n')
+    result = invoke("validate", "--no-lints", path)
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "bogus" in line and "error[" in line)
+    shown, caret = lines[at + 1], lines[at + 2]
+    assert shown == "        bogus: 1"  # the tab shown as four spaces, after the 4-space margin
+    assert caret == "        ^^^^^"
+
+
+def test_run_takes_a_dialect_and_says_which_one_refused_the_agent(tmp_path: Path) -> None:
+    agent = tmp_path / "org.agent"
+    # A nested `if` is an org rule: an error in agentforce, a warning in agentscript.
+    agent.write_text(
+        BASE + "variables:\n    n: mutable number = 0\n\n"
+        'start_agent main:\n    description: "m"\n    reasoning:\n        instructions: ->\n'
+        "            if @variables.n == 1:\n"
+        "                if @variables.n == 2:\n"
+        "                    | Hi\n"
+        "            | Hello\n"
+    )
+    conversation = tmp_path / "c.yaml"
+    conversation.write_text('turns:\n  - user: "hi"\n    model:\n      - say: "Hello!"\n')
+    refused = invoke("run", agent, "--conversation", conversation)
+    assert refused.exit_code == 2
+    assert "cannot run an agent with errors (dialect:" in refused.stderr
+    assert "--dialect agentscript" in refused.stderr
+    ran = invoke("run", agent, "--conversation", conversation, "--dialect", "agentscript")
+    assert ran.exit_code == 0, ran.output
+    assert "Hello!" in ran.stdout
+
+
+def test_run_json_reports_refused_tool_calls(tmp_path: Path) -> None:
+    import json
+
+    conversation = tmp_path / "c.yaml"
+    conversation.write_text(
+        "turns:\n"
+        '  - user: "change my email"\n'
+        "    model:\n"
+        "      - tool: go_account\n"
+        "      - tool: update_account\n"
+        '        args: {field: "email", value: "x@y.z"}\n'
+        '      - say: "Please verify first."\n'
+    )
+    agent = ROOT / "examples" / "security_gate" / "security_gate.agent"
+    result = invoke("run", agent, "--conversation", conversation, "--json")
+    turn = json.loads(result.stdout)["turns"][0]
+    assert turn["refused"] == [
+        {"name": "update_account", "reason": "tool 'update_account' is not available now"}
+    ]
+    text = invoke("run", agent, "--conversation", conversation)
+    assert "refused:   update_account: tool 'update_account' is not available now" in text.stdout

@@ -85,11 +85,15 @@ def test_lsp_open_change_and_diagnostics() -> None:
             text = SECURITY_GATE.read_text()
             session.open(text)
             first = await session.next_diagnostics()
-            assert [d.code for d in first.diagnostics] == ["variable-written-never-read"]
+            assert list(first.diagnostics) == []  # the example is clean, lints included
+            linted = text.replace("then use {!@actions.verify}", "then use @variables.email")
+            session.change(linted, 2)
+            warned = await session.next_diagnostics()
+            assert [d.code for d in warned.diagnostics] == ["bare-reference-in-prose"]
             broken = text.replace(
                 'description: "Account changes behind identity verification"', "description: ["
             )
-            session.change(broken, 2)
+            session.change(broken, 3)
             second = await session.next_diagnostics()
             assert any(d.severity == types.DiagnosticSeverity.Error for d in second.diagnostics)
         finally:

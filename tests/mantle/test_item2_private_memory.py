@@ -69,6 +69,28 @@ def test_private_entry_read_by_another_skills_tool_reads_as_unset_and_is_traced(
     assert ("a.size", "read", "tool", "b") in tool_read
 
 
+def test_memory_refusals_are_not_listed_as_refused_tool_calls_in_the_turn_json(
+    project: Path,
+) -> None:
+    playback = clean(
+        run_text(
+            load(project),
+            SEED
+            + """
+  - user: "peek"
+    model:
+      - tool: activate_skill
+        args: {skill: b}
+      - tool: peek
+      - say: "done"
+""",
+        )
+    )
+    assert [s for s in steps(playback, 1, "REFUSED_STEP") if s["source"] == "memory"]
+    turn = playback.to_json()["turns"][0]
+    assert "refused" not in turn  # peek itself ran; a.size was a refused read, not a call
+
+
 def test_private_entry_in_a_response_stays_as_written_and_is_traced(project: Path) -> None:
     playback = clean(
         run_text(

@@ -31,7 +31,13 @@ def load_agent_or_exit(
         for diag in exc.diagnostics:
             if diag.is_error:
                 click.echo(render_diagnostic(diag, lines, sys.stderr.isatty()), err=True)
-        click.echo(f"{path}: cannot run an agent with errors", err=True)
+        checked = dialect or "the file's '# @dialect:' header, else agentforce"
+        click.echo(f"{path}: cannot run an agent with errors (dialect: {checked})", err=True)
+        if dialect != "agentscript" and str(path).endswith(".agent"):
+            click.echo(
+                "hint: --dialect agentscript checks without the Salesforce-org rules",
+                err=True,
+            )
         if any(d.code == "mantle-unresolved-tool" for d in exc.diagnostics):
             click.echo(
                 "hint: pass --stub-missing-tools to run the missing tools as stubs "

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from agentscript.cli.common import exit_with, load_agent_or_exit
-from agentscript.cli.options import stub_missing_tools_option, trace_dir_option
+from agentscript.cli.options import dialect_option, stub_missing_tools_option, trace_dir_option
 from agentscript.commands import ExitCode
 
 
@@ -26,12 +26,14 @@ from agentscript.commands import ExitCode
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the transcript."
 )
 @stub_missing_tools_option
+@dialect_option
 def run(
     agent: str,
     conversation_path: str,
     trace_dir: str | None,
     as_json: bool,
     stub_missing_tools: bool,
+    dialect: str | None,
 ) -> None:
     """Play a conversation file through AGENT with the scripted model."""
     from agentscript.conversation import ConversationError, load_conversation
@@ -42,7 +44,7 @@ def run(
     except ConversationError as exc:
         click.echo(str(exc), err=True)
         exit_with(ExitCode.USAGE)
-    loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
+    loaded = load_agent_or_exit(agent, dialect, stub_missing_tools=stub_missing_tools)
     try:
         playback = play(loaded, conversation, trace_dir=Path(trace_dir) if trace_dir else None)
     except ValueError as exc:  # e.g. unknown or ill-typed initial variables
@@ -58,7 +60,7 @@ def run(
 def print_transcript(playback: Any) -> None:
     """The played conversation for people: each turn's user text, path, actions, changes,
     messages and failures (details dimmed on a terminal)."""
-    from agentscript.playback import describe_changes
+    from agentscript.playback import describe_changes, refused_calls
 
     color = sys.stdout.isatty()
 
@@ -76,8 +78,12 @@ def print_transcript(playback: Any) -> None:
         click.echo(f"user:  {turn.user}")
         if reply.path:
             click.echo(dim(f"  path:      {' -> '.join(reply.path)}"))
+        if reply.delegated:
+            click.echo(dim(f"  delegated: {', '.join(reply.delegated)}"))
         if reply.actions:
             click.echo(dim(f"  actions:   {', '.join(reply.actions)}"))
+        for refusal in refused_calls(reply.trace):
+            click.echo(dim(f"  refused:   {refusal['name']}: {refusal['reason']}"))
         for change in describe_changes(turn.before, reply.variables):
             click.echo(dim(f"  set        {change}"))
         for shown in reply.displayable:

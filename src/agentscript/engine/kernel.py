@@ -79,7 +79,10 @@ class TurnResult:
     """What a turn runner hands back to the session."""
 
     messages: list[str] = field(default_factory=list)
+    # The nodes that had control, in order; a delegate (control came back) is not one of them.
     path: list[str] = field(default_factory=list)
+    # The nodes that ran as delegates (``@subagent.x`` called as a tool), in order.
+    delegated: list[str] = field(default_factory=list)
     escalated: bool = False
     ended: bool = False
     error: str | None = None

@@ -48,7 +48,7 @@ class Reply:
     text: str  # every message of the turn, joined by blank lines
     messages: list[str]
     node: str | None  # the subagent the turn ended in
-    path: list[str]  # every subagent entered, in order
+    path: list[str]  # the nodes that had control, in order (delegates are in ``delegated``)
     actions: list[str]  # tools and actions run, in order
     escalated: bool
     ended: bool
@@ -60,6 +60,7 @@ class Reply:
     trace_file: str | None = None
     exhausted: bool = False  # the scripted model had no move left
     refused: bool = False  # the turn was not run (e.g. the session had ended)
+    delegated: list[str] = field(default_factory=list)  # nodes run as delegates, in order
     # Buttons offered with the turn's responses ({title, payload}; Mantle projects).
     buttons: list[dict[str, Any]] = field(default_factory=list)
 
@@ -314,6 +315,7 @@ class Session:
             messages=list(result.messages),
             node=self.state.current_node,
             path=list(result.path),
+            delegated=list(result.delegated),
             actions=list(actions or []),
             escalated=result.escalated,
             ended=result.ended or self.state.ended,

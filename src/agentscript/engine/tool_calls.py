@@ -334,10 +334,14 @@ class ToolCalls:
         # The delegate's own steps move the mark; a second delegation in this step needs it.
         outer_mark = self._step_mark
         turn.state.history = list(outer_history[:outer_mark])
+        entered = len(turn.result.path)
         try:
             await turn.drive(target, f"delegated by {node.name}")
             reply = "\n".join(turn.result.messages)
         finally:
+            # Control comes back: the delegate's nodes are reported apart from the path.
+            turn.result.delegated.extend(turn.result.path[entered:])
+            del turn.result.path[entered:]
             turn.result.messages = outer_messages
             turn.state.history = outer_history
             self._step_mark = outer_mark
