@@ -62,9 +62,13 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy
 
+# The peers of bench/peers.py (LangGraph, OpenAI Agents SDK) are installed here only, never by
+# `make test`.
 bench: setup
+	$(PY) -m pip install --quiet -r bench/requirements.txt
 	$(PY) bench/parse.py
 	$(PY) bench/turn.py
+	$(PY) bench/peers.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(EDITOR)/node_modules

@@ -14,6 +14,12 @@ References measured in the same run, to read the engine's numbers against:
 * a minimal hand-written Python loop doing the same steps (dict state, string prompts, awaited
   stubs and model) with no tracing, checking or snapshots: the floor any engine pays.
 
+Then the turn of issue 10, ``seed_tool``: seed002 plus one model-called action (3 LLM calls, 1
+tool call, 2 instruction resolutions, 4 deterministic ``run`` calls), with actions as stubs, as
+real sync callables, as real ``async def`` callables and inline; through ``send_async`` and the
+synchronous ``send``; over a 100-turn session (per-turn cost and trace bytes at turns 1, 10 and
+100); and the memory an idle session holds (``tracemalloc``).
+
 Usage: ``python bench/turn.py [--quick] [--profile]``.
 """
 
@@ -28,12 +34,14 @@ import pstats
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import agentscript
+from agentscript.actions.settings import ActionSettings, Isolation
 from agentscript.conversation import load_conversation
 from agentscript.engine.session import Agent, Session
 from agentscript.models.scripted import Move, ScriptedModel
@@ -359,6 +367,275 @@ def time_minimal(turn: Callable[[str], Awaitable[str]], *, repeat: int, number: 
         loop.close()
 
 
+# ---------------------------------------------------------------------- seed_tool: issue 10's turn
+
+TOOL_REASONING = """\
+        actions:
+            notify: @actions.send_update
+                with message=...
+"""
+TOOL_ACTION = """\
+    actions:
+        send_update:
+            description: "Send the customer an update"
+            target: "flow://Send_Update"
+            inputs:
+                message: string
+            outputs:
+                sent: boolean
+"""
+
+
+def tool_agent_text() -> str:
+    """Seed 002 with a model-called action in Order_Management."""
+    text = SEED_AGENT.read_text(encoding="utf-8")
+    text = text.replace("    after_reasoning:\n", TOOL_REASONING + "    after_reasoning:\n", 1)
+    return text.replace(
+        "    actions:\n        get_delivery_date:", TOOL_ACTION + "        get_delivery_date:", 1
+    )
+
+
+TOOL_MOVES = [
+    Move(calls=[("go_to_orders", {})]),
+    Move(calls=[("notify", {"message": "Your order is late; it arrives February 10."})]),
+    Move(text="Your order 1234 arrives February 10, 2026. Sorry for the delay."),
+]
+TOOL_USER = "Where is my order?"
+TOOL_VARIABLES = {"order_ID": "1234", "num_turns": 2}
+
+
+def get_delivery_date(order_ID: str) -> dict[str, Any]:
+    return {"delivery_date": "February 10, 2026"}
+
+
+def check_if_late(order_ID: str, delivery_date: str) -> dict[str, Any]:
+    return {"is_late": True}
+
+
+def send_update(message: str) -> dict[str, Any]:
+    return {"sent": True}
+
+
+async def aget_delivery_date(order_ID: str) -> dict[str, Any]:
+    return {"delivery_date": "February 10, 2026"}
+
+
+async def acheck_if_late(order_ID: str, delivery_date: str) -> dict[str, Any]:
+    return {"is_late": True}
+
+
+async def asend_update(message: str) -> dict[str, Any]:
+    return {"sent": True}
+
+
+SYNC_ACTIONS = {
+    "get_delivery_date": get_delivery_date,
+    "check_if_late": check_if_late,
+    "send_update": send_update,
+}
+ASYNC_ACTIONS = {
+    "get_delivery_date": aget_delivery_date,
+    "check_if_late": acheck_if_late,
+    "send_update": asend_update,
+}
+TOOL_STUBS = {
+    "get_delivery_date": {"outputs": {"delivery_date": "February 10, 2026"}},
+    "check_if_late": {"outputs": {"is_late": True}},
+    "send_update": {"outputs": {"sent": True}},
+}
+
+
+@dataclass
+class ToolVariant:
+    name: str
+    actions: dict[str, Any] | None  # None: stubs
+    isolation: Isolation = Isolation.THREAD
+
+
+TOOL_VARIANTS = [
+    ToolVariant("stubs", None),
+    ToolVariant("sync callables", SYNC_ACTIONS),
+    ToolVariant("async callables", ASYNC_ACTIONS),
+    ToolVariant("sync, inline mode", SYNC_ACTIONS, Isolation.INLINE),
+]
+
+
+def tool_agent(folder: Path, isolation: Isolation = Isolation.THREAD) -> Agent:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "seed_tool.agent"
+    if not path.exists():
+        path.write_text(tool_agent_text(), encoding="utf-8")
+    agent = agentscript.load(path)
+    assert isinstance(agent, Agent)
+    agent.action_settings = ActionSettings(isolation=isolation)
+    return agent
+
+
+def tool_session(agent: Agent, actions: dict[str, Any] | None) -> tuple[Session, ScriptedModel]:
+    from agentscript.actions.registry import StubBook
+
+    model = ScriptedModel()
+    stubs = StubBook.from_data(TOOL_STUBS) if actions is None else None
+    session = agent.session(model=model, variables=TOOL_VARIABLES, actions=actions, stubs=stubs)
+    return session, model
+
+
+def tool_sessions(agent: Agent, actions: dict[str, Any] | None, number: int) -> list[Session]:
+    sessions = []
+    for _ in range(number):
+        session, model = tool_session(agent, actions)
+        model.begin_turn(TOOL_MOVES)
+        sessions.append(session)
+    return sessions
+
+
+def check_tool_turn(agent: Agent, actions: dict[str, Any] | None) -> None:
+    session, model = tool_session(agent, actions)
+    model.begin_turn(TOOL_MOVES)
+    reply = session.send(TOOL_USER)
+    steps = reply.trace["planTrace"]["steps"]
+    shape = (
+        sum(s["type"] == "LLM_STEP" for s in steps),
+        sum(s["type"] == "ACTION_STEP" and s["source"] == "llm" for s in steps),
+        sum(s["type"] == "ACTION_STEP" and s["source"] != "llm" for s in steps),
+    )
+    if reply.error is not None or shape != (3, 1, 4):
+        raise SystemExit(f"seed_tool: unexpected turn {shape} (llm, tool, run): {reply.error}")
+
+
+def time_tool_async(
+    agent: Agent, actions: dict[str, Any] | None, *, repeat: int, number: int
+) -> float:
+    loop = asyncio.new_event_loop()
+    try:
+        return min(
+            loop.run_until_complete(first_turns(tool_sessions(agent, actions, number), TOOL_USER))
+            for _ in range(repeat)
+        )
+    finally:
+        loop.close()
+
+
+def time_tool_sync(
+    agent: Agent, actions: dict[str, Any] | None, *, repeat: int, number: int
+) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        sessions = tool_sessions(agent, actions, number)
+        start = time.perf_counter()
+        for session in sessions:
+            session.send(TOOL_USER)
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+@dataclass
+class LongSession:
+    at: dict[int, float]  # turn number -> best seconds for that turn over the sessions
+    trace_bytes: dict[int, int]  # turn number -> bytes of that turn's trace (json.dumps)
+
+
+def time_long_tool_session(agent: Agent, *, turns: int = 100, sessions: int = 5) -> LongSession:
+    """Per-turn cost and trace size along one ``turns``-turn session (the history grows)."""
+    marks = [1, 10, turns]
+    best = {mark: float("inf") for mark in marks}
+    sizes: dict[int, int] = {}
+
+    async def one() -> None:
+        session, model = tool_session(agent, SYNC_ACTIONS)
+        initial = dict(session.state.variables)
+        for number in range(1, turns + 1):
+            model.begin_turn(TOOL_MOVES)
+            session.state.current_node = None  # same path every turn; only the history grows
+            session.state.variables.update(initial)
+            start = time.perf_counter()
+            reply = await session.send_async(TOOL_USER)
+            elapsed = time.perf_counter() - start
+            if reply.error is not None:
+                raise SystemExit(f"seed_tool: long-session turn {number} failed: {reply.error}")
+            if number in best:
+                best[number] = min(best[number], elapsed)
+                sizes[number] = len(json.dumps(reply.trace))
+
+    loop = asyncio.new_event_loop()
+    try:
+        for _ in range(sessions):
+            loop.run_until_complete(one())
+    finally:
+        loop.close()
+    return LongSession(best, sizes)
+
+
+def idle_session_bytes(agent: Agent, *, number: int = 200) -> tuple[float, float]:
+    """Bytes held per session: just created, and after one turn (tracemalloc, no trace dir)."""
+    sessions: list[Session] = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(number):
+            sessions.append(tool_session(agent, SYNC_ACTIONS)[0])
+        created = (tracemalloc.get_traced_memory()[0] - before) / number
+        for session in sessions:
+            assert isinstance(session.model, ScriptedModel)
+            session.model.begin_turn(TOOL_MOVES)
+            session.send(TOOL_USER)
+        after_turn = (tracemalloc.get_traced_memory()[0] - before) / number
+    finally:
+        tracemalloc.stop()
+    return created, after_turn
+
+
+def report_tool_turn(folder: Path, *, repeat: int, number: int, profile_it: bool) -> None:
+    print("seed_tool: seed002 + one model-called action (3 LLM calls, 1 tool, 4 runs)")
+    print(f"{'actions':<20} {'API':<11} {'µs/turn':>9}")
+    # Interleaved: every round measures one batch of each variant, so a change in the machine's
+    # load hits all of them; each keeps its best batch.
+    runs: list[tuple[str, str, Agent, dict[str, Any] | None]] = []
+    for variant in TOOL_VARIANTS:
+        agent = tool_agent(
+            folder / variant.name.replace(" ", "_").replace(",", ""), variant.isolation
+        )
+        check_tool_turn(agent, variant.actions)
+        runs.append((variant.name, "send_async", agent, variant.actions))
+    agent = tool_agent(folder / "sync_send")
+    runs.append(("sync callables", "send", agent, SYNC_ACTIONS))
+    best: dict[tuple[str, str], float] = {}
+    for _ in range(repeat):
+        for name, api, run_agent, actions in runs:
+            timer = time_tool_async if api == "send_async" else time_tool_sync
+            seconds = timer(run_agent, actions, repeat=1, number=number)
+            best[name, api] = min(best.get((name, api), float("inf")), seconds)
+    for (name, api), seconds in best.items():
+        print(f"{name:<20} {api:<11} {seconds * 1e6:>9.1f}")
+    sync = best["sync callables", "send"]
+    print(f"send ÷ send_async (sync callables): {sync / best['sync callables', 'send_async']:.2f}")
+    long = time_long_tool_session(agent, sessions=max(2, repeat // 2))
+    cells = ", ".join(
+        f"turn {t}: {long.at[t] * 1e6:.1f} µs, {long.trace_bytes[t]:,} B" for t in sorted(long.at)
+    )
+    print(f"100-turn session (sync callables, send_async): {cells}")
+    print(
+        f"turn 100 ÷ turn 1: time {long.at[100] / long.at[1]:.2f}, "
+        f"trace bytes {long.trace_bytes[100] / long.trace_bytes[1]:.2f}"
+    )
+    created, after = idle_session_bytes(agent)
+    print(f"idle session: {created:,.0f} B when created, {after:,.0f} B after one turn")
+    if profile_it:
+        sessions = tool_sessions(agent, SYNC_ACTIONS, number)
+        loop = asyncio.new_event_loop()
+        profiler = cProfile.Profile()
+        try:
+            profiler.enable()
+            loop.run_until_complete(first_turns(sessions, TOOL_USER))
+            profiler.disable()
+        finally:
+            loop.close()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(22)
+        print(f"\n--- cProfile of {number} seed_tool turns, sync callables (by own time)")
+        print(out.getvalue())
+
+
 # ---------------------------------------------------------------------- report
 
 
@@ -423,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
             for scenario, _ in scenarios:
                 print(f"\n--- cProfile of {number} turns of {scenario.name} (by own time)")
                 print(profile(scenario, number=number))
+        report_tool_turn(Path(folder), repeat=repeat, number=number, profile_it=args.profile)
     print(
         f"(µs/turn: first turn of a fresh session, best of {repeat} batches of {number}; "
         f"µs/turn@20: mean over a 20-turn session; dumps: json.dumps of one turn's trace; "

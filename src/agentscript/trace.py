@@ -12,7 +12,10 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentscript.trace_inputs import MessageLog
 
 FORMAT = "agentscript-trace/1"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -24,6 +27,7 @@ class TurnTrace:
     __slots__ = (
         "_start",
         "agent",
+        "inputs",
         "plan_id",
         "response",
         "session_id",
@@ -46,6 +50,9 @@ class TurnTrace:
         # Totals over every LLM call of the turn (per-call figures are on each LLM_STEP).
         self.usage = {"llm_calls": 0, "input_tokens": 0, "output_tokens": 0, "llm_ms": 0.0}
         self._start = time.perf_counter()
+        # The session's record of what the previous LLM call was given: when set, LLM_STEPs
+        # hold only the messages added since (``trace_inputs.py``); None records them all.
+        self.inputs: MessageLog | None = None
 
     def add(self, step_type: str, **fields: Any) -> dict[str, Any]:
         """Append a step; it is returned so the caller can fill in what it learns later."""

@@ -176,9 +176,11 @@ def action_step(
     target: str | None = None,
     skill: str | None = None,
     step: str | None = None,
+    printed: dict[str, str] | None = None,
 ) -> Step:
     """An action (or variable write) starting; the caller fills ``output``, ``error``,
-    ``postVars`` and ``durationMs`` when it ends."""
+    ``postVars``, ``durationMs`` and ``printed`` (what the action wrote to stdout/stderr,
+    ``actions/capture.py``; ``null`` when it wrote nothing) when it ends."""
     return _add(
         trace,
         StepType.ACTION_STEP,
@@ -195,6 +197,7 @@ def action_step(
         preVars=pre_vars,
         postVars=None,
         durationMs=None,
+        printed=printed,
     )
 
 
@@ -234,9 +237,27 @@ def resolution_step(
     return step
 
 
-def llm_step(trace: TurnTrace, *, node: str | None, iteration: int, inputs: dict[str, Any]) -> Step:
-    """One model call starting; :func:`~agentscript.engine.llm.call_model` fills the rest."""
-    return _add(trace, StepType.LLM_STEP, node=node, iteration=iteration, input=inputs, output=None)
+def llm_step(
+    trace: TurnTrace,
+    *,
+    node: str | None,
+    iteration: int,
+    inputs: dict[str, Any],
+    messages_from: int | None = None,
+) -> Step:
+    """One model call starting; :func:`~agentscript.engine.llm.call_model` fills the rest.
+
+    ``messages_from``: ``inputs["messages"]`` holds only the messages from that position of the
+    call's history on (the earlier ones were in the session's previous call, ``trace_inputs.py``);
+    ``None`` when they are complete. Recorded as ``input.messagesFrom``.
+    """
+    given: dict[str, Any] = {}
+    for key, value in inputs.items():  # messagesFrom just before the messages it locates
+        if key == "messages":
+            given["messagesFrom"] = messages_from
+        given[key] = value
+    given.setdefault("messagesFrom", messages_from)
+    return _add(trace, StepType.LLM_STEP, node=node, iteration=iteration, input=given, output=None)
 
 
 def confirmation_requested(

@@ -11,6 +11,7 @@ from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.engine.turn import Limits
 from agentscript.models.scripted import ScriptedModel, parse_move
 from agentscript.playback import Playback, play
+from agentscript.trace_inputs import rebuild_messages
 
 HERE = Path(__file__).parent
 AGENTS = HERE / "agents"
@@ -84,6 +85,13 @@ def assert_well_formed(messages: list[dict[str, Any]]) -> None:
         assert answered == calls, f"calls {calls} answered by {answered}"
 
 
-def assert_histories_well_formed(reply: Reply) -> None:
-    for step in steps(reply, "LLM_STEP"):
-        assert_well_formed(step["input"]["messages"])
+def llm_inputs(*replies: Reply) -> list[list[dict[str, Any]]]:
+    """The full messages of every LLM call of ``replies`` (one session's turns, from its first,
+    in order), rebuilt from the traces' deltas (``input.messagesFrom``)."""
+    return rebuild_messages(reply.trace for reply in replies)
+
+
+def assert_histories_well_formed(*replies: Reply) -> None:
+    """Every history the model was sent in these turns (one session's, from its first)."""
+    for messages in llm_inputs(*replies):
+        assert_well_formed(messages)

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import AGENTS, Scripted, assert_histories_well_formed, assert_well_formed, steps
+from engine_helpers import (
+    AGENTS,
+    Scripted,
+    assert_histories_well_formed,
+    assert_well_formed,
+    llm_inputs,
+    steps,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -397,12 +404,17 @@ class Guard:
         }
         self.visible: dict[str, set[str]] = {}
         self.hidden: dict[str, set[str]] = {}
+        self.replies: list[Reply] = []  # the session's turns so far, to rebuild full inputs
 
     def check(self, reply: Reply, session: Session) -> None:
         assert isinstance(reply, Reply)
         assert reply.error is None or isinstance(reply.error, str)
         json.dumps(reply.trace)
         steps: list[dict[str, Any]] = reply.trace["planTrace"]["steps"]
+        self.replies.append(reply)
+        calls = sum(1 for s in steps if s["type"] == "LLM_STEP")
+        for messages in llm_inputs(*self.replies)[-calls:] if calls else []:
+            assert_well_formed(messages)
         for step in steps:
             self.check_step(step)
         self.check_confirmation(reply, steps)
@@ -422,7 +434,6 @@ class Guard:
             self.visible[step["node"]] = set(step["tools"])
             self.hidden[step["node"]] = set(step["hiddenTools"])
         elif kind == "LLM_STEP":
-            assert_well_formed(step["input"]["messages"])
             offered = {t["name"] for t in step["input"]["tools"]}
             assert offered == self.visible.get(step["node"], set())
         elif kind == "ACTION_STEP" and step["source"] == "llm":
@@ -585,7 +596,7 @@ def test_a_confirmed_call_whose_callback_fails_leaves_the_history_well_formed() 
     assert_well_formed(history_json(session))
     after = session.send("hello", {"say": "hi"})
     assert after.error is None
-    assert_histories_well_formed(after)
+    assert_histories_well_formed(held, failed, after)
 
 
 def test_a_call_held_inside_a_delegate_ends_the_callers_turn_with_the_question() -> None:
@@ -603,7 +614,7 @@ def test_a_call_held_inside_a_delegate_ends_the_callers_turn_with_the_question()
     confirmed = session.send("yes", {"say": "paid"})
     assert [s["name"] for s in steps(confirmed, "ACTION_STEP")] == ["pay_it", "audit"]
     assert confirmed.error is None
-    assert_histories_well_formed(confirmed)
+    assert_histories_well_formed(reply, confirmed)
 
 
 def test_two_delegations_in_one_step_each_see_a_well_formed_history() -> None:
@@ -620,8 +631,9 @@ def test_two_delegations_in_one_step_each_see_a_well_formed_history() -> None:
     )
     assert reply.error is None and reply.text == "done"
     assert_histories_well_formed(reply)
-    delegated = [s for s in steps(reply, "LLM_STEP") if s["node"] == "pay"]
-    assert [s["input"]["messages"][-1]["role"] for s in delegated] == [
+    inputs = zip(steps(reply, "LLM_STEP"), llm_inputs(reply), strict=True)
+    delegated = [messages for step, messages in inputs if step["node"] == "pay"]
+    assert [messages[-1]["role"] for messages in delegated] == [
         "user",
         "tool",
         "tool",

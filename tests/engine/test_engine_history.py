@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine_helpers import assert_histories_well_formed, steps
+from engine_helpers import assert_histories_well_formed, llm_inputs
 
 import agentscript
 from agentscript.actions.registry import StubBook
@@ -61,8 +61,8 @@ def test_failing_callback_mid_step_keeps_every_tool_call_answered(tmp_path: Path
     model.begin_turn([Move(text="Done.")])
     second = session.send("and now?")
     assert second.error is None
-    assert_histories_well_formed(second)
-    messages = steps(second, "LLM_STEP")[0]["input"]["messages"]
+    assert_histories_well_formed(first, second)
+    messages = llm_inputs(first, second)[-1]
     answered = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
     asked = {c["id"] for m in messages for c in m.get("tool_calls", [])}
     assert asked == answered and len(asked) == 2

@@ -206,8 +206,7 @@ def test_delegation_keeps_the_message_history_well_formed() -> None:
 
 def test_every_history_sent_to_the_model_is_well_formed() -> None:
     for name in ("tools_gates", "tools_callbacks", "tools_failures", "tools_confirm"):
-        for turn in play_file("tools", name).turns:
-            assert_histories_well_formed(turn.reply)
+        assert_histories_well_formed(*[turn.reply for turn in play_file("tools", name).turns])
 
 
 def test_filter_from_agent_outputs_never_reach_the_model() -> None:

@@ -117,26 +117,30 @@ def answer(handler, body):
 
 agent = agentscript.load({agent!r})
 with RawServer(answer) as server:
-    session = agent.session(model=OpenAIModel("gpt-test", api_key="k", base_url=server.url))
+    model = OpenAIModel("gpt-test", api_key="k", base_url=server.url)
+    session = agent.session(model=model)
     session.on_text = lambda text: None
+    clients = set()
     for n in range(16):
         assert session.send(f"message {{n}}").error is None
-print("done")
+        clients.add(id(model._client))
+print(f"done, {{len(clients)}} client")
 """
 
 
 def test_session_send_turn_after_turn_with_a_provider_prints_no_event_loop_errors(
     shop_copy: Path,
 ) -> None:
-    # Session.send runs each turn under its own asyncio.run(): each loop's client must be
-    # closed before that loop ends.
+    # Session.send runs every turn of a thread on one kept loop (engine/loop.py): one client
+    # serves all the turns, and it is closed before that loop ends (at exit), not by the
+    # garbage collector on a loop that is already closed.
     script = SESSION_SCRIPT.format(here=str(Path(__file__).parent), agent=str(shop_copy))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTSCRIPT_"))}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, env=env, timeout=120, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "done"
+    assert done.stdout.strip() == "done, 1 client"
     assert "Event loop is closed" not in done.stderr
     assert "Task exception was never retrieved" not in done.stderr
 

@@ -12,6 +12,7 @@ from agentscript.conversation import parse_conversation
 from agentscript.diagnostics import AgentScriptError
 from agentscript.mantle.runtime import MantleAgent, load_mantle_agent
 from agentscript.playback import Playback, play
+from agentscript.trace_inputs import rebuild_messages
 
 TOOLS = '''
 import asyncio
@@ -241,8 +242,8 @@ def test_messages_said_during_tool_calls_follow_the_answers(agent: MantleAgent) 
     # Regression (fuzz): providers need a call's answer right after the call; a tool's
     # context.send and an on_failure response used to land in between.
     playback = run(agent, "      - tool: talk\n      - tool: boom")
-    steps = playback.turns[0].reply.trace["planTrace"]["steps"]
-    messages = [s for s in steps if s["type"] == "LLM_STEP"][-1]["input"]["messages"]
+    # The full input of the last call (LLM_STEPs record only what each call added).
+    messages = rebuild_messages([playback.turns[0].reply.trace])[-1]
     shape = [
         m["tool_calls"][0]["name"] if m.get("tool_calls") else m.get("name") or m["content"]
         for m in messages

@@ -7,24 +7,36 @@ Resolution order for one call of action ``name`` with target ``scheme://path``:
 3. the handler registered for the target's scheme (``python://`` is built in);
 4. otherwise the call fails with an error that names the action and the fix.
 
-Every call runs under a timeout; a synchronous handler runs in a worker thread so a hung
-function cannot block the event loop.
+How a call runs (``actions/settings.py`` chooses per agent or per action):
+
+* ``async def`` callables and handlers are awaited on the running loop under
+  ``asyncio.timeout``;
+* synchronous ones run on a long-lived bounded pool of daemon threads (``actions/threads.py``),
+  inline on the loop's thread when the agent opts in, or in worker processes
+  (``actions/process.py``) when a timeout must really stop them.
+
+Contract of :meth:`ActionRunner.run`: outputs as a dict, or an :class:`ActionError`. Whatever
+the action raises (``SystemExit`` and ``KeyboardInterrupt`` included) becomes an ActionError;
+only the turn's own cancellation passes through. What the action prints to stdout/stderr is
+captured (``actions/capture.py``) into ``request.printed`` for the trace, never written to the
+host's streams.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import importlib
 import inspect
-import sys
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentscript.actions.capture import Printed, captured
+from agentscript.actions.modules import import_target
+from agentscript.actions.process import Claim, PythonCall, WorkerGone, shared_processes
+from agentscript.actions.settings import ActionSettings, Isolation
+from agentscript.actions.threads import shared_threads
 from agentscript.errors import RunFailure
 
 Outputs = dict[str, Any]
@@ -46,6 +58,8 @@ class ActionRequest:
     target: str | None  # the target URI, e.g. "flow://Get_Order"
     inputs: dict[str, Any]
     agent_dir: Path | None = None
+    # What the call wrote to stdout/stderr ({"stdout": ..., "stderr": ...}, non-empty only).
+    printed: dict[str, str] | None = None
 
     @property
     def scheme(self) -> str | None:
@@ -132,7 +146,10 @@ class ActionRunner:
         agent_dir: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         timeouts: Mapping[str, float] | None = None,
+        settings: ActionSettings | None = None,
     ) -> None:
+        self.settings = settings or ActionSettings()
+        self._async: dict[Callable[..., Any], bool] = {}
         self.stubs = stubs or StubBook()
         self.functions = dict(functions or {})
         self.handlers: dict[str, Handler] = {"python": python_handler}
@@ -141,6 +158,13 @@ class ActionRunner:
         self.timeout = timeout
         # Per-action overrides by action name: a slow report generator may need more.
         self.timeouts = dict(timeouts or {})
+
+    def _is_async(self, target: Callable[..., Any]) -> bool:
+        """Whether ``target`` is ``async def`` (remembered: inspect costs about 1 µs a call)."""
+        known = self._async.get(target)
+        if known is None:
+            known = self._async[target] = inspect.iscoroutinefunction(target)
+        return known
 
     def register(self, scheme: str, handler: Handler) -> None:
         """Route every target ``scheme://...`` to ``handler`` (e.g. "flow", "apex", "https")."""
@@ -157,24 +181,33 @@ class ActionRunner:
             if stub.error is not None:
                 raise ActionError(stub.error)
             return dict(stub.outputs or {})
-        call: Callable[[], Any]
-        if request.name in self.functions:
-            call = functools.partial(self.functions[request.name], **request.inputs)
+        function = self.functions.get(request.name)
+        target: Callable[..., Any]
+        if function is not None:
+            target, args, is_async = function, request.inputs, self._is_async(function)
         else:
             handler = self.handlers.get(request.scheme or "")
             if handler is None:
                 raise ActionError(_no_handler_message(request))
-            call = functools.partial(handler, request)
+            target, args = functools.partial(handler, request), {}
+            is_async = self._is_async(handler)
+        printed = Printed(self.settings.output_limit)
         try:
-            result = await asyncio.wait_for(_call_any(call), timeout=limit)
+            result = await self._call(request, target, args, is_async, limit, printed)
         except TimeoutError:
             raise ActionError(f"action '{request.name}' timed out after {limit:g} s") from None
         except ActionError:
             raise
-        except Exception as exc:  # the action's own failure, reported, never a traceback
+        except WorkerGone as exc:
+            raise ActionError(f"action '{request.name}' failed: {exc}") from None
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # The action's own failure, reported, never a traceback; an action calling
+            # sys.exit() must not end the host.
             raise ActionError(
                 f"action '{request.name}' failed: {type(exc).__name__}: {exc}"
             ) from None
+        finally:
+            request.printed = printed.to_json() or None
         if result is None:
             return {}
         if not isinstance(result, Mapping):
@@ -183,38 +216,72 @@ class ActionRunner:
             )
         return dict(result)
 
-
-async def _call_any(call: Callable[[], Any]) -> Any:
-    """Run a sync or async callable; sync code runs on its own daemon thread.
-
-    Not the loop's default executor: ``asyncio.run`` waits for that executor's threads when it
-    shuts down, so a hung tool would hold the turn (and the process) after its timeout fired.
-    A daemon thread is abandoned instead.
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():  # the caller timed out and went on
-            return
-        if error is not None:
-            future.set_exception(error)
+    async def _call(
+        self,
+        request: ActionRequest,
+        target: Callable[..., Any],
+        args: dict[str, Any],
+        is_async: bool,
+        limit: float,
+        printed: Printed,
+    ) -> Any:
+        if is_async:
+            async with asyncio.timeout(limit):
+                with captured(printed):
+                    return await target(**args)
+        deadline = asyncio.get_running_loop().time() + limit
+        mode = self.settings.mode(request.name)
+        if mode is Isolation.INLINE:
+            # The call holds the loop's thread until it returns, so no timer could fire before
+            # that: none is armed (it would only cost time).
+            result = _captured_call(printed, target, args)
         else:
-            future.set_result(result)
+            async with asyncio.timeout_at(deadline):
+                if mode is Isolation.PROCESS:
+                    return await self._in_process(request, target, args, printed)
+                call = functools.partial(_captured_call, printed, target, args)
+                result = await shared_threads(self.settings.workers).submit(call)
+        if inspect.isawaitable(result):  # a sync function that returned a coroutine
+            async with asyncio.timeout_at(deadline):
+                with captured(printed):
+                    return await result
+        return result
 
-    def worker() -> None:
+    async def _in_process(
+        self,
+        request: ActionRequest,
+        target: Callable[..., Any],
+        args: dict[str, Any],
+        printed: Printed,
+    ) -> Any:
+        call: Callable[[], Any]
+        if isinstance(target, functools.partial) and target.func is python_handler:
+            module, function = _python_target(request)
+            folder = str(request.agent_dir) if request.agent_dir is not None else None
+            call = PythonCall(folder, module, function, dict(request.inputs))
+        else:
+            call = functools.partial(target, **args)
+        pool = shared_processes(self.settings.workers)
+        claim = Claim()
         try:
-            result, error = call(), None
-        except BaseException as exc:  # handed to the awaiting turn, which reports it
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
-            loop.call_soon_threadsafe(settle, result, error)
+            run = pool.runner(call, claim)
+        except TypeError as exc:
+            raise ActionError(f"action '{request.name}' cannot run isolated: {exc}") from None
+        try:
+            ok, value, output = await shared_threads().submit(run)
+        except asyncio.CancelledError:
+            claim.cancel()  # timed out (or the turn was cancelled): stop it for real
+            raise
+        for stream, text in output.items():
+            printed.add(0 if stream == "stdout" else 1, text)
+        if not ok:
+            raise ActionError(f"action '{request.name}' failed: {value}")
+        return value
 
-    threading.Thread(target=worker, name="agentscript-action", daemon=True).start()
-    result = await future
-    if inspect.isawaitable(result):
-        return await result
-    return result
+
+def _captured_call(printed: Printed, target: Callable[..., Any], args: dict[str, Any]) -> Any:
+    with captured(printed):
+        return target(**args)
 
 
 def _no_handler_message(request: ActionRequest) -> str:
@@ -226,20 +293,21 @@ def _no_handler_message(request: ActionRequest) -> str:
     return f"action '{request.name}' ({target}) has no handler: {fix}"
 
 
-def python_handler(request: ActionRequest) -> Any:
-    """``python://package.module:function``: import and call with the inputs as keywords."""
-    spec = request.path
-    module_name, _, function_name = spec.partition(":")
+def _python_target(request: ActionRequest) -> tuple[str, str]:
+    module_name, _, function_name = request.path.partition(":")
     if not module_name or not function_name:
         raise ActionError(
             f"python target '{request.target}' must look like python://package.module:function"
         )
-    if request.agent_dir is not None:
-        folder = str(request.agent_dir)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    return module_name, function_name
+
+
+def python_handler(request: ActionRequest) -> Any:
+    """``python://package.module:function``: import (as the agent's own module when it is in
+    the agent's folder, see ``actions/modules.py``) and call with the inputs as keywords."""
+    module_name, function_name = _python_target(request)
     try:
-        module = importlib.import_module(module_name)
+        module = import_target(request.agent_dir, module_name)
     except Exception as exc:
         raise ActionError(
             f"cannot import '{module_name}' for action '{request.name}': {exc}"

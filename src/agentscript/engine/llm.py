@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 
 from agentscript.engine.kernel import check_answered
 from agentscript.errors import TurnError
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
+    Message,
     Model,
     ModelError,
     ModelRequest,
@@ -42,14 +44,19 @@ async def call_model(
     last check): providers reject it, and it would mean the engine lost track of a call.
     """
     check_answered(request.messages)
+    messages: Sequence[Message] = request.messages
+    messages_from: int | None = None
+    if trace.inputs is not None:  # only what was added since the session's previous call
+        messages_from, messages = trace.inputs.delta(messages)
     step = llm_step(
         trace,
         node=request.node,
         iteration=iteration,
+        messages_from=messages_from,
         inputs={
             "system": request.system,
             "instructions": request.instructions,
-            "messages": [m.to_json() for m in request.messages],
+            "messages": [m.to_json() for m in messages],
             "tools": [
                 {"name": t.name, "description": t.description, "parameters": t.parameters}
                 for t in request.tools

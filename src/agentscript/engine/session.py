@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from abc import ABC, abstractmethod
@@ -18,8 +17,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
+from agentscript.actions.settings import ActionSettings, load_settings
 from agentscript.check.outline import AgentOutline
 from agentscript.engine.kernel import TurnResult
+from agentscript.engine.loop import run_sync
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.state import SessionState
@@ -29,6 +30,7 @@ from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.limits import Limits
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
+from agentscript.trace_inputs import MessageLog
 from agentscript.trace_steps import error_step
 
 
@@ -86,6 +88,19 @@ class AgentBase(ABC):
         self.path = path
         self.name = name
         self.handlers = {}
+        # How sync actions run (thread pool, inline, worker processes): the [actions] table of
+        # the agent's agentscript.toml, read at the first session; assign to override.
+        self._action_settings: ActionSettings | None = None
+
+    @property
+    def action_settings(self) -> ActionSettings:
+        if self._action_settings is None:
+            self._action_settings = load_settings(self.path)
+        return self._action_settings
+
+    @action_settings.setter
+    def action_settings(self, settings: ActionSettings) -> None:
+        self._action_settings = settings
 
     @abstractmethod
     def new_turn(
@@ -254,8 +269,10 @@ class Session:
             agent_dir=agent.path.parent if agent.path else None,
             timeout=self.limits.action_timeout,
             timeouts=self.limits.action_timeouts,
+            settings=agent.action_settings,
         )
         self.welcome = agent.welcome(state.variables)
+        self.inputs = MessageLog()  # LLM_STEPs record only new messages (trace_inputs.py)
         self.on_text: Callable[[str], None] | None = None
 
     @property
@@ -271,14 +288,16 @@ class Session:
         return self.state.ended
 
     def send(self, text: str) -> Reply:
-        """Run one turn synchronously (not from inside a running event loop)."""
-        return asyncio.run(self.send_async(text))
+        """Run one turn synchronously (not from inside a running event loop). Each calling
+        thread keeps one event loop for every turn it runs (``engine/loop.py``)."""
+        return run_sync(self.send_async(text))
 
     async def send_async(self, text: str) -> Reply:
         state = self.state
         state.turn += 1
         plan_id = f"{state.session_id}-{state.turn}"
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
+        trace.inputs = self.inputs
         if state.ended:
             message = "the session has ended; start a new session to continue"
             error_step(trace, message=message, node=state.current_node)

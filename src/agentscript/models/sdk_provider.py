@@ -206,7 +206,8 @@ class SdkModel(ABC):
 
     async def _get_client(self) -> Any:
         # An SDK client's connection pool belongs to the event loop that first used it, so a
-        # caller that runs each turn under a fresh asyncio.run() gets a fresh client.
+        # caller that runs each turn under a fresh asyncio.run() gets a fresh client, while
+        # Session.send's kept loop per thread (engine/loop.py) keeps one for all its turns.
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
             credentials = (
@@ -219,8 +220,8 @@ class SdkModel(ABC):
                 max_retries=0,  # retried by call_with_retries, with our own backoff
             )
             self._client_loop = loop
-            # Close it while its loop still runs: asyncio.run() finalizes open async
-            # generators before closing the loop. Left to the garbage collector, the SDK closes
+            # Close it while its loop still runs: asyncio.run(), asyncio.Runner and the kept
+            # loops of engine/loop.py finalize open async generators before closing the loop. Left to the garbage collector, the SDK closes
             # a client on whatever loop runs then, and its connections fail there with
             # "Event loop is closed" (printed as "Task exception was never retrieved").
             self._closer = _close_when_loop_ends(self._client)

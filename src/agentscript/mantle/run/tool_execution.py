@@ -46,14 +46,14 @@ async def run_tool(
         inputs["context"] = tool_context(ctx, tool, skill_id)
     started = time.perf_counter()
     error: str | None = None
+    request = ActionRequest(tool.name, tool_target(tool), inputs)
     try:
-        result = await ctx.runner.run(
-            ActionRequest(tool.name, tool_target(tool), inputs),
-            timeout=tool_timeout(ctx.project),
-        )
+        result = await ctx.runner.run(request, timeout=tool_timeout(ctx.project))
     except ActionError as exc:
         error = str(exc)
         result = {"error": error}
+    if request.printed:
+        record["printed"] = request.printed
     ok = error is None and not failed(result)
     record.update(
         output=result, error=error, postVars=ctx.snapshot(), durationMs=elapsed_ms(started)

@@ -1,0 +1,112 @@
+"""How an agent's synchronous actions run: the ``[actions]`` table of ``agentscript.toml``.
+
+```toml
+[actions]
+isolation = "thread"          # "thread" (default) | "inline" | "process"
+workers = 8                   # thread or process pool bound (optional)
+output_limit = 16000          # characters of captured stdout/stderr kept per stream
+
+[actions.isolation_by_action]  # per action name, overriding the default above
+generate_report = "process"
+format_date = "inline"
+```
+
+* ``thread``: a long-lived pool of daemon threads; the turn never waits past the timeout, but a
+  timed-out call goes on running on its thread until it returns (Python cannot stop a thread).
+* ``inline``: called directly on the event loop's thread. Cheapest (no hand-over), but the
+  call blocks the loop and its timeout cannot fire until it returns: for quick, trusted code.
+* ``process``: worker processes; a timed-out call is killed with its worker.
+
+``async def`` actions always run on the event loop under ``asyncio.timeout``, whatever the mode.
+
+The file is the one :func:`agentscript.models.registry.find_config` picks for the agent's
+folder. Contract: :func:`load_settings` returns the settings, or raises
+:class:`ActionConfigError` naming the file and the key; a missing file or table gives defaults.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from agentscript.actions.capture import DEFAULT_LIMIT
+
+
+class Isolation(StrEnum):
+    THREAD = "thread"
+    INLINE = "inline"
+    PROCESS = "process"
+
+
+class ActionConfigError(ValueError):
+    """The ``[actions]`` table is malformed; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class ActionSettings:
+    isolation: Isolation = Isolation.THREAD
+    by_action: Mapping[str, Isolation] = field(default_factory=dict)
+    workers: int | None = None  # None: the shared pool's default
+    output_limit: int = DEFAULT_LIMIT
+
+    def mode(self, action: str) -> Isolation:
+        return self.by_action.get(action, self.isolation)
+
+
+def _isolation(value: Any, where: str) -> Isolation:
+    try:
+        return Isolation(value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in Isolation)
+        raise ActionConfigError(f"{where}: isolation {value!r} is not one of {choices}") from None
+
+
+def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") -> ActionSettings:
+    """Validate a decoded TOML document's ``[actions]`` table."""
+    table = data.get("actions", {})
+    if not isinstance(table, Mapping):
+        raise ActionConfigError(f"{where}: [actions] must be a table")
+    known = {"isolation", "isolation_by_action", "workers", "output_limit"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ActionConfigError(
+            f"{where}: unknown key(s) {unknown} in [actions]; known: {sorted(known)}"
+        )
+    by_action = table.get("isolation_by_action", {})
+    if not isinstance(by_action, Mapping):
+        raise ActionConfigError(f"{where}: [actions.isolation_by_action] must be a table")
+    workers = table.get("workers")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ActionConfigError(f"{where}: [actions] workers must be a positive integer")
+    limit = table.get("output_limit", DEFAULT_LIMIT)
+    if not isinstance(limit, int) or limit < 0:
+        raise ActionConfigError(f"{where}: [actions] output_limit must be an integer >= 0")
+    return ActionSettings(
+        isolation=_isolation(table.get("isolation", "thread"), f"{where} [actions]"),
+        by_action={
+            str(name): _isolation(value, f"{where} [actions.isolation_by_action] {name}")
+            for name, value in by_action.items()
+        },
+        workers=workers,
+        output_limit=limit,
+    )
+
+
+def load_settings(start: Path | None) -> ActionSettings:
+    """The settings for an agent in folder ``start`` (defaults without a config file)."""
+    from agentscript.models.registry import find_config
+
+    if start is None:  # an agent made from text: no folder, no file
+        return ActionSettings()
+    path = find_config(start)
+    if path is None or not path.is_file():
+        return ActionSettings()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ActionConfigError(f"{path}: cannot read: {exc}") from None
+    return parse_settings(data, where=str(path))

@@ -1,0 +1,127 @@
+"""Issue 10: ``Session.send`` keeps one event loop per thread and is safe from any thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+import agentscript
+from agentscript.engine.session import Agent
+from agentscript.models.scripted import Move, ScriptedModel
+
+AGENT = """\
+# @dialect: agentscript
+system:
+    instructions: "Be brief."
+    messages:
+        welcome: "Hi"
+        error: "Something failed."
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Use the tool.
+        actions:
+            act: @actions.act
+    actions:
+        act:
+            description: "Records the loop it runs on"
+            target: "flow://Act"
+"""
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Agent:
+    path = tmp_path / "a.agent"
+    path.write_text(AGENT, encoding="utf-8")
+    loaded = agentscript.load(path)
+    assert isinstance(loaded, Agent)
+    return loaded
+
+
+def loops_seen(agent: Agent, turns: int) -> list[asyncio.AbstractEventLoop]:
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    async def act() -> dict[str, str]:
+        seen.append(asyncio.get_running_loop())
+        return {}
+
+    session = agent.session(model=ScriptedModel(), actions={"act": act})
+    assert isinstance(session.model, ScriptedModel)
+    for _ in range(turns):
+        session.model.begin_turn([Move(calls=[("act", {})]), Move(text="ok")])
+        assert session.send("go").text == "ok"
+    return seen
+
+
+def test_send_reuses_one_event_loop_per_thread(agent: Agent) -> None:
+    seen = loops_seen(agent, 3) + loops_seen(agent, 2)  # two sessions, same thread
+    assert len(seen) == 5
+    assert all(loop is seen[0] for loop in seen)
+    assert not seen[0].is_closed()
+
+
+def test_send_is_safe_from_several_threads_each_with_its_own_loop(agent: Agent) -> None:
+    results: dict[int, list[asyncio.AbstractEventLoop]] = {}
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            results[index] = loops_seen(agent, 3)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert sorted(results) == [0, 1, 2, 3]
+    firsts = [seen[0] for seen in results.values()]
+    assert all(all(loop is seen[0] for loop in seen) for seen in results.values())
+    assert len({id(loop) for loop in firsts}) == 4  # one loop per thread, never shared
+
+
+def test_send_inside_a_running_loop_says_to_use_send_async(agent: Agent) -> None:
+    session = agent.session(model=ScriptedModel([Move(text="ok")]))
+
+    async def inside() -> None:
+        with pytest.raises(RuntimeError, match="send_async"):
+            session.send("go")
+
+    asyncio.run(inside())
+
+
+def test_ctrl_c_during_send_cancels_the_turn_and_raises_keyboard_interrupt(agent: Agent) -> None:
+    import os
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    cancelled: list[bool] = []
+
+    async def act() -> dict[str, str]:
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the action waits
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return {}
+
+    session = agent.session(
+        model=ScriptedModel([Move(calls=[("act", {})]), Move(text="ok")]), actions={"act": act}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        session.send("go")
+    assert cancelled == [True]  # the turn was cancelled, not left running
+    # Outside a turn, Ctrl-C is Python's usual KeyboardInterrupt.
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at the next bytecode boundary
+            pass

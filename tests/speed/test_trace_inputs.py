@@ -1,0 +1,162 @@
+"""Issue 10: an ``LLM_STEP`` records only the messages added since the session's previous LLM
+call (``input.messagesFrom`` names where they start), and the full input the model received
+can be rebuilt exactly from the trace files, in Python and with the documented jq recipe."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentscript
+from agentscript.models.base import ModelRequest, ModelResponse, TextSink
+from agentscript.models.scripted import Move, ScriptedModel
+from agentscript.trace_inputs import rebuild_messages
+
+# A router, a subagent used as a tool (its exchange is cut from and restored to the history:
+# the non-append case), a transition and an LLM-called action.
+AGENT = """\
+# @dialect: agentscript
+system:
+    instructions: "Be brief."
+    messages:
+        welcome: "Hi"
+        error: "Something failed."
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Help the customer.
+        actions:
+            ask: @subagent.helper
+            look: @actions.lookup
+                with ref=...
+            go: @utils.transition to @subagent.other
+    actions:
+        lookup:
+            description: "Look up a reference"
+            target: "flow://Lookup"
+            inputs:
+                ref: string
+            outputs:
+                status: string
+
+subagent helper:
+    description: "Answers side questions"
+    reasoning:
+        instructions: ->
+            | Answer the side question.
+
+subagent other:
+    description: "Other area"
+    reasoning:
+        instructions: ->
+            | Help with the other area.
+        actions:
+            back: @utils.transition to @start_agent.main
+"""
+
+
+class Witness:
+    """Delegates to a scripted model and keeps, per call, the messages it was given."""
+
+    def __init__(self, inner: ScriptedModel) -> None:
+        self.inner = inner
+        self.received: list[list[dict[str, Any]]] = []
+
+    async def complete(
+        self, request: ModelRequest, stream: TextSink | None = None
+    ) -> ModelResponse:
+        self.received.append([m.to_json() for m in request.messages])
+        return await self.inner.complete(request, stream=stream)
+
+
+TURNS: list[list[Move]] = [
+    [Move(calls=[("look", {"ref": "A"})]), Move(text="A is late.")],
+    [Move(calls=[("ask", {})]), Move(text="Side answer."), Move(text="Back to you.")],
+    [Move(calls=[("go", {})]), Move(text="Other area here.")],
+    [Move(calls=[("back", {})]), Move(calls=[("look", {"ref": "B"})]), Move(text="B ok.")],
+    [Move(text="Anything else?")],
+]
+
+
+def play(tmp_path: Path) -> tuple[Witness, list[dict[str, Any]], list[Path]]:
+    path = tmp_path / "a.agent"
+    path.write_text(AGENT, encoding="utf-8")
+    agent = agentscript.load(path)
+    witness = Witness(ScriptedModel())
+    session = agent.session(
+        model=witness,
+        actions={"lookup": lambda ref: {"status": f"{ref} late"}},
+        trace_dir=tmp_path / "traces",
+    )
+    traces, files = [], []
+    for moves in TURNS:
+        witness.inner.begin_turn(moves)
+        reply = session.send("next")
+        assert reply.error is None, reply.error
+        assert reply.trace_file is not None
+        traces.append(reply.trace)
+        files.append(Path(reply.trace_file))
+    return witness, traces, files
+
+
+def test_llm_steps_record_only_new_messages_and_where_they_start(tmp_path: Path) -> None:
+    witness, traces, _ = play(tmp_path)
+    steps = [s for t in traces for s in t["planTrace"]["steps"] if s["type"] == "LLM_STEP"]
+    assert len(steps) == len(witness.received) >= 10
+    assert steps[0]["input"]["messagesFrom"] == 0
+    for step, before, now in zip(steps[1:], witness.received, witness.received[1:], strict=False):
+        start = step["input"]["messagesFrom"]
+        assert now[:start] == before[:start]  # the part left out was in the previous call
+        assert step["input"]["messages"] == now[start:]
+        assert len(step["input"]["messages"]) <= 4  # a delta, never the whole history
+    # system and instructions stay complete in every step.
+    assert all(s["input"]["system"] == "Be brief." and s["input"]["instructions"] for s in steps)
+
+
+def test_the_full_input_is_rebuilt_from_trace_files_exactly(tmp_path: Path) -> None:
+    witness, _, files = play(tmp_path)
+    documents = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+    assert rebuild_messages(documents) == witness.received
+
+
+JQ_RECIPE = (Path(__file__).resolve().parents[2] / "docs" / "tracing.md").read_text(
+    encoding="utf-8"
+)
+
+
+def jq_program() -> str:
+    """The rebuild recipe exactly as docs/tracing.md shows it (between the marker lines)."""
+    block = JQ_RECIPE.split("<!-- rebuild-recipe -->")[1]
+    command = block.split("```sh\n", 1)[1].split("```", 1)[0]
+    return command.split("'", 1)[1].rsplit("'", 1)[0]
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="install jq to check the jq recipe")
+def test_the_documented_jq_recipe_rebuilds_the_same_inputs(tmp_path: Path) -> None:
+    witness, _, files = play(tmp_path)
+    done = subprocess.run(
+        ["jq", "-s", jq_program(), *map(str, files)],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    rebuilt = json.loads(done.stdout)
+    assert [step["messages"] for step in rebuilt] == witness.received
+    assert all("messagesFrom" not in step for step in rebuilt)
+
+
+def test_a_restored_session_starts_with_a_complete_step(tmp_path: Path) -> None:
+    play(tmp_path)  # writes the agent file
+    agent = agentscript.load(tmp_path / "a.agent")
+    first = agent.session(model=ScriptedModel([Move(text="one")]))
+    first.send("hello")
+    again = agent.restore(first.to_json(), model=ScriptedModel([Move(text="two")]))
+    reply = again.send("more")
+    [step] = [s for s in reply.trace["planTrace"]["steps"] if s["type"] == "LLM_STEP"]
+    assert step["input"]["messagesFrom"] == 0
+    assert [m["content"] for m in step["input"]["messages"]] == ["hello", "one", "more"]
