@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck bench clean editors-test vsix
+.PHONY: setup demo demo-serve test lint typecheck bench clean editors-test vsix
 
 $(STAMP): pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,13 @@ demo: setup
 	$(VENV)/bin/agentscript run examples/card_bank \
 		--conversation examples/card_bank/conversations/rule1_interrupt_resume.yml
 	@echo
+	@echo
+	@$(MAKE) --no-print-directory demo-serve
 	@echo "Trace files are in traces/ (one JSON file per turn). Try: $(VENV)/bin/agentscript --help"
+
+demo-serve: setup
+	@echo "== 5. The agent behind an HTTP API: agentscript serve, one session, two messages (stand-in model) =="
+	$(PY) examples/serve_demo.py
 
 test: setup editors-test
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ class TurnTrace:
         "_start",
         "agent",
         "inputs",
+        "observer",
         "plan_id",
         "response",
         "session_id",
@@ -53,11 +55,15 @@ class TurnTrace:
         # The session's record of what the previous LLM call was given: when set, LLM_STEPs
         # hold only the messages added since (``trace_inputs.py``); None records them all.
         self.inputs: MessageLog | None = None
+        # Called with each step as it is added (the server streams them); None: nobody listens.
+        self.observer: Callable[[dict[str, Any]], None] | None = None
 
     def add(self, step_type: str, **fields: Any) -> dict[str, Any]:
         """Append a step; it is returned so the caller can fill in what it learns later."""
         step: dict[str, Any] = {"type": step_type, **fields}
         self.steps.append(step)
+        if self.observer is not None:
+            self.observer(step)
         return step
 
     def count_llm_call(self, duration_ms: float, input_tokens: int, output_tokens: int) -> None:

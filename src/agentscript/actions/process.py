@@ -41,15 +41,19 @@ class PythonCall:
     module: str
     function: str
     inputs: dict[str, Any]
+    # The turn's Idempotency-Key (actions/context.py): a context variable does not cross
+    # into the worker process, so it travels with the call.
+    idempotency_key: str | None = None
 
     def __call__(self) -> Any:
+        from agentscript.actions.context import with_key
         from agentscript.actions.modules import import_target
 
         module = import_target(Path(self.folder) if self.folder else None, self.module)
         function = getattr(module, self.function, None)
         if not callable(function):
             raise LookupError(f"'{self.module}' has no function '{self.function}'")
-        return function(**self.inputs)
+        return function(**with_key(function, self.inputs, self.idempotency_key))
 
 
 class Claim:

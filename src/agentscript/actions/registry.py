@@ -25,6 +25,7 @@ host's streams.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.actions.capture import Printed, captured
+from agentscript.actions.context import IDEMPOTENCY_KEY, with_turn_context
 from agentscript.actions.modules import import_target
 from agentscript.actions.process import Claim, PythonCall, WorkerGone, shared_processes
 from agentscript.actions.settings import ActionSettings, Isolation
@@ -239,7 +241,10 @@ class ActionRunner:
             async with asyncio.timeout_at(deadline):
                 if mode is Isolation.PROCESS:
                     return await self._in_process(request, target, args, printed)
-                call = functools.partial(_captured_call, printed, target, args)
+                # Run in a copy of the caller's context, so turn context (actions/context.py)
+                # reaches the action on the pool's thread.
+                context = contextvars.copy_context()
+                call = functools.partial(context.run, _captured_call, printed, target, args)
                 result = await shared_threads(self.settings.workers).submit(call)
         if inspect.isawaitable(result):  # a sync function that returned a coroutine
             async with asyncio.timeout_at(deadline):
@@ -258,7 +263,7 @@ class ActionRunner:
         if isinstance(target, functools.partial) and target.func is python_handler:
             module, function = _python_target(request)
             folder = str(request.agent_dir) if request.agent_dir is not None else None
-            call = PythonCall(folder, module, function, dict(request.inputs))
+            call = PythonCall(folder, module, function, dict(request.inputs), IDEMPOTENCY_KEY.get())
         else:
             call = functools.partial(target, **args)
         pool = shared_processes(self.settings.workers)
@@ -317,4 +322,4 @@ def python_handler(request: ActionRequest) -> Any:
         raise ActionError(
             f"'{module_name}' has no function '{function_name}' (action '{request.name}')"
         )
-    return function(**request.inputs)
+    return function(**with_turn_context(function, request.inputs))

@@ -65,9 +65,7 @@ class Scope:
     def with_outputs(self, owner: str | None, outputs: dict[str, ParamInfo] | None) -> Scope:
         """This scope inside the callback of ``owner``; ``outputs`` None means the action is
         unknown, so ``@outputs`` goes unchecked there."""
-        return replace(
-            self, outputs=outputs, outputs_owner=owner, unknown_outputs=outputs is None
-        )
+        return replace(self, outputs=outputs, outputs_owner=owner, unknown_outputs=outputs is None)
 
     def for_template(self) -> Scope:
         return replace(self, in_template=True)

@@ -12,6 +12,7 @@ from agentscript.cli.authoring import check_gates, graph, lsp, prompts
 from agentscript.cli.chat import chat
 from agentscript.cli.fmt import fmt
 from agentscript.cli.run import run
+from agentscript.cli.serve import serve
 from agentscript.cli.validate import validate
 
 
@@ -31,6 +32,7 @@ COMMANDS: tuple[click.Command, ...] = (
     graph,
     check_gates,
     lsp,
+    serve,
 )
 
 for _command in COMMANDS:

@@ -274,6 +274,8 @@ class Session:
         self.welcome = agent.welcome(state.variables)
         self.inputs = MessageLog()  # LLM_STEPs record only new messages (trace_inputs.py)
         self.on_text: Callable[[str], None] | None = None
+        # Called with each trace step as it is added (filled in as the turn goes on).
+        self.on_step: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def id(self) -> str:
@@ -298,6 +300,7 @@ class Session:
         plan_id = f"{state.session_id}-{state.turn}"
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
         trace.inputs = self.inputs
+        trace.observer = self.on_step
         if state.ended:
             message = "the session has ended; start a new session to continue"
             error_step(trace, message=message, node=state.current_node)

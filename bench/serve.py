@@ -1,0 +1,425 @@
+"""``agentscript serve`` through its HTTP API, against a stand-in model with a fixed delay.
+
+The agent is seed 002 (``examples/order_status``) with its two ``flow://`` actions served by
+``python://`` functions returning the same values, so a turn is: router -> ``go_to_orders``
+transition -> Order_Management running two actions -> text (2 or 3 LLM calls, read from the
+turn's trace). The model is the
+stand-in OpenAI-compatible server (``agentscript.server.standin``) in its own process on
+loopback, answering after ``--delay`` seconds (50 ms); the server talks to it with the real
+OpenAI client, like a deployment would.
+
+For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
+
+1. one turn at a time: p50/p99 of the server's own overhead (client latency minus the model's
+   fixed delay per LLM call);
+2. closed loop, ``--sessions`` x 5 turns with ``--clients`` concurrent clients: turns per
+   second at saturation, server CPU per turn (all worker processes, store commit and trace
+   included), errors;
+3. open loop (Poisson arrivals) at half the measured capacity: p50/p99 overhead.
+
+Reference measured in the same run: the CPU per turn of in-process ``Session.send_async`` for
+the same turns with the same model client (no HTTP server, no store).
+
+Usage: ``python bench/serve.py [--quick] [--sessions N] [--clients N] [--delay S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2 as httpx
+
+from common import REPO, machine
+
+SEED = REPO / "examples" / "order_status" / "order_status.agent"
+BIN = Path(sys.executable).parent
+PG = os.environ.get("AGENTSCRIPT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+MESSAGE = "/go_to_orders"
+
+BACKEND = """
+def get_delivery_date(order_ID: str) -> dict[str, object]:
+    return {"delivery_date": "February 10, 2026"}
+
+
+def check_if_late(order_ID: str, delivery_date: str) -> dict[str, object]:
+    return {"is_late": True}
+"""
+
+
+def write_agent(folder: Path) -> Path:
+    text = SEED.read_text()
+    text = text.replace("flow://Get_Delivery_Date", "python://bench_orders:get_delivery_date")
+    text = text.replace("flow://Check_If_Late", "python://bench_orders:check_if_late")
+    agent = folder / "order_status.agent"
+    agent.write_text(text)
+    (folder / "bench_orders.py").write_text(BACKEND)
+    return agent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in process group ``pgid``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # field 5 of stat: pgrp
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    url: str
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_server(
+    agent: Path, store: str, workers: int, model_url: str | None
+) -> tuple[Server, float]:
+    """``model_url`` None: the in-process stand-in model (no model client, no delay)."""
+    port = free_port()
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [
+            str(BIN / "agentscript"),
+            "serve",
+            str(agent),
+            "--port",
+            str(port),
+            "--store",
+            store,
+            "--workers",
+            str(workers),
+            *(
+                ["--model", "openai:gpt-standin", "--base-url", model_url]
+                if model_url
+                else ["--model", "standin"]
+            ),
+            "--rate-limit",
+            "0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.02)
+    return Server(proc, url), time.perf_counter() - started
+
+
+async def new_sessions(client: httpx.AsyncClient, url: str, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        r = await client.post(
+            f"{url}/v1/agents/Order_Status/sessions", json={"variables": {"order_ID": "1234"}}
+        )
+        r.raise_for_status()
+        out.append(r.json()["session_id"])
+    return out
+
+
+FAILURES: Counter[str] = Counter()  # what the failed requests were, for the report
+
+
+async def one_turn(client: httpx.AsyncClient, url: str, sid: str) -> tuple[float, bool]:
+    start = time.perf_counter()
+    r = await client.post(f"{url}/v1/sessions/{sid}/messages", json={"text": MESSAGE})
+    elapsed = time.perf_counter() - start
+    ok = r.status_code == 200 and r.json().get("error") is None
+    if not ok:
+        data = r.json()
+        FAILURES[
+            str(data.get("error", {}).get("code") if r.status_code != 200 else data["error"])
+        ] += 1
+    return elapsed, ok
+
+
+async def llm_calls(client: httpx.AsyncClient, url: str, sid: str, turn: int) -> int:
+    """LLM calls of one committed turn, from its trace (not timed)."""
+    trace = (await client.get(f"{url}/v1/sessions/{sid}/turns/{turn}/trace")).json()
+    return int(trace["usage"]["llm_calls"])
+
+
+async def sequential(url: str, turns: int, delay: float) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        sids = await new_sessions(client, url, max(1, turns // 5))
+        overheads = []
+        for i in range(turns):
+            sid = sids[i // 5 % len(sids)]
+            elapsed, ok = await one_turn(client, url, sid)
+            if not ok:
+                raise RuntimeError("a turn failed in the sequential run")
+            calls = await llm_calls(client, url, sid, i % 5 + 1)
+            overheads.append((elapsed - calls * delay) * 1000)
+    return {"p50": pct(overheads, 0.5), "p99": pct(overheads, 0.99)}
+
+
+async def closed_loop(url: str, sessions: int, clients: int, pgid: int) -> dict[str, float]:
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(sessions):
+            queue.put_nowait(i)
+        errors = 0
+        turns = 0
+
+        async def worker() -> None:
+            nonlocal errors, turns
+            while not queue.empty():
+                queue.get_nowait()
+                try:
+                    (sid,) = await new_sessions(client, url, 1)
+                except httpx.HTTPError:
+                    errors += 1
+                    continue
+                for _ in range(5):
+                    try:
+                        _elapsed, ok = await one_turn(client, url, sid)
+                    except httpx.HTTPError:
+                        ok = False
+                    turns += ok
+                    errors += not ok
+
+        cpu0, t0 = group_cpu(pgid), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        wall, cpu = time.perf_counter() - t0, group_cpu(pgid) - cpu0
+    return {
+        "turns": turns,
+        "errors": errors,
+        "tps": turns / wall,
+        "cpu_ms": cpu / max(1, turns) * 1000,
+    }
+
+
+async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=500)) as client:
+        sids = await new_sessions(client, url, turns)
+        overheads: list[float] = []
+        errors = 0
+
+        async def fire(sid: str) -> None:
+            nonlocal errors
+            try:
+                elapsed, ok = await one_turn(client, url, sid)
+            except httpx.HTTPError:
+                elapsed, ok = 0.0, False
+            if ok:
+                calls = await llm_calls(client, url, sid, 1)
+                overheads.append((elapsed - calls * delay) * 1000)
+            else:
+                errors += 1
+
+        rng = random.Random(11)
+        tasks = []
+        next_at = time.perf_counter()
+        for sid in sids:
+            next_at += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+            tasks.append(asyncio.create_task(fire(sid)))
+        await asyncio.gather(*tasks)
+    return {"p50": pct(overheads, 0.5), "p99": pct(overheads, 0.99), "errors": errors}
+
+
+def in_process_cpu(agent: Path, model_url: str | None, turns: int) -> float:
+    """CPU ms per turn of ``Session.send_async`` with the same model client, no server."""
+    import agentscript
+    from agentscript.models.registry import model_from_spec
+
+    loaded = agentscript.load(agent)
+    from agentscript.server.standin import StandInModel
+
+    model = (
+        model_from_spec("openai:gpt-standin", base_url=model_url) if model_url else StandInModel()
+    )
+
+    async def main() -> float:
+        cpu0 = time.process_time()
+        done = 0
+        while done < turns:
+            session = loaded.session(model=model, variables={"order_ID": "1234"})
+            for _ in range(5):
+                reply = await session.send_async(MESSAGE)
+                if reply.error:
+                    raise RuntimeError(reply.error)
+                done += 1
+        return (time.process_time() - cpu0) / done * 1000
+
+    return asyncio.run(main())
+
+
+def pg_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG, connect_timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+def pg_database(name: str, create: bool) -> str:
+    import psycopg
+
+    with psycopg.connect(PG, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        if create:
+            conn.execute(f"CREATE DATABASE {name}")
+    return PG.rsplit("/", 1)[0] + "/" + name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small run (smoke test)")
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--delay", type=float, default=0.05)
+    parser.add_argument("--sequential", type=int, default=200, help="turns one at a time")
+    parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument(
+        "--inprocess-model",
+        action="store_true",
+        help="serve with the in-process stand-in model (no model client, no delay): the "
+        "server's own cost alone",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.sessions, args.clients, args.sequential = 40, 16, 30
+
+    if args.inprocess_model:
+        args.delay = 0.0
+    print(f"# bench/serve.py — {machine()}")
+    model_kind = (
+        "in-process stand-in (no model client, no delay)"
+        if args.inprocess_model
+        else f"stand-in OpenAI-compatible server, {args.delay * 1000:g} ms per call"
+    )
+    print(
+        f"# model: {model_kind}; overhead = latency - calls x delay; "
+        f"closed loop: {args.sessions} sessions x 5 turns, {args.clients} clients"
+    )
+    model_port = free_port()
+    model = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentscript.server.standin",
+            "--port",
+            str(model_port),
+            "--delay",
+            str(args.delay),
+        ],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    model_url = f"http://127.0.0.1:{model_port}/v1"
+    try:
+        time.sleep(0.3)
+        with tempfile.TemporaryDirectory() as tmp:
+            agent = write_agent(Path(tmp))
+            reference = in_process_cpu(
+                agent, None if args.inprocess_model else model_url, 200 if not args.quick else 20
+            )
+            print(f"in-process Session.send_async: {reference:.2f} ms CPU per turn (reference)")
+            print()
+            header = (
+                "| store | workers | start s | seq p50 ms | seq p99 ms | turns/s | CPU ms/turn "
+                "| x in-process | errors | open-loop rate | open p50 ms | open p99 ms |"
+            )
+            print(header)
+            print("|---" * 12 + "|")
+            for kind in args.stores.split(","):
+                if kind == "postgresql" and not pg_available():
+                    print(f"| postgresql | - | skipped: no server at {PG} |")
+                    continue
+                for workers in [int(w) for w in args.workers.split(",")]:
+                    if kind == "sqlite":
+                        store = f"sqlite:///{tmp}/bench-{workers}.db"
+                    else:
+                        store = pg_database(f"agentscript_bench_{os.getpid()}_{workers}", True)
+                    server, start_s = start_server(
+                        agent, store, workers, None if args.inprocess_model else model_url
+                    )
+                    try:
+                        seq = asyncio.run(sequential(server.url, args.sequential, args.delay))
+                        closed = asyncio.run(
+                            closed_loop(server.url, args.sessions, args.clients, server.proc.pid)
+                        )
+                        rate = closed["tps"] / 2
+                        n_open = max(20, int(rate * (10 if not args.quick else 3)))
+                        opened = asyncio.run(open_loop(server.url, rate, n_open, args.delay))
+                    finally:
+                        server.stop()
+                        if kind == "postgresql":
+                            pg_database(f"agentscript_bench_{os.getpid()}_{workers}", False)
+                    if FAILURES:
+                        print(f"<!-- failures: {dict(FAILURES)} -->")
+                        FAILURES.clear()
+                    print(
+                        f"| {kind} | {workers} | {start_s:.2f} | {seq['p50']:.1f} | {seq['p99']:.1f} "
+                        f"| {closed['tps']:.0f} | {closed['cpu_ms']:.2f} "
+                        f"| {closed['cpu_ms'] / reference:.1f} | {closed['errors'] + opened['errors']:.0f} "
+                        f"| {rate:.0f}/s | {opened['p50']:.1f} | {opened['p99']:.1f} |",
+                        flush=True,
+                    )
+    finally:
+        os.killpg(model.pid, signal.SIGTERM)
+        model.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""`make demo-serve`: start `agentscript serve`, create a session, send messages, stop it.
+
+The model is the stand-in OpenAI-compatible server (`agentscript.server.standin`) on loopback,
+so no key or network is needed; the server talks to it with the real OpenAI client. Everything
+runs on 127.0.0.1 and stops by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+
+from agentscript.server import sse
+from agentscript.server.standin import StandInServer
+
+ROOT = Path(__file__).resolve().parent
+AGENTSCRIPT = str(Path(sys.executable).parent / "agentscript")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def show(method: str, path: str, body: object | None, response: httpx.Response) -> None:
+    data = f" -d '{json.dumps(body)}'" if body is not None else ""
+    print(f"$ curl -X {method} $URL{path}{data}")
+    print(f"  -> {response.status_code} {response.text[:400]}")
+
+
+def main() -> int:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with StandInServer() as model, tempfile.TemporaryDirectory() as tmp:
+        server = subprocess.Popen(
+            [
+                AGENTSCRIPT,
+                "serve",
+                str(ROOT / "order_status"),
+                "--port",
+                str(port),
+                "--store",
+                f"sqlite:///{tmp}/sessions.db",
+                "--model",
+                "openai:standin",
+                "--base-url",
+                model.base_url,
+            ],
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            else:
+                print("the server did not start", file=sys.stderr)
+                return 1
+            print(f"URL={url}")
+            body: dict[str, object] = {"variables": {"order_ID": "1234"}}
+            created = httpx.post(f"{url}/v1/agents/Order_Status/sessions", json=body)
+            show("POST", "/v1/agents/Order_Status/sessions", body, created)
+            sid = created.json()["session_id"]
+            message = {"text": "Where is my order?"}
+            sent = httpx.post(f"{url}/v1/sessions/{sid}/messages", json=message)
+            show("POST", f"/v1/sessions/{sid}/messages", message, sent)
+            streamed = httpx.post(
+                f"{url}/v1/sessions/{sid}/messages",
+                json={"text": "Thanks"},
+                headers={"Accept": "text/event-stream"},
+            )
+            kinds = [name for name, _ in sse.parse(streamed.text)]
+            print(f"$ curl -N -H 'Accept: text/event-stream' ... -> events: {' '.join(kinds)}")
+            turns = httpx.get(f"{url}/v1/sessions/{sid}/turns")
+            show("GET", f"/v1/sessions/{sid}/turns", None, turns)
+            return 0 if sent.status_code == 200 and kinds[-1:] == ["turn"] else 1
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=15)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""``agentscript serve``: agents over HTTP with durable sessions (the logic is in
+:mod:`agentscript.server.command`; needs ``agentscript[serve]``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from agentscript.cli.common import exit_with
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
+@click.option(
+    "--store",
+    default=None,
+    help="sqlite:///PATH (default .agentscript/sessions.db), postgresql://... or memory://",
+)
+@click.option("--workers", default=1, show_default=True, type=int, help="Worker processes.")
+@click.option("--model", "model", default=None, help="Model spec, e.g. openai:gpt-4o-mini.")
+@click.option("--base-url", default=None, help="Server URL (Ollama, vLLM, a gateway, ...).")
+@click.option(
+    "--session-ttl", default=None, help="Expire sessions idle this long (e.g. 3600, 12h)."
+)
+@click.option(
+    "--lock-wait",
+    default=30.0,
+    show_default=True,
+    type=float,
+    help="Seconds a message waits for another turn of its session before 409.",
+)
+@click.option(
+    "--rate-limit",
+    default=20.0,
+    show_default=True,
+    type=float,
+    help="Requests per second per API key (0: no limit).",
+)
+@click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
+def serve(paths: tuple[str, ...], **options: Any) -> None:
+    """Serve agents over HTTP with durable sessions (needs agentscript[serve])."""
+    from agentscript.server.command import serve_cli
+
+    options["cors_origins"] = list(options["cors_origins"])
+    exit_with(serve_cli(paths, echo=lambda line: click.echo(line, err=True), **options))
+
+
+__all__ = ["serve"]

@@ -1,0 +1,143 @@
+"""The agents a server serves: found from the command's paths, loaded once, described as JSON.
+
+Each PATH is an ``.agent`` file, a Mantle project folder, or a folder holding several of them.
+Each agent is served under its name (``config.agent_name`` / ``developer_name`` / the project's
+id or folder name); two agents with one name are an error at start-up, as is an agent with
+errors. An agent's *version* is a fingerprint of its shape (variables and their types, nodes or
+skills): a stored session whose fingerprint differs is reported, never silently misread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentscript.diagnostics import AgentScriptError
+from agentscript.engine.session import Agent, AgentBase
+from agentscript.models.base import Model
+
+
+class AgentLoadError(Exception):
+    """The agents cannot be served (errors in a file, a name clash, nothing found)."""
+
+
+@dataclass
+class ServedAgent:
+    """One loaded agent, its description for the API, and the model its sessions use."""
+
+    agent: AgentBase
+    path: Path
+    model: Model
+    description: dict[str, Any]
+    version: str
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+
+def discover(paths: Sequence[str]) -> Iterator[Path]:
+    """``.agent`` files and Mantle project folders named by, or found under, ``paths`` (the
+    same expansion as every command: :func:`agentscript.discover.agent_files`)."""
+    from agentscript.discover import agent_files
+
+    for raw in paths:
+        if not Path(raw).exists():
+            raise AgentLoadError(f"{raw}: no such file or folder")
+    yield from agent_files(paths)
+
+
+def load_agents(paths: Sequence[str]) -> list[AgentBase]:
+    """Every agent under ``paths`` (AgentLoadError naming the file and its first errors)."""
+    from agentscript.loader import load
+
+    agents: dict[str, tuple[AgentBase, Path]] = {}
+    for path in discover(paths):
+        try:
+            agent = load(path)
+        except AgentScriptError as exc:
+            errors = [d.format() for d in exc.diagnostics if d.is_error][:5]
+            raise AgentLoadError(
+                f"{path}: cannot serve an agent with errors\n" + "\n".join(errors)
+            ) from None
+        if agent.name in agents:
+            other = agents[agent.name][1]
+            raise AgentLoadError(
+                f"two agents are named {agent.name!r}: {other} and {path}; rename one "
+                "(config.developer_name, or the project's id)"
+            )
+        agents[agent.name] = (agent, path)
+    if not agents:
+        raise AgentLoadError(f"no .agent files or Mantle projects under {', '.join(paths)}")
+    return [agent for agent, _ in agents.values()]
+
+
+def describe(agent: AgentBase) -> dict[str, Any]:
+    """``GET /v1/agents/{agent}``: name, format, variables, nodes or skills."""
+    from agentscript.mantle.runtime import MantleAgent
+
+    if isinstance(agent, Agent):
+        outline = agent.outline
+        return {
+            "name": agent.name,
+            "format": "agentscript",
+            "variables": [
+                {
+                    "name": name,
+                    "type": info.type,
+                    "mutable": info.modifier == "mutable",
+                    "linked": info.modifier == "linked",
+                    "description": info.description,
+                }
+                for name, info in outline.variables.items()
+            ],
+            "nodes": sorted(agent.program.nodes),
+            "start": outline.start_agent,
+        }
+    if isinstance(agent, MantleAgent):
+        project = agent.project
+        return {
+            "name": agent.name,
+            "format": "mantle",
+            "variables": [
+                {
+                    "name": entry.qualified_name,
+                    "type": entry.type,
+                    "mutable": entry.llm_settable or not entry.write_once,
+                    "linked": entry.seed,
+                    "description": entry.description,
+                }
+                for entry in project.all_memory()
+            ],
+            "skills": sorted(project.skills),
+        }
+    raise TypeError(f"cannot describe a {type(agent).__name__}")
+
+
+def fingerprint(description: dict[str, Any]) -> str:
+    """The agent's version: a hash of its variables (names, types) and nodes or skills."""
+    shape = {
+        "format": description["format"],
+        "variables": sorted((v["name"], v["type"]) for v in description["variables"]),
+        "parts": description.get("nodes") or description.get("skills") or [],
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def serve_agents(agents: Iterable[AgentBase], models: dict[str, Model]) -> dict[str, ServedAgent]:
+    """The served agents by name, each with its model (``models`` by agent name)."""
+    served = {}
+    for agent in agents:
+        description = describe(agent)
+        served[agent.name] = ServedAgent(
+            agent,
+            agent.path or Path(agent.name),
+            models[agent.name],
+            description,
+            fingerprint(description),
+        )
+    return served

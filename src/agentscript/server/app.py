@@ -1,0 +1,397 @@
+"""The ASGI application: thin FastAPI routes over :class:`SessionService`.
+
+Routes parse the request, authenticate (Bearer key -> owner id), apply the rate limit, call
+the service, and return JSON. Every error leaves through :func:`_error_response` with the body
+``{"error": {"code", "message"}}`` and the status from ``errors.STATUS``; no traceback ever
+reaches a client. ``Accept: text/event-stream`` on a message streams the turn (see ``sse.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentscript.server import sse
+from agentscript.server.agents import ServedAgent
+from agentscript.server.auth import ApiKeys
+from agentscript.server.config import ServerConfig
+from agentscript.server.errors import ApiError, body, status_of
+from agentscript.server.metrics import Metrics
+from agentscript.server.ratelimit import RateLimiter, retry_after
+from agentscript.server.service import SessionService, TurnHooks
+from agentscript.store import Store
+
+log = logging.getLogger("agentscript.server")
+
+SESSION_ID = r"^[A-Za-z0-9_-]{1,64}$"
+NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+
+
+class CreateSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class SendMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str
+
+
+def _error_response(exc: BaseException) -> JSONResponse:
+    status, code, message = status_of(exc)
+    if status >= 500 and code == "internal":
+        log.error("internal error: %s: %s", type(exc).__name__, exc)
+    headers = exc.headers if isinstance(exc, ApiError) else {}
+    return JSONResponse(body(code, message), status_code=status, headers=headers)
+
+
+class CountRequests:
+    """Counts responses by method and status for ``/metrics``; an exception that escaped the
+    routes becomes an error response here (never a traceback to the client)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status, started = int(message["status"]), True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:
+                raise
+            response = _error_response(exc)
+            status = response.status_code
+            await response(scope, receive, send)
+        finally:
+            self.metrics.http[(str(scope.get("method", "")), status)] += 1
+
+
+class BodyLimit:
+    """Refuses request bodies over ``limit`` bytes with 413, before a route reads them."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise ApiError(413, "body_too_large", self._message())
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _message(self) -> str:
+        return f"the request body is over {self.limit} bytes (max_body_bytes)"
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse(body("body_too_large", self._message()), status_code=413)
+        await response(scope, receive, send)
+
+
+async def authenticate(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> str:
+    """The owner id of the request's API key (401 without a valid one), rate-limited (429)."""
+    state = request.app.state
+    who: str | None = state.keys.owner(authorization)
+    if who is None:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "send a valid API key as 'Authorization: Bearer <key>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    wait = state.limiter.take(who)
+    if wait > 0:
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"too many requests for this key (rate_limit {state.config.rate_limit:g}/s); "
+            f"retry in {wait:.2f} s",
+            headers={"Retry-After": retry_after(wait)},
+        )
+    return who
+
+
+Owner = Annotated[str, Depends(authenticate)]
+SessionId = Annotated[str, Path(pattern=SESSION_ID)]
+AgentName = Annotated[str, Path(pattern=NAME)]
+
+
+def create_app(
+    agents: Mapping[str, ServedAgent],
+    store: Store,
+    *,
+    config: ServerConfig | None = None,
+    keys: ApiKeys | None = None,
+    purge_every: float | None = 60.0,
+) -> FastAPI:
+    """The server for ``agents`` over ``store`` (opened at start-up, closed at shutdown)."""
+    config = config or ServerConfig()
+    keys = keys or ApiKeys()
+    metrics = Metrics()
+    service = SessionService(agents, store, config, metrics)
+    limiter = RateLimiter(config.rate_limit, config.rate_burst)
+    ready = {"store": False}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await store.open()
+        ready["store"] = True
+        purger = None
+        if purge_every and config.session_ttl:
+            from agentscript.server.service import purge_loop
+
+            purger = asyncio.create_task(purge_loop(store, purge_every))
+        try:
+            yield
+        finally:
+            ready["store"] = False
+            if purger is not None:
+                purger.cancel()
+            await store.close()
+
+    app = FastAPI(
+        title="agentscript serve",
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        responses={
+            401: {"description": "missing or unknown API key"},
+            404: {"description": "not found (or another key's session)"},
+            422: {"description": "invalid request"},
+            429: {"description": "rate limit; see Retry-After"},
+        },
+    )
+    app.state.service = service
+    app.state.metrics = metrics
+    app.state.keys = keys
+    app.state.limiter = limiter
+    app.state.config = config
+
+    @app.exception_handler(ApiError)
+    async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return _error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        code = codes.get(exc.status_code, "http_error")
+        return JSONResponse(
+            body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors()[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            problems.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+        return JSONResponse(body("invalid_request", "; ".join(problems)), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def any_error(_request: Request, exc: Exception) -> JSONResponse:
+        return _error_response(exc)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """The store answers and the agents are loaded."""
+        try:
+            if not ready["store"]:
+                raise ApiError(503, "not_ready", "the store is not open yet")
+            await store.ping()
+        except Exception as exc:
+            return _error_response(
+                exc if isinstance(exc, ApiError) else ApiError(503, "not_ready", str(exc))
+            )
+        return JSONResponse({"status": "ready", "store": store.url, "agents": sorted(agents)})
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics_text() -> PlainTextResponse:
+        """Prometheus text format."""
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/agents")
+    async def list_agents(_who: Owner) -> dict[str, Any]:
+        return {"agents": [a.description for a in agents.values()]}
+
+    @app.get("/v1/agents/{agent}")
+    async def get_agent(agent: AgentName, _who: Owner) -> dict[str, Any]:
+        return service.agent(agent).description
+
+    @app.post("/v1/agents/{agent}/sessions", status_code=201)
+    async def create_session(
+        agent: AgentName, who: Owner, request: CreateSession | None = None
+    ) -> dict[str, Any]:
+        variables = request.variables if request is not None else {}
+        return await service.create(who, agent, variables)
+
+    @app.get("/v1/sessions")
+    async def list_sessions(
+        who: Owner,
+        agent: Annotated[str | None, Query(pattern=NAME)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+        cursor: Annotated[str | None, Query(pattern=SESSION_ID)] = None,
+    ) -> dict[str, Any]:
+        return await service.list(who, agent, min(limit, config.max_page), cursor)
+
+    @app.get("/v1/sessions/{session_id}")
+    async def get_session(session_id: SessionId, who: Owner) -> dict[str, Any]:
+        return await service.get(who, session_id)
+
+    @app.delete("/v1/sessions/{session_id}", status_code=204)
+    async def delete_session(session_id: SessionId, who: Owner) -> Response:
+        await service.delete(who, session_id)
+        return Response(status_code=204)
+
+    @app.get("/v1/sessions/{session_id}/turns")
+    async def list_turns(session_id: SessionId, who: Owner) -> dict[str, Any]:
+        return await service.turns(who, session_id)
+
+    @app.get("/v1/sessions/{session_id}/turns/{turn}/trace")
+    async def get_trace(
+        session_id: SessionId, turn: Annotated[int, Path(ge=1, le=10**9)], who: Owner
+    ) -> dict[str, Any]:
+        return await service.trace(who, session_id, turn)
+
+    @app.post(
+        "/v1/sessions/{session_id}/messages",
+        responses={
+            200: {
+                "description": "The turn JSON, or (Accept: text/event-stream) its events",
+                "content": {"text/event-stream": {}},
+            },
+            409: {"description": "another turn of the session is running"},
+        },
+    )
+    async def send_message(
+        session_id: SessionId,
+        message: SendMessage,
+        who: Owner,
+        idempotency_key: Annotated[
+            str | None, Header(max_length=200, pattern=r"^[\x21-\x7e]+$")
+        ] = None,
+        accept: Annotated[str | None, Header()] = None,
+    ) -> Response:
+        if accept and "text/event-stream" in accept:
+            return await _stream(service, who, session_id, message.text, idempotency_key)
+        result = await service.send(who, session_id, message.text, idempotency_key)
+        return JSONResponse(result)
+
+    if config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=config.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Accept"],
+        )
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(CountRequests, metrics=metrics)
+    return app
+
+
+async def _stream(
+    service: SessionService, who: str, session_id: str, text: str, key: str | None
+) -> Response:
+    """Start the turn; once it holds its lock, stream its events. Errors before that are
+    ordinary statuses (404, 409, ...); errors after it are an ``error`` event."""
+    events: asyncio.Queue[str | None] = asyncio.Queue()
+    started = asyncio.Event()
+    pending: list[dict[str, Any]] = []
+
+    def on_step(step: dict[str, Any]) -> None:
+        # A step is filled in after it is added: send each one when the next begins.
+        if pending:
+            events.put_nowait(sse.event("step", pending.pop()))
+        pending.append(step)
+
+    def on_token(delta: str) -> None:
+        events.put_nowait(sse.event("token", {"text": delta}))
+
+    async def run() -> None:
+        try:
+            result = await service.send(
+                who,
+                session_id,
+                text,
+                key,
+                TurnHooks(on_token=on_token, on_step=on_step, on_start=started.set),
+            )
+            if pending:
+                events.put_nowait(sse.event("step", pending.pop()))
+            events.put_nowait(sse.event("turn", result))
+        except Exception as exc:
+            if not started.is_set():
+                raise
+            status, code, message = status_of(exc)
+            events.put_nowait(
+                sse.event("error", {"status": status, "code": code, "message": message})
+            )
+        finally:
+            events.put_nowait(None)
+
+    task = asyncio.create_task(run())
+    # Held until the turn ends, so it runs to its commit even if the client goes away.
+    service.background.add(task)
+    task.add_done_callback(service.background.discard)
+    waiter = asyncio.create_task(started.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if task.done() and not started.is_set():
+        task.result()  # raises the error, mapped to its status
+
+    async def body_iter() -> AsyncIterator[str]:
+        while True:
+            item = await events.get()
+            if item is None:
+                return
+            yield item
+
+    return StreamingResponse(
+        body_iter(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,84 @@
+"""API keys: loaded from ``AGENTSCRIPT_API_KEYS``, kept and compared only as SHA-256 hashes.
+
+``AGENTSCRIPT_API_KEYS`` holds comma-separated keys, or the path of a file (one key per line,
+``#`` comments). A line ``sha256:<hex>`` gives a key by its hash, so the file need not hold the
+key itself. A request authenticates with ``Authorization: Bearer <key>``; its owner id is the
+key's hash, which is what sessions record (never the key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+ENV = "AGENTSCRIPT_API_KEYS"
+
+
+class KeyConfigError(ValueError):
+    """The key configuration cannot be read (the message says what to fix)."""
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class ApiKeys:
+    """The accepted keys, by hash. Empty: the server runs without authentication."""
+
+    def __init__(self, hashes: Iterable[str] = ()) -> None:
+        self.hashes = frozenset(hashes)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.hashes)
+
+    @staticmethod
+    def of(*keys: str) -> ApiKeys:
+        return ApiKeys(key_hash(k) for k in keys)
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> ApiKeys:
+        raw = (os.environ if env is None else env).get(ENV, "").strip()
+        if not raw:
+            return ApiKeys()
+        path = Path(raw)
+        if "," not in raw and (raw.startswith(("/", ".", "~")) or path.is_file()):
+            try:
+                text = path.expanduser().read_text(encoding="utf-8")
+            except OSError as exc:
+                raise KeyConfigError(f"{ENV}: cannot read {raw}: {exc.strerror or exc}") from None
+            entries = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        else:
+            entries = [part.strip() for part in raw.split(",")]
+        hashes = []
+        for entry in filter(None, entries):
+            if entry.startswith("sha256:"):
+                digest = entry[len("sha256:") :].lower()
+                if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                    raise KeyConfigError(f"{ENV}: 'sha256:' must be followed by 64 hex digits")
+                hashes.append(digest)
+            else:
+                hashes.append(key_hash(entry))
+        if not hashes:
+            raise KeyConfigError(f"{ENV} is set but holds no key")
+        return ApiKeys(hashes)
+
+    def owner(self, authorization: str | None) -> str | None:
+        """The owner id for an ``Authorization`` header, "" when keys are off, None when the
+        header is missing or the key unknown."""
+        if not self.enabled:
+            return ""
+        if not authorization:
+            return None
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return None
+        digest = key_hash(key.strip())
+        # Compare against every hash, so timing says nothing about which keys exist.
+        found = False
+        for known in self.hashes:
+            found |= hmac.compare_digest(known, digest)
+        return digest if found else None

@@ -1,0 +1,198 @@
+"""``agentscript serve``: check the set-up, say what will be served, then run uvicorn.
+
+Everything that can be wrong is found before the server binds, and reported in one line with
+its fix (exit 2): no agents or an agent with errors, two agents with one name, no model, an
+unknown store, bad API key configuration, or a non-loopback address without API keys.
+With ``--workers N`` uvicorn starts N processes; each rebuilds the same app from the options
+(passed in the environment variable ``AGENTSCRIPT_SERVE``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agentscript.commands import ExitCode
+
+ENV = "AGENTSCRIPT_SERVE"
+STANDIN = "standin"  # --model standin: the built-in stand-in model (demos, tests)
+
+
+class ServeError(Exception):
+    """The server cannot start; the message says why and what to do."""
+
+
+@dataclass
+class ServeOptions:
+    paths: list[str]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    store: str | None = None
+    workers: int = 1
+    model: str | None = None
+    base_url: str | None = None
+    session_ttl: float | None = None
+    lock_wait: float = 30.0
+    rate_limit: float = 20.0
+    cors_origins: list[str] = field(default_factory=list)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_app(options: ServeOptions) -> tuple[Any, list[str]]:
+    """The ASGI app for ``options`` and the lines describing it (ServeError when it cannot
+    be built)."""
+    from agentscript.models.base import Model, ModelError
+    from agentscript.server.agents import AgentLoadError, load_agents, serve_agents
+
+    try:
+        from agentscript.server.app import create_app
+    except ImportError as exc:
+        raise ServeError(
+            f"agentscript serve needs {exc.name or 'FastAPI'}; install it with: "
+            "pip install 'agentscript[serve]'"
+        ) from None
+    from agentscript.server.auth import ApiKeys, KeyConfigError
+    from agentscript.server.config import ServerConfig
+    from agentscript.store import store_from_url
+
+    try:
+        keys = ApiKeys.from_env()
+    except KeyConfigError as exc:
+        raise ServeError(str(exc)) from None
+    if not keys.enabled and not is_loopback(options.host):
+        raise ServeError(
+            f"refusing to listen on {options.host} without API keys: anyone who can reach it "
+            "could use the agents. Set AGENTSCRIPT_API_KEYS (keys, or a file of keys), or "
+            "listen on 127.0.0.1"
+        )
+    try:
+        store = store_from_url(options.store)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
+    if options.workers > 1 and store.url == "memory://":
+        raise ServeError("memory:// cannot be shared by several workers; use SQLite or PostgreSQL")
+    try:
+        agents = load_agents(options.paths)
+    except AgentLoadError as exc:
+        raise ServeError(str(exc)) from None
+    models: dict[str, Model] = {}
+    for agent in agents:
+        try:
+            models[agent.name] = _model(agent, options)
+        except ModelError as exc:
+            raise ServeError(f"{agent.name}: {exc}") from None
+    served = serve_agents(agents, models)
+    config = ServerConfig(
+        session_ttl=options.session_ttl,
+        lock_wait=options.lock_wait,
+        rate_limit=options.rate_limit,
+        cors_origins=list(options.cors_origins),
+    )
+    app = create_app(served, store, config=config, keys=keys)
+    lines = [
+        f"agentscript serve: listening on http://{options.host}:{options.port} "
+        f"({options.workers} worker{'s' if options.workers != 1 else ''})",
+        f"  store:  {store.url}",
+        f"  keys:   {len(keys.hashes)} API key(s)"
+        if keys.enabled
+        else "  keys:   none (loopback only)",
+    ]
+    for item in served.values():
+        lines.append(f"  agent:  {item.name} ({item.path}) model {models[item.name].name}")
+    return app, lines
+
+
+def _model(agent: Any, options: ServeOptions) -> Any:
+    if options.model == STANDIN:
+        from agentscript.server.standin import StandInModel
+
+        return StandInModel()
+    from agentscript.chat import choose_model
+
+    return choose_model(agent, spec=options.model, base_url=options.base_url)
+
+
+def worker_app() -> Any:
+    """The app of one worker process (uvicorn's factory with ``--workers N``)."""
+    options = ServeOptions(**json.loads(os.environ[ENV]))
+    app, _lines = build_app(options)
+    return app
+
+
+def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> ExitCode:
+    """Run the server until it is stopped; the exit code."""
+    if options.workers < 1:
+        echo("--workers must be at least 1")
+        return ExitCode.USAGE
+    try:
+        app, lines = build_app(options)
+    except ServeError as exc:
+        echo(f"agentscript serve: {exc}")
+        return ExitCode.USAGE
+    try:
+        import uvicorn
+    except ImportError:
+        echo("agentscript serve needs uvicorn; install it with: pip install 'agentscript[serve]'")
+        return ExitCode.USAGE
+    for line in lines:
+        echo(line)
+    if options.workers == 1:
+        uvicorn.run(
+            app, host=options.host, port=options.port, log_level="warning", access_log=False
+        )
+    else:
+        os.environ[ENV] = json.dumps(asdict(options))
+        uvicorn.run(
+            "agentscript.server.command:worker_app",
+            factory=True,
+            host=options.host,
+            port=options.port,
+            workers=options.workers,
+            log_level="warning",
+            access_log=False,
+        )
+    return ExitCode.OK
+
+
+def parse_ttl(text: str | None) -> float | None:
+    """``--session-ttl``: seconds, or a number with ``s``, ``m``, ``h`` or ``d``."""
+    if text is None or text.strip() == "":
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1], 0)
+    number = raw[:-1] if scale else raw
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise ServeError(f"--session-ttl {text!r}: write seconds or e.g. 30m, 12h, 7d") from None
+    if value <= 0:
+        raise ServeError("--session-ttl must be positive")
+    return value
+
+
+def options_from_cli(paths: Sequence[str], **given: Any) -> ServeOptions:
+    ttl = parse_ttl(given.pop("session_ttl", None))
+    return ServeOptions(paths=list(paths), session_ttl=ttl, **given)
+
+
+def serve_cli(paths: Sequence[str], echo: Callable[[str], None] = print, **given: Any) -> ExitCode:
+    """What the ``serve`` click command calls: options as parsed, then :func:`serve_command`."""
+    try:
+        options = options_from_cli(paths, **given)
+    except ServeError as exc:
+        echo(f"agentscript serve: {exc}")
+        return ExitCode.USAGE
+    return serve_command(options, echo)

@@ -1,0 +1,30 @@
+"""Every bound and switch of the server, as one dataclass with documented defaults.
+
+Each field can be overridden by the caller (``agentscript serve`` options, ``create_app``);
+an error caused by a bound names its field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ServerConfig:
+    # Largest request body accepted, in bytes (413 above it).
+    max_body_bytes: int = 256 * 1024
+    # Longest user message, in characters (422 above it).
+    max_message_chars: int = 16_000
+    # Turns running at once in this process; one more gets 503 with Retry-After.
+    max_concurrent_turns: int = 64
+    # How long a message waits for another turn of its session before 409 (seconds).
+    lock_wait: float = 30.0
+    # Requests per second per API key (token bucket, ``rate_burst`` deep); 0 turns it off.
+    rate_limit: float = 20.0
+    rate_burst: int = 40
+    # Sessions expire this many seconds after their last turn; None keeps them.
+    session_ttl: float | None = None
+    # Largest page of GET /v1/sessions.
+    max_page: int = 100
+    # Origins allowed by CORS; empty: CORS off (no CORS headers at all).
+    cors_origins: list[str] = field(default_factory=list)

@@ -1,0 +1,57 @@
+"""Errors the API returns, and the one table from exception class to HTTP status and code.
+
+Every error body is ``{"error": {"code": ..., "message": ...}}``. Routes raise
+:class:`ApiError` for the caller's mistakes; store and engine exceptions are mapped by
+:data:`STATUS`; anything else is a 500 ``internal`` whose message names no internals.
+"""
+
+from __future__ import annotations
+
+from agentscript.store import SessionBusy, SessionGone, StoreError, TurnConflict
+
+
+class ApiError(Exception):
+    """A request the server refuses, with its status, stable code and a message for the user."""
+
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+class IncompatibleSession(Exception):
+    """A stored session the loaded agent cannot continue (its agent changed shape)."""
+
+
+class DuplicateKey(Exception):
+    """An Idempotency-Key already used by a committed turn of the session with other text."""
+
+
+# Exception class -> (status, code). Looked up along the class's MRO.
+STATUS: dict[type[BaseException], tuple[int, str]] = {
+    SessionGone: (404, "session_not_found"),
+    SessionBusy: (409, "session_busy"),
+    TurnConflict: (409, "turn_conflict"),
+    IncompatibleSession: (409, "session_incompatible"),
+    DuplicateKey: (409, "idempotency_key_reused"),
+    StoreError: (503, "store_unavailable"),
+}
+
+
+def status_of(exc: BaseException) -> tuple[int, str, str]:
+    """``(status, code, message)`` for any exception raised while serving a request."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.code, exc.message
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            status, code = STATUS[cls]
+            return status, code, str(exc)
+    return 500, "internal", "the server failed on this request; it has been logged"
+
+
+def body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}

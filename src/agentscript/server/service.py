@@ -1,0 +1,328 @@
+"""Sessions over HTTP, without HTTP: create, read, run a turn, list, delete, owner by owner.
+
+The routes call this module and only this one. It drives the engine through its public API
+(``agent.session``, ``agent.restore``, ``Session.send_async``, ``Session.to_json``) and keeps
+these promises:
+
+- a turn runs under its session's store lock and commits state + turn record + trace in one
+  transaction; if anything fails before the commit, the session is as before the turn;
+- a message with an Idempotency-Key that a committed turn already carried gets that turn's
+  stored result, and nothing runs; the key reaches ``python://`` actions that accept it;
+- a session belongs to its creator's key: to any other key it does not exist (404);
+- a stored session whose agent changed shape is refused (409), never restored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentscript.actions.context import IDEMPOTENCY_KEY
+from agentscript.engine.session import Session
+from agentscript.playback import TurnReport
+from agentscript.server.agents import ServedAgent
+from agentscript.server.config import ServerConfig
+from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSession
+from agentscript.server.metrics import Metrics
+from agentscript.store import (
+    SessionGone,
+    SessionRecord,
+    Store,
+    TurnOutcome,
+    TurnRecord,
+)
+
+StepSink = Callable[[dict[str, Any]], None]
+TokenSink = Callable[[str], None]
+
+
+@dataclass
+class TurnHooks:
+    """Optional observers of a running turn (the SSE stream), and a signal that it started."""
+
+    on_token: TokenSink | None = None
+    on_step: StepSink | None = None
+    on_start: Callable[[], None] | None = None
+
+
+def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
+    """The turn JSON of ``agentscript run --json`` for one reply (the same function builds it),
+    without what only applies to conversation files."""
+    data = TurnReport(text, reply, [], before).to_json()
+    for key in ("trace_file", "failed_expectations"):
+        data.pop(key, None)
+    data["confirmation"] = reply.confirmation
+    return data
+
+
+class SessionService:
+    def __init__(
+        self,
+        agents: Mapping[str, ServedAgent],
+        store: Store,
+        config: ServerConfig,
+        metrics: Metrics,
+    ) -> None:
+        self.agents = dict(agents)
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        self._running = 0
+        # Streamed turns run as tasks; held here so none is dropped before it commits.
+        self.background: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ agents
+
+    def agent(self, name: str) -> ServedAgent:
+        served = self.agents.get(name)
+        if served is None:
+            raise ApiError(
+                404, "agent_not_found", f"no agent {name!r}; served: {sorted(self.agents)}"
+            )
+        return served
+
+    # ------------------------------------------------------------------ sessions
+
+    def _expiry(self) -> float | None:
+        ttl = self.config.session_ttl
+        return time.time() + ttl if ttl else None
+
+    async def create(
+        self, owner: str, agent_name: str, variables: dict[str, Any]
+    ) -> dict[str, Any]:
+        served = self.agent(agent_name)
+        session_id = uuid.uuid4().hex
+        try:
+            session = served.agent.session(
+                model=served.model, variables=variables, session_id=session_id
+            )
+        except ValueError as exc:  # unknown or ill-typed variable: the message names it
+            raise ApiError(422, "invalid_variable", str(exc)) from None
+        record = SessionRecord(
+            session_id=session_id,
+            agent=served.name,
+            owner=owner,
+            agent_version=served.version,
+            state=session.to_json(),
+            expires_at=self._expiry(),
+        )
+        await self.store.create_session(record)
+        return {
+            "session_id": session_id,
+            "agent": served.name,
+            "messages": [session.welcome] if session.welcome else [],
+        }
+
+    async def record(self, owner: str, session_id: str) -> SessionRecord:
+        record = await self.store.get_session(session_id)
+        if record is None or record.owner != owner:
+            raise SessionGone(session_id)
+        return record
+
+    def view(self, record: SessionRecord) -> dict[str, Any]:
+        state = record.state
+        pending = state.get("pending_confirmation")
+        mantle = (state.get("extra") or {}).get("mantle") or {}
+        stack = mantle.get("stack") if isinstance(mantle, dict) else None
+        return {
+            "session_id": record.session_id,
+            "agent": record.agent,
+            "turns": record.turns,
+            "variables": state.get("variables") or {},
+            "node": state.get("current_node"),
+            "skill_stack": [f.get("skill") for f in stack] if isinstance(stack, list) else None,
+            "ended": record.ended,
+            "escalated": record.escalated,
+            "pending_confirmation": pending,
+            "created_at": record.created_at,
+            "updated_at": record.updated_at,
+            "expires_at": record.expires_at,
+        }
+
+    async def get(self, owner: str, session_id: str) -> dict[str, Any]:
+        return self.view(await self.record(owner, session_id))
+
+    async def delete(self, owner: str, session_id: str) -> None:
+        await self.record(owner, session_id)
+        if not await self.store.delete_session(session_id):
+            raise SessionGone(session_id)
+
+    async def list(
+        self, owner: str, agent: str | None, limit: int, cursor: str | None
+    ) -> dict[str, Any]:
+        records = await self.store.list_sessions(
+            owner=owner, agent=agent, limit=limit + 1, after=cursor
+        )
+        page = records[:limit]
+        more = len(records) > limit
+        return {
+            "sessions": [
+                {
+                    "session_id": r.session_id,
+                    "agent": r.agent,
+                    "turns": r.turns,
+                    "ended": r.ended,
+                    "updated_at": r.updated_at,
+                }
+                for r in page
+            ],
+            "next_cursor": page[-1].session_id if more and page else None,
+        }
+
+    async def turns(self, owner: str, session_id: str) -> dict[str, Any]:
+        await self.record(owner, session_id)
+        turns = await self.store.list_turns(session_id)
+        return {
+            "session_id": session_id,
+            "turns": [
+                {
+                    "turn": t.turn,
+                    "user": t.result.get("user"),
+                    "response": t.result.get("response"),
+                    "node": t.result.get("node"),
+                    "error": t.result.get("error"),
+                    "created_at": t.created_at,
+                    "trace_url": trace_url(session_id, t.turn),
+                }
+                for t in turns
+            ],
+        }
+
+    async def trace(self, owner: str, session_id: str, turn: int) -> dict[str, Any]:
+        await self.record(owner, session_id)
+        found = await self.store.get_turn(session_id, turn)
+        if found is None:
+            raise ApiError(404, "turn_not_found", f"session {session_id} has no turn {turn}")
+        return found.trace
+
+    # ------------------------------------------------------------------ turns
+
+    async def replay(self, owner: str, session_id: str, key: str | None) -> dict[str, Any] | None:
+        """The stored result of the committed turn that carried ``key``, if any."""
+        await self.record(owner, session_id)
+        if key is None:
+            return None
+        found = await self.store.find_turn(session_id, key)
+        return None if found is None else _result(found)
+
+    async def send(
+        self,
+        owner: str,
+        session_id: str,
+        text: str,
+        key: str | None,
+        hooks: TurnHooks | None = None,
+    ) -> dict[str, Any]:
+        """Run one turn and commit it; the turn JSON plus ``turn`` and ``trace_url``."""
+        hooks = hooks or TurnHooks()
+        if len(text) > self.config.max_message_chars:
+            raise ApiError(
+                422,
+                "message_too_long",
+                f"the message has {len(text)} characters; the limit (max_message_chars) "
+                f"is {self.config.max_message_chars}",
+            )
+        stored = await self.replay(owner, session_id, key)
+        if stored is not None:
+            if hooks.on_start:
+                hooks.on_start()
+            return stored
+        if self._running >= self.config.max_concurrent_turns:
+            raise ApiError(
+                503,
+                "too_many_turns",
+                f"{self._running} turns are running (max_concurrent_turns); retry shortly",
+                headers={"Retry-After": "1"},
+            )
+        self._running += 1
+        self.metrics.in_progress += 1
+        try:
+            return await self._locked_turn(owner, session_id, text, key, hooks)
+        finally:
+            self._running -= 1
+            self.metrics.in_progress -= 1
+
+    async def _locked_turn(
+        self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks
+    ) -> dict[str, Any]:
+        async with self.store.lock_session(session_id, self.config.lock_wait) as lock:
+            record = lock.session
+            if record.owner != owner:
+                raise SessionGone(session_id)
+            if key is not None:
+                # Another worker may have committed this key while we waited for the lock.
+                found = await self.store.find_turn(session_id, key)
+                if found is not None:
+                    if hooks.on_start:
+                        hooks.on_start()
+                    return _result(found)
+            session = self._restore(record)
+            session.on_text = hooks.on_token
+            session.on_step = hooks.on_step
+            if hooks.on_start:
+                hooks.on_start()
+            before = session.variables
+            started = time.perf_counter()
+            token = IDEMPOTENCY_KEY.set(key)
+            try:
+                reply = await session.send_async(text)
+            finally:
+                IDEMPOTENCY_KEY.reset(token)
+            number = record.turns + 1
+            result = turn_json(text, reply, before)
+            result["turn"] = number
+            result["trace_url"] = trace_url(session_id, number)
+            outcome = TurnOutcome(
+                state=session.to_json(),
+                record=TurnRecord(session_id, number, result, reply.trace, key),
+                ended=reply.ended,
+                escalated=reply.escalated or record.escalated,
+                expires_at=self._expiry(),
+            )
+            try:
+                await lock.commit(outcome)
+            except ValueError as exc:
+                raise DuplicateKey(str(exc)) from None
+            self.metrics.turn(record.agent, session_id, time.perf_counter() - started, reply.trace)
+            return result
+
+    def _restore(self, record: SessionRecord) -> Session:
+        served = self.agents.get(record.agent)
+        if served is None:
+            raise IncompatibleSession(
+                f"session {record.session_id} belongs to agent {record.agent!r}, which this "
+                "server does not serve"
+            )
+        if record.agent_version != served.version:
+            raise IncompatibleSession(
+                f"session {record.session_id} was created by another version of agent "
+                f"{record.agent!r} (its variables or nodes changed); start a new session"
+            )
+        try:
+            return served.agent.restore(record.state, model=served.model)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IncompatibleSession(
+                f"session {record.session_id} cannot be restored ({exc}); start a new session"
+            ) from None
+
+
+def trace_url(session_id: str, turn: int) -> str:
+    return f"/v1/sessions/{session_id}/turns/{turn}/trace"
+
+
+def _result(found: TurnRecord) -> dict[str, Any]:
+    return dict(found.result)
+
+
+async def purge_loop(store: Store, every: float) -> None:  # pragma: no cover - timing loop
+    """Delete expired sessions every ``every`` seconds, until cancelled."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await store.purge_expired()
+        except Exception:  # the next round tries again; a failed purge loses nothing
+            continue

@@ -1,0 +1,64 @@
+"""Session stores for ``agentscript serve``: one Protocol, three backends.
+
+``store_from_url`` picks one: ``sqlite:///PATH`` (or a bare path; the default is
+``.agentscript/sessions.db``), ``postgresql://...`` (or ``postgres://``), ``memory://``.
+"""
+
+from __future__ import annotations
+
+from agentscript.store.base import (
+    STORE_FORMAT,
+    SessionBusy,
+    SessionGone,
+    SessionLock,
+    SessionRecord,
+    Store,
+    StoreError,
+    TurnConflict,
+    TurnOutcome,
+    TurnRecord,
+)
+from agentscript.store.memory import MemoryStore
+
+DEFAULT_STORE = "sqlite:///.agentscript/sessions.db"
+
+
+def store_from_url(url: str | None) -> Store:
+    """The store a ``--store`` URL names (ValueError for an unknown scheme)."""
+    url = url or DEFAULT_STORE
+    if url.startswith(("postgresql://", "postgres://")):
+        from agentscript.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    if url == "memory://":
+        return MemoryStore()
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+    elif "://" in url:
+        raise ValueError(
+            f"unknown store {url!r}; use sqlite:///PATH, postgresql://... or memory://"
+        )
+    else:
+        path = url
+    if not path:
+        raise ValueError("sqlite:/// needs a file path, e.g. sqlite:///.agentscript/sessions.db")
+    from agentscript.store.sqlite import SQLiteStore
+
+    return SQLiteStore(path)
+
+
+__all__ = [
+    "DEFAULT_STORE",
+    "STORE_FORMAT",
+    "MemoryStore",
+    "SessionBusy",
+    "SessionGone",
+    "SessionLock",
+    "SessionRecord",
+    "Store",
+    "StoreError",
+    "TurnConflict",
+    "TurnOutcome",
+    "TurnRecord",
+    "store_from_url",
+]

@@ -1,0 +1,155 @@
+"""What every session store offers: the records it keeps and the one Protocol it implements.
+
+A store keeps sessions (the engine's saved state, tagged with its format) and their turns (the
+turn JSON and the trace of each committed turn). The contract, the same for every backend:
+
+- a turn commits atomically: the new state, the turn record and its trace are written in one
+  transaction, and only if the session still has the turn count read under the lock, so an
+  update is never lost;
+- :meth:`Store.lock_session` serialises turns of one session (across processes for the SQL
+  backends): a second caller waits up to ``wait`` seconds, then gets :class:`SessionBusy`;
+  different sessions never wait on each other;
+- an expired session (``expires_at`` in the past) reads as absent and is purged by
+  :meth:`Store.purge_expired`; a deleted one is gone with its turns;
+- an Idempotency-Key is unique per session: :meth:`Store.find_turn` returns the committed turn
+  that carried it.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+STORE_FORMAT = "agentscript-store/1"
+
+
+class StoreError(Exception):
+    """A store failure that is not the caller's mistake (unreachable database, bad schema)."""
+
+
+class SessionBusy(Exception):
+    """Another turn of the session held its lock for longer than the caller would wait."""
+
+    def __init__(self, session_id: str, waited: float) -> None:
+        super().__init__(
+            f"session {session_id} is running another turn (waited {waited:g} s); retry later"
+        )
+        self.session_id = session_id
+        self.waited = waited
+
+
+class SessionGone(Exception):
+    """The session does not exist (never created, deleted or expired)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id}")
+        self.session_id = session_id
+
+
+class TurnConflict(Exception):
+    """The session moved on while the turn ran (its lock was lost): the turn is not committed."""
+
+    def __init__(self, session_id: str, expected: int) -> None:
+        super().__init__(
+            f"session {session_id} changed while turn {expected + 1} ran; retry the message"
+        )
+        self.session_id = session_id
+        self.expected = expected
+
+
+@dataclass
+class SessionRecord:
+    """One stored session. ``state`` is ``Session.to_json()`` (tagged with its own format)."""
+
+    session_id: str
+    agent: str
+    owner: str  # hash of the API key that created it ("" when the server has no keys)
+    agent_version: str  # fingerprint of the agent's shape when the session was created
+    state: dict[str, Any]
+    turns: int = 0
+    ended: bool = False
+    escalated: bool = False
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    expires_at: float | None = None
+    format: str = STORE_FORMAT
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or time.time())
+
+
+@dataclass
+class TurnRecord:
+    """One committed turn: its number, the turn JSON returned to the client, and its trace."""
+
+    session_id: str
+    turn: int
+    result: dict[str, Any]
+    trace: dict[str, Any]
+    idempotency_key: str | None = None
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass
+class TurnOutcome:
+    """What a turn changes on its session, handed to :meth:`SessionLock.commit`."""
+
+    state: dict[str, Any]
+    record: TurnRecord
+    ended: bool
+    escalated: bool
+    expires_at: float | None
+
+
+class SessionLock(Protocol):
+    """A held session lock: the session as read under it, and the one way to commit a turn."""
+
+    session: SessionRecord
+
+    async def commit(self, outcome: TurnOutcome) -> None:
+        """Write the state and the turn in one transaction; :class:`TurnConflict` if the session
+        no longer has ``session.turns`` turns, ``ValueError`` if the key was already used."""
+
+
+class Store(Protocol):
+    """A session store. Every method may raise :class:`StoreError` when the backend fails."""
+
+    url: str  # where it stores, without credentials (for logs and start-up output)
+
+    async def open(self) -> None:
+        """Connect and migrate the schema (idempotent)."""
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise :class:`StoreError` unless the backend answers."""
+
+    async def create_session(self, record: SessionRecord) -> None: ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or None when absent or expired."""
+
+    async def list_sessions(
+        self, *, owner: str, agent: str | None, limit: int, after: str | None
+    ) -> list[SessionRecord]:
+        """Live sessions of ``owner`` ordered by id, those after ``after`` only."""
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session and its turns; False when there was none."""
+
+    def lock_session(
+        self, session_id: str, wait: float
+    ) -> AbstractAsyncContextManager[SessionLock]:
+        """Hold the session's lock (raises :class:`SessionBusy` after ``wait`` seconds,
+        :class:`SessionGone` when it does not exist)."""
+
+    async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None: ...
+
+    async def get_turn(self, session_id: str, turn: int) -> TurnRecord | None: ...
+
+    async def list_turns(self, session_id: str) -> list[TurnRecord]: ...
+
+    async def purge_expired(self) -> int:
+        """Delete expired sessions (and their turns); how many were deleted."""

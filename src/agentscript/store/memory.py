@@ -1,0 +1,133 @@
+"""An in-process store with the same behaviour as the SQL ones (tests, throwaway servers).
+
+Nothing survives the process. Turns of one session are serialised with an ``asyncio.Lock``;
+a commit copies the outcome, so callers cannot change what is stored afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from agentscript.store.base import (
+    SessionBusy,
+    SessionGone,
+    SessionRecord,
+    TurnConflict,
+    TurnOutcome,
+    TurnRecord,
+)
+
+
+class MemoryStore:
+    """Sessions and turns in dictionaries; see :class:`agentscript.store.base.Store`."""
+
+    url = "memory://"
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, SessionRecord] = {}
+        self._turns: dict[str, list[TurnRecord]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+    async def create_session(self, record: SessionRecord) -> None:
+        if record.session_id in self._sessions:
+            raise ValueError(f"session {record.session_id} already exists")
+        self._sessions[record.session_id] = copy.deepcopy(record)
+        self._turns[record.session_id] = []
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        record = self._sessions.get(session_id)
+        if record is None or record.expired():
+            return None
+        return copy.deepcopy(record)
+
+    async def list_sessions(
+        self, *, owner: str, agent: str | None, limit: int, after: str | None
+    ) -> list[SessionRecord]:
+        now = time.time()
+        found = [
+            copy.deepcopy(r)
+            for sid, r in sorted(self._sessions.items())
+            if r.owner == owner
+            and (agent is None or r.agent == agent)
+            and (after is None or sid > after)
+            and not r.expired(now)
+        ]
+        return found[:limit]
+
+    async def delete_session(self, session_id: str) -> bool:
+        self._turns.pop(session_id, None)
+        return self._sessions.pop(session_id, None) is not None
+
+    @asynccontextmanager
+    async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_MemoryLock]:
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        try:
+            await asyncio.wait_for(lock.acquire(), wait)
+        except TimeoutError:
+            raise SessionBusy(session_id, wait) from None
+        try:
+            record = await self.get_session(session_id)
+            if record is None:
+                raise SessionGone(session_id)
+            yield _MemoryLock(self, record)
+        finally:
+            lock.release()
+
+    async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
+        for turn in self._turns.get(session_id, []):
+            if turn.idempotency_key == idempotency_key:
+                return copy.deepcopy(turn)
+        return None
+
+    async def get_turn(self, session_id: str, turn: int) -> TurnRecord | None:
+        turns = self._turns.get(session_id, [])
+        return copy.deepcopy(turns[turn - 1]) if 1 <= turn <= len(turns) else None
+
+    async def list_turns(self, session_id: str) -> list[TurnRecord]:
+        return copy.deepcopy(self._turns.get(session_id, []))
+
+    async def purge_expired(self) -> int:
+        now = time.time()
+        gone = [sid for sid, r in self._sessions.items() if r.expired(now)]
+        for sid in gone:
+            await self.delete_session(sid)
+        return len(gone)
+
+    def _commit(self, session: SessionRecord, outcome: TurnOutcome) -> None:
+        stored = self._sessions.get(session.session_id)
+        if stored is None or stored.turns != session.turns:
+            raise TurnConflict(session.session_id, session.turns)
+        key = outcome.record.idempotency_key
+        if key is not None and any(
+            t.idempotency_key == key for t in self._turns[session.session_id]
+        ):
+            raise ValueError(f"Idempotency-Key {key!r} already used in this session")
+        stored.state = copy.deepcopy(outcome.state)
+        stored.turns += 1
+        stored.ended = outcome.ended
+        stored.escalated = outcome.escalated
+        stored.expires_at = outcome.expires_at
+        stored.updated_at = time.time()
+        self._turns[session.session_id].append(copy.deepcopy(outcome.record))
+
+
+class _MemoryLock:
+    def __init__(self, store: MemoryStore, session: SessionRecord) -> None:
+        self._store = store
+        self.session = session
+
+    async def commit(self, outcome: TurnOutcome) -> None:
+        self._store._commit(self.session, outcome)

@@ -1,0 +1,141 @@
+"""The SQL schema both SQL stores share, as numbered migrations, and the row <-> record mapping.
+
+Migrations are applied in order at start-up; ``agentscript_meta`` records the last one applied.
+JSON is stored as text so that SQLite and PostgreSQL hold the same bytes. Placeholders are
+written ``?`` and rewritten for drivers that use ``%s``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agentscript.store.base import SessionRecord, TurnRecord
+
+SCHEMA_VERSION_KEY = "schema_version"
+
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE IF NOT EXISTS agentscript_sessions (
+            session_id TEXT PRIMARY KEY,
+            agent TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            agent_version TEXT NOT NULL,
+            format TEXT NOT NULL,
+            state TEXT NOT NULL,
+            turns INTEGER NOT NULL,
+            ended INTEGER NOT NULL,
+            escalated INTEGER NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION
+        )""",
+        """CREATE TABLE IF NOT EXISTS agentscript_turns (
+            session_id TEXT NOT NULL,
+            turn INTEGER NOT NULL,
+            idempotency_key TEXT,
+            result TEXT NOT NULL,
+            trace TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (session_id, turn)
+        )""",
+        """CREATE UNIQUE INDEX IF NOT EXISTS agentscript_turns_key
+            ON agentscript_turns (session_id, idempotency_key)
+            WHERE idempotency_key IS NOT NULL""",
+        """CREATE INDEX IF NOT EXISTS agentscript_sessions_owner
+            ON agentscript_sessions (owner, agent, session_id)""",
+        """CREATE INDEX IF NOT EXISTS agentscript_sessions_expiry
+            ON agentscript_sessions (expires_at)""",
+        # Per-session leases (SQLite only uses it: PostgreSQL locks the session row).
+        """CREATE TABLE IF NOT EXISTS agentscript_locks (
+            session_id TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            until DOUBLE PRECISION NOT NULL
+        )""",
+    ],
+]
+
+SESSION_COLUMNS = (
+    "session_id, agent, owner, agent_version, format, state, turns, ended, escalated, "
+    "created_at, updated_at, expires_at"
+)
+
+INSERT_SESSION = f"INSERT INTO agentscript_sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM agentscript_sessions WHERE session_id = ?"
+UPDATE_AFTER_TURN = (
+    "UPDATE agentscript_sessions SET state = ?, turns = turns + 1, ended = ?, escalated = ?, "
+    "updated_at = ?, expires_at = ? WHERE session_id = ? AND turns = ?"
+)
+INSERT_TURN = (
+    "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+TURN_COLUMNS = "session_id, turn, idempotency_key, result, trace, created_at"
+TURN_SUMMARY_COLUMNS = "session_id, turn, idempotency_key, result, '{}', created_at"
+
+
+def session_params(record: SessionRecord) -> tuple[Any, ...]:
+    return (
+        record.session_id,
+        record.agent,
+        record.owner,
+        record.agent_version,
+        record.format,
+        dumps(record.state),
+        record.turns,
+        int(record.ended),
+        int(record.escalated),
+        record.created_at,
+        record.updated_at,
+        record.expires_at,
+    )
+
+
+def session_from_row(row: Sequence[Any]) -> SessionRecord:
+    return SessionRecord(
+        session_id=row[0],
+        agent=row[1],
+        owner=row[2],
+        agent_version=row[3],
+        format=row[4],
+        state=json.loads(row[5]),
+        turns=int(row[6]),
+        ended=bool(row[7]),
+        escalated=bool(row[8]),
+        created_at=float(row[9]),
+        updated_at=float(row[10]),
+        expires_at=None if row[11] is None else float(row[11]),
+    )
+
+
+def turn_params(record: TurnRecord) -> tuple[Any, ...]:
+    return (
+        record.session_id,
+        record.turn,
+        record.idempotency_key,
+        dumps(record.result),
+        dumps(record.trace),
+        record.created_at,
+    )
+
+
+def turn_from_row(row: Sequence[Any]) -> TurnRecord:
+    return TurnRecord(
+        session_id=row[0],
+        turn=int(row[1]),
+        idempotency_key=row[2],
+        result=json.loads(row[3]),
+        trace=json.loads(row[4]),
+        created_at=float(row[5]),
+    )
+
+
+def dumps(value: Any) -> str:
+    # Host objects in state are shown, not serialised (as in trace files).
+    return json.dumps(value, separators=(",", ":"), default=repr)
+
+
+def pyformat(sql: str) -> str:
+    """``?`` placeholders as ``%s`` (psycopg); the schema's SQL contains no literal ``?``."""
+    return sql.replace("%", "%%").replace("?", "%s")

@@ -1,0 +1,63 @@
+"""Run the real ASGI app in-process with httpx (no sockets): the helpers the API tests share."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+
+from agentscript.server.agents import load_agents, serve_agents
+from agentscript.server.app import create_app
+from agentscript.server.auth import ApiKeys
+from agentscript.server.config import ServerConfig
+from agentscript.server.standin import StandInModel
+from agentscript.store import store_from_url
+
+AGENTS = Path(__file__).parent / "agents"
+NOTES = str(AGENTS / "notes" / "notes.agent")
+CARD_BANK = str(Path(__file__).parents[2] / "examples" / "card_bank")
+
+
+@asynccontextmanager
+async def api(
+    store_url: str,
+    *,
+    paths: tuple[str, ...] = (NOTES,),
+    keys: tuple[str, ...] = (),
+    config: ServerConfig | None = None,
+) -> AsyncIterator[httpx.AsyncClient]:
+    agents = load_agents(list(paths))
+    served = serve_agents(agents, {a.name: StandInModel() for a in agents})
+    app = create_app(
+        served, store_from_url(store_url), config=config, keys=ApiKeys.of(*keys), purge_every=None
+    )
+    headers = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://test", headers=headers
+        ) as client,
+    ):
+        yield client
+
+
+def run(
+    store_url: str,
+    scenario: Callable[[httpx.AsyncClient], Awaitable[Any]],
+    **options: Any,
+) -> Any:
+    async def main() -> Any:
+        async with api(store_url, **options) as client:
+            return await scenario(client)
+
+    return asyncio.run(main())
+
+
+async def new_session(client: httpx.AsyncClient, agent: str = "Notes", **variables: Any) -> str:
+    response = await client.post(f"/v1/agents/{agent}/sessions", json={"variables": variables})
+    assert response.status_code == 201, response.text
+    return str(response.json()["session_id"])

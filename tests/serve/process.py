@@ -1,0 +1,77 @@
+"""Real ``agentscript serve`` processes for the crash and concurrency tests (loopback only)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2 as httpx
+
+AGENTSCRIPT = str(Path(sys.executable).parent / "agentscript")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log.open("ab")
+        self.proc = subprocess.Popen(
+            [AGENTSCRIPT, "serve", *args, "--port", str(self.port)],
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, seconds: float = 30.0) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agentscript serve exited with {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("agentscript serve did not become ready")
+
+    def kill(self) -> None:
+        """SIGKILL the server and every worker it started."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self._log.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+@contextmanager
+def serving(args: list[str], env: dict[str, str], log: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(args, env, log)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,106 @@
+"""``agentscript serve`` start-up checks: every refusal is one clear line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agentscript.cli import main
+from agentscript.server.auth import ApiKeys, KeyConfigError, key_hash
+from agentscript.server.command import ServeError, ServeOptions, build_app, parse_ttl
+
+from .harness import CARD_BANK, NOTES
+
+
+def serve(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["serve", *args], env=env or {"AGENTSCRIPT_API_KEYS": ""})
+    return result.exit_code, result.output
+
+
+def test_serve_refuses_non_loopback_without_keys() -> None:
+    code, out = serve(NOTES, "--model", "standin", "--host", "0.0.0.0")
+    assert code == 2 and "refusing to listen on 0.0.0.0 without API keys" in out
+    assert "AGENTSCRIPT_API_KEYS" in out and "Traceback" not in out
+
+
+def test_serve_non_loopback_with_keys_is_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTSCRIPT_API_KEYS", "secret-1")
+    _app, lines = build_app(
+        ServeOptions(paths=[NOTES], host="0.0.0.0", model="standin", store="memory://")
+    )
+    assert "1 API key(s)" in "\n".join(lines)
+    assert "secret-1" not in "\n".join(lines)
+
+
+def test_serve_two_agents_with_one_name_is_an_error(tmp_path: Path) -> None:
+    other = tmp_path / "copy.agent"
+    other.write_text(Path(NOTES).read_text())
+    code, out = serve(NOTES, str(other), "--model", "standin")
+    assert code == 2 and "two agents are named 'Notes'" in out
+
+
+def test_serve_agent_with_errors_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.agent"
+    bad.write_text('config:\n    agent_name "x"\n')
+    code, out = serve(str(bad), "--model", "standin")
+    assert code == 2 and "cannot serve an agent with errors" in out
+
+
+def test_serve_missing_path_and_unknown_store_are_clear() -> None:
+    code, out = serve("nowhere.agent", "--model", "standin")
+    assert code == 2 and "no such file" in out
+    code, out = serve(NOTES, "--model", "standin", "--store", "redis://x")
+    assert code == 2 and "unknown store" in out
+    code, out = serve(NOTES, "--model", "standin", "--store", "memory://", "--workers", "2")
+    assert code == 2 and "memory://" in out
+
+
+def test_serve_without_a_model_says_how_to_configure_one(tmp_path: Path) -> None:
+    code, out = serve(NOTES, env={"AGENTSCRIPT_API_KEYS": "", "AGENTSCRIPT_MODEL": ""})
+    assert code == 2 and out.startswith("agentscript serve: Notes:")
+
+
+def test_serve_lists_store_and_agents() -> None:
+    _app, lines = build_app(
+        ServeOptions(paths=[NOTES, CARD_BANK], model="standin", store="memory://", port=9)
+    )
+    text = "\n".join(lines)
+    assert "listening on http://127.0.0.1:9" in text and "store:  memory://" in text
+    assert "agent:  Notes" in text and "agent:  card-bank" in text
+
+
+def test_serve_folder_finds_agent_files_and_mantle_projects_below_it() -> None:
+    # The same expansion as validate/fmt: a folder holding a Mantle project serves it too.
+    examples = Path(CARD_BANK).parent
+    _app, lines = build_app(ServeOptions(paths=[str(examples)], model="standin", store="memory://"))
+    text = "\n".join(lines)
+    assert f"agent:  card-bank ({examples / 'card_bank'})" in text
+    assert str(examples / "order_status" / "order_status.agent") in text
+
+
+def test_serve_session_ttl_units() -> None:
+    assert parse_ttl("90") == 90 and parse_ttl("30m") == 1800 and parse_ttl("2d") == 172800
+    assert parse_ttl(None) is None
+    with pytest.raises(ServeError, match="session-ttl"):
+        parse_ttl("soon")
+    code, out = serve(NOTES, "--model", "standin", "--session-ttl", "-1")
+    assert code == 2 and "must be positive" in out
+
+
+def test_api_keys_from_env_or_file_kept_as_hashes(tmp_path: Path) -> None:
+    keys = ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": "a, b"})
+    assert keys.hashes == {key_hash("a"), key_hash("b")}
+    file = tmp_path / "keys"
+    file.write_text(f"# team keys\nplain-key\nsha256:{key_hash('hashed-key')}\n")
+    from_file = ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": str(file)})
+    assert from_file.owner("Bearer hashed-key") == key_hash("hashed-key")
+    assert from_file.owner("Bearer plain-key") == key_hash("plain-key")
+    assert from_file.owner("Bearer other") is None and from_file.owner(None) is None
+    assert "plain-key" not in repr(from_file.hashes)
+    with pytest.raises(KeyConfigError, match="64 hex"):
+        ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": "sha256:xyz"})
+    with pytest.raises(KeyConfigError, match="cannot read"):
+        ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": str(tmp_path / "missing")})
+    assert ApiKeys.from_env({}).owner(None) == ""  # keys off: one anonymous owner

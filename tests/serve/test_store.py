@@ -1,0 +1,211 @@
+"""The store contract, on every backend (memory, SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from agentscript.store import (
+    SessionBusy,
+    SessionGone,
+    SessionRecord,
+    Store,
+    TurnConflict,
+    TurnOutcome,
+    TurnRecord,
+    store_from_url,
+)
+
+
+def run(url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        store = store_from_url(url)
+        await store.open()
+        try:
+            return await body(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def record(sid: str = "s1", owner: str = "k1", agent: str = "A", **kw: Any) -> SessionRecord:
+    return SessionRecord(sid, agent, owner, "v1", {"format": "x", "n": 0}, **kw)
+
+
+def outcome(turn: int, n: int, key: str | None = None, sid: str = "s1") -> TurnOutcome:
+    return TurnOutcome(
+        state={"format": "x", "n": n},
+        record=TurnRecord(sid, turn, {"turn": turn}, {"steps": [n]}, key),
+        ended=False,
+        escalated=False,
+        expires_at=None,
+    )
+
+
+def test_store_commit_writes_state_turn_and_trace_together(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record())
+        async with store.lock_session("s1", 1.0) as lock:
+            assert lock.session.turns == 0
+            await lock.commit(outcome(1, 5, "key-1"))
+        got = await store.get_session("s1")
+        assert got is not None and got.turns == 1 and got.state == {"format": "x", "n": 5}
+        turn = await store.get_turn("s1", 1)
+        assert turn is not None and turn.trace == {"steps": [5]} and turn.result == {"turn": 1}
+        found = await store.find_turn("s1", "key-1")
+        assert found is not None and found.turn == 1
+        assert await store.find_turn("s1", "other") is None
+        assert [t.turn for t in await store.list_turns("s1")] == [1]
+
+    run(store_url, body)
+
+
+def test_store_turn_not_committed_leaves_session_as_before(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record())
+        with pytest.raises(RuntimeError):
+            async with store.lock_session("s1", 1.0):
+                raise RuntimeError("the turn failed before its commit")
+        got = await store.get_session("s1")
+        assert got is not None and got.turns == 0 and got.state["n"] == 0
+        assert await store.list_turns("s1") == []
+        # the lock was released: the next turn runs
+        async with store.lock_session("s1", 1.0) as lock:
+            await lock.commit(outcome(1, 1))
+
+    run(store_url, body)
+
+
+def test_store_same_idempotency_key_twice_is_refused(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record())
+        async with store.lock_session("s1", 1.0) as lock:
+            await lock.commit(outcome(1, 1, "k"))
+        with pytest.raises(ValueError, match="Idempotency-Key"):
+            async with store.lock_session("s1", 1.0) as lock:
+                await lock.commit(outcome(2, 2, "k"))
+        got = await store.get_session("s1")
+        assert got is not None and got.turns == 1
+
+    run(store_url, body)
+
+
+def test_store_second_turn_waits_then_busy(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record())
+        await store.create_session(record("s2"))
+        async with store.lock_session("s1", 1.0):
+            with pytest.raises(SessionBusy):
+                async with store.lock_session("s1", 0.1):
+                    pass
+            # another session never waits on this one
+            async with store.lock_session("s2", 0.1) as other:
+                assert other.session.session_id == "s2"
+
+    run(store_url, body)
+
+
+def test_store_waiting_turn_runs_after_the_first_commits(store_url: str) -> None:
+    async def body(store: Store) -> list[int]:
+        await store.create_session(record())
+        seen: list[int] = []
+
+        async def turn() -> None:
+            async with store.lock_session("s1", 5.0) as lock:
+                n = lock.session.turns
+                await asyncio.sleep(0.01)
+                seen.append(n)
+                await lock.commit(outcome(n + 1, n + 1))
+
+        await asyncio.gather(*(turn() for _ in range(5)))
+        return seen
+
+    assert run(store_url, body) == [0, 1, 2, 3, 4]
+
+
+def test_store_commit_against_a_moved_session_is_a_conflict(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record())
+        async with store.lock_session("s1", 1.0) as lock:
+            lock.session.turns = 7  # as if read before another worker committed
+            with pytest.raises(TurnConflict):
+                await lock.commit(outcome(8, 8))
+
+    run(store_url, body)
+
+
+def test_store_delete_removes_session_and_turns(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record())
+        async with store.lock_session("s1", 1.0) as lock:
+            await lock.commit(outcome(1, 1))
+        assert await store.delete_session("s1") is True
+        assert await store.get_session("s1") is None
+        assert await store.list_turns("s1") == []
+        assert await store.delete_session("s1") is False
+        with pytest.raises(SessionGone):
+            async with store.lock_session("s1", 1.0):
+                pass
+
+    run(store_url, body)
+
+
+def test_store_expired_session_reads_as_absent_and_is_purged(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record("old", expires_at=time.time() - 1))
+        await store.create_session(record("new", expires_at=time.time() + 100))
+        assert await store.get_session("old") is None
+        listed = await store.list_sessions(owner="k1", agent=None, limit=10, after=None)
+        assert [r.session_id for r in listed] == ["new"]
+        assert await store.purge_expired() == 1
+        assert await store.purge_expired() == 0
+
+    run(store_url, body)
+
+
+def test_store_lists_by_owner_and_agent_in_pages(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        for i in range(5):
+            await store.create_session(record(f"s{i}", agent="A" if i % 2 else "B"))
+        await store.create_session(record("x", owner="k2"))
+        page = await store.list_sessions(owner="k1", agent=None, limit=2, after=None)
+        assert [r.session_id for r in page] == ["s0", "s1"]
+        page = await store.list_sessions(owner="k1", agent=None, limit=10, after="s1")
+        assert [r.session_id for r in page] == ["s2", "s3", "s4"]
+        only_a = await store.list_sessions(owner="k1", agent="A", limit=10, after=None)
+        assert [r.session_id for r in only_a] == ["s1", "s3"]
+
+    run(store_url, body)
+
+
+def test_store_duplicate_session_id_is_refused(store_url: str) -> None:
+    async def body(store: Store) -> None:
+        await store.create_session(record())
+        with pytest.raises(ValueError, match="already exists"):
+            await store.create_session(record())
+
+    run(store_url, body)
+
+
+def test_store_reopen_keeps_sessions_and_migrates_once(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+
+    async def first(store: Store) -> None:
+        await store.create_session(record())
+
+    async def second(store: Store) -> None:
+        got = await store.get_session("s1")
+        assert got is not None and got.agent == "A"
+
+    run(url, first)
+    run(url, second)
+
+
+def test_store_unknown_url_scheme_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown store"):
+        store_from_url("redis://localhost")
