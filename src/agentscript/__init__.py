@@ -7,7 +7,7 @@
 
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Severity, Span
 from agentscript.engine.session import Agent, AgentBase, Reply, Session
-from agentscript.errors import RunFailure, UsageError
+from agentscript.errors import RunFailure, SessionRestoreError, UsageError
 from agentscript.limits import Limits
 from agentscript.loader import load
 from agentscript.models.scripted import ScriptedModel
@@ -23,6 +23,7 @@ __all__ = [
     "RunFailure",
     "ScriptedModel",
     "Session",
+    "SessionRestoreError",
     "Severity",
     "Span",
     "UsageError",

@@ -38,6 +38,7 @@ from agentscript.models.registry import (
 )
 from agentscript.models.routing import RoutedModel
 from agentscript.playback import describe_changes
+from agentscript.reading import load_yaml
 
 COMMANDS = {
     "/vars": "show the session's variables",
@@ -72,7 +73,7 @@ def parse_var(text: str) -> tuple[str, Any]:
     if not raw.strip():
         return name, ""
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw)
     except yaml.YAMLError:
         return name, raw
     if value is None and raw.strip() not in ("null", "~"):

@@ -24,6 +24,7 @@ from agentscript.actions.registry import StubBook
 from agentscript.errors import UsageError
 from agentscript.expectations import ExpectationError, Expectations
 from agentscript.models.scripted import Move, MoveError, parse_move
+from agentscript.reading import load_yaml, read_file_text
 
 _TOP_KEYS = {"variables", "actions", "turns", "description", "name"}
 _TURN_KEYS = {"user", "model", "expect"}
@@ -54,7 +55,7 @@ class Conversation:
 def load_conversation(path: str | Path) -> Conversation:
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8-sig")
+        text = read_file_text(file)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConversationError(f"{file}: cannot read the conversation file: {exc}") from None
     return parse_conversation(text, file)
@@ -63,7 +64,7 @@ def load_conversation(path: str | Path) -> Conversation:
 def parse_conversation(text: str, path: Path | None = None) -> Conversation:
     where = str(path) if path else "conversation"
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

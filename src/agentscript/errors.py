@@ -20,6 +20,15 @@ class UsageError(Exception):
     """The caller's mistake: fix the input and try again."""
 
 
+class SessionRestoreError(UsageError, ValueError):
+    """A saved session that cannot be restored: ``field`` is where, ``reason`` is why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"cannot restore the session: {field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
 class RunFailure(Exception):
     """A model or action failure that ends the running turn (never the session)."""
 

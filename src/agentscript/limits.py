@@ -47,6 +47,18 @@ MAX_DISPLAY_DEPTH: Final = 64
 MAX_KEPT_ARGUMENT_DEPTH: Final = 64
 # Bytes read from an http(s):// action's response body.
 MAX_HTTP_RESPONSE_BYTES: Final = 5_000_000
+# Binary operators in one expression. A chain `1 + 1 + ...` is parsed by a loop, but its tree
+# is as deep as it is long, and every later pass (checker, compiler, printer) recurses on the
+# tree: 1,000 terms overflowed the stack. Real conditions use a handful.
+MAX_EXPRESSION_OPERATORS: Final = 200
+# Bytes of one file read on a user's behalf (reading.read_file_bytes): the largest real agent
+# or conversation file seen is under 200 KB; an agent folder's Python files are not read
+# through here.
+MAX_FILE_BYTES: Final = 8 * 1024 * 1024
+# Nodes a YAML document may expand to once aliases are followed (reading.compose_yaml). Real
+# files have a few thousand; the classic "billion laughs" (nine aliases per level, nine
+# levels) expands to 9^9, which is refused after visiting a few dozen nodes.
+MAX_YAML_NODES: Final = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +72,9 @@ class Limits:
     # stays usable.
     max_llm_calls: int = 16  # LLM calls in one turn (both formats)
     max_transitions: int = 10  # Agent Script transitions in one turn
-    max_deterministic_steps: int = 100  # Mantle block steps run without the model, per turn
+    # Mantle block steps run without the model, per turn (a `call:`/`link:` or `next:` cycle
+    # must end); hitting it cancels the skill stack so the session stays usable.
+    max_deterministic_steps: int = 100
     # One LLM step: calls past this many are refused (REFUSED_STEP with `limit`).
     max_tool_calls_per_step: int = 8
     # What the model sends: arguments past these are refused (REFUSED_STEP with `limit`).
@@ -69,6 +83,12 @@ class Limits:
     # Actions: seconds before an action is abandoned (ActionError naming the timeout).
     action_timeout: float = 30.0  # every action without its own entry below
     action_timeouts: Mapping[str, float] = field(default_factory=dict)  # by action name
+    # Size caps (JSON characters) on what enters state, traces and later model requests:
+    # one action call's outputs, one model reply's text, one variable's value, the history.
+    max_output_chars: int = 1_000_000  # one action call's outputs: an error result past it
+    max_reply_chars: int = 200_000  # one model reply's text: the turn ends past it
+    max_variable_chars: int = 200_000  # one variable's value: the write fails past it
+    max_history_chars: int = 4_000_000  # the history: oldest exchanges dropped past it
 
     def replaced(self, table: Mapping[str, Any], *, where: str = "limits") -> Limits:
         """A copy with the fields of ``table`` (a ``[limits]`` table) changed; ValueError
@@ -109,13 +129,15 @@ def configured_limits(start: Path | None = None) -> tuple[Limits, Path | None]:
     No file, or a file that is not valid TOML, gives the defaults (the model configuration
     reports an unreadable file); a bad ``[limits]`` table is a ValueError naming the field.
     """
-    from agentscript.models.registry import find_config  # the one rule for finding the file
+    # the one rule for finding the file, and the one size cap for reading it
+    from agentscript.models.registry import MAX_CONFIG_BYTES, find_config
+    from agentscript.reading import read_file_text
 
     path = find_config(start)
     if path is None:
         return Limits(), None
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_file_text(path, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return Limits(), path
     table = data.get("limits")

@@ -9,13 +9,14 @@ from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
 from agentscript.engine.session import Agent, AgentBase
 from agentscript.limits import Limits, configured_limits
 from agentscript.models.registry import find_config
+from agentscript.reading import read_file_bytes
 from agentscript.syntax import Document, parse
 
 
 def read_source(path: Path) -> tuple[str | None, Diagnostic | None]:
     """Read a file as UTF-8 (BOM tolerated); a binary or unreadable file is a diagnostic."""
     try:
-        data = path.read_bytes()
+        data = read_file_bytes(path)
     except OSError as exc:
         return None, _file_error(
             "unreadable-file", f"cannot read file: {exc.strerror or exc}", path

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from agentscript.diagnostics import Diagnostic
+from agentscript.reading import read_file_bytes
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
 
@@ -45,7 +46,7 @@ def render_diagnostic(diag: Diagnostic, lines: list[str] | None, color: bool = F
 def source_lines(path: str | Path) -> list[str] | None:
     """The lines of ``path`` for rendering, or None when unreadable or binary."""
     try:
-        data = Path(path).read_bytes()
+        data = read_file_bytes(path)
     except OSError:
         return None
     if b"\x00" in data[:8192]:

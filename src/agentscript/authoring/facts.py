@@ -13,6 +13,7 @@ keyed by its printed text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from agentscript.expr.nodes import (
@@ -303,23 +304,23 @@ def _shown(expr: Expr, holds: bool, facts: Facts) -> str:
     return f"not ({readable(expr)})"
 
 
-def _variables_in(expr: Expr) -> set[str]:
-    found: set[str] = set()
-    stack: list[object] = [expr]
+def sub_expressions(expr: Expr) -> Iterator[Expr]:
+    """``expr`` and every expression inside it (operands, arguments, items), any order."""
+    stack: list[Expr] = [expr]
     while stack:
         node = stack.pop()
-        if isinstance(node, Expr):
-            name = variable_name(node)
-            if name is not None:
-                found.add(name)
-                continue
-            for slot in getattr(type(node), "__slots__", ()):
-                value = getattr(node, slot, None)
-                if isinstance(value, Expr):
-                    stack.append(value)
-                elif isinstance(value, list):
-                    stack.extend(v for v in value if isinstance(v, Expr))
-    return found
+        yield node
+        for slot in getattr(type(node), "__slots__", ()):
+            value = getattr(node, slot, None)
+            if isinstance(value, Expr):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, Expr))
+
+
+def _variables_in(expr: Expr) -> set[str]:
+    # A reference's own parts (`@variables` inside `@variables.x`) are not looked at again.
+    return {name for node in sub_expressions(expr) if (name := variable_name(node)) is not None}
 
 
 def variables_in(expr: Expr) -> set[str]:

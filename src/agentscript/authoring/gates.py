@@ -29,6 +29,8 @@ from agentscript.check.outline import AgentOutline
 from agentscript.engine.program import Program
 from agentscript.expr.nodes import AtName, Expr, Literal, Member
 from agentscript.expr.parser import parse_expression
+from agentscript.models.registry import MAX_CONFIG_BYTES
+from agentscript.reading import read_file_text
 from agentscript.syntax.tree import Block, CollectStmt, IfStmt, RunStmt, SetStmt
 
 ANY = object()  # a write whose value is not known statically (an action output, the model)
@@ -283,7 +285,8 @@ def load_asserts(agent_path: Path) -> tuple[list[Assertion], list[str]]:
     if config is None:
         return [], []
     try:
-        data = tomllib.loads(config.read_text(encoding="utf-8"))
+        source = read_file_text(config, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8")
+        data = tomllib.loads(source)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         return [], [f"{config}: cannot read: {exc}"]
     raw = data.get("assert", [])

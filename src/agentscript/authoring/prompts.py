@@ -25,7 +25,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentscript.authoring.facts import Atom, Facts, assume, readable, truth, variable_name
+from agentscript.authoring.facts import (
+    Atom,
+    Facts,
+    assume,
+    readable,
+    sub_expressions,
+    truth,
+    variable_name,
+)
 from agentscript.check.outline import AgentOutline
 from agentscript.engine.program import Node, Program
 from agentscript.expr.nodes import AtName, Expr, Literal, Member, reference_path
@@ -402,19 +410,9 @@ def _complementary(x: str, y: str) -> bool:
 
 
 def _reads_outputs(expr: Expr) -> bool:
-    stack: list[object] = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, AtName) and node.namespace == "outputs":
-            return True
-        if isinstance(node, Expr):
-            for slot in getattr(type(node), "__slots__", ()):
-                value = getattr(node, slot, None)
-                if isinstance(value, Expr):
-                    stack.append(value)
-                elif isinstance(value, list):
-                    stack.extend(v for v in value if isinstance(v, Expr))
-    return False
+    return any(
+        isinstance(node, AtName) and node.namespace == "outputs" for node in sub_expressions(expr)
+    )
 
 
 def _mantle_types(project: Any) -> dict[str, str]:

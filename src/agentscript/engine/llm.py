@@ -11,8 +11,9 @@ import time
 from collections.abc import Sequence
 
 from agentscript.engine.kernel import check_answered
-from agentscript.errors import TurnError
+from agentscript.errors import LimitReached, TurnError
 from agentscript.expr.values import nested_deeper_than
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
     Message,
@@ -37,11 +38,14 @@ async def call_model(
     *,
     iteration: int,
     stream: TextSink | None = None,
+    max_reply_chars: int | None = None,
 ) -> ModelResponse:
     """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
 
     A request whose history holds a tool call without its answer is not sent (the kernel's
     last check): providers reject it, and it would mean the engine lost track of a call.
+    A reply whose text is longer than ``max_reply_chars`` (``Limits.max_reply_chars``) is a
+    failure too: it is neither stored in the history nor traced in full.
     """
     check_answered(request.messages)
     messages: Sequence[Message] = request.messages
@@ -73,7 +77,17 @@ async def call_model(
         step["error"] = str(exc)
         raise TurnError(f"the model failed: {exc}") from None
     step["durationMs"] = elapsed_ms(started)
-    response.tool_calls = [bounded_call(call) for call in response.tool_calls]
+    if max_reply_chars is not None and len(response.text or "") > max_reply_chars:
+        error = LimitReached(
+            "max_reply_chars",
+            max_reply_chars,
+            f"the model's reply is longer than {max_reply_chars} characters; it was dropped",
+        )
+        step["error"] = str(error)
+        step["output"] = {"text": (response.text or "")[:200] + "…", "tool_calls": []}
+        raise error
+    most = max_reply_chars if max_reply_chars is not None else DEFAULT_MAX_ARGUMENT_CHARS
+    response.tool_calls = [bounded_call(call, most) for call in response.tool_calls]
     step["output"] = response.to_json()
     if response.model:
         step["model"] = response.model
@@ -90,8 +104,14 @@ async def call_model(
 MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 
 
-def bounded_call(call: ToolCall) -> ToolCall:
-    """``call``, or a copy without arguments when they are not a JSON object of sane depth."""
+# Without a reply cap, arguments larger than this are dropped before they are kept.
+DEFAULT_MAX_ARGUMENT_CHARS = 10_000_000
+
+
+def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> ToolCall:
+    """``call``, or a copy without arguments when they are not a JSON object of sane depth
+    and size: NaN, Infinity or anything else JSON has no form for would otherwise reach the
+    history, the trace and saved sessions."""
     arguments = call.arguments
     if arguments is None:
         return call
@@ -105,5 +125,10 @@ def bounded_call(call: ToolCall) -> ToolCall:
         json.dumps(arguments, default=repr)
     except ValueError:  # an integer too long to print: no trace or saved session could hold it
         note = "(arguments hold a number too long to print; dropped)"
+        return ToolCall(call.id, call.name, None, raw_arguments=note)
+    try:
+        json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH + 1)
+    except UnsafeValue as exc:
+        note = f"(arguments dropped: {exc})"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call

@@ -19,7 +19,9 @@ from agentscript.engine.state import SessionState
 from agentscript.errors import Signal, TurnError
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
-from agentscript.expr.values import to_display
+from agentscript.expr.values import TypeMismatch, coerce_to_type, parse_type, to_display
+from agentscript.jsonsafe import UnsafeValue, json_safe
+from agentscript.limits import Limits
 from agentscript.syntax.tree import (
     Block,
     CollectStmt,
@@ -92,8 +94,11 @@ class ProcedureExecutor:
         runner: ActionRunner,
         trace: TurnTrace,
         user_input: str,
+        limits: Limits | None = None,
     ) -> None:
         self.program = program
+        # The turn's bounds: output and variable size caps (checked outputs, `set`).
+        self.limits = limits or Limits()
         self.state = state
         self.runner = runner
         self.trace = trace
@@ -214,11 +219,37 @@ class ProcedureExecutor:
                 f"set at line {stmt.span.line}: @variables.{name} is linked (read-only)"
             )
         try:
-            self.state.variables[name] = self.value(stmt.value, self.env(node, outputs))
+            value = self.value(stmt.value, self.env(node, outputs))
         except EvalError as exc:
             raise ProcedureFailure(
                 f"set @variables.{name} at line {exc.span.line}: {exc.message}"
             ) from None
+        try:
+            self.state.variables[name] = self.storable(name, value)
+        except ValueError as exc:
+            raise ProcedureFailure(
+                f"set @variables.{name} at line {stmt.span.line}: {exc}"
+            ) from None
+
+    def storable(self, name: str, value: Any) -> Any:
+        """``value`` as it may be stored in ``@variables.name``: JSON-safe, within
+        ``Limits.max_variable_chars``, of the declared type; otherwise ValueError saying why."""
+        limit = self.limits.max_variable_chars
+        try:
+            value = json_safe(value, max_chars=limit)
+        except UnsafeValue as exc:
+            if exc.too_large:
+                raise ValueError(
+                    f"the value is larger than Limits.max_variable_chars ({limit} characters)"
+                ) from None
+            raise ValueError(f"the value is not JSON-safe: {exc}") from None
+        declared = self.declared.get(name)
+        if declared is not None:
+            try:
+                value = coerce_declared(value, declared.type)
+            except TypeMismatch as exc:
+                raise ValueError(f"@variables.{name} is {declared.type}: {exc.message}") from None
+        return value
 
     async def exec_if(
         self, stmt: IfStmt, node: Node, prompt: list[str] | None, outputs: dict[str, Any] | None
@@ -331,7 +362,7 @@ class ProcedureExecutor:
         self.actions_run.append(tool or action.name)
         request = ActionRequest(action.name, action.target, inputs)
         try:
-            outputs = await self.runner.run(request)
+            outputs = self.check_outputs(action, await self.runner.run(request))
         except ActionError as exc:
             if request.printed:
                 step["printed"] = request.printed
@@ -352,6 +383,50 @@ class ProcedureExecutor:
         if shown:
             self.displayable.append({"action": action.name, "outputs": shown})
         return outputs, step
+
+    def check_outputs(self, action: ActionDef, outputs: dict[str, Any]) -> dict[str, Any]:
+        """``outputs`` as plain JSON within ``Limits.max_output_chars``, every declared output
+        of its declared type (None, or a missing output, is "not set"); otherwise an ActionError saying why, so a
+        hostile or broken action becomes an error result (S12), never a stored NaN, repr or
+        giant trace."""
+        limit = self.limits.max_output_chars
+        try:
+            clean: dict[str, Any] = json_safe(outputs, max_chars=limit)
+        except UnsafeValue as exc:
+            if exc.too_large:
+                raise ActionError(
+                    f"action '{action.name}' returned outputs larger than "
+                    f"Limits.max_output_chars ({limit} characters)"
+                ) from None
+            raise ActionError(
+                f"action '{action.name}' returned an output that is not JSON: "
+                f"{'outputs.' + exc.path if exc.path else 'outputs'}: {exc.reason}"
+            ) from None
+        for name, value in clean.items():
+            param = action.outputs.get(name)
+            if param is None or value is None:
+                continue
+            try:
+                clean[name] = coerce_declared(value, param.type)
+            except TypeMismatch as exc:
+                raise ActionError(
+                    f"output '{name}' of action '{action.name}' is {param.type}: {exc.message}"
+                ) from None
+        # A declared output the action did not return (it returned None, or left it out) is
+        # unset: callbacks read None, as for any unset value, instead of failing on a name.
+        for name in action.outputs:
+            clean.setdefault(name, None)
+        return clean
+
+
+def coerce_declared(value: Any, type_name: str) -> Any:
+    """``value`` checked against a declared type; a type this runtime does not know (a
+    platform type such as ``lightning__richTextType``) accepts any JSON value."""
+    try:
+        parse_type(type_name)
+    except TypeMismatch:
+        return value
+    return coerce_to_type(value, type_name)
 
 
 def _describe(expr: Expr) -> str:

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -19,11 +18,14 @@ from typing import Any, Protocol
 from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, StubBook
 from agentscript.actions.settings import ActionSettings, load_settings
 from agentscript.check.outline import AgentOutline
+from agentscript.engine.history import trim_history
 from agentscript.engine.kernel import TurnResult
 from agentscript.engine.loop import run_sync
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
-from agentscript.engine.state import SessionState
+from agentscript.engine.restore import Checker, check_common, decode, fingerprint, sign, verify
+from agentscript.engine.restore_agent import agent_shape, check_agent_state
+from agentscript.engine.state import STATE_FORMATS, SessionState
 from agentscript.engine.turn import TurnRunner
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
@@ -31,7 +33,7 @@ from agentscript.limits import Limits
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
 from agentscript.trace_inputs import MessageLog
-from agentscript.trace_steps import error_step
+from agentscript.trace_steps import error_step, event_step
 
 
 class TurnRunnerLike(Protocol):
@@ -124,6 +126,21 @@ class AgentBase(ABC):
     def welcome(self, variables: Mapping[str, Any]) -> str:
         """The message shown when a session starts."""
 
+    @abstractmethod
+    def state_shape(self) -> Any:
+        """What saved sessions depend on (variables, nodes or skills, tools), as JSON data;
+        its hash is stored in every saved session and compared on restore."""
+
+    @abstractmethod
+    def check_saved(self, checker: Checker, payload: dict[str, Any]) -> dict[str, Any]:
+        """Check the agent-specific parts of a saved session (variables, node or skill
+        stack, pending confirmation, ``extra``); the checked variables. Raises
+        SessionRestoreError."""
+
+    def identity(self) -> dict[str, str]:
+        """``{"name", "hash"}``: which agent, in which compiled form, a session belongs to."""
+        return {"name": self.name, "hash": fingerprint(self.state_shape())}
+
     def register_handler(self, scheme: str, handler: Handler) -> None:
         """Run every action whose target is ``scheme://...`` with ``handler`` (all sessions)."""
         self.handlers[scheme.lower()] = handler
@@ -163,10 +180,30 @@ class AgentBase(ABC):
         stubs: StubBook | None = None,
         limits: Limits | None = None,
         trace_dir: str | Path | None = None,
+        variables: Mapping[str, Any] | None = None,
     ) -> Session:
-        """Rebuild a session saved with :meth:`Session.to_json`."""
-        payload = json.loads(data) if isinstance(data, str) else dict(data)
+        """Rebuild a session saved with :meth:`Session.to_json`, checked in full first.
+
+        Raises :class:`SessionRestoreError` (``field``, ``reason``) at the first problem: a bad
+        signature when ``AGENTSCRIPT_SESSION_KEY`` is set, another agent or another version
+        of it, a wrong type, an unknown or missing variable, an unknown node or skill, a
+        malformed history or pending confirmation.
+
+        ``variables`` are values the host knows better than the stored data (linked ones such
+        as the verified customer id): checked like ``session(variables=...)`` (ValueError),
+        they replace the stored values.
+        """
+        payload = decode(data)
+        verify(payload)
+        checker = Checker()
+        check_common(checker, payload, set(STATE_FORMATS), self.name, self.identity()["hash"])
+        payload["variables"] = self.check_saved(checker, payload)
+        if variables:
+            fresh = self.initial_variables(variables)
+            payload["variables"].update({name: fresh[name] for name in variables})
+        history = checker.history(payload.get("history", []))
         state = SessionState.from_json(payload)
+        state.history = history
         session = Session(
             self,
             state,
@@ -238,6 +275,12 @@ class Agent(AgentBase):
                 raise ValueError(f"@variables.{name}: {exc.message}") from None
         return values
 
+    def state_shape(self) -> Any:
+        return agent_shape(self.program)
+
+    def check_saved(self, checker: Checker, payload: dict[str, Any]) -> dict[str, Any]:
+        return check_agent_state(self.program, checker, payload)
+
     def welcome(self, variables: Mapping[str, Any]) -> str:
         env = Env({"variables": variables, "knowledge": self.outline.knowledge})
         return render_text(self.program, self.outline.messages.welcome, env, [])
@@ -305,6 +348,17 @@ class Session:
             message = "the session has ended; start a new session to continue"
             error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
+        dropped = trim_history(state.history, self.limits.max_history_chars)
+        if dropped:
+            event_step(
+                trace,
+                event="history_trimmed",
+                node=state.current_node,
+                tool=None,
+                dropped=dropped,
+                reason=f"the history was longer than Limits.max_history_chars "
+                f"({self.limits.max_history_chars} characters)",
+            )
         runner = self.agent.new_turn(
             state,
             self.runner,
@@ -353,6 +407,9 @@ class Session:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The session's state as JSON-compatible data (see :meth:`Agent.restore`)."""
+        """The session's state as JSON-compatible data (see :meth:`AgentBase.restore`), with
+        the agent's identity, signed when ``AGENTSCRIPT_SESSION_KEY`` is set."""
         self.state.stub_usage = self.runner.stubs.state()
-        return self.state.to_json()
+        data = self.state.to_json()
+        data["agent"] = self.agent.identity()
+        return sign(data)

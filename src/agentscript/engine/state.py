@@ -8,7 +8,9 @@ from typing import Any
 
 from agentscript.models.base import Message
 
-STATE_FORMAT = "agentscript-session/1"
+STATE_FORMAT = "agentscript-session/2"
+# /1 had no agent identity; such sessions are still restored (and checked in full).
+STATE_FORMATS = frozenset({"agentscript-session/1", STATE_FORMAT})
 
 
 @dataclass
@@ -63,7 +65,7 @@ class SessionState:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> SessionState:
-        if data.get("format") != STATE_FORMAT:
+        if data.get("format") not in STATE_FORMATS:
             raise ValueError(f"not a saved session (expected format {STATE_FORMAT!r})")
         pending = data.get("pending_confirmation")
         return SessionState(

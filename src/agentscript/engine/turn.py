@@ -64,7 +64,7 @@ class TurnRunner:
         limits: Limits,
         stream: Callable[[str], None] | None = None,
     ) -> None:
-        self.procedures = ProcedureExecutor(program, state, runner, trace, user_input)
+        self.procedures = ProcedureExecutor(program, state, runner, trace, user_input, limits)
         self.program = program
         self.state = state
         self.trace = trace
@@ -304,5 +304,10 @@ class TurnRunner:
             node=node.name,
         )
         return await call_model(
-            self.model, request, self.trace, iteration=iteration, stream=self.stream
+            self.model,
+            request,
+            self.trace,
+            iteration=iteration,
+            stream=self.stream,
+            max_reply_chars=self.limits.max_reply_chars,
         )

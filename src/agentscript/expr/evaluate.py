@@ -8,6 +8,7 @@ Semantics are Python's unless ``docs/expressions.md`` says otherwise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -485,13 +486,21 @@ def _arith_error(op: str, a: object, b: object, span: Span) -> EvalError:
     return EvalError(f"'{op}' is not defined for {type_name_of(a)} and {type_name_of(b)}", span)
 
 
+def _finite(result: object, span: Span) -> object:
+    """Float arithmetic overflows to inf (or NaN) instead of raising: neither is JSON, so
+    neither may reach state, traces or the model."""
+    if type(result) is float and not math.isfinite(result):
+        raise EvalError("number is too large", span)
+    return result
+
+
 def _add(left: Compiled, right: Compiled, span: Span) -> Compiled:
     def add(env: Env) -> object:
         a = left(env)
         b = right(env)
         try:
             if _numbers(a, b):
-                return a + b  # type: ignore[operator]
+                return _finite(a + b, span)  # type: ignore[operator]
         except OverflowError:
             raise EvalError("number is too large", span) from None
         return _add_slow(a, b, span)
@@ -502,7 +511,7 @@ def _add(left: Compiled, right: Compiled, span: Span) -> Compiled:
 def _add_slow(a: object, b: object, span: Span) -> object:
     if isinstance(a, int | float) and isinstance(b, int | float):  # bools, as in Python
         try:
-            return a + b
+            return _finite(a + b, span)
         except OverflowError:
             raise EvalError("number is too large", span) from None
     if isinstance(a, str) and isinstance(b, str):
@@ -523,7 +532,7 @@ def _sub(left: Compiled, right: Compiled, span: Span) -> Compiled:
         if not (isinstance(a, int | float) and isinstance(b, int | float)):
             raise _arith_error("-", a, b, span)
         try:
-            return a - b
+            return _finite(a - b, span)
         except OverflowError:
             raise EvalError("number is too large", span) from None
 
@@ -542,7 +551,7 @@ def _mul(left: Compiled, right: Compiled, span: Span) -> Compiled:
             raise EvalError("number is too large", span) from None
         if type(result) is int and result.bit_length() > MAX_INT_BITS:
             raise EvalError("number is too large", span)
-        return result
+        return _finite(result, span)
 
     return mul
 
@@ -554,7 +563,7 @@ def _div(left: Compiled, right: Compiled, span: Span) -> Compiled:
         if not (isinstance(a, int | float) and isinstance(b, int | float)):
             raise _arith_error("/", a, b, span)
         try:
-            return a / b
+            return _finite(a / b, span)
         except ZeroDivisionError:
             raise EvalError("division by zero", span) from None
         except OverflowError:

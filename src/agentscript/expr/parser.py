@@ -33,13 +33,15 @@ from agentscript.expr.nodes import (
     Ternary,
     Unary,
 )
-from agentscript.limits import MAX_EXPRESSION_DEPTH
+from agentscript.limits import MAX_EXPRESSION_DEPTH, MAX_EXPRESSION_OPERATORS
 from agentscript.source import Source
 
 # Nesting limit in parser levels (a bracket costs two: the bracket and the expression inside,
 # about 11 Python frames together), so 40 nested brackets stay well inside the default
 # recursion limit even within deeply nested blocks.
 MAX_DEPTH = MAX_EXPRESSION_DEPTH
+# Binary operators in one expression (limits.MAX_EXPRESSION_OPERATORS).
+MAX_OPERATORS = MAX_EXPRESSION_OPERATORS
 _COMPARE_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _OPERAND_START = frozenset({"NUMBER", "STRING", "DATE", "DATETIME", "AT", "IDENT"})
@@ -48,7 +50,9 @@ _BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">
 
 
 class _TooDeep(Signal):
-    pass
+    def __init__(self, message: str = "expression is nested too deeply") -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class ExprParser:
@@ -64,6 +68,7 @@ class ExprParser:
         self._peeked: Token | None = None
         self._last_end = self.tok.start
         self.depth = 0
+        self.operators = 0
         self.diagnostics: list[Diagnostic] = []
 
     # ------------------------------------------------------------------ helpers
@@ -140,12 +145,21 @@ class ExprParser:
                     return self.ternary(first)
                 return first
             return self.ternary()
-        except _TooDeep:
+        except _TooDeep as exc:
             t = self.tok
-            self.report("expression is nested too deeply", t.start, t.end)
+            self.report(exc.message, t.start, t.end)
             while not self.at_end():
                 self.advance()
             return ErrorExpr(self.span(t.start, t.end), "")
+
+    def operator(self) -> None:
+        """Count one binary operator (see MAX_OPERATORS)."""
+        self.operators += 1
+        if self.operators > MAX_OPERATORS:
+            raise _TooDeep(
+                f"expression has more than {MAX_OPERATORS} operators; split it into "
+                "several variables or conditions"
+            )
 
     def enter(self) -> None:
         self.depth += 1
@@ -180,6 +194,7 @@ class ExprParser:
         while self.is_kw("or"):
             self.advance()
             right = self.and_expr()
+            self.operator()
             left = Binary(left.span.to(right.span), "or", left, right)
         return left
 
@@ -188,6 +203,7 @@ class ExprParser:
         while self.is_kw("and"):
             self.advance()
             right = self.not_expr()
+            self.operator()
             left = Binary(left.span.to(right.span), "and", left, right)
         return left
 
@@ -237,6 +253,7 @@ class ExprParser:
         while self.is_op("+", "-"):
             op = self.advance().text
             right = self.multiplicative()
+            self.operator()
             left = Binary(left.span.to(right.span), op, left, right)
         return left
 
@@ -245,6 +262,7 @@ class ExprParser:
         while self.is_op("*", "/", "%"):
             op = self.advance().text
             right = self.unary()
+            self.operator()
             left = Binary(left.span.to(right.span), op, left, right)
         return left
 

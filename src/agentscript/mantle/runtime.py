@@ -16,6 +16,7 @@ from typing import Any
 
 from agentscript.actions.registry import ActionRunner
 from agentscript.diagnostics import AgentScriptError
+from agentscript.engine.restore import Checker
 from agentscript.engine.session import AgentBase, TurnRunnerLike
 from agentscript.engine.state import SessionState
 from agentscript.limits import Limits
@@ -23,6 +24,7 @@ from agentscript.mantle.load.lifecycle import install_builtin_responses
 from agentscript.mantle.load.loader import load_project
 from agentscript.mantle.memory import seeded_memory
 from agentscript.mantle.model import Project
+from agentscript.mantle.restore_check import check_mantle_state, project_shape
 from agentscript.mantle.run.orchestrator import MantleTurnRunner
 from agentscript.mantle.run.prompt import response_text
 from agentscript.mantle.run.tool_handler import mantle_handler
@@ -59,6 +61,12 @@ class MantleAgent(AgentBase):
     def initial_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Every memory entry by qualified name (initial values, then ``given``, type-checked)."""
         return seeded_memory(self.project, given)
+
+    def state_shape(self) -> Any:
+        return project_shape(self.project)
+
+    def check_saved(self, checker: Checker, payload: dict[str, Any]) -> dict[str, Any]:
+        return check_mantle_state(self.project, checker, payload)
 
     def welcome(self, variables: Mapping[str, Any]) -> str:
         """``conversation.welcome`` of agent.yml: a response name or literal text."""

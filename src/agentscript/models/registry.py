@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.models.base import Model, ModelError
+from agentscript.reading import read_file_text
+
+# agentscript.toml holds a few tables of model settings; a megabyte is far beyond any real one.
+MAX_CONFIG_BYTES = 1024 * 1024
 
 CONFIG_FILE = "agentscript.toml"
 DEFAULT_ENV = "AGENTSCRIPT_MODEL"
@@ -121,7 +125,7 @@ def load_config(path: Path | None = None, *, start: Path | None = None) -> Model
     if path is None:
         return ModelConfig()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_file_text(path, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8"))
     except OSError as exc:
         raise ModelError(
             f"{path}: cannot read model configuration: {exc.strerror or exc}"

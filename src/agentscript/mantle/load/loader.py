@@ -17,6 +17,7 @@ from agentscript.mantle.load.skill_file import read_skill
 from agentscript.mantle.load.tool_code import load_tool_file, tool_files
 from agentscript.mantle.load.validate import validate
 from agentscript.mantle.model import AgentSettings, Project, Response, Skill, Tool
+from agentscript.reading import read_file_text
 
 _log = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ def _read(path: Path, diagnostics: list[Diagnostic]) -> str | None:
     if not path.is_file():
         return None
     try:
-        return path.read_text(encoding="utf-8")
+        return read_file_text(path, encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         diagnostics.append(
             Diagnostic(

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.model import Tool, ToolWrite
+from agentscript.reading import read_file_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 MARKER = "__mantle_tool__"
@@ -223,8 +224,7 @@ def _arg_docs(doc: str) -> dict[str, str]:
 
 def _syntax_tree(path: str) -> ast.Module | None:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return ast.parse(handle.read(), path)
+        return ast.parse(read_file_text(path, encoding="utf-8"), path)
     except (OSError, SyntaxError, ValueError):
         return None
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.buttons import parse_payload, payload_value, source_tool
 from agentscript.mantle.conditions import names_used
+from agentscript.mantle.load.cycles import call_cycles
 from agentscript.mantle.load.tool_code import make_stub
 from agentscript.mantle.memory import MemoryWriteError, coerce_value
 from agentscript.mantle.model import (
@@ -53,6 +54,7 @@ def validate(project: Project, *, stub_missing_tools: bool = False) -> list[Diag
     out.extend(check_buttons(project))
     out.extend(check_hooks(project))
     out.extend(resolve_tools(project, stub_missing_tools=stub_missing_tools))
+    out.extend(call_cycles(project))
     return out
 
 

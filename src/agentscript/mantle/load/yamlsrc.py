@@ -13,6 +13,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
+from agentscript.reading import compose_yaml
 
 
 @dataclass(slots=True)
@@ -44,7 +45,8 @@ class Ctx:
 def compose(text: str, ctx: Ctx) -> yaml.Node | None:
     """Parse ``text`` into a node tree; a syntax error becomes ``mantle-yaml`` on its line."""
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        # Duplicate keys are reported by `items`, with their own code.
+        return compose_yaml(text, duplicate_keys=False)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = (mark.line + 1 if mark else 1) + ctx.line_offset

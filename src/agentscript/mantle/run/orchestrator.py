@@ -34,12 +34,16 @@ from agentscript.mantle.run.stack import SkillStack
 from agentscript.mantle.run.transitions import finish
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSpec
-from agentscript.trace_steps import ResponseKind, Source, response_step
+from agentscript.trace_steps import ResponseKind, Source, response_step, skill_event
 
 __all__ = ["MAX_DETERMINISTIC_STEPS", "MantleTurnRunner"]
 
 # Kept for existing importers; the bound is Limits.max_deterministic_steps.
 MAX_DETERMINISTIC_STEPS = Limits().max_deterministic_steps
+
+
+class StepLimitReached(LimitReached):
+    """Block steps kept running without the model: a cycle the turn cannot leave."""
 
 
 class MantleTurnRunner:
@@ -67,6 +71,9 @@ class MantleTurnRunner:
                     await self.loop()
             await lifecycle.after_turn(self)
             await buttons.fill_source_buttons(ctx)
+        except StepLimitReached as exc:
+            self.fail(exc)
+            self.unwind(str(exc))
         except TURN_ENDING as exc:
             self.fail(exc)
         top = ctx.stack.frames[-1]["skill"] if ctx.stack.frames else None
@@ -93,6 +100,17 @@ class MantleTurnRunner:
             response_step(ctx.trace, text=text, node=ctx.node_name(), kind=ResponseKind.LLM)
             return
 
+    def unwind(self, reason: str) -> None:
+        """Cancel every skill on the stack: the cycle that hit the step limit would hit it
+        again on every later turn, so the session starts over from routing instead (memory
+        is kept). Each cancellation is a trace step."""
+        ctx = self.ctx
+        while ctx.stack.frames:
+            frame = ctx.stack.pop()
+            skill_event(ctx.trace, event="cancelled", skill=frame["skill"], reason=reason)
+        ctx.stack.pending = None
+        ctx.stack.data["offer"] = None  # a resume offer names a skill no longer on the stack
+
     def fail(self, error: TurnError) -> None:
         ctx = self.ctx
         ctx.close_calls()  # a window left open by the failure is answered first
@@ -112,10 +130,12 @@ class MantleTurnRunner:
             ctx.steps_run += 1
             most = ctx.limits.max_deterministic_steps
             if ctx.steps_run > most:
-                raise LimitReached(
+                raise StepLimitReached(
                     "max_deterministic_steps",
                     most,
-                    f"more than {most} deterministic steps in one turn",
+                    f"more than {most} deterministic steps in one turn: the skills on the "
+                    "stack loop without the model or the user (a call:/link: or next: cycle) "
+                    "and were cancelled",
                 )
             frame = ctx.stack.active()
             if frame is None:
@@ -160,5 +180,10 @@ class MantleTurnRunner:
             node=ctx.node_name(),
         )
         return await call_model(
-            ctx.model, request, ctx.trace, iteration=ctx.llm_calls, stream=ctx.stream
+            ctx.model,
+            request,
+            ctx.trace,
+            iteration=ctx.llm_calls,
+            stream=ctx.stream,
+            max_reply_chars=ctx.limits.max_reply_chars,
         )

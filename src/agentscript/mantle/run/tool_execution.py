@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import Project, Tool
 from agentscript.mantle.queries import tool_constraint
@@ -52,6 +53,17 @@ async def run_tool(
     except ActionError as exc:
         error = str(exc)
         result = {"error": error}
+    else:
+        try:
+            result = json_safe(result, max_chars=ctx.limits.max_output_chars)
+        except UnsafeValue as exc:
+            error = (
+                f"tool '{tool.name}' returned a result larger than Limits.max_output_chars "
+                f"({ctx.limits.max_output_chars} characters)"
+                if exc.too_large
+                else f"tool '{tool.name}' returned a result that is not JSON: {exc}"
+            )
+            result = {"error": error}
     if request.printed:
         record["printed"] = request.printed
     ok = error is None and not failed(result)

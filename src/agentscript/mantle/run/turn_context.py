@@ -17,7 +17,9 @@ from typing import Any
 from agentscript.actions.registry import ActionRunner
 from agentscript.engine.kernel import ToolCallWindow, TurnResult
 from agentscript.engine.state import SessionState
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import Limits
+from agentscript.mantle.memory import MemoryWriteError
 from agentscript.mantle.model import Project
 from agentscript.mantle.run.delivery import Rendered, render
 from agentscript.mantle.run.stack import SkillStack
@@ -75,6 +77,15 @@ class TurnContext:
         return frame["skill"] if frame else "router"
 
     def write(self, key: str, value: Any) -> None:
+        """Store a memory value; one that is not JSON-safe or is larger than
+        ``Limits.max_variable_chars`` is a MemoryWriteError. Every write is journaled with the
+        previous value (post-write hooks roll back from it)."""
+        try:
+            value = json_safe(value, max_chars=self.limits.max_variable_chars)
+        except UnsafeValue as exc:
+            raise MemoryWriteError(
+                f"{key}: cannot store this value ({exc.reason}; Limits.max_variable_chars)"
+            ) from None
         self.journal.append((key, self.memory.get(key)))
         self.memory[key] = value
         self.stack.note_write(key, self.state.turn)

@@ -1,0 +1,273 @@
+"""Saved sessions from outside: signed, identified, and checked in full before they run.
+
+A saved session (:meth:`Session.to_json`) is data a caller stores and gives back later, so
+on :meth:`AgentBase.restore` it is outside input like any other. This module holds what every
+agent kind shares:
+
+- :class:`SessionRestoreError`, the one error a bad saved session raises (``field`` names the
+  first problem, ``reason`` says what is wrong with it);
+- the agent's identity in the saved data (``agent: {"name", "hash"}``, the hash of the
+  compiled agent's state-relevant shape), compared on restore;
+- optional HMAC-SHA256 signing: when ``AGENTSCRIPT_SESSION_KEY`` is set, ``to_json`` adds a
+  ``signature`` over the whole canonical JSON and ``restore`` refuses data whose signature is
+  missing or does not match, so an edited session (``is_verified: true``) cannot open a gate;
+- :class:`Checker`, small typed readers that raise :class:`SessionRestoreError` with the path
+  of the offending field, used by each agent kind to check its own state (variables, node or
+  skill stack, pending confirmation, history).
+
+Nothing here trusts the data: no value is used before its type is checked, so a malformed
+session fails here, never later as a KeyError inside a turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from agentscript.errors import SessionRestoreError as SessionRestoreError  # re-exported
+from agentscript.jsonsafe import UnsafeValue, json_safe
+from agentscript.models.base import Message, ToolCall
+
+SESSION_KEY_ENV = "AGENTSCRIPT_SESSION_KEY"
+# Saved sessions are bounded like the rest of the state; this is far above any real one.
+MAX_SESSION_CHARS = 64_000_000
+ROLES = frozenset({"user", "assistant", "tool"})
+
+
+def fingerprint(shape: Any) -> str:
+    """A stable hash of an agent's state-relevant shape (plain JSON data)."""
+    text = json.dumps(shape, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def session_key() -> bytes | None:
+    """The signing key from the environment, or None when sessions are not signed."""
+    key = os.environ.get(SESSION_KEY_ENV)
+    return key.encode("utf-8") if key else None
+
+
+def _signature(data: Mapping[str, Any], key: bytes) -> str:
+    body = {k: v for k, v in data.items() if k != "signature"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "hmac-sha256:" + hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def sign(data: dict[str, Any], key: bytes | None = None) -> dict[str, Any]:
+    """``data`` with a ``signature`` when a key is given or set in the environment."""
+    key = key if key is not None else session_key()
+    if key is not None:
+        data["signature"] = _signature(data, key)
+    return data
+
+
+def verify(data: Mapping[str, Any], key: bytes | None = None) -> None:
+    """Refuse unsigned or edited data when a key is given or set in the environment."""
+    key = key if key is not None else session_key()
+    if key is None:
+        return
+    given = data.get("signature")
+    if not isinstance(given, str):
+        raise SessionRestoreError(
+            "signature", f"missing; sessions must be signed ({SESSION_KEY_ENV} is set)"
+        )
+    if not hmac.compare_digest(given, _signature(data, key)):
+        raise SessionRestoreError(
+            "signature", "does not match: the session was changed after it was saved"
+        )
+
+
+def decode(data: Mapping[str, Any] | str) -> dict[str, Any]:
+    """The saved session as a dict (JSON text parsed, strictly: no NaN or Infinity)."""
+    if isinstance(data, str):
+        if len(data) > MAX_SESSION_CHARS:
+            raise SessionRestoreError("(session)", f"larger than {MAX_SESSION_CHARS} characters")
+        try:
+            data = json.loads(data, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            raise SessionRestoreError("(session)", f"not valid JSON: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise SessionRestoreError("(session)", f"expected a JSON object, got {_kind(data)}")
+    try:
+        safe: dict[str, Any] = json_safe(dict(data), max_chars=MAX_SESSION_CHARS, max_depth=64)
+    except UnsafeValue as exc:
+        raise SessionRestoreError(exc.path or "(session)", exc.reason) from None
+    return safe
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+class Checker:
+    """Typed reads of untrusted data; each failure is a SessionRestoreError at its path."""
+
+    def fail(self, field: str, reason: str) -> NoReturn:
+        raise SessionRestoreError(field, reason)
+
+    def mapping(self, value: Any, field: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(field, f"expected an object, got {_kind(value)}")
+        return value
+
+    def keys(
+        self, value: dict[str, Any], field: str, allowed: set[str], required: set[str]
+    ) -> None:
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            self.fail(f"{field}.{unknown[0]}" if field else unknown[0], "unknown field")
+        missing = sorted(required - set(value))
+        if missing:
+            self.fail(f"{field}.{missing[0]}" if field else missing[0], "missing")
+
+    def string(self, value: Any, field: str, *, optional: bool = False) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            self.fail(field, f"expected a string, got {_kind(value)}")
+        return value
+
+    def boolean(self, value: Any, field: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(field, f"expected true or false, got {_kind(value)} {value!r}")
+        return value
+
+    def count(self, value: Any, field: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            self.fail(field, f"expected a non-negative integer, got {_kind(value)} {value!r}")
+        return value
+
+    def listing(self, value: Any, field: str) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(field, f"expected a list, got {_kind(value)}")
+        return value
+
+    def one_of(
+        self, value: Any, field: str, allowed: Mapping[str, Any] | set[str] | frozenset[str]
+    ) -> str:
+        text = self.string(value, field)
+        assert text is not None
+        if text not in allowed:
+            self.fail(field, f"'{text}' is not one of {sorted(allowed)[:20]}")
+        return text
+
+    def variables(
+        self,
+        value: Any,
+        declared: Mapping[str, str],
+        coerce: Callable[[str, Any], Any],
+        field: str = "variables",
+    ) -> dict[str, Any]:
+        """Exactly the declared names, each value accepted by ``coerce(name, value)``
+        (which raises ValueError with the reason)."""
+        values = self.mapping(value, field)
+        self.keys(values, field, set(declared), set(declared))
+        out: dict[str, Any] = {}
+        for name, item in values.items():
+            try:
+                out[name] = coerce(name, item)
+            except ValueError as exc:
+                self.fail(f"{field}.{name}", str(exc))
+        return out
+
+    def history(self, value: Any) -> list[Message]:
+        """Messages of the provider-neutral shape, tool calls answered in order."""
+        messages: list[Message] = []
+        open_calls: list[str] = []
+        for index, raw in enumerate(self.listing(value, "history")):
+            where = f"history[{index}]"
+            item = self.mapping(raw, where)
+            self.keys(
+                item, where, {"role", "content", "tool_calls", "tool_call_id", "name"}, {"role"}
+            )
+            role = self.one_of(item["role"], f"{where}.role", ROLES)
+            content = self.string(item.get("content", ""), f"{where}.content")
+            calls: list[ToolCall] = []
+            for position, call in enumerate(self.listing(item.get("tool_calls", []), where)):
+                at = f"{where}.tool_calls[{position}]"
+                data = self.mapping(call, at)
+                self.keys(data, at, {"id", "name", "arguments"}, {"id", "name"})
+                arguments = data.get("arguments")
+                if arguments is not None:
+                    self.mapping(arguments, f"{at}.arguments")
+                calls.append(
+                    ToolCall(
+                        str(self.string(data["id"], f"{at}.id")),
+                        str(self.string(data["name"], f"{at}.name")),
+                        arguments,
+                    )
+                )
+            if calls and role != "assistant":
+                self.fail(f"{where}.tool_calls", "only assistant messages call tools")
+            call_id = self.string(item.get("tool_call_id"), f"{where}.tool_call_id", optional=True)
+            name = self.string(item.get("name"), f"{where}.name", optional=True)
+            if role == "tool":
+                if not open_calls or call_id != open_calls[0]:
+                    self.fail(f"{where}.tool_call_id", "answers no open tool call")
+                open_calls.pop(0)
+            elif open_calls:
+                self.fail(where, f"tool call '{open_calls[0]}' has no result before this message")
+            open_calls.extend(c.id for c in calls)
+            messages.append(Message(role, content or "", calls, call_id, name))
+        return messages
+
+
+# --- the parts every saved session has ------------------------------------------------------
+
+TOP_FIELDS = {
+    "format",
+    "agent",
+    "session_id",
+    "variables",
+    "history",
+    "current_node",
+    "resume_node",
+    "pending_confirmation",
+    "turn",
+    "ended",
+    "stub_usage",
+    "extra",
+    "signature",
+}
+REQUIRED_FIELDS = {"format", "session_id", "variables"}
+
+
+def check_common(
+    c: Checker, payload: dict[str, Any], formats: set[str], name: str, shape_hash: str
+) -> None:
+    """Format, agent identity and the scalar fields shared by every agent kind."""
+    fmt = payload.get("format")
+    if not isinstance(fmt, str) or fmt not in formats:
+        c.fail("format", f"not a saved session (expected format {max(formats)!r})")
+    c.keys(payload, "", TOP_FIELDS, REQUIRED_FIELDS)
+    agent = payload.get("agent")
+    if agent is None:
+        if fmt == max(formats):
+            c.fail("agent", "missing (saved sessions name the agent they belong to)")
+    else:
+        identity = c.mapping(agent, "agent")
+        c.keys(identity, "agent", {"name", "hash"}, {"name", "hash"})
+        if identity["name"] != name:
+            c.fail("agent.name", f"the session belongs to agent {identity['name']!r}, not {name!r}")
+        if identity["hash"] != shape_hash:
+            c.fail(
+                "agent.hash",
+                "the agent changed since the session was saved (its variables, subagents, "
+                "skills or actions differ); start a new session",
+            )
+    session_id = c.string(payload["session_id"], "session_id")
+    if not session_id:
+        c.fail("session_id", "empty")
+    c.count(payload.get("turn", 0), "turn")
+    c.boolean(payload.get("ended", False), "ended")
+    usage = c.mapping(payload.get("stub_usage", {}), "stub_usage")
+    for key, value in usage.items():
+        c.count(value, f"stub_usage.{key}")
+    c.mapping(payload.get("extra", {}), "extra")

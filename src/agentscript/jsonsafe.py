@@ -1,0 +1,105 @@
+"""JSON-safe values: what may enter session state, traces, saved sessions and model requests.
+
+:func:`json_safe` takes a value from outside the engine (an action's outputs, a computed
+variable value) and returns a plain JSON copy of it (``dict`` with string keys, ``list``,
+``str``, finite ``int``/``float``, ``bool``, ``None``), or raises :class:`UnsafeValue` naming
+the first problem: NaN or Infinity, a cycle, a type JSON has no form for (sets, datetimes,
+bytes, objects), nesting deeper than ``max_depth`` or a size over ``max_chars``.
+
+The walk never serialises the value and stops as soon as the size budget is spent, so a
+50 MB string is refused in constant time; recursion is bounded by ``max_depth``, so any
+input (a self-referencing dict included) is safe to check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+DEFAULT_MAX_DEPTH = 32
+
+
+class UnsafeValue(ValueError):
+    """A value that cannot be kept as JSON; ``path`` says where (``outputs.items[3]``);
+    ``too_large`` marks the size budget (as opposed to a value JSON has no form for)."""
+
+    def __init__(self, reason: str, path: str, *, too_large: bool = False) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.reason = reason
+        self.path = path
+        self.too_large = too_large
+
+
+def json_safe(
+    value: Any, *, max_chars: int, max_depth: int = DEFAULT_MAX_DEPTH, path: str = ""
+) -> Any:
+    """A plain JSON copy of ``value`` whose JSON text is at most about ``max_chars`` long."""
+    walker = _Walker(max_chars, max_depth)
+    return walker.copy(value, path, 0)
+
+
+def json_size(value: Any) -> int:
+    """An estimate of the JSON text length of a value already known to be JSON-safe."""
+    walker = _Walker(math.inf, 10**9)
+    walker.copy(value, "", 0)
+    return int(walker.used)
+
+
+class _Walker:
+    def __init__(self, max_chars: float, max_depth: int) -> None:
+        self.budget = max_chars
+        self.max_depth = max_depth
+        self.used: float = 0
+        self.ancestors: set[int] = set()
+
+    def spend(self, chars: int, path: str) -> None:
+        self.used += chars
+        if self.used > self.budget:
+            raise UnsafeValue(
+                f"larger than the limit of {int(self.budget)} characters", path, too_large=True
+            )
+
+    def copy(self, value: Any, path: str, depth: int) -> Any:
+        if value is None or isinstance(value, bool):
+            self.spend(5, path)
+            return value
+        if isinstance(value, int):
+            self.spend(len(str(value)) if abs(value) < 10**30 else 40, path)
+            return int(value)
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise UnsafeValue(f"{value!r} is not a finite JSON number", path)
+            self.spend(24, path)
+            return float(value)
+        if isinstance(value, str):
+            self.spend(len(value) + 2, path)
+            return str(value)
+        if isinstance(value, Mapping | list | tuple):
+            return self.container(value, path, depth)
+        raise UnsafeValue(f"a {type(value).__name__} is not a JSON value", path)
+
+    def container(self, value: Any, path: str, depth: int) -> Any:
+        if depth >= self.max_depth:
+            raise UnsafeValue(f"nested more than {self.max_depth} levels deep", path)
+        key = id(value)
+        if key in self.ancestors:
+            raise UnsafeValue("contains itself (a cycle)", path)
+        self.ancestors.add(key)
+        try:
+            self.spend(2, path)
+            if isinstance(value, Mapping):
+                out: dict[str, Any] = {}
+                for name, item in value.items():
+                    if not isinstance(name, str):
+                        raise UnsafeValue(
+                            f"key {name!r} is a {type(name).__name__}, not a string", path
+                        )
+                    self.spend(len(name) + 4, path)
+                    out[name] = self.copy(item, f"{path}.{name}" if path else name, depth + 1)
+                return out
+            return [
+                self.copy(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)
+            ]
+        finally:
+            self.ancestors.discard(key)
