@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-serve test lint typecheck bench clean editors-test vsix
+.PHONY: setup demo demo-serve test lint typecheck bench clean editors-test vsix screenshot
 
 $(STAMP): pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ test: setup editors-test
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
+
+# Rewrite docs/playground.png (the README image) from the playground browser test; an ordinary
+# test run writes its screenshot to a temporary folder instead. Needs Chromium (see .ci/run).
+screenshot: setup
+	AGENTSCRIPT_UPDATE_SCREENSHOT=1 $(PY) -m pytest -q -p no:cacheprovider \
+		tests/playground/test_playground_browser.py -k card_bank_hidden_tools
 
 # The VS Code extension: its TextMate grammar is tested with vscode-tmgrammar-test (unit tests)
 # and vscode-textmate over every corpus file. Node and npm come with the machine; the packages

@@ -7,8 +7,8 @@ Layout:
 - ``options.py``: options shared by several commands, defined once.
 - ``common.py``: shared front-end helpers (loading an agent to run, exiting with an
   ``ExitCode``).
-- ``validate.py``, ``fmt.py``, ``run.py``, ``chat.py``, ``serve.py``: one command each
-  (``authoring.py``: ``prompts``, ``graph``, ``check-gates``, ``lsp``).
+- ``validate.py``, ``fmt.py``, ``run.py``, ``chat.py``, ``serve.py``, ``playground.py``: one
+  command each (``authoring.py``: ``prompts``, ``graph``, ``check-gates``, ``lsp``).
 
 Exit codes are ``agentscript.commands.ExitCode`` and ``chat --show`` choices are
 ``agentscript.commands.Show``; no command defines its own. Path discovery

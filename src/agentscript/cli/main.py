@@ -11,6 +11,7 @@ import click
 from agentscript.cli.authoring import check_gates, graph, lsp, prompts
 from agentscript.cli.chat import chat
 from agentscript.cli.fmt import fmt
+from agentscript.cli.playground import playground
 from agentscript.cli.run import run
 from agentscript.cli.serve import serve
 from agentscript.cli.validate import validate
@@ -33,6 +34,7 @@ COMMANDS: tuple[click.Command, ...] = (
     check_gates,
     lsp,
     serve,
+    playground,
 )
 
 for _command in COMMANDS:

@@ -40,6 +40,7 @@ from agentscript.cli.common import exit_with
     help="Requests per second per API key (0: no limit).",
 )
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
+@click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve agents over HTTP with durable sessions (needs agentscript[serve])."""
     from agentscript.server.command import serve_cli

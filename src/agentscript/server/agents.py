@@ -14,11 +14,21 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from agentscript.actions.registry import StubBook
 from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import Agent, AgentBase
 from agentscript.models.base import Model
+
+
+class SessionOverrides(Protocol):
+    """Per-session choices of the playground: a conversation file's scripted model moves and
+    stub results. ``None`` from either keeps the served model / the agent's own backends."""
+
+    def model(self, session_id: str, turn: int) -> Model | None: ...
+
+    def stubs(self, session_id: str) -> StubBook | None: ...
 
 
 class AgentLoadError(Exception):
@@ -34,6 +44,16 @@ class ServedAgent:
     model: Model
     description: dict[str, Any]
     version: str
+    overrides: SessionOverrides | None = None
+
+    def model_for(self, session_id: str, turn: int) -> Model:
+        """The model that runs turn ``turn`` of the session."""
+        chosen = self.overrides.model(session_id, turn) if self.overrides else None
+        return chosen if chosen is not None else self.model
+
+    def stubs_for(self, session_id: str) -> StubBook | None:
+        """A fresh stub book for the session (a restore consumes it), or None."""
+        return self.overrides.stubs(session_id) if self.overrides else None
 
     @property
     def name(self) -> str:

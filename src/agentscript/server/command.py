@@ -39,6 +39,10 @@ class ServeOptions:
     lock_wait: float = 30.0
     rate_limit: float = 20.0
     cors_origins: list[str] = field(default_factory=list)
+    # The playground page (agentscript.server.playground), its --stubs file and --var values.
+    playground: bool = False
+    stubs: str | None = None
+    variables: list[str] = field(default_factory=list)
 
 
 def is_loopback(host: str) -> bool:
@@ -101,6 +105,12 @@ def build_app(options: ServeOptions) -> tuple[Any, list[str]]:
         cors_origins=list(options.cors_origins),
     )
     app = create_app(served, store, config=config, keys=keys)
+    page: list[str] = []
+    if options.playground:
+        from agentscript.server.playground.command import add_playground
+
+        names = sorted({m.name for m in models.values()})
+        page = add_playground(app, served, options, ", ".join(names))
     lines = [
         f"agentscript serve: listening on http://{options.host}:{options.port} "
         f"({options.workers} worker{'s' if options.workers != 1 else ''})",
@@ -111,7 +121,7 @@ def build_app(options: ServeOptions) -> tuple[Any, list[str]]:
     ]
     for item in served.values():
         lines.append(f"  agent:  {item.name} ({item.path}) model {models[item.name].name}")
-    return app, lines
+    return app, lines + page
 
 
 def _model(agent: Any, options: ServeOptions) -> Any:

@@ -98,7 +98,10 @@ class SessionService:
         session_id = uuid.uuid4().hex
         try:
             session = served.agent.session(
-                model=served.model, variables=variables, session_id=session_id
+                model=served.model,
+                variables=variables,
+                session_id=session_id,
+                stubs=served.stubs_for(session_id),
             )
         except ValueError as exc:  # unknown or ill-typed variable: the message names it
             raise ApiError(422, "invalid_variable", str(exc)) from None
@@ -303,7 +306,11 @@ class SessionService:
                 f"{record.agent!r} (its variables or nodes changed); start a new session"
             )
         try:
-            return served.agent.restore(record.state, model=served.model)
+            return served.agent.restore(
+                record.state,
+                model=served.model_for(record.session_id, record.turns + 1),
+                stubs=served.stubs_for(record.session_id),
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise IncompatibleSession(
                 f"session {record.session_id} cannot be restored ({exc}); start a new session"

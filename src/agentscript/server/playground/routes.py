@@ -1,0 +1,167 @@
+"""The playground's routes, added to the ``serve`` app by :func:`mount_playground`.
+
+- ``GET /`` redirects to ``/playground/``, the page; its assets are under
+  ``/playground/static/`` (files shipped in this package: no CDN, no build step);
+- ``GET /v1/agents/{agent}/graph``: the agent's control graph (404 ``graph_unavailable``
+  when ``agentscript.authoring`` is not installed);
+- ``/playground/api/...``: the page's extras over the session API (config, conversation
+  files in and out, full session state with the skill stack, trace zip).
+
+Routes stay thin (parse, authenticate, call, return); sessions and turns go through the same
+:class:`SessionService` as the public API, so what the page shows is what a client gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path
+from fastapi.responses import FileResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentscript.server.agents import ServedAgent
+from agentscript.server.app import NAME, SESSION_ID, authenticate
+from agentscript.server.errors import ApiError
+from agentscript.server.playground import export, info
+from agentscript.server.playground.sessions import PlaygroundSessions
+from agentscript.server.service import SessionService
+
+STATIC = FilePath(__file__).parent / "static"
+# A conversation file pasted or uploaded into the page (the body limit applies first).
+MAX_CONVERSATION_CHARS = 200_000
+
+Owner = Annotated[str, Depends(authenticate)]
+SessionId = Annotated[str, Path(pattern=SESSION_ID)]
+AgentName = Annotated[str, Path(pattern=NAME)]
+
+
+class ConversationText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(max_length=MAX_CONVERSATION_CHARS)
+
+
+class NewSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    variables: dict[str, Any] = Field(default_factory=dict)
+    # A conversation file (YAML) to replay: its moves answer the session's turns in order.
+    conversation: str | None = Field(default=None, max_length=MAX_CONVERSATION_CHARS)
+
+
+def _parse(text: str) -> Any:
+    from agentscript.conversation import ConversationError, parse_conversation
+
+    try:
+        return parse_conversation(text)
+    except ConversationError as exc:
+        raise ApiError(422, "invalid_conversation", str(exc)) from None
+
+
+def mount_playground(
+    app: FastAPI,
+    agents: Mapping[str, ServedAgent],
+    sessions: PlaygroundSessions,
+    *,
+    variables: Mapping[str, Any] | None = None,
+    model: str = "",
+) -> None:
+    """Add the page and its routes to ``app``; every served agent gets ``sessions`` as its
+    per-session overrides (stubs, scripted replays)."""
+    service: SessionService = app.state.service
+    defaults = dict(variables or {})
+    for served in agents.values():
+        served.overrides = sessions
+    extras = {
+        name: {"guards": info.guards(s.agent), "buttons": info.buttons(s.agent)}
+        for name, s in agents.items()
+    }
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/playground/")
+
+    @app.get("/playground", include_in_schema=False)
+    @app.get("/playground/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/playground/static", StaticFiles(directory=STATIC), name="playground-static")
+
+    @app.get("/v1/agents/{agent}/graph")
+    async def graph(agent: AgentName, _who: Owner) -> dict[str, Any]:
+        """The agent's control graph (nodes, edges with guards)."""
+        data = info.graph_json(service.agent(agent).agent)
+        if data is None:
+            raise ApiError(
+                404,
+                "graph_unavailable",
+                "the graph needs agentscript.authoring, which this installation lacks",
+            )
+        return data
+
+    @app.get("/playground/api/config", include_in_schema=False)
+    async def config(_who: Owner) -> dict[str, Any]:
+        return {
+            "agents": [{**s.description, **extras[s.name]} for s in agents.values()],
+            "variables": defaults,
+            "model": model,
+            "stubs": sorted(sessions.default_stubs),
+        }
+
+    @app.post("/playground/api/conversations", include_in_schema=False)
+    async def read_conversation(body: ConversationText, _who: Owner) -> dict[str, Any]:
+        """A conversation file as JSON: variables, stubbed action names, turns with moves."""
+        parsed = _parse(body.text)
+        return {
+            "variables": parsed.variables,
+            "actions": sorted(parsed.stubs),
+            "turns": [
+                {"user": t.user, "model": [m.to_json() for m in t.moves]} for t in parsed.turns
+            ],
+        }
+
+    @app.post("/playground/api/agents/{agent}/sessions", status_code=201, include_in_schema=False)
+    async def new_session(agent: AgentName, body: NewSession, who: Owner) -> dict[str, Any]:
+        script = _parse(body.conversation) if body.conversation is not None else None
+        values = {**(script.variables if script else {}), **body.variables}
+        created = await service.create(who, agent, values)
+        sessions.register(created["session_id"], values, script)
+        return {
+            **created,
+            "variables": values,
+            "scripted_turns": len(script.turns) if script else 0,
+        }
+
+    @app.get("/playground/api/sessions/{session_id}/state", include_in_schema=False)
+    async def state(session_id: SessionId, who: Owner) -> dict[str, Any]:
+        record = await service.record(who, session_id)
+        view = service.view(record)
+        mantle = (record.state.get("extra") or {}).get("mantle") or {}
+        view["stack"] = mantle.get("stack") if isinstance(mantle, dict) else None
+        return view
+
+    @app.get("/playground/api/sessions/{session_id}/conversation.yaml", include_in_schema=False)
+    async def conversation(session_id: SessionId, who: Owner) -> Response:
+        record = await service.record(who, session_id)
+        known = sessions.get(session_id)
+        turns = await service.store.list_turns(session_id)
+        text = export.conversation_yaml(record.agent, known.variables if known else {}, turns)
+        return Response(
+            text,
+            media_type="application/yaml",
+            headers={
+                "Content-Disposition": f'attachment; filename="{record.agent}-{session_id[:8]}.yaml"'
+            },
+        )
+
+    @app.get("/playground/api/sessions/{session_id}/traces.zip", include_in_schema=False)
+    async def traces(session_id: SessionId, who: Owner) -> Response:
+        record = await service.record(who, session_id)
+        turns = await service.store.list_turns(session_id)
+        return Response(
+            export.traces_zip(record.agent, session_id, turns),
+            media_type="application/zip",
+            headers={"Content-Disposition": f'attachment; filename="traces-{session_id[:8]}.zip"'},
+        )

@@ -1,0 +1,672 @@
+// agentscript playground: the page's logic. Plain JavaScript, no build step, no network but
+// this server. It talks to the session API (/v1/...) and the playground extras
+// (/playground/api/...), streams each turn over SSE and draws every step as it arrives.
+// Text from agents, models and users is only ever set with textContent (never as HTML).
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const S = {
+    config: null,
+    agent: null,        // the selected agent's description (+ guards, buttons)
+    session: null,      // session id
+    variables: {},      // what the current session started with
+    edited: {},         // the variable editor's values (applied to the next session)
+    script: null,       // {text, turns: [{user, model}]} of a loaded conversation file
+    turns: 0,
+    busy: false,
+    visited: new Set(),
+    taken: new Set(),   // "from->to" transitions seen
+    current: null,
+    graph: null,
+    stepCount: 0,
+    sent: null,         // the full messages of the session's last LLM_STEP (traces keep deltas)
+    key: sessionStorage.getItem("agentscript-key") || "",
+  };
+
+  // ------------------------------------------------------------------ helpers
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = v;
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children) {
+      if (c === null || c === undefined || c === false) continue;
+      node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return node;
+  }
+
+  function show(value) {
+    if (value === undefined) return "—";
+    if (typeof value === "string") return JSON.stringify(value);
+    return JSON.stringify(value);
+  }
+
+  function banner(text, kind) {
+    const b = $("banner");
+    if (!text) { b.hidden = true; return; }
+    b.hidden = false;
+    b.className = kind || "";
+    b.textContent = text;
+  }
+
+  class ApiFailure extends Error {
+    constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+  }
+
+  function headers(extra) {
+    const h = Object.assign({}, extra || {});
+    if (S.key) h["Authorization"] = "Bearer " + S.key;
+    return h;
+  }
+
+  async function failure(response) {
+    let code = "http_" + response.status, message = response.statusText || "request failed";
+    try {
+      const body = await response.json();
+      if (body && body.error) { code = body.error.code || code; message = body.error.message || message; }
+    } catch (e) { /* not JSON */ }
+    if (response.status === 401) {
+      $("key-box").hidden = false;
+      message += " (enter the API key at the top)";
+    }
+    return new ApiFailure(response.status, code, message);
+  }
+
+  async function api(method, url, body) {
+    let response;
+    try {
+      response = await fetch(url, {
+        method,
+        headers: headers(body !== undefined ? { "Content-Type": "application/json" } : {}),
+        body: body !== undefined ? JSON.stringify(body) : undefined,
+      });
+    } catch (e) {
+      throw new ApiFailure(0, "network", "the playground server cannot be reached: " + e.message);
+    }
+    if (!response.ok) throw await failure(response);
+    return response.status === 204 ? null : response.json();
+  }
+
+  // ------------------------------------------------------------------ chat pane
+
+  function addMessage(kind, text, extra) {
+    const li = el("li", { class: "msg " + kind }, text);
+    if (extra) li.append(extra);
+    $("messages").append(li);
+    li.scrollIntoView({ block: "end" });
+    return li;
+  }
+
+  function errorMessage(prefix, err) {
+    const code = err.code ? " [" + err.code + "]" : "";
+    addMessage("error", prefix + code + ": " + err.message);
+  }
+
+  function setBusy(busy) {
+    S.busy = busy;
+    $("send").disabled = busy;
+    $("input").setAttribute("aria-busy", busy ? "true" : "false");
+    updateScriptButtons();
+  }
+
+  function buttonsFor(turn) {
+    const names = [];
+    for (const step of (turn.__steps || [])) {
+      if (step.type === "RESPONSE_STEP" && step.response) names.push(step.response);
+    }
+    const row = el("div", { class: "buttons" });
+    for (const name of names) {
+      for (const b of (S.agent.buttons || {})[name] || []) {
+        row.append(el("button", { class: "payload", onclick: () => send(b.payload) }, b.title));
+      }
+    }
+    return row.childElementCount ? row : null;
+  }
+
+  function finishTurn(bubble, turn) {
+    bubble.classList.remove("streaming");
+    bubble.textContent = turn.response || "";
+    if (!turn.response) bubble.remove();
+    const extra = buttonsFor(turn);
+    if (extra && bubble.isConnected) bubble.append(extra);
+    if (turn.error) addMessage("error", "The turn failed: " + turn.error);
+    if (turn.confirmation) {
+      const row = el("div", { class: "buttons" },
+        el("button", { class: "confirm-yes", onclick: () => send("yes") }, "Yes"),
+        el("button", { class: "confirm-no", onclick: () => send("no") }, "No"));
+      const box = addMessage("notice confirmation", "Confirmation needed: " + turn.confirmation, row);
+      box.querySelector("button").focus();
+    }
+    if (turn.escalated) addMessage("notice escalated", "Escalated: the conversation is handed to a human agent.");
+    if (turn.ended) {
+      addMessage("notice ended", "The session has ended. Start a new session to continue.");
+      $("input").disabled = true;
+    }
+  }
+
+  async function send(text) {
+    if (S.busy || !S.session || !text.trim()) return;
+    setBusy(true);
+    banner("");
+    lockVariables();
+    addMessage("user", text);
+    S.turns += 1;
+    const head = el("li", { class: "turn-head", "data-turn": S.turns }, "Turn " + S.turns + ": " + text);
+    $("trace").append(head);
+    const bubble = addMessage("agent streaming", "");
+    const steps = [];
+    let turn = null;
+    try {
+      const response = await fetch("/v1/sessions/" + S.session + "/messages", {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json", "Accept": "text/event-stream" }),
+        body: JSON.stringify({ text }),
+      });
+      if (!response.ok) throw await failure(response);
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffered = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffered += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffered.indexOf("\n\n")) >= 0) {
+          const block = buffered.slice(0, cut);
+          buffered = buffered.slice(cut + 2);
+          let name = "message", data = null;
+          for (const line of block.split("\n")) {
+            if (line.startsWith("event:")) name = line.slice(6).trim();
+            else if (line.startsWith("data:")) data = JSON.parse(line.slice(5));
+          }
+          if (data === null) continue;
+          if (name === "token") { bubble.textContent += data.text; }
+          else if (name === "step") { steps.push(data); renderSteps([data]); }
+          else if (name === "turn") { turn = data; }
+          else if (name === "error") { throw new ApiFailure(data.status, data.code, data.message); }
+        }
+      }
+      if (!turn) throw new ApiFailure(0, "stream_closed", "the server closed the stream before the turn ended");
+      turn.__steps = steps;
+      finishTurn(bubble, turn);
+      await refreshState(turn);
+    } catch (err) {
+      bubble.remove();
+      errorMessage("The message failed", err);
+      if (err.code === "session_not_found") S.session = null;
+    } finally {
+      setBusy(false);
+      markScript();
+      $("input").focus();
+    }
+    return turn;
+  }
+
+  // ------------------------------------------------------------------ trace pane
+
+  function changes(pre, post) {
+    const out = [];
+    if (!pre || !post) return out;
+    for (const name of Object.keys(post)) {
+      if (JSON.stringify(pre[name]) !== JSON.stringify(post[name])) {
+        out.push(el("div", { class: "change", "data-variable": name },
+          name + ": ", el("span", { class: "before" }, show(pre[name])), " → ",
+          el("span", { class: "after" }, show(post[name]))));
+      }
+    }
+    return out;
+  }
+
+  function lazyDetails(label, produce) {
+    // Built when opened: a 200-step trace stays cheap to draw.
+    const d = el("details", {}, el("summary", {}, label));
+    d.addEventListener("toggle", () => {
+      if (d.open && d.childElementCount === 1) d.append(el("pre", {}, produce()));
+    });
+    return d;
+  }
+
+  function guardOf(node, tool) {
+    const table = (S.agent && S.agent.guards) || {};
+    return (table[node] || {})[tool] || null;
+  }
+
+  const RENDER = {
+    NODE_ENTER: (s) => ["entered ", el("b", {}, s.node), s.reason ? " (" + s.reason + ")" : ""],
+    TRANSITION_STEP: (s) => [el("b", {}, s.from), " → ", el("b", {}, s.to), s.via ? " via " + s.via : ""],
+    HOOK_STEP: (s) => [s.hook + " of " + s.node],
+    SKILL_STEP: (s) => [s.event + " ", el("b", {}, s.skill), s.kind ? " (" + s.kind + ")" : "", s.by ? " by " + s.by : ""],
+    RESPONSE_STEP: (s) => [el("span", {}, s.text || ""), s.response ? el("span", { class: "muted" }, " " + s.response) : ""],
+    ERROR_STEP: (s) => [el("span", { class: "error-text" }, s.message || "error")],
+    REFUSED_STEP: (s) => [el("b", {}, s.name), " refused: ", el("span", { class: "error-text reason" }, s.reason || "")],
+    RESOLUTION_STEP: (s) => {
+      const parts = [el("b", {}, s.node), " #" + (s.iteration || 1), " offers "];
+      for (const t of s.tools || []) parts.push(el("span", { class: "chip tool" }, t));
+      if (!(s.tools || []).length) parts.push(el("span", { class: "muted" }, "no tools "));
+      for (const t of s.hiddenTools || []) {
+        const guard = guardOf(s.node, t);
+        parts.push(el("span", { class: "chip hidden-tool", title: guard ? "hidden: " + guard + " is not true" : "hidden by its guard", "data-tool": t },
+          t, el("span", { class: "why" }, " hidden")));
+        if (guard) parts.push(el("span", { class: "guard" }, "(" + guard + ") "));
+      }
+      parts.push(el("pre", { class: "instructions" }, s.instructions || ""));
+      return parts;
+    },
+    LLM_STEP: (s) => {
+      const out = s.output || {};
+      const calls = (out.tool_calls || []).map((c) => c.name + " " + JSON.stringify(c.arguments));
+      const parts = ["model (" + (s.node || "") + " #" + (s.iteration || 1) + "): ",
+        calls.length ? el("b", {}, calls.join(", ")) : el("span", {}, out.text || "")];
+      if (s.error) parts.push(el("div", { class: "error-text" }, s.error));
+      const input = fullInput(s.input);
+      parts.push(lazyDetails("input", () => JSON.stringify(input, null, 2)));
+      return parts;
+    },
+    ACTION_STEP: (s) => {
+      const parts = [el("b", {}, s.name), " (" + (s.source || "") + (s.target ? ", " + s.target : "") + ")"];
+      parts.push(el("div", { class: "io" }, "in: " + JSON.stringify(s.input)));
+      if (s.error) parts.push(el("div", { class: "error-text" }, "error: " + s.error));
+      else parts.push(el("div", { class: "io" }, "out: " + JSON.stringify(s.output)));
+      return parts;
+    },
+  };
+
+  // An LLM_STEP records only the messages added since the session's previous call
+  // (input.messagesFrom; trace_inputs.rebuild_messages): rebuild the full input, in step order.
+  function fullInput(input) {
+    if (!input || typeof input !== "object") return input;
+    const added = Array.isArray(input.messages) ? input.messages : [];
+    const from = input.messagesFrom;
+    let messages;
+    if (from === null || from === undefined) messages = added;
+    else if ((S.sent || []).length >= from) messages = (S.sent || []).slice(0, from).concat(added);
+    else messages = null;  // the earlier steps are not on this page
+    if (messages) S.sent = messages;
+    const full = Object.assign({}, input);
+    delete full.messagesFrom;
+    if (messages) full.messages = messages;
+    else full.earlierMessagesNotShown = from;
+    return full;
+  }
+
+  function stepNode(s) {
+    const render = RENDER[s.type];
+    const li = el("li", { class: "step step-" + s.type + (s.error ? " failed" : ""), "data-type": s.type },
+      el("span", { class: "kind" }, s.type.replace("_STEP", "").replace("_", " ")));
+    if (render) li.append(...render(s));
+    else li.append(lazyDetails("details", () => JSON.stringify(s, null, 2)));
+    for (const c of changes(s.preVars, s.postVars)) li.append(c);
+    return li;
+  }
+
+  function renderSteps(steps) {
+    const fragment = document.createDocumentFragment();
+    for (const s of steps) {
+      fragment.append(stepNode(s));
+      noteStep(s);
+    }
+    S.stepCount += steps.length;
+    const list = $("trace");
+    list.append(fragment);
+    list.lastElementChild && list.lastElementChild.scrollIntoView({ block: "end" });
+    $("step-count").textContent = S.stepCount + " steps";
+  }
+
+  function noteStep(s) {
+    if (s.type === "NODE_ENTER") { S.visited.add(s.node); S.current = s.node; }
+    if (s.type === "TRANSITION_STEP") { S.taken.add(s.from + "->" + s.to); S.visited.add(s.to); S.current = s.to; }
+    if (s.type === "SKILL_STEP" && s.event === "activated") { S.visited.add(s.skill); S.current = s.skill; }
+  }
+
+  // ------------------------------------------------------------------ state pane
+
+  function variableRows() {
+    return (S.agent && S.agent.variables) || [];
+  }
+
+  function parseValue(type, text) {
+    // Text types keep what was typed ("0042" stays text); others read JSON, else text.
+    if (/^(string|text|date|datetime|time|id)$/i.test(String(type || ""))) return text;
+    if (text.trim() === "") return null;
+    try { return JSON.parse(text); } catch (e) { return text; }
+  }
+
+  function drawVariables(values, before) {
+    const body = $("variables").tBodies[0];
+    body.textContent = "";
+    const editable = S.turns === 0;
+    for (const v of variableRows()) {
+      const value = values[v.name];
+      const tags = [v.type, v.linked ? "linked" : null, v.mutable ? null : "read-only"].filter(Boolean).join(", ");
+      const nameCell = el("td", {}, v.name, el("span", { class: "tag" }, tags));
+      let valueCell;
+      if (editable) {
+        const input = el("input", {
+          "aria-label": v.name, "data-variable": v.name,
+          value: value === undefined || value === null ? "" : (typeof value === "string" ? value : JSON.stringify(value)),
+        });
+        input.addEventListener("change", () => { S.edited[v.name] = parseValue(v.type, input.value); newSession(true); });
+        valueCell = el("td", {}, input);
+      } else {
+        valueCell = el("td", { "data-variable": v.name });
+        const changed = before && JSON.stringify(before[v.name]) !== JSON.stringify(value);
+        if (changed) valueCell.append(el("span", { class: "prev" }, show(before[v.name])));
+        valueCell.append(el("span", { class: "value" }, show(value)));
+      }
+      const row = el("tr", { "data-variable": v.name }, nameCell, valueCell);
+      if (!editable && before && JSON.stringify(before[v.name]) !== JSON.stringify(value)) row.classList.add("changed");
+      body.append(row);
+    }
+    $("vars-note").textContent = editable
+      ? "Editable until the first message (a change starts a new session). Text as typed; other types as JSON."
+      : "Changed by the last turn: highlighted, with the value before.";
+  }
+
+  function lockVariables() {
+    if (S.turns === 0) drawVariables(S.lastValues || S.variables, null);
+  }
+
+  function drawWhere(state) {
+    const box = $("where");
+    box.textContent = "";
+    if (S.agent && S.agent.format === "mantle") {
+      state.stack = state.stack || [];
+      box.append(el("div", {}, "Skill stack (top first):"));
+      const list = el("ol", { class: "stack", "aria-label": "Skill stack" });
+      for (const frame of state.stack.slice().reverse()) {
+        const blocks = (frame.blocks || []).map((b) => "block " + b.block + " at " + (b.step === null || b.step === undefined ? "(not started)" : b.step));
+        list.append(el("li", { class: frame.status, "data-skill": frame.skill },
+          el("b", {}, frame.skill), " ", el("span", { class: "status" }, frame.status + ", " + frame.kind),
+          blocks.length ? el("div", { class: "blocks" }, blocks.join("; ")) : null));
+      }
+      if (!state.stack.length) list.append(el("li", { class: "muted" }, "no active skill"));
+      box.append(list);
+      const top = state.stack[state.stack.length - 1];
+      S.current = top ? top.skill : null;
+    } else {
+      box.append("Current node: ", el("span", { class: "node" }, state.node || "(start)"));
+      S.current = state.node;
+    }
+    if (state.pending_confirmation) box.append(el("div", { class: "muted" }, "waiting for a yes/no"));
+    if (state.ended) box.append(el("div", {}, "session ended"));
+  }
+
+  async function refreshState(turn) {
+    if (!S.session) return;
+    try {
+      const state = await api("GET", "/playground/api/sessions/" + S.session + "/state");
+      const before = S.lastValues;
+      S.lastValues = state.variables;
+      drawVariables(state.variables, turn ? before : null);
+      drawWhere(state);
+      if (turn && turn.path) for (const n of turn.path) S.visited.add(n);
+      drawGraph();
+    } catch (err) {
+      errorMessage("Reading the session state failed", err);
+    }
+  }
+
+  // ------------------------------------------------------------------ graph pane
+
+  async function loadGraph() {
+    S.graph = null;
+    try {
+      S.graph = await api("GET", "/v1/agents/" + encodeURIComponent(S.agent.name) + "/graph");
+    } catch (err) {
+      // Without the graph module: the nodes or skills alone.
+      const names = S.agent.nodes || S.agent.skills || [];
+      S.graph = { nodes: names.map((n) => ({ id: n, label: n, kind: n === S.agent.start ? "start" : "node" })), edges: [], partial: true };
+    }
+    drawGraph();
+  }
+
+  function layers(graph) {
+    const ids = graph.nodes.filter((n) => n.kind !== "step").map((n) => n.id);
+    const start = graph.nodes.find((n) => n.kind === "start") || graph.nodes[0];
+    const depth = {};
+    const queue = [];
+    if (start) { depth[start.id] = 0; queue.push(start.id); }
+    while (queue.length) {
+      const at = queue.shift();
+      for (const e of graph.edges) {
+        if (e.source === at && depth[e.target] === undefined && ids.includes(e.target)) {
+          depth[e.target] = depth[at] + 1; queue.push(e.target);
+        }
+      }
+    }
+    const rows = [];
+    for (const id of ids) {
+      const d = depth[id] === undefined ? (Object.keys(depth).length ? Math.max(...Object.values(depth)) + 1 : 0) : depth[id];
+      (rows[d] = rows[d] || []).push(id);
+    }
+    return rows.filter(Boolean);
+  }
+
+  function drawGraph() {
+    const box = $("graph");
+    box.textContent = "";
+    if (!S.graph) return;
+    const NS = "http://www.w3.org/2000/svg";
+    const rows = layers(S.graph);
+    const boxW = 132, boxH = 26, gapY = 52;
+    const W = Math.max(380, (Math.max(1, ...rows.map((r) => r.length)) + 1) * (boxW + 14));
+    const pos = {};
+    rows.forEach((row, r) => row.forEach((id, i) => {
+      pos[id] = { x: (W / (row.length + 1)) * (i + 1), y: 20 + r * gapY };
+    }));
+    const H = 40 + rows.length * gapY;
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    for (const e of S.graph.edges) {
+      const a = pos[e.source], b = pos[e.target];
+      if (!a || !b || e.source === e.target) continue;
+      const line = document.createElementNS(NS, "path");
+      line.setAttribute("d", "M" + a.x + "," + (a.y + boxH / 2) + " L" + b.x + "," + (b.y - boxH / 2));
+      line.setAttribute("class", "gedge" + (S.taken.has(e.source + "->" + e.target) ? " taken" : ""));
+      line.setAttribute("data-edge", e.source + "->" + e.target);
+      const title = document.createElementNS(NS, "title");
+      title.textContent = e.kind + " via " + e.via + (e.guard ? " when " + e.guard : "");
+      line.append(title);
+      svg.append(line);
+    }
+    for (const n of S.graph.nodes) {
+      const p = pos[n.id];
+      if (!p) continue;
+      const g = document.createElementNS(NS, "g");
+      const cls = ["gnode"];
+      if (S.visited.has(n.id)) cls.push("visited");
+      if (S.current === n.id) cls.push("current");
+      g.setAttribute("class", cls.join(" "));
+      g.setAttribute("data-node", n.id);
+      const rect = document.createElementNS(NS, "rect");
+      rect.setAttribute("x", p.x - boxW / 2); rect.setAttribute("y", p.y - boxH / 2);
+      rect.setAttribute("width", boxW); rect.setAttribute("height", boxH); rect.setAttribute("rx", 5);
+      const text = document.createElementNS(NS, "text");
+      text.setAttribute("x", p.x); text.setAttribute("y", p.y + 4); text.setAttribute("text-anchor", "middle");
+      const label = String(n.label || n.id);
+      text.textContent = label.length > 19 ? label.slice(0, 18) + "…" : label;
+      const title = document.createElementNS(NS, "title");
+      title.textContent = n.id + " (" + n.kind + ")";
+      g.append(rect, text, title);
+      svg.append(g);
+    }
+    box.append(svg);
+    const path = [...S.visited];
+    $("path").textContent = (S.graph.partial ? "Graph module not installed: nodes only. " : "") +
+      (path.length ? "Visited: " + path.join(" → ") : "Nothing visited yet.");
+  }
+
+  // ------------------------------------------------------------------ sessions and scripts
+
+  function resetPanes() {
+    $("messages").textContent = "";
+    $("trace").textContent = "";
+    $("input").disabled = false;
+    S.turns = 0; S.stepCount = 0; S.sent = null; S.visited = new Set(); S.taken = new Set(); S.current = null;
+    S.lastValues = null;
+    $("step-count").textContent = "";
+  }
+
+  async function newSession(keepScript) {
+    if (!S.agent) return;
+    if (!keepScript) S.script = null;
+    const body = { variables: Object.assign({}, S.edited) };
+    if (S.script) body.conversation = S.script.text;
+    resetPanes();
+    try {
+      const created = await api("POST", "/playground/api/agents/" + encodeURIComponent(S.agent.name) + "/sessions", body);
+      S.session = created.session_id;
+      S.variables = created.variables;
+      $("session-id").textContent = "session " + S.session.slice(0, 8) + (S.script ? " (replaying " + created.scripted_turns + " turns)" : "");
+      for (const m of created.messages) addMessage("agent welcome", m);
+      banner("");
+    } catch (err) {
+      S.session = null;
+      errorMessage("Starting a session failed", err);
+    }
+    await refreshState(null);
+    drawScript();
+    $("input").focus();
+  }
+
+  function drawScript() {
+    const box = $("script"), list = $("script-turns");
+    box.hidden = !S.script;
+    list.textContent = "";
+    if (!S.script) { updateScriptButtons(); return; }
+    S.script.turns.forEach((t, i) => list.append(el("li", { "data-index": i }, t.user)));
+    markScript();
+  }
+
+  function markScript() {
+    if (!S.script) { updateScriptButtons(); return; }
+    [...$("script-turns").children].forEach((li, i) => {
+      li.classList.toggle("done", i < S.turns);
+      li.classList.toggle("next", i === S.turns);
+    });
+    updateScriptButtons();
+  }
+
+  function updateScriptButtons() {
+    const left = S.script && S.turns < S.script.turns.length && S.session;
+    $("step").disabled = !left || S.busy;
+    $("play").disabled = !left || S.busy;
+  }
+
+  async function step() {
+    if (!S.script || S.turns >= S.script.turns.length) return null;
+    return send(S.script.turns[S.turns].user);
+  }
+
+  async function playAll() {
+    while (S.script && S.turns < S.script.turns.length) {
+      const turn = await step();
+      if (!turn) break;
+    }
+  }
+
+  async function loadConversation(text) {
+    try {
+      const parsed = await api("POST", "/playground/api/conversations", { text });
+      S.script = { text, turns: parsed.turns };
+      S.edited = Object.assign({}, parsed.variables);
+      await newSession(true);
+      addMessage("notice", "Loaded a conversation of " + parsed.turns.length + " turns: Next step (Alt+S) sends them one by one; its model moves answer them.");
+    } catch (err) {
+      errorMessage("Loading the conversation failed", err);
+    }
+  }
+
+  async function download(url, fallbackName) {
+    if (!S.session) return;
+    try {
+      const response = await fetch(url, { headers: headers() });
+      if (!response.ok) throw await failure(response);
+      const disposition = response.headers.get("Content-Disposition") || "";
+      const match = /filename="([^"]+)"/.exec(disposition);
+      const blob = await response.blob();
+      const a = el("a", { href: URL.createObjectURL(blob), download: match ? match[1] : fallbackName });
+      document.body.append(a);
+      a.click();
+      a.remove();
+    } catch (err) {
+      errorMessage("The download failed", err);
+    }
+  }
+
+  async function selectAgent(name) {
+    S.agent = S.config.agents.find((a) => a.name === name) || S.config.agents[0];
+    S.script = null;
+    S.edited = {};
+    for (const v of S.agent.variables) {
+      if (Object.prototype.hasOwnProperty.call(S.config.variables, v.name)) S.edited[v.name] = S.config.variables[v.name];
+    }
+    await loadGraph();
+    await newSession(false);
+  }
+
+  // ------------------------------------------------------------------ wiring
+
+  async function start() {
+    const started = performance.now();
+    $("key").value = S.key;
+    $("key-box").addEventListener("submit", (e) => e.preventDefault());
+    $("key").addEventListener("change", () => { S.key = $("key").value; sessionStorage.setItem("agentscript-key", S.key); init(); });
+    $("composer").addEventListener("submit", (e) => { e.preventDefault(); const t = $("input").value; $("input").value = ""; send(t); });
+    $("input").addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
+    });
+    $("new-session").addEventListener("click", () => { S.edited = {}; for (const v of variableRows()) if (v.name in S.config.variables) S.edited[v.name] = S.config.variables[v.name]; newSession(false); });
+    $("restart").addEventListener("click", () => { S.edited = Object.assign({}, S.variables); newSession(true); });
+    $("load").addEventListener("click", () => $("load-file").click());
+    $("load-file").addEventListener("change", async () => {
+      const file = $("load-file").files[0];
+      if (file) await loadConversation(await file.text());
+      $("load-file").value = "";
+    });
+    $("step").addEventListener("click", step);
+    $("play").addEventListener("click", playAll);
+    $("save").addEventListener("click", () => download("/playground/api/sessions/" + S.session + "/conversation.yaml", "conversation.yaml"));
+    $("traces").addEventListener("click", () => download("/playground/api/sessions/" + S.session + "/traces.zip", "traces.zip"));
+    $("agent").addEventListener("change", () => selectAgent($("agent").value));
+    $("show-llm").addEventListener("change", (e) => $("trace").parentElement.classList.toggle("hide-llm", !e.target.checked));
+    $("show-resolution").addEventListener("change", (e) => $("trace").parentElement.classList.toggle("hide-resolution", !e.target.checked));
+    document.addEventListener("keydown", (e) => {
+      if (!e.altKey) return;
+      // By key position (e.code): Alt+letter types another character on some layouts.
+      const keys = { KeyN: "new-session", KeyR: "restart", KeyL: "load", KeyS: "step" };
+      const target = keys[e.code];
+      if (target && !$(target).disabled) { e.preventDefault(); $(target).click(); }
+    });
+    await init();
+    window.playground.loadMs = performance.now() - started;
+    document.body.setAttribute("data-ready", "true");
+  }
+
+  async function init() {
+    try {
+      S.config = await api("GET", "/playground/api/config");
+    } catch (err) {
+      banner("The playground cannot start: " + err.message);
+      return;
+    }
+    const select = $("agent");
+    select.textContent = "";
+    for (const a of S.config.agents) select.append(el("option", { value: a.name }, a.name + " (" + a.format + ")"));
+    $("model").textContent = "model: " + (S.config.model || "?") + (S.config.stubs.length ? " · stubs: " + S.config.stubs.join(", ") : "");
+    const wanted = new URLSearchParams(location.search).get("agent");
+    if (wanted) select.value = wanted;
+    await selectAgent(select.value);
+  }
+
+  // For tests and the curious: send a message, load a script, draw steps.
+  window.playground = { send, step, playAll, loadConversation, renderSteps, state: S, loadMs: null };
+  start();
+})();

@@ -1,0 +1,96 @@
+"""A real playground server on 127.0.0.1 (uvicorn in a thread) and Debian's Chromium driven by
+Playwright, for the browser tests.
+
+Chromium is Debian's ``/usr/bin/chromium`` (never a downloaded browser). Without it, or without
+the ``playwright`` package, the tests are skipped with one line saying how to enable them,
+except under ``CI=true``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from agentscript.server.command import ServeOptions, build_app
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ENABLE = (
+    "browser tests need Debian's Chromium and the playwright package: "
+    "apt-get install -y chromium && pip install -r requirements-dev.lock"
+)
+
+
+def chromium_path() -> str:
+    """The Chromium executable, or skip (fail under CI=true) saying how to get one."""
+    found = shutil.which("chromium") or (
+        "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
+    )
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        found = None
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(ENABLE)
+        pytest.skip(ENABLE)
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def playground_server(options: ServeOptions) -> Iterator[str]:
+    """Serve ``options`` (playground on) on a free loopback port; yields the base URL."""
+    import uvicorn
+
+    options.port = _free_port()
+    options.host = "127.0.0.1"
+    app, _lines = build_app(options)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=options.port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the playground server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{options.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextmanager
+def browser(executable: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
