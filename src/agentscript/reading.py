@@ -103,10 +103,19 @@ def compose_yaml(
     except RecursionError:
         raise yaml.YAMLError("the document is nested too deeply") from None
     if root is not None:
-        _check_expansion(root, max_nodes)
-        if duplicate_keys:
-            _check_duplicate_keys(root)
+        check_yaml_nodes(root, max_nodes=max_nodes, duplicate_keys=duplicate_keys)
     return root
+
+
+def check_yaml_nodes(
+    root: yaml.Node, *, max_nodes: int = MAX_YAML_NODES, duplicate_keys: bool = True
+) -> None:
+    """The budgets of :func:`compose_yaml` on a node tree a reader composed itself (e.g. with
+    libyaml's faster ``CSafeLoader``, or a loader that keeps line marks): raises
+    :class:`YamlLimitError` on an alias bomb, a recursive alias or a duplicate key."""
+    _check_expansion(root, max_nodes)
+    if duplicate_keys:
+        _check_duplicate_keys(root)
 
 
 class _JsonConstructor(SafeConstructor):

@@ -28,6 +28,7 @@ class TurnTrace:
     __slots__ = (
         "_start",
         "agent",
+        "branches",
         "inputs",
         "observer",
         "plan_id",
@@ -49,6 +50,8 @@ class TurnTrace:
         self.user_input = user_input
         self.response = ""
         self.steps: list[dict[str, Any]] = []
+        # Every `if` decided in the turn: {node, line, taken} (written only when there is one).
+        self.branches: list[dict[str, Any]] = []
         # Totals over every LLM call of the turn (per-call figures are on each LLM_STEP).
         self.usage = {"llm_calls": 0, "input_tokens": 0, "output_tokens": 0, "llm_ms": 0.0}
         self._start = time.perf_counter()
@@ -66,6 +69,12 @@ class TurnTrace:
             self.observer(step)
         return step
 
+    def add_branch(self, node: str, line: int, taken: str = "else") -> dict[str, Any]:
+        """Record an ``if`` decision; the caller sets ``taken`` to the branch that ran."""
+        branch: dict[str, Any] = {"node": node, "line": line, "taken": taken}
+        self.branches.append(branch)
+        return branch
+
     def count_llm_call(self, duration_ms: float, input_tokens: int, output_tokens: int) -> None:
         usage = self.usage
         usage["llm_calls"] += 1
@@ -74,7 +83,7 @@ class TurnTrace:
         usage["llm_ms"] = round(usage["llm_ms"] + duration_ms, 3)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "format": FORMAT,
             "agent": self.agent,
             "sessionId": self.session_id,
@@ -86,6 +95,9 @@ class TurnTrace:
             "usage": dict(self.usage),
             "planTrace": {"steps": self.steps},
         }
+        if self.branches:
+            data["branches"] = list(self.branches)
+        return data
 
     def write(self, directory: Path) -> Path:
         folder = directory / _safe(self.agent) / "sessions" / _safe(self.session_id) / "traces"

@@ -7,8 +7,9 @@ Layout:
 - ``options.py``: options shared by several commands, defined once.
 - ``common.py``: shared front-end helpers (loading an agent to run, exiting with an
   ``ExitCode``).
-- ``validate.py``, ``fmt.py``, ``run.py``, ``chat.py``, ``serve.py``, ``playground.py``: one
-  command each (``authoring.py``: ``prompts``, ``graph``, ``check-gates``, ``lsp``).
+- ``validate.py``, ``fmt.py``, ``run.py``, ``chat.py``, ``serve.py``, ``playground.py``,
+  ``test.py``: one command each (``authoring.py``: ``prompts``, ``graph``, ``check-gates``,
+  ``lsp``).
 
 Exit codes are ``agentscript.commands.ExitCode`` and ``chat --show`` choices are
 ``agentscript.commands.Show``; no command defines its own. Path discovery
@@ -16,7 +17,7 @@ Exit codes are ``agentscript.commands.ExitCode`` and ``chat --show`` choices are
 diagnostics (``agentscript.render``) live in the library, so the server, the test runner and
 the language server reuse them.
 
-Adding a command (``serve``, ``test``, ``prompts``, ``graph``, ``lsp``, ``playground``,
+Adding a command (``serve``, ``prompts``, ``graph``, ``lsp``, ``playground``,
 ``mcp-serve``, ...) is one module and one line:
 
 1. Write the logic as a library function in your own package that takes its inputs (and its

@@ -14,6 +14,7 @@ from agentscript.cli.fmt import fmt
 from agentscript.cli.playground import playground
 from agentscript.cli.run import run
 from agentscript.cli.serve import serve
+from agentscript.cli.test import test_cmd
 from agentscript.cli.validate import validate
 
 
@@ -29,6 +30,7 @@ COMMANDS: tuple[click.Command, ...] = (
     fmt,
     run,
     chat,
+    test_cmd,
     prompts,
     graph,
     check_gates,

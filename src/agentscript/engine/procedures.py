@@ -255,11 +255,16 @@ class ProcedureExecutor:
         self, stmt: IfStmt, node: Node, prompt: list[str] | None, outputs: dict[str, Any] | None
     ) -> None:
         env = self.env(node, outputs)
+        # Which branch ran ("if", "elif 1", ..., "else"; "else" also when no branch ran), for
+        # `agentscript test --coverage`; kept beside the steps so step order is unchanged.
+        step = self.trace.add_branch(node.name, stmt.span.line)
         if self.condition(stmt.condition, env):
+            step["taken"] = "if"
             await self.exec_block(stmt.body, node, prompt=prompt, outputs=outputs)
             return
-        for clause in stmt.else_ifs:
+        for index, clause in enumerate(stmt.else_ifs, start=1):
             if self.condition(clause.condition, env):
+                step["taken"] = f"elif {index}"
                 await self.exec_block(clause.body, node, prompt=prompt, outputs=outputs)
                 return
         if stmt.else_clause is not None:

@@ -1,0 +1,247 @@
+"""``agentscript test``: read specs, run their cases, report, and return the exit code.
+
+Exit codes (``agentscript.commands.ExitCode``): ``OK`` every case passed; ``FAILED`` a case
+failed an expectation (judged ones only with ``judge_blocking``) or could not run (unless
+``fail_on_assertion`` is off: then only cases that could not run give ``FAILED``); ``USAGE`` bad
+usage or a bad spec (the message names the file and line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentscript.commands import ExitCode
+from agentscript.engine.session import AgentBase
+from agentscript.models.base import Model, ModelError
+from agentscript.testing import coverage as agent_coverage
+from agentscript.testing.discovery import AgentCache, collect
+from agentscript.testing.errors import NotASpec, SpecError
+from agentscript.testing.judge import JudgeSettings
+from agentscript.testing.readers import read_spec
+from agentscript.testing.replay import ReplayStore
+from agentscript.testing.reporters import REPORTERS, SUFFIXES
+from agentscript.testing.results import CaseResult, RunResult, Status
+from agentscript.testing.runner import CaseRunner, RunOptions
+from agentscript.testing.spec import MatchRule, Suite
+
+
+@dataclass
+class TestOptions:
+    paths: list[Path] = field(default_factory=list)
+    agent: Path | None = None
+    model: Model | None = None
+    judge_model: Model | None = None
+    result_format: str = "human"
+    output_dir: Path | None = None
+    jobs: int = 1
+    fail_fast: bool = False
+    pattern: str | None = None
+    verbose: bool = False
+    match_rule: MatchRule | None = None
+    judge_runs: int = 1
+    judge_threshold: float = 0.6
+    judge_blocking: bool = False
+    record: bool = False
+    refresh_stale: bool = False
+    update_snapshots: bool = False
+    fail_on_assertion: bool = True
+    coverage: bool = False  # print the agent coverage table
+    coverage_json: Path | None = None
+    coverage_html: Path | None = None
+    fail_under: float | None = None  # exit 1 when an agent's coverage is below this percent
+    mutate: bool = False  # mutation testing of each tested agent
+    base: Path = field(default_factory=Path.cwd)
+
+
+def replay_path(spec: Path) -> Path:
+    return spec.with_name(spec.name + ".replay.json")
+
+
+def selected(result_case: str, utterances: list[str], pattern: str | None) -> bool:
+    if not pattern:
+        return True
+    texts = [result_case, *utterances]
+    glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
+    return any(fnmatch.fnmatch(t.lower(), glob.lower()) for t in texts)
+
+
+async def run_suites(
+    suites: list[Suite],
+    agents: AgentCache,
+    options: TestOptions,
+    steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] | None = None,
+) -> RunResult:
+    """Run every selected case; ``steps`` (when given) collects each agent's trace steps."""
+    run = RunResult(judged_blocking=options.judge_blocking)
+    started = time.perf_counter()
+    run_options = RunOptions(
+        model=options.model,
+        judge_model=options.judge_model,
+        judge=JudgeSettings(threshold=options.judge_threshold, runs=options.judge_runs),
+        match_rule=options.match_rule,
+        record=options.record,
+        refresh_stale=options.refresh_stale,
+        update_snapshots=options.update_snapshots,
+    )
+    gate = asyncio.Semaphore(max(1, options.jobs))
+    stop = False
+    for suite in suites:
+        agent = agents.for_suite(suite, options.agent)
+        store = ReplayStore.open(
+            replay_path(suite.path), record=options.record, refresh_stale=options.refresh_stale
+        )
+        runner = CaseRunner(agent, suite, store, run_options)
+        numbered = [
+            (n, c)
+            for n, c in enumerate(suite.cases, start=1)
+            if selected(c.name, [t.utterance for t in c.turns], options.pattern)
+        ]
+
+        async def one(number: int, case: object, runner: CaseRunner = runner) -> CaseResult:
+            async with gate:
+                return await runner.run(case, number)  # type: ignore[arg-type]
+
+        if options.fail_fast:
+            results = []
+            for number, case in numbered:
+                results.append(await one(number, case))
+                if results[-1].status(judged_blocking=options.judge_blocking) is not Status.PASS:
+                    stop = True
+                    break
+        else:
+            results = list(await asyncio.gather(*(one(n, c) for n, c in numbered)))
+        run.cases += results
+        if steps is not None:
+            _, collected = steps.setdefault(id(agent), (agent, []))
+            collected += [s for r in results for t in r.turns for s in t.steps]
+        run.stale.update(store.stale)
+        store.save()
+        if stop:
+            break
+    run.duration_ms = (time.perf_counter() - started) * 1000
+    return run
+
+
+def test_command(
+    options: TestOptions, echo: Callable[[str], None], error: Callable[[str], None]
+) -> ExitCode:
+    if options.result_format not in REPORTERS:
+        error(f"unknown result format {options.result_format!r}; use {', '.join(REPORTERS)}")
+        return ExitCode.USAGE
+    try:
+        base = options.agent.parent if options.agent else options.base
+        files = collect(options.paths, base)
+        if not files:
+            error("no spec files found (give PATH, or put specs in specs/, tests/ or eval/)")
+            return ExitCode.USAGE
+        suites = []
+        for path, explicit in files:
+            try:
+                suites.append(read_spec(path))
+            except NotASpec:
+                if explicit:
+                    raise
+        if not suites:
+            error("no spec files found among the given paths")
+            return ExitCode.USAGE
+        agents = AgentCache()
+        for suite in suites:
+            agents.for_suite(suite, options.agent)
+        steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] = {}
+        run = asyncio.run(run_suites(suites, agents, options, steps))
+    except (SpecError, ModelError) as exc:
+        error(str(exc))
+        return ExitCode.USAGE
+    text = REPORTERS[options.result_format](run, options.verbose)
+    echo(text)
+    below = _report_coverage(options, steps, echo, error)
+    if options.mutate:
+        out = echo if options.result_format == "human" else error
+        for agent_path, group in _by_agent(suites, agents, options).items():
+            out(asyncio.run(_mutation_run(agent_path, group, options)))
+    if options.output_dir is not None:
+        options.output_dir.mkdir(parents=True, exist_ok=True)
+        suffix = SUFFIXES[options.result_format]
+        (options.output_dir / f"test-result.{suffix}").write_text(text, encoding="utf-8")
+    counts = run.counts()
+    if below:
+        return ExitCode.FAILED
+    if counts[Status.ERROR]:
+        return ExitCode.FAILED
+    if counts[Status.FAILURE] and options.fail_on_assertion:
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def _report_coverage(
+    options: TestOptions,
+    steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]],
+    echo: Callable[[str], None],
+    error: Callable[[str], None],
+) -> bool:
+    """Print/write agent coverage as asked; True when some agent is under ``fail_under``."""
+    wanted = options.coverage or options.coverage_json or options.coverage_html
+    if not wanted and options.fail_under is None:
+        return False
+    measured = [agent_coverage.measure(agent, found) for agent, found in steps.values()]
+    if options.coverage or options.fail_under is not None:
+        # To stderr when the result itself is machine-readable on stdout.
+        out = echo if options.result_format == "human" else error
+        for cov in measured:
+            out(agent_coverage.render_table(cov))
+    if options.coverage_json is not None:
+        options.coverage_json.write_text(agent_coverage.render_json(measured), encoding="utf-8")
+    if options.coverage_html is not None:
+        options.coverage_html.write_text(agent_coverage.render_html(measured), encoding="utf-8")
+    if options.fail_under is None:
+        return False
+    low = [c for c in measured if c.percent < options.fail_under]
+    for cov in low:
+        error(
+            f"coverage of {cov.agent} is {cov.percent:.1f}%, under --fail-under "
+            f"{options.fail_under:g}%"
+        )
+    return bool(low)
+
+
+def _by_agent(
+    suites: list[Suite], agents: AgentCache, options: TestOptions
+) -> dict[Path, list[Suite]]:
+    groups: dict[Path, list[Suite]] = {}
+    for suite in suites:
+        agent = agents.for_suite(suite, options.agent)
+        if agent.path is not None:
+            groups.setdefault(agent.path.resolve(), []).append(suite)
+    return groups
+
+
+async def _mutation_run(agent_path: Path, suites: list[Suite], options: TestOptions) -> str:
+    from dataclasses import replace
+
+    from agentscript.testing import mutation
+
+    if agent_path.is_dir():
+        mutants = mutation.mantle_mutants(agent_path)
+    else:
+        mutants = mutation.script_mutants(agent_path)
+    quiet = replace(
+        options, record=False, refresh_stale=False, update_snapshots=False, fail_fast=True
+    )
+
+    async def suite_fails(mutant_path: Path) -> bool:
+        cache = AgentCache()
+        try:
+            cache.load(mutant_path, suites[0].path)
+        except SpecError:
+            raise mutation.invalid() from None
+        run = await run_suites(suites, cache, replace(quiet, agent=mutant_path))
+        return run.failed
+
+    await mutation.run_mutants(agent_path, mutants, suite_fails)
+    return mutation.render(str(agent_path), mutants)

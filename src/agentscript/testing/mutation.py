@@ -1,0 +1,243 @@
+"""Mutation testing of a suite: small breaking edits to the agent, and whether the suite notices.
+
+Mutants of an ``.agent`` file, each one edit found in its syntax tree: drop an ``available
+when`` line, invert an ``if`` / ``else if`` condition (``not (...)``), swap a ``transition to``
+target for another subagent, delete a ``set`` or a ``run`` (with its body). Mutants of a Mantle
+project: drop a tool constraint's ``requires``, drop a step of an ordered block (``skill.md``
+frontmatter lines). Each mutant is written into a copy of the agent's folder and the suite runs
+against it: the mutant is *killed* when a case fails or errors, *survived* when every case
+passes, *invalid* when the mutated agent does not load (not counted). The mutation score is
+killed / (killed + survived); survivors are listed by source line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentscript.syntax import parse
+from agentscript.syntax.tree import AvailableWhenStmt, IfStmt, RunStmt, SetStmt, TransitionStmt
+
+_TARGET = re.compile(r"@(subagent|topic)\.([A-Za-z_][A-Za-z0-9_]*)")
+_NODE = re.compile(r"^(?:start_agent|subagent|topic)\s+([A-Za-z_][A-Za-z0-9_]*)\s*:", re.M)
+
+
+@dataclass
+class Mutant:
+    kind: str  # drop_available_when, invert_if, swap_transition, delete_set, delete_run, ...
+    file: Path  # the mutated file, relative to the agent's folder
+    line: int
+    description: str
+    text: str  # the whole mutated file
+    status: str = "pending"  # killed | survived | invalid
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "file": str(self.file),
+            "line": self.line,
+            "description": self.description,
+            "status": self.status,
+        }
+
+
+def _walk(value: Any) -> Iterator[Any]:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(reversed(node))
+        elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+            yield node
+            for f in dataclasses.fields(node):
+                if f.name not in ("span", "comments", "trailing_comment", "trailing_comments"):
+                    stack.append(getattr(node, f.name))
+
+
+def _replace_line(lines: list[str], number: int, text: str) -> str:
+    return "".join([*lines[: number - 1], text, *lines[number:]])
+
+
+def _without_lines(lines: list[str], first: int, last: int) -> str:
+    kept = lines[: first - 1] + lines[last:]
+    return "".join(kept)
+
+
+def script_mutants(path: Path) -> list[Mutant]:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    document = parse(text)
+    found_nodes = _NODE.findall(text)
+    # Swap to a non-start subagent first: the start agent is usually the first node.
+    nodes = found_nodes[1:] + found_nodes[:1]
+    name = Path(path.name)
+    found: list[Mutant] = []
+    for node in _walk(document):
+        line = node.span.line if hasattr(node, "span") else 0
+        if isinstance(node, AvailableWhenStmt):
+            found.append(
+                Mutant(
+                    "drop_available_when",
+                    name,
+                    line,
+                    lines[line - 1].strip(),
+                    _without_lines(lines, line, line),
+                )
+            )
+        elif isinstance(node, IfStmt):
+            clauses = [(node.span.line, "if")] + [(c.span.line, "else if") for c in node.else_ifs]
+            for at, keyword in clauses:
+                source = lines[at - 1]
+                match = re.match(rf"^(\s*{keyword}\s+)(.*?)(\s*:\s*(#.*)?)$", source.rstrip("\n"))
+                if match:
+                    inverted = f"{match.group(1)}not ({match.group(2)}){match.group(3)}\n"
+                    mutated = _replace_line(lines, at, inverted)
+                    found.append(Mutant("invert_if", name, at, source.strip(), mutated))
+        elif isinstance(node, TransitionStmt | SetStmt | RunStmt):
+            source = lines[line - 1]
+            if isinstance(node, TransitionStmt) or "transition to" in source:
+                target = _TARGET.search(source)
+                others = [n for n in nodes if target and n != target.group(2)]
+                if target and others:
+                    swapped = source.replace(target.group(0), f"@subagent.{others[0]}", 1)
+                    mutated = _replace_line(lines, line, swapped)
+                    found.append(
+                        Mutant(
+                            "swap_transition",
+                            name,
+                            line,
+                            f"{source.strip()} -> {others[0]}",
+                            mutated,
+                        )
+                    )
+            if isinstance(node, SetStmt | RunStmt) and source.lstrip().startswith(("set ", "run ")):
+                kind = "delete_set" if isinstance(node, SetStmt) else "delete_run"
+                last = max(node.span.end_line, line)
+                if node.span.end_column == 1 and last > line:
+                    last -= 1
+                found.append(
+                    Mutant(kind, name, line, source.strip(), _without_lines(lines, line, last))
+                )
+    # Transition tools (`x: @utils.transition to @subagent.y`) are entries, not statements.
+    for index, source in enumerate(lines, start=1):
+        if "@utils.transition to" in source:
+            target = _TARGET.search(source)
+            others = [n for n in nodes if target and n != target.group(2)]
+            if target and others:
+                swapped = source.replace(target.group(0), f"@subagent.{others[0]}", 1)
+                found.append(
+                    Mutant(
+                        "swap_transition",
+                        name,
+                        index,
+                        f"{source.strip()} -> {others[0]}",
+                        _replace_line(lines, index, swapped),
+                    )
+                )
+    unique: dict[tuple[str, int], Mutant] = {}
+    for mutant in found:
+        unique.setdefault((mutant.kind, mutant.line), mutant)
+    return sorted(unique.values(), key=lambda m: (m.line, m.kind))
+
+
+def mantle_mutants(project: Path) -> list[Mutant]:
+    """Drop a ``requires:`` of a tool constraint, or one step of an ordered block."""
+    found: list[Mutant] = []
+    for skill_file in sorted(project.glob("skills/*/skill.md")):
+        lines = skill_file.read_text(encoding="utf-8").splitlines(keepends=True)
+        relative = skill_file.relative_to(project)
+        in_constraints = False
+        for index, source in enumerate(lines, start=1):
+            stripped = source.strip()
+            indent = len(source) - len(source.lstrip())
+            if stripped.startswith("tool_constraints:"):
+                in_constraints = True
+            elif indent == 0 and stripped:
+                in_constraints = False
+            if in_constraints and stripped.startswith("requires:"):
+                found.append(
+                    Mutant(
+                        "drop_tool_constraint",
+                        relative,
+                        index,
+                        stripped,
+                        _without_lines(lines, index, index),
+                    )
+                )
+            if re.match(r"^\s*-\s*(id|collect|execute_tool|set_memory|utter):", source):
+                last = index
+                while (
+                    last < len(lines)
+                    and lines[last].strip()
+                    and (len(lines[last]) - len(lines[last].lstrip()) > indent + 1)
+                    and not lines[last].lstrip().startswith("- ")
+                ):
+                    last += 1
+                found.append(
+                    Mutant(
+                        "drop_block_step",
+                        relative,
+                        index,
+                        stripped,
+                        _without_lines(lines, index, last),
+                    )
+                )
+    return found
+
+
+RunSuite = Callable[[Path], Awaitable[bool]]  # the agent path -> True when the suite failed
+
+
+async def run_mutants(agent_path: Path, mutants: list[Mutant], suite_fails: RunSuite) -> None:
+    """Run the suite against each mutant (in a temporary copy of the agent's folder)."""
+    agent_path = agent_path.resolve()
+    folder = agent_path if agent_path.is_dir() else agent_path.parent
+    with tempfile.TemporaryDirectory(prefix="agentscript-mutant-") as scratch:
+        for mutant in mutants:
+            copy = Path(scratch) / f"m{id(mutant)}"
+            shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("*.replay.json", ".*"))
+            (copy / mutant.file).write_text(mutant.text, encoding="utf-8")
+            target = copy if agent_path.is_dir() else copy / agent_path.name
+            try:
+                failed = await suite_fails(target)
+            except _Invalid:
+                mutant.status = "invalid"
+            else:
+                mutant.status = "killed" if failed else "survived"
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+class _Invalid(Exception):
+    """The mutated agent does not load: the mutant is not counted."""
+
+
+def invalid() -> Exception:
+    return _Invalid()
+
+
+def score(mutants: list[Mutant]) -> float | None:
+    killed = sum(m.status == "killed" for m in mutants)
+    survived = sum(m.status == "survived" for m in mutants)
+    return 100.0 * killed / (killed + survived) if killed + survived else None
+
+
+def render(agent: str, mutants: list[Mutant]) -> str:
+    value = score(mutants)
+    counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "survived", "invalid")}
+    lines = [
+        f"mutation testing of {agent}: {len(mutants)} mutants, {counts['killed']} killed, "
+        f"{counts['survived']} survived, {counts['invalid']} invalid; mutation score "
+        + (f"{value:.1f}%" if value is not None else "n/a")
+    ]
+    for mutant in mutants:
+        if mutant.status == "survived":
+            lines.append(
+                f"  SURVIVED {mutant.file}:{mutant.line} {mutant.kind}: {mutant.description}"
+            )
+    return "\n".join(lines) + "\n"

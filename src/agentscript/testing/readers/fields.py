@@ -1,0 +1,46 @@
+"""Small field validators shared by the readers: every failure names the file and line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agentscript.testing.errors import SpecError
+from agentscript.testing.yamlmarks import line_of
+
+
+def mapping(value: Any, path: Path, line: int | None, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SpecError(path, line_of(value) or line, f"{what} must be a mapping")
+    return value
+
+
+def listing(value: Any, path: Path, line: int | None, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpecError(path, line_of(value) or line, f"{what} must be a list")
+    return value
+
+
+def text(data: dict[str, Any], key: str, path: Path, *, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise SpecError(path, line_of(data), f"missing required field '{key}'")
+        return None
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise SpecError(path, line_of(data, key), f"'{key}' must be a text")
+    return str(value)
+
+
+def no_unknown(data: dict[str, Any], allowed: Iterable[str], path: Path, what: str) -> None:
+    allowed_set = set(allowed)
+    for key in data:
+        if key not in allowed_set:
+            raise SpecError(
+                path,
+                line_of(data, key),
+                f"unknown field '{key}' in {what}; allowed: {', '.join(sorted(allowed_set))}",
+            )

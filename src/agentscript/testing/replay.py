@@ -1,0 +1,174 @@
+"""Recorded model answers: ``--record`` saves them, later runs replay them with no network.
+
+Every call is keyed by (test, turn, node, call index): the agent's calls by the node that asked,
+the judge's and the simulated user's by the pseudo-nodes ``judge:<check>`` and ``user``. Next to
+each answer the file keeps a hash of the resolved prompt (system text, instructions, messages,
+tools) and the prompt itself. On replay a different hash means the agent changed under the
+recording: the call is reported *stale* with a unified diff of the prompt, and with
+``--refresh-stale`` only those calls go to the live model and are re-recorded.
+
+File: ``<spec>.replay.json`` beside the spec, ``{"format": "agentscript-replay/1",
+"calls": {key: {"hash", "prompt", "response"}}}``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentscript.models.base import (
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    TextSink,
+    ToolCall,
+)
+
+FORMAT = "agentscript-replay/1"
+
+
+class ReplayMissing(ModelError):
+    """No recorded answer for a call and no live model to ask."""
+
+
+class ReplayStale(ModelError):
+    """The recorded answer was made for a different prompt; ``diff`` shows how it changed."""
+
+    def __init__(self, key: str, diff: str) -> None:
+        self.key = key
+        self.diff = diff
+        super().__init__(
+            f"recorded call {key} is stale: the prompt changed since it was recorded "
+            "(re-record it with --refresh-stale)\n" + diff
+        )
+
+
+def prompt_text(request: ModelRequest) -> str:
+    """The resolved prompt as stable text (what the hash covers and the diff shows)."""
+    lines = ["# system", request.system, "# instructions", request.instructions, "# messages"]
+    lines += [json.dumps(m.to_json(), sort_keys=True, ensure_ascii=False) for m in request.messages]
+    lines.append("# tools")
+    lines += [
+        json.dumps(
+            {"name": t.name, "description": t.description, "parameters": t.parameters},
+            sort_keys=True,
+        )
+        for t in request.tools
+    ]
+    return "\n".join(lines)
+
+
+def prompt_hash(request: ModelRequest) -> str:
+    return hashlib.sha256(prompt_text(request).encode("utf-8")).hexdigest()[:16]
+
+
+def _response_json(response: ModelResponse) -> dict[str, Any]:
+    return {"text": response.text, "tool_calls": [c.to_json() for c in response.tool_calls]}
+
+
+def _response_of(data: dict[str, Any]) -> ModelResponse:
+    calls = [
+        ToolCall(str(c["id"]), str(c["name"]), c.get("arguments"))
+        for c in data.get("tool_calls") or []
+    ]
+    return ModelResponse(text=data.get("text"), tool_calls=calls, model="replay")
+
+
+@dataclass
+class ReplayStore:
+    """The recorded calls of one spec file, and what this run did with them."""
+
+    path: Path
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    record: bool = False  # every call goes to the live model and is saved
+    refresh_stale: bool = False  # stale calls go to the live model and are re-saved
+    stale: dict[str, str] = field(default_factory=dict)  # key -> prompt diff
+    dirty: bool = False
+
+    @staticmethod
+    def open(path: Path, *, record: bool = False, refresh_stale: bool = False) -> ReplayStore:
+        store = ReplayStore(path, record=record, refresh_stale=refresh_stale)
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise ModelError(f"{path}: cannot read the recording: {exc}") from None
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ModelError(f"{path}: not a recording (expected format {FORMAT})")
+            store.calls = dict(data.get("calls") or {})
+        return store
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        data = {"format": FORMAT, "calls": dict(sorted(self.calls.items()))}
+        self.path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", "utf-8")
+        self.dirty = False
+
+    async def answer(self, key: str, request: ModelRequest, live: Model | None) -> ModelResponse:
+        digest = prompt_hash(request)
+        saved = self.calls.get(key)
+        if saved is not None and not self.record:
+            if saved.get("hash") == digest:
+                return _response_of(saved["response"])
+            diff = "\n".join(
+                difflib.unified_diff(
+                    str(saved.get("prompt", "")).splitlines(),
+                    prompt_text(request).splitlines(),
+                    "recorded",
+                    "now",
+                    lineterm="",
+                )
+            )
+            self.stale[key] = diff
+            if not (self.refresh_stale and live is not None):
+                raise ReplayStale(key, diff)
+        if live is None:
+            raise ReplayMissing(
+                f"no recorded answer for call {key}: record one with --record and --model"
+            )
+        response = await live.complete(request)
+        self.calls[key] = {
+            "hash": digest,
+            "prompt": prompt_text(request),
+            "response": _response_json(response),
+        }
+        self.dirty = True
+        return response
+
+
+class ReplayModel:
+    """The agent's model during a case: replays, or asks ``live`` and records.
+
+    The runner sets :attr:`case` and :attr:`turn`; the call index counts per (turn, node)."""
+
+    def __init__(self, store: ReplayStore, live: Model | None, case: str) -> None:
+        self.store = store
+        self.live = live
+        self.name = live.name if live is not None else "replay"
+        self.case = case
+        self.turn = 0
+        self._counts: dict[tuple[int, str], int] = {}
+        # The engine turns a model failure into a failed turn; the runner needs to know it was
+        # the recording (missing or stale) so the case is an ERROR, not a wrong answer.
+        self.failure: str | None = None
+
+    def key(self, node: str) -> str:
+        index = self._counts.get((self.turn, node), 0)
+        self._counts[(self.turn, node)] = index + 1
+        return f"{self.case}|{self.turn}|{node}|{index}"
+
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
+        try:
+            return await self.store.answer(self.key(request.node or "agent"), request, self.live)
+        except ModelError as exc:
+            # The first line only: a stale call's prompt diff is listed once, in the report.
+            self.failure = self.failure or str(exc).splitlines()[0]
+            raise

@@ -1,0 +1,43 @@
+"""The human reporter: per case its status, each failed expectation with expected and actual
+(all of them with ``verbose``, plus the generated data), stale recordings, then totals."""
+
+from __future__ import annotations
+
+import json
+
+from agentscript.testing.results import RunResult, Status, generated_data
+
+
+def render_human(run: RunResult, verbose: bool = False) -> str:
+    lines: list[str] = []
+    for case in run.cases:
+        status = case.status(judged_blocking=run.judged_blocking)
+        lines.append(f"{status.value:<7} {case.spec_path} :: {case.case}")
+        if case.error:
+            lines.append(f"    error: {case.error}")
+        for v in case.verdicts:
+            if v.passed and not verbose:
+                continue
+            mark = "ok  " if v.passed else ("FAIL" if not v.judged else "fail (judged)")
+            at = f" (line {v.line})" if v.line else ""
+            lines.append(f"    {mark} {v.name}{at}")
+            if not v.passed or verbose:
+                lines.append(f"        expected: {json.dumps(v.expected, default=repr)}")
+                lines.append(f"        actual:   {json.dumps(v.actual, default=repr)}")
+            if v.explanation:
+                lines.append(f"        why:      {v.explanation}")
+        if verbose:
+            for index, turn in enumerate(case.turns, start=1):
+                data = generated_data(turn)
+                lines.append(f"    turn {index} generatedData: {json.dumps(data, default=repr)}")
+    for key, diff in run.stale.items():
+        lines.append(f"STALE recording {key}:")
+        lines += ["    " + line for line in diff.splitlines()]
+    counts = run.counts()
+    verdicts = [v for c in run.cases for v in c.verdicts]
+    lines.append(
+        f"{len(run.cases)} cases: {counts[Status.PASS]} passed, {counts[Status.FAILURE]} failed, "
+        f"{counts[Status.ERROR]} errors; {sum(v.passed for v in verdicts)}/{len(verdicts)} "
+        f"expectations held ({run.duration_ms / 1000:.2f}s)"
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,56 @@
+"""The junit reporter: ``<testsuites>``, one ``<testsuite>`` per case, one ``<testcase>`` per
+expectation (a failed one carries ``<failure>``; a case that could not run, ``<error>``)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+from agentscript.testing.results import RunResult
+
+
+def render_junit(run: RunResult, verbose: bool = False) -> str:
+    root = ET.Element("testsuites", name="agentscript test", time=f"{run.duration_ms / 1000:.3f}")
+    total = failures = errors = 0
+    for case in run.cases:
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"{case.suite}.{case.case}",
+            file=case.spec_path,
+            time=f"{case.duration_ms / 1000:.3f}",
+        )
+        count = fail = 0
+        if case.error is not None:
+            test = ET.SubElement(suite, "testcase", name="run", classname=case.case)
+            ET.SubElement(test, "error", message=case.error)
+            errors += 1
+            count += 1
+        for v in case.verdicts:
+            count += 1
+            test = ET.SubElement(
+                suite,
+                "testcase",
+                name=f"turn{v.turn}.{v.name}",
+                classname=f"{case.suite}.{case.case}",
+            )
+            if not v.passed and (run.judged_blocking or not v.judged):
+                fail += 1
+                message = (
+                    f"{v.name}: expected {json.dumps(v.expected, default=repr)}, "
+                    f"actual {json.dumps(v.actual, default=repr)}"
+                )
+                failure = ET.SubElement(test, "failure", message=message)
+                failure.text = v.explanation
+            elif not v.passed:
+                ET.SubElement(test, "skipped", message=f"judged, not blocking: {v.explanation}")
+        suite.set("tests", str(count))
+        suite.set("failures", str(fail))
+        suite.set("errors", "1" if case.error else "0")
+        total += count
+        failures += fail
+    root.set("tests", str(total))
+    root.set("failures", str(failures))
+    root.set("errors", str(errors))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"

@@ -1,0 +1,226 @@
+"""Runs cases: each in a fresh session, through the public API only.
+
+For a case: start ``agent.session`` with the context variables (by variable name, by
+``$Context.<name>``, or by the field a linked variable's ``source`` names); replay
+``conversationHistory`` *scripted* (messages put into the saved session with ``to_json`` /
+``restore``, the active subagent set from the last agent turn's ``topic``, no model call);
+then send each turn with ``send_async``. The model is the scripted one when the turn has moves,
+else a :class:`ReplayModel` (recorded answers, or the live ``--model`` when recording). Then
+:mod:`.matchers` and :mod:`.judge` give the verdicts. A failure to run a case (bad variable, no
+recorded answer, stale recording) makes the case an ERROR with the reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentscript.engine.session import AgentBase, Session
+from agentscript.models.base import Message, Model, ModelError, ModelRequest, ModelResponse
+from agentscript.models.scripted import ScriptedModel
+from agentscript.testing import matchers
+from agentscript.testing.faults import fault_function, fault_timeouts
+from agentscript.testing.judge import JudgeSettings, judge
+from agentscript.testing.replay import ReplayModel, ReplayStore
+from agentscript.testing.results import CaseResult, TurnOutcome, Verdict
+from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, Suite
+from agentscript.testing.whitebox import check_whitebox
+
+SIMULATOR_SYSTEM = (
+    "You play a user talking to a customer-service agent. Stay in character as described "
+    "below, write only your next message, short and natural. When your goal is reached or "
+    "the conversation cannot go further, answer exactly ###STOP###.\n\n"
+)
+STOP = "###STOP###"
+
+
+@dataclass
+class RunOptions:
+    model: Model | None = None  # live model of the agent (record / refresh / no recording)
+    judge_model: Model | None = None
+    judge: JudgeSettings = field(default_factory=JudgeSettings)
+    match_rule: MatchRule | None = None  # --action-match: wins over the spec
+    record: bool = False
+    refresh_stale: bool = False
+    update_snapshots: bool = False
+
+
+def _variables(agent: AgentBase, given: dict[str, Any]) -> dict[str, Any]:
+    outline = getattr(agent, "outline", None)
+    declared = getattr(outline, "variables", None)
+    if declared is None:
+        return dict(given)  # Mantle: memory names are taken as written
+    by_source = {
+        str(info.source).split(".")[-1]: name
+        for name, info in declared.items()
+        if getattr(info, "source", None)
+    }
+    values: dict[str, Any] = {}
+    for raw, value in given.items():
+        name = raw.removeprefix("$Context.")
+        if name not in declared:
+            name = by_source.get(name, name)
+        if name not in declared:
+            raise ValueError(f"context variable {raw!r} is not a variable of the agent")
+        values[name] = value
+    return values
+
+
+class CaseRunner:
+    def __init__(self, agent: AgentBase, suite: Suite, store: ReplayStore, options: RunOptions):
+        self.agent = agent
+        self.suite = suite
+        self.store = store
+        self.options = options
+
+    @property
+    def rule(self) -> MatchRule:
+        return self.options.match_rule or self.suite.match_rule or MatchRule.EXACT
+
+    async def run(self, case: Case, number: int) -> CaseResult:
+        result = CaseResult(self.suite.name, str(self.suite.path), case.name, number)
+        started = time.perf_counter()
+        try:
+            await self._run(case, result)
+        except (ValueError, ModelError) as exc:
+            result.error = str(exc)
+        result.duration_ms = (time.perf_counter() - started) * 1000
+        return result
+
+    def _session(self, case: Case, model: Model) -> Session:
+        from agentscript.actions.registry import StubBook
+        from agentscript.engine.turn import Limits
+
+        stub_data = {k: v for k, v in case.stubs.items() if k not in case.faults}
+        stubs = StubBook.from_data(stub_data) if stub_data else None
+        functions = {name: fault_function(name, f) for name, f in case.faults.items()}
+        limits = Limits(action_timeouts=fault_timeouts(case.faults)) if case.faults else None
+        session = self.agent.session(
+            model=model,
+            variables=_variables(self.agent, case.context_variables),
+            stubs=stubs,
+            actions=functions or None,
+            limits=limits,
+        )
+        if not case.history:
+            return session
+        saved = session.to_json()
+        for turn in case.history:
+            role = "user" if turn.role == "user" else "assistant"
+            saved["history"].append(Message(role, turn.message).to_json())
+        topics = [t.topic for t in case.history if t.role == "agent" and t.topic]
+        if topics:
+            saved["current_node"] = topics[-1]
+        return self.agent.restore(
+            saved, model=model, stubs=stubs, actions=functions or None, limits=limits
+        )
+
+    async def _run(self, case: Case, result: CaseResult) -> None:
+        replay = ReplayModel(self.store, self.options.model, f"{self.suite.name}/{case.name}")
+        scripted = ScriptedModel()
+        chooser = _Chooser(replay, scripted)
+        session = self._session(case, chooser)
+        transcript = result.transcript
+        for turn in case.history:
+            transcript.append({"role": turn.role, "text": turn.message})
+        if case.simulation is not None:
+            await self._simulate(case, session, replay, result)
+        for number, spec in enumerate(case.turns, start=len(result.turns) + 1):
+            chooser.scripted = spec.moves is not None
+            scripted.begin_turn(spec.moves or [])
+            replay.turn = number
+            outcome = await self._send(session, spec.utterance)
+            result.turns.append(outcome)
+            if replay.failure is not None:
+                raise ModelError(f"turn {number}: {replay.failure}")
+            transcript += [
+                {"role": "user", "text": spec.utterance},
+                {"role": "agent", "text": outcome.reply.text},
+            ]
+            for check in spec.checks:
+                if check.kind.judged:
+                    result.verdicts.append(
+                        await self._judge(replay.case, check, transcript, number)
+                    )
+                elif check.kind is CheckKind.WHITEBOX:
+                    snapshots = self.suite.path.with_name(self.suite.path.name + ".snapshots")
+                    result.verdicts.append(
+                        check_whitebox(
+                            check, outcome, number, snapshots, self.options.update_snapshots
+                        )
+                    )
+                else:
+                    result.verdicts.extend(matchers.check_turn(check, outcome, self.rule, number))
+            if outcome.reply.exhausted:
+                raise ModelError(
+                    f"turn {number}: the scripted moves ran out (the agent asked the model "
+                    "more often than the spec scripts)"
+                )
+        for check in case.final_checks:
+            if check.kind is CheckKind.MANTLE:
+                result.verdicts.append(matchers.check_mantle(check, result.turns))
+            else:
+                result.verdicts.append(
+                    await self._judge(replay.case, check, transcript, len(result.turns))
+                )
+
+    async def _send(self, session: Session, text: str) -> TurnOutcome:
+        started = time.perf_counter()
+        reply = await session.send_async(text)
+        return TurnOutcome(text, reply, (time.perf_counter() - started) * 1000)
+
+    async def _simulate(
+        self, case: Case, session: Session, replay: ReplayModel, result: CaseResult
+    ) -> None:
+        assert case.simulation is not None
+        user_model = self.options.judge_model or self.options.model
+        for number in range(1, case.simulation.max_turns + 1):
+            messages = [
+                Message("assistant" if m["role"] == "user" else "user", m["text"])
+                for m in result.transcript
+            ] or [Message("user", "(the agent waits for you to start)")]
+            request = ModelRequest(
+                SIMULATOR_SYSTEM + case.simulation.context, "", messages, [], node="user"
+            )
+            key = f"{replay.case}|{number}|user|0"
+            answer = await self.store.answer(key, request, user_model)
+            text = (answer.text or "").strip()
+            if not text or STOP in text or session.ended:
+                return
+            replay.turn = number
+            outcome = await self._send(session, text)
+            result.turns.append(outcome)
+            if replay.failure is not None:
+                raise ModelError(f"turn {number}: {replay.failure}")
+            result.transcript += [
+                {"role": "user", "text": text},
+                {"role": "agent", "text": outcome.reply.text},
+            ]
+
+    async def _judge(
+        self, base: str, check: Check, transcript: list[dict[str, str]], turn: int
+    ) -> Verdict:
+        """``base`` is the case's key in the recording (cases may run concurrently)."""
+        live = self.options.judge_model or self.options.model
+
+        async def ask(key: str, request: ModelRequest) -> ModelResponse:
+            return await self.store.answer(f"{base}|{turn}|judge|{key}", request, live)
+
+        name = live.name if live is not None else "replay"
+        return await judge(check, list(transcript), ask, self.options.judge, name, turn)
+
+
+class _Chooser:
+    """The session's model: the scripted one on scripted turns, else the replay model."""
+
+    def __init__(self, replay: ReplayModel, scripted: ScriptedModel) -> None:
+        self.replay = replay
+        self.scripted_model = scripted
+        self.scripted = False
+        self.name = "test"
+
+    async def complete(self, request: ModelRequest, *, stream: Any = None) -> ModelResponse:
+        if self.scripted:
+            return await self.scripted_model.complete(request, stream=stream)
+        return await self.replay.complete(request, stream=stream)

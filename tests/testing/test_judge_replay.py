@@ -1,0 +1,227 @@
+"""The LLM judge against a local stand-in OpenAI server, recorded replays going stale when the
+agent changes, and a Mantle scenario whose user is played by a model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import ROOT
+from helpers import run_json, run_test
+
+from fakes.llm_servers import FakeCall, OpenAIServer, Reply
+
+ENV = {"OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_CONFIG": "/nonexistent"}
+
+
+def _outcome_spec(order_copy: Path) -> Path:
+    spec = order_copy / "specs" / "Order_Status-testSpec.yaml"
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(
+        text.replace(
+            "    expectedTopic: Order_Management\n",
+            "    expectedTopic: Order_Management\n"
+            "    expectedOutcome: The agent gives the delivery date and apologises.\n",
+            1,
+        ),
+        encoding="utf-8",
+    )
+    return spec
+
+
+def _judge(score: float, why: str = "ok") -> Reply:
+    return Reply(text=json.dumps({"score": score, "reasoning": why}))
+
+
+def test_judge_verdict_saves_prompt_model_score_threshold_and_reasoning(order_copy: Path) -> None:
+    spec = _outcome_spec(order_copy)
+    with OpenAIServer([_judge(0.9, "Date given, apology made.")]) as server:
+        code, data = run_json(
+            str(spec),
+            "-k",
+            "order",
+            "--judge",
+            "openai:judge-test",
+            "--base-url",
+            server.base_url,
+            env=ENV,
+        )
+        asked = server.requests[0].body
+    assert code == 0
+    verdict = next(r for r in data["testCases"][0]["testResults"] if r["judged"])
+    assert verdict["name"] == "bot_response_rating" and verdict["result"] == "PASS"
+    judge = verdict["judge"]
+    assert judge["model"] == "openai:judge-test" or "judge-test" in judge["model"]
+    assert judge["score"] == 0.9 and judge["threshold"] == 0.6
+    assert judge["reasoning"] == "Date given, apology made."
+    assert "apologises" in judge["prompt"]["user"]
+    assert "February 10, 2026" in judge["prompt"]["user"]
+    assert asked["model"] == "judge-test"
+
+
+def test_judged_failure_blocks_only_with_judge_blocking(order_copy: Path) -> None:
+    spec = _outcome_spec(order_copy)
+    with OpenAIServer([_judge(0.2, "no apology")]) as server:
+        code, _, out = run_test(
+            str(spec), "-k", "order", "--judge", "openai:j", "--base-url", server.base_url, env=ENV
+        )
+    assert code == 0
+    with OpenAIServer([_judge(0.2, "no apology")]) as server:
+        code, out, _ = run_test(
+            str(spec),
+            "-k",
+            "order",
+            "--judge",
+            "openai:j",
+            "--base-url",
+            server.base_url,
+            "--judge-blocking",
+            env=ENV,
+        )
+    assert code == 1
+    assert "no apology" in out
+
+
+def test_judge_runs_k_times_and_reports_the_pass_rate(order_copy: Path) -> None:
+    spec = _outcome_spec(order_copy)
+    with OpenAIServer([_judge(0.9), _judge(0.1, "bad"), _judge(0.8)]) as server:
+        _, data = run_json(
+            str(spec),
+            "-k",
+            "order",
+            "--judge",
+            "openai:j",
+            "--judge-runs",
+            "3",
+            "--base-url",
+            server.base_url,
+            env=ENV,
+        )
+    verdict = next(r for r in data["testCases"][0]["testResults"] if r["judged"])
+    assert verdict["judge"]["passRate"] == 2 / 3
+    assert [r["passed"] for r in verdict["judge"]["runs"]] == [True, False, True]
+    assert verdict["result"] == "PASS"
+
+
+def test_unparsable_judge_answer_is_a_failed_verdict_not_a_crash(order_copy: Path) -> None:
+    spec = _outcome_spec(order_copy)
+    with OpenAIServer([Reply(text="looks fine to me")]) as server:
+        _, data = run_json(
+            str(spec), "-k", "order", "--judge", "openai:j", "--base-url", server.base_url, env=ENV
+        )
+    verdict = next(r for r in data["testCases"][0]["testResults"] if r["judged"])
+    assert verdict["result"] == "FAILURE"
+    assert "did not answer with JSON" in verdict["metricExplainability"]
+
+
+LIVE_SPEC = """name: Live
+subjectType: AGENT
+subjectName: Order_Status
+x-agentscript:
+  actions:
+    get_delivery_date: {outputs: {delivery_date: "February 10, 2026"}}
+    check_if_late: {outputs: {is_late: false}}
+testCases:
+  - utterance: Where is my order?
+    expectedTopic: Order_Management
+    contextVariables: [{name: Id, value: "1234"}]
+"""
+TURN = [Reply(calls=[FakeCall.of("go_to_orders", {})]), Reply(text="February 10.")]
+
+
+def test_recording_goes_stale_when_a_prompt_changes_and_refresh_rerecords_only_it(
+    order_copy: Path,
+) -> None:
+    spec = order_copy / "live.yaml"
+    spec.write_text(LIVE_SPEC, encoding="utf-8")
+    with OpenAIServer(list(TURN)) as server:
+        code, _, _ = run_test(
+            str(spec), "--record", "--model", "openai:m", "--base-url", server.base_url, env=ENV
+        )
+    assert code == 0
+    recording = json.loads((order_copy / "live.yaml.replay.json").read_text(encoding="utf-8"))
+    assert sorted(recording["calls"]) == [
+        "Live/Test Case #1|1|Order_Management|0",
+        "Live/Test Case #1|1|router|0",
+    ]
+    agent = order_copy / "order_status.agent"
+    agent.write_text(
+        agent.read_text(encoding="utf-8").replace(
+            "Route the customer's request.", "Route every request."
+        ),
+        encoding="utf-8",
+    )
+    code, out, _ = run_test(str(spec), "--no-fail-on-assertion", env=ENV)
+    assert code == 1  # a stale recording is an error, not an assertion failure
+    assert "ERROR   " in out and "is stale" in out
+    assert "STALE recording Live/Test Case #1|1|router|0" in out
+    assert "-Route the customer's request." in out and "+Route every request." in out
+    with OpenAIServer([TURN[0]]) as server:
+        code, out, _ = run_test(
+            str(spec),
+            "--refresh-stale",
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            env=ENV,
+        )
+        assert len(server.requests) == 1  # only the stale router call went live
+    assert code == 0, out
+    code, _, _ = run_test(str(spec), env=ENV)
+    assert code == 0
+
+
+def test_mantle_scenario_user_played_by_a_model(tmp_path: Path) -> None:
+    project = tmp_path / "card_bank"
+    shutil.copytree(ROOT / "examples" / "card_bank", project)
+    scenarios = project / "eval" / "scenarios"
+    scenarios.mkdir(parents=True)
+    (scenarios / "greet.yml").write_text(
+        """scenario:
+  name: Greeting
+  simulation_context: You are a customer who just says hello.
+  max_turns: 3
+  goals:
+    criteria: [The agent greets the customer.]
+    assertions:
+      - bot_uttered: {text_matches: "Hello there"}
+      - tool_not_executed: {tool_name: order_card}
+""",
+        encoding="utf-8",
+    )
+    script = [
+        Reply(text="Hi!"),  # the simulated user
+        Reply(text="Hello there, how can I help?"),  # the agent
+        Reply(text="###STOP###"),  # the simulated user is done
+        _judge(1.0, "greeted"),  # the criterion
+    ]
+    with OpenAIServer(script) as server:
+        code, data = run_json(
+            str(scenarios),
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--judge-blocking",
+            env=ENV,
+        )
+    case = data["testCases"][0]
+    assert code == 0, json.dumps(case, indent=1)
+    assert [r["name"] for r in case["testResults"]] == [
+        "criterion",
+        "bot_uttered",
+        "tool_not_executed",
+    ]
+    assert case["inputs"]["utterance"] == "Hi!"
+
+
+def test_a_case_with_no_recording_and_no_model_is_an_error(order_copy: Path) -> None:
+    spec = order_copy / "live.yaml"
+    spec.write_text(LIVE_SPEC, encoding="utf-8")
+    code, data = run_json(str(spec), env=ENV)
+    assert code == 1
+    case = data["testCases"][0]
+    assert case["status"] == "ERROR"
+    assert "no recorded answer for call Live/Test Case #1|1|router|0" in case["errorMessage"]

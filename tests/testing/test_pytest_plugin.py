@@ -1,0 +1,61 @@
+"""The pytest plugin: one item per case, failures naming expectation, expected and actual, and
+nothing collected unless the project lists its specs in `agentscript_specs`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PLUGIN = "agentscript.testing.pytest_plugin"
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    # Only the plugin under test: an installed copy (entry point) would register it twice.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    shutil.copytree(ROOT / "examples" / "order_status", pytester.path / "order_status")
+    return pytester
+
+
+def test_each_case_is_an_item_and_passes(project: pytest.Pytester) -> None:
+    project.makeini("[pytest]\nagentscript_specs = order_status/specs\n")
+    result = project.runpytest("-p", PLUGIN, "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*Order_Status-testSpec.yaml::Test Case #1 PASSED*"])
+
+
+def test_a_failing_case_names_expectation_expected_and_actual(project: pytest.Pytester) -> None:
+    agent = project.path / "order_status" / "order_status.agent"
+    agent.write_text(
+        agent.read_text(encoding="utf-8").replace(
+            "go_to_orders: @utils.transition to @subagent.Order_Management",
+            "go_to_orders: @utils.transition to @subagent.escalate_order",
+        ),
+        encoding="utf-8",
+    )
+    project.makeini("[pytest]\nagentscript_specs = order_status/specs\n")
+    result = project.runpytest("-p", PLUGIN)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*topic_sequence_match (line 14): expected 'Order_Management', actual 'escalate_order'*"]
+    )
+
+
+def test_nothing_is_collected_without_the_ini_option(project: pytest.Pytester) -> None:
+    result = project.runpytest("-p", PLUGIN, str(Path("order_status")))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_a_bad_spec_is_a_collection_error_with_its_line(project: pytest.Pytester) -> None:
+    spec = project.path / "order_status" / "specs" / "bad.yaml"
+    spec.write_text(
+        "name: B\nsubjectName: Order_Status\ntestCases:\n  - utterance: hi\n    expectedTopc: x\n",
+        encoding="utf-8",
+    )
+    project.makeini("[pytest]\nagentscript_specs = order_status/specs\n")
+    result = project.runpytest("-p", PLUGIN)
+    result.stdout.fnmatch_lines(["*bad.yaml:5: unknown field 'expectedTopc'*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
