@@ -144,3 +144,14 @@ def test_the_tool_call_window_answers_every_call_and_holds_what_was_said() -> No
     assert roles(history) == ["assistant+calls", "tool", "tool", "assistant"]
     assert json.loads(history[2].content) == {"error": "not run: the turn was stopped"}
     assert unanswered_calls(history) == []
+
+
+def test_repeated_or_empty_tool_call_ids_are_made_distinct_before_they_are_kept() -> None:
+    from agentscript.engine.llm import distinct_ids
+    from agentscript.models.base import Message, ToolCall
+
+    history = [Message("assistant", "", tool_calls=[ToolCall("call_1", "a", {})])]
+    calls = [ToolCall("call_1", "a", {}), ToolCall("", "b", {}), ToolCall("call_2", "c", {})]
+    ids = [c.id for c in distinct_ids(calls, history)]
+    assert len(set(ids)) == 3 and "call_1" not in ids and "" not in ids
+    assert ids[2] == "call_2"

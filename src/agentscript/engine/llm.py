@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from agentscript.engine.kernel import check_answered
 from agentscript.errors import LimitReached, TurnError
@@ -28,7 +29,7 @@ from agentscript.models.base import (
 from agentscript.trace import TurnTrace, elapsed_ms
 from agentscript.trace_steps import llm_step
 
-__all__ = ["MAX_KEPT_DEPTH", "TurnError", "bounded_call", "call_model"]
+__all__ = ["MAX_KEPT_DEPTH", "TurnError", "bounded_call", "call_model", "distinct_ids"]
 
 
 async def call_model(
@@ -87,7 +88,9 @@ async def call_model(
         step["output"] = {"text": (response.text or "")[:200] + "…", "tool_calls": []}
         raise error
     most = max_reply_chars if max_reply_chars is not None else DEFAULT_MAX_ARGUMENT_CHARS
-    response.tool_calls = [bounded_call(call, most) for call in response.tool_calls]
+    response.tool_calls = distinct_ids(
+        [bounded_call(call, most) for call in response.tool_calls], request.messages
+    )
     step["output"] = response.to_json()
     if response.model:
         step["model"] = response.model
@@ -106,6 +109,30 @@ MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 
 # Without a reply cap, arguments larger than this are dropped before they are kept.
 DEFAULT_MAX_ARGUMENT_CHARS = 10_000_000
+
+
+def distinct_ids(calls: list[ToolCall], history: Sequence[Message]) -> list[ToolCall]:
+    """``calls`` with ids that are set and unique in the history: a model that sends an empty
+    or repeated id (seen from hostile-model fuzzing) would otherwise get one answer for two
+    calls, and the next request would be refused for an unanswered call."""
+    taken = {c.id for m in history for c in m.tool_calls}
+    keep: set[int] = set()
+    for index, call in enumerate(calls):  # ids already fine keep their value, first come first
+        if call.id and call.id not in taken:
+            taken.add(call.id)
+            keep.add(index)
+    out: list[ToolCall] = []
+    for index, call in enumerate(calls):
+        if index in keep:
+            out.append(call)
+            continue
+        number = 1
+        while f"{call.id or 'call'}_{number}" in taken:
+            number += 1
+        new_id = f"{call.id or 'call'}_{number}"
+        taken.add(new_id)
+        out.append(replace(call, id=new_id))
+    return out
 
 
 def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> ToolCall:

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 from agentscript.errors import SessionRestoreError as SessionRestoreError  # re-exported
 from agentscript.jsonsafe import UnsafeValue, json_safe
+from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import Message, ToolCall
 
 SESSION_KEY_ENV = "AGENTSCRIPT_SESSION_KEY"
@@ -80,6 +81,12 @@ def verify(data: Mapping[str, Any], key: bytes | None = None) -> None:
         )
 
 
+# A session keeps tool-call arguments up to MAX_KEPT_ARGUMENT_DEPTH levels deep, and they sit
+# five levels down (history[i].tool_calls[j].arguments): a saved session must be read back
+# whatever the engine kept (a hostile-model fuzz run found 64 too tight).
+SESSION_MAX_DEPTH = MAX_KEPT_ARGUMENT_DEPTH + 16
+
+
 def decode(data: Mapping[str, Any] | str) -> dict[str, Any]:
     """The saved session as a dict (JSON text parsed, strictly: no NaN or Infinity)."""
     if isinstance(data, str):
@@ -92,7 +99,9 @@ def decode(data: Mapping[str, Any] | str) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise SessionRestoreError("(session)", f"expected a JSON object, got {_kind(data)}")
     try:
-        safe: dict[str, Any] = json_safe(dict(data), max_chars=MAX_SESSION_CHARS, max_depth=64)
+        safe: dict[str, Any] = json_safe(
+            dict(data), max_chars=MAX_SESSION_CHARS, max_depth=SESSION_MAX_DEPTH
+        )
     except UnsafeValue as exc:
         raise SessionRestoreError(exc.path or "(session)", exc.reason) from None
     return safe
