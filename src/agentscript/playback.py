@@ -12,6 +12,7 @@ from typing import Any
 from agentscript.conversation import Conversation
 from agentscript.engine.session import AgentBase, Reply
 from agentscript.models.scripted import ScriptedModel
+from agentscript.trace_steps import Source
 
 
 @dataclass
@@ -46,6 +47,8 @@ class TurnReport:
             report["refused"] = refused
         if reply.delegated:
             report["delegated"] = reply.delegated
+        if reply.buttons:  # Mantle response buttons; absent otherwise (the pinned shape)
+            report["buttons"] = reply.buttons
         return report
 
 
@@ -118,10 +121,14 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
 
 def refused_calls(trace: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool calls of a turn that were refused (rule S5 gates, bad arguments, limits), as
-    ``{"name", "reason"}``: what ``run --json`` reports beside the actions that ran."""
+    ``{"name", "reason"}``: what ``run --json`` reports beside the actions that ran. A Mantle
+    memory scope refusal (``source: memory``) is a refused read or write of a memory entry,
+    not a tool call: it stays in the trace only."""
     steps = trace.get("planTrace", {}).get("steps", []) if isinstance(trace, dict) else []
     return [
         {"name": step.get("name"), "reason": step.get("reason")}
         for step in steps
-        if isinstance(step, dict) and step.get("type") == "REFUSED_STEP"
+        if isinstance(step, dict)
+        and step.get("type") == "REFUSED_STEP"
+        and step.get("source") != Source.MEMORY
     ]

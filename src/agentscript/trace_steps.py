@@ -43,6 +43,7 @@ class StepType(StrEnum):
     SKILL_STEP = "SKILL_STEP"  # Mantle: a skill activated, completed, interrupted, ...
     BLOCK_STEP = "BLOCK_STEP"  # Mantle: an ordered block entered, advanced, completed, ...
     BUDGET_STEP = "BUDGET_STEP"  # a budget cap stopped an LLM call (engine/budgets.py)
+    KNOWLEDGE_STEP = "KNOWLEDGE_STEP"  # Mantle: a search_knowledge query and its passages
 
 
 class Source(StrEnum):
@@ -52,6 +53,10 @@ class Source(StrEnum):
     DETERMINISTIC = "deterministic"  # a procedure, hook or block step ran it
     STEP = "step"  # Mantle: an execute_tool block step (held for confirmation)
     USER = "user"  # the user answered a confirmation without the model
+    BUTTON = "button"  # Mantle: the user tapped a button with a set: payload
+    BUTTONS = "buttons"  # Mantle: a tool run to supply a response's buttons
+    HOOK = "hook"  # Mantle: a post-write hook (run_after_setting_<entry>)
+    MEMORY = "memory"  # Mantle: a read or write refused by a private memory scope
 
 
 class ResponseKind(StrEnum):
@@ -65,6 +70,9 @@ class ResponseKind(StrEnum):
     UTTER = "utter"  # Mantle: a named response (`utter:`, on_success/on_failure)
     ACTION = "action"  # Mantle: an `action:` block step's response
     TOOL = "tool"  # Mantle: a tool's context.send(...)
+    COLLECT = "collect"  # Mantle: a collect step's question, spoken by the framework
+    BUTTON = "button"  # Mantle: said when a tapped set: payload cannot be applied
+    LIFECYCLE = "lifecycle"  # Mantle: a lifecycle skill's response (resume offer, ...)
 
 
 class StopReason(StrEnum):
@@ -82,9 +90,30 @@ def response_step(
     node: str | None,
     kind: ResponseKind,
     response: str | None = None,
+    skill: str | None = None,
+    block: str | None = None,
+    step: str | None = None,
+    buttons: list[dict[str, Any]] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> Step:
-    """A message said to the user; ``response`` names the Mantle response it came from."""
-    return _add(trace, StepType.RESPONSE_STEP, text=text, node=node, kind=kind, response=response)
+    """A message said to the user; ``response`` names the Mantle response it came from,
+    ``skill``/``block``/``step`` the Mantle skill (and collect step) that said it, ``buttons``
+    (``{title, payload}``) and ``metadata`` what the response carries for the channel.
+    A response whose buttons a tool supplies gets them (or ``buttonsError``) at the end of
+    the turn."""
+    return _add(
+        trace,
+        StepType.RESPONSE_STEP,
+        text=text,
+        node=node,
+        kind=kind,
+        response=response,
+        skill=skill,
+        block=block,
+        step=step,
+        buttons=buttons,
+        metadata=metadata,
+    )
 
 
 def error_step(trace: TurnTrace, *, message: str, node: str | None) -> Step:
@@ -104,11 +133,23 @@ def refused_step(
     skill: str | None = None,
     step: str | None = None,
     cause: str | None = None,
+    access: str | None = None,
+    via: str | None = None,
+    reader: str | None = None,
+    tool: str | None = None,
+    response: str | None = None,
 ) -> Step:
     """A tool call not run. ``limit`` names the ``Limits`` field when a bound refused it;
     ``skill``/``step`` locate a Mantle block step that waits; ``cause`` says whether a tool the
-    model was told is "not available now" was hidden or unknown (the trace keeps the truth)."""
+    model was told is "not available now" was hidden or unknown (the trace keeps the truth).
+
+    A Mantle memory scope refusal (``source: memory``, ``name`` the memory entry) also has
+    ``access`` (``read``/``write``), ``via`` (``tool``/``response``), ``reader`` (the skill
+    the access was for, null for project-level code) and the ``tool`` or ``response`` that
+    tried it: these five keys are written together, only when ``access`` is given."""
     step_fields: dict[str, Any] = {} if cause is None else {"cause": cause}
+    if access is not None:
+        step_fields.update(access=access, via=via, reader=reader, tool=tool, response=response)
     return _add(
         trace,
         StepType.REFUSED_STEP,
@@ -344,3 +385,10 @@ def block_event(
     return _add(
         trace, StepType.BLOCK_STEP, event=event, skill=skill, block=block, step=step, **fields
     )
+
+
+def knowledge_step(
+    trace: TurnTrace, *, node: str | None, query: str, passages: list[dict[str, Any]]
+) -> Step:
+    """A Mantle ``search_knowledge`` call: the query and the ranked passages returned."""
+    return _add(trace, StepType.KNOWLEDGE_STEP, node=node, query=query, passages=passages)

@@ -249,7 +249,7 @@ def test_tool_collisions(tmp_path: Path) -> None:
         {
             "s": {
                 "skill.md": skill_md(),
-                "tools.py": tools_a,
+                "tools/a.py": tools_a,
                 "tools/more.py": "def dup():\n    '''B.'''\n",
             }
         },

@@ -87,7 +87,15 @@ def test_rule1_interrupt_pauses_the_block_and_resumes_at_the_same_step(agent: Ma
     assert ("resumed", "card_replace") not in events(playback, 2, "SKILL_STEP")
     resumed = [s for s in steps(playback, 3, "SKILL_STEP") if s["event"] == "resumed"]
     assert [(s["skill"], s["step"]) for s in resumed] == [("card_replace", "pick_card")]
-    assert "step pick_card: collect card_id" in last_instructions(playback, 3)
+    asked = [s for s in steps(playback, 3, "RESPONSE_STEP") if s["kind"] == "collect"]
+    assert [(s["step"], s["text"]) for s in asked] == [
+        ("pick_card", "Which card should we replace?")
+    ]
+    # The interrupt ended: the engine offered to resume; "yes" resumed without the model.
+    offer = [s for s in steps(playback, 2, "RESPONSE_STEP") if s["kind"] == "lifecycle"]
+    assert [s["text"] for s in offer] == ["Would you like to continue with Card Replace?"]
+    assert steps(playback, 3, "LLM_STEP") == []
+    assert "step pick_card: collect card_id" in last_instructions(playback, 4)
     advanced = [s for s in steps(playback, 4, "BLOCK_STEP") if s["event"] == "advanced"]
     assert [(s["step"], s["next"]) for s in advanced] == [("pick_card", "pick_shipping")]
     assert playback.variables["card_replace.card_id"] == "C-11"
@@ -104,7 +112,11 @@ def test_rule2_skill_invocation_returns_to_the_caller(agent: MantleAgent) -> Non
     assert activated["kind"] == "invoked" and activated["invokedBy"] == "card_replace"
     assert playback.turns[2].reply.node == "card_replace"
     assert "Active skill: Card Replace" in last_instructions(playback, 3)
-    assert events(playback, 4, "SKILL_STEP") == [("completed", "card_replace")]
+    assert events(playback, 4, "SKILL_STEP") == [
+        ("completed", "card_replace"),
+        ("activated", "default_completed"),  # the stack is empty: the completion follow-up
+        ("completed", "default_completed"),
+    ]
 
 
 def test_rule3_prose_enters_the_block_and_returns_to_prose_in_the_same_turn(
@@ -259,10 +271,12 @@ def test_M3_pointer_never_moves_past_an_unsatisfied_step(agent: MantleAgent) -> 
         + """
       - tool: set_fields
         args: {reason: lost, shipping: express}
-      - tool: activate_skill
-        args: {skill: card_replace, block: order_card}
-      - tool: complete_skill
-      - say: "Which card?"
+      - tools:
+          - {tool: activate_skill, args: {skill: card_replace, block: order_card}}
+          - {tool: complete_skill}
+  - user: "what are my options?"
+    model:
+      - say: "C-11 or C-12."
 """,
     )
     advanced = [s["step"] for s in steps(playback, 1, "BLOCK_STEP") if s["event"] == "advanced"]
@@ -270,7 +284,7 @@ def test_M3_pointer_never_moves_past_an_unsatisfied_step(agent: MantleAgent) -> 
     assert "pick_shipping" not in advanced
     refused = steps(playback, 1, "REFUSED_STEP")
     assert refused[0]["name"] == "complete_skill" and "ordered block" in refused[0]["reason"]
-    tools = offered_tools(playback, 1)
+    tools = offered_tools(playback, 2)
     assert "complete_skill" not in tools and "cancel_skill" in tools
     ran = [(s["name"], s["source"]) for s in steps(playback, 1, "ACTION_STEP")]
     assert ("list_cards", "deterministic") in ran
@@ -395,7 +409,6 @@ def test_ask_before_filling_forces_the_question(tmp_path: Path) -> None:
         args: {reason: lost, card_id: C-11, shipping: express}
       - tool: activate_skill
         args: {skill: card_replace, block: order_card}
-      - say: "Standard or express?"
   - user: "express"
     model:
       - tool: set_fields
@@ -404,7 +417,9 @@ def test_ask_before_filling_forces_the_question(tmp_path: Path) -> None:
     )
     advanced = [s["step"] for s in steps(playback, 1, "BLOCK_STEP") if s["event"] == "advanced"]
     assert advanced == ["load_cards", "pick_card"]  # stops at pick_shipping despite the value
-    assert "even if the user mentioned a value" in last_instructions(playback, 1)
+    asked = [s["step"] for s in steps(playback, 1, "RESPONSE_STEP") if s["kind"] == "collect"]
+    assert asked == ["pick_shipping"]  # asked verbatim although a value was given
+    assert "even if the user mentioned a value" in last_instructions(playback, 2)
     assert playback.turns[0].reply.confirmation is None
     assert playback.turns[1].reply.confirmation == (
         "Order an express replacement for card C-11 for 5.00?"

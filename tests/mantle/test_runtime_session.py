@@ -77,6 +77,28 @@ def test_to_json_and_restore_mid_block(agent: MantleAgent) -> None:
     ]
 
 
+def test_restore_keeps_the_spoken_question_and_the_resume_offer(agent: MantleAgent) -> None:
+    """Issue 13 state in a saved session (the collect step whose question was said, a resume
+    offer waiting for yes/no) passes the restore check and works after it."""
+    conversation = load_conversation(EXAMPLE / "conversations" / "rule1_interrupt_resume.yml")
+    model = agentscript.ScriptedModel()
+    session = agent.session(model=model, variables=conversation.variables)
+    for turn in conversation.turns[:2]:
+        model.begin_turn(turn.moves)
+        session.send(turn.user)
+    saved = session.to_json()
+    assert saved["extra"]["mantle"]["offer"] == {"skill": "card_replace"}
+    assert saved["extra"]["mantle"]["stack"][0]["blocks"][0]["spoken"] == "pick_card"
+    restored = agent.restore(json.dumps(saved), model=model)
+    model.begin_turn([])
+    reply = restored.send("yes")  # the engine resumes card_replace without the model
+    assert reply.error is None and reply.text == "Which card should we replace?"
+    entry = restored.state.extra["mantle"]["stack"][0]["blocks"][0]
+    assert entry["spoken"] == "pick_card"
+    again = agent.restore(json.dumps(restored.to_json()), model=model)
+    assert again.state.extra["mantle"]["stack"][0]["blocks"][0]["spoken"] == "pick_card"
+
+
 def test_restore_with_a_pending_confirmation(agent: MantleAgent) -> None:
     conversation = load_conversation(EXAMPLE / "conversations" / "rule7_early_values.yml")
     model = agentscript.ScriptedModel()

@@ -88,6 +88,7 @@ class TurnResult:
     error: str | None = None
     exhausted: bool = False  # the scripted model had no move left
     confirmation: str | None = None
+    buttons: list[dict[str, Any]] = field(default_factory=list)  # Mantle response buttons
 
 
 def read_yes_no(text: str) -> bool | None:

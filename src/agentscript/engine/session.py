@@ -73,6 +73,8 @@ class Reply:
     usage: dict[str, Any] | None = None
     session_usage: dict[str, Any] | None = None
     delegated: list[str] = field(default_factory=list)  # nodes run as delegates, in order
+    # Buttons offered with the turn's responses ({title, payload}; Mantle projects).
+    buttons: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -445,6 +447,7 @@ class Session:
             refused=refused,
             usage=dict(trace.usage),
             session_usage=self.meter.session.to_json(),
+            buttons=list(result.buttons),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from agentscript.diagnostics import Diagnostic, Span
 from agentscript.expr import nodes
+from agentscript.mantle.condition_grammar import grammar_problems
 from agentscript.mantle.model import Condition
 
 KEYWORDS = frozenset({"and", "or", "not", "True", "False", "None", "in", "is", "true", "false"})
@@ -58,6 +59,7 @@ def make_condition(text: str, file: str, span: Span) -> tuple[Condition, list[Di
         diagnostics.append(problem)
     if not any(p.is_error for p in problems):
         condition.expr = expr
+    diagnostics.extend(grammar_problems(condition))
     return condition, diagnostics
 
 

@@ -10,12 +10,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentscript.diagnostics import UNKNOWN_SPAN, Span
 from agentscript.expr.nodes import Expr
 
+if TYPE_CHECKING:
+    from agentscript.mantle.knowledge import KnowledgeIndex
+
 PROJECT_NAMESPACE = "project"
+
+# Lifecycle skills the engine runs itself (see :mod:`agentscript.mantle.run.lifecycle`).
+SESSION_START_SKILL = "default_session_start"
+COMPLETED_SKILL = "default_completed"
+RESUME_OFFER_SKILL = "default_resume_offer"
+UNSUPPORTED_SKILL = "default_unsupported_request_handler"
+LIFECYCLE_SKILLS = frozenset(
+    {SESSION_START_SKILL, COMPLETED_SKILL, RESUME_OFFER_SKILL, UNSUPPORTED_SKILL}
+)
+# Their responses (built-in wording in :mod:`agentscript.mantle.load.lifecycle`).
+ASK_ANYTHING_ELSE = "utter_can_do_something_else"
+ASK_TO_CONTINUE = "utter_ask_wants_to_continue"
+CANNOT_HELP_RESPONSE = "utter_cannot_help"
 
 
 @dataclass(slots=True)
@@ -314,6 +330,7 @@ class Project:
     shared_tools: dict[str, Tool] = field(default_factory=dict)  # root tools.py / tools/
     responses: dict[str, Response] = field(default_factory=dict)  # one global registry
     mcp_servers: list[str] = field(default_factory=list)
+    knowledge: KnowledgeIndex | None = None  # references/ (see agentscript.mantle.knowledge)
 
     def tools_for(self, skill_id: str) -> dict[str, Tool]:
         """Tools a skill can use: its own plus the shared ones it imports (local wins)."""

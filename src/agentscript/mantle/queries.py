@@ -17,6 +17,7 @@ from agentscript.expr.evaluate import Env, compile_expr
 from agentscript.mantle.conditions import make_condition
 from agentscript.mantle.model import (
     END_STEP,
+    LIFECYCLE_SKILLS,
     Condition,
     OrderedBlock,
     Project,
@@ -110,9 +111,17 @@ def offered_skills(
         skill
         for skill in project.skills.values()
         if not skill.disabled
-        and not skill.engine_managed
+        and not engine_managed(skill)
         and holds(skill.requires, memory, evaluate)
     ]
+
+
+def engine_managed(skill: Skill) -> bool:
+    """Run by the engine, not routed: ``routing.engine_managed: true``, or a lifecycle skill
+    override without a ``routing:`` key (it keeps the bundled value)."""
+    if skill.engine_managed is None:
+        return skill.id in LIFECYCLE_SKILLS
+    return skill.engine_managed
 
 
 def skill_prompt(

@@ -17,9 +17,19 @@ from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED
 
 STATUSES = {ACTIVE, PARKED, PAUSED}
 KINDS = {"routed", "invoked", "interrupt", "engine", "start"}
-STACK_FIELDS = {"stack", "pending", "fired", "written", "activations", "started"}
+STACK_FIELDS = {
+    "stack",
+    "pending",
+    "fired",
+    "written",
+    "activations",
+    "started",
+    "offer",  # a resume offer waiting for the user's yes/no (lifecycle)
+    "ending",  # conversation.before_end skills still to run (lifecycle)
+}
 FRAME_FIELDS = {"skill", "status", "kind", "via_call", "blocks"}
 ENTRY_FIELDS = {"block", "step", "call", "asked", "held"}
+OPTIONAL_ENTRY_FIELDS = {"spoken"}  # the collect step whose question was said
 PENDING_FIELDS = {"skill", "tool", "arguments", "source", "block", "step"}
 
 
@@ -80,7 +90,7 @@ def _check_stack(project: Project, c: Checker, data: dict[str, Any]) -> None:
         for position, raw_entry in enumerate(c.listing(frame["blocks"], f"{where}.blocks")):
             at = f"{where}.blocks[{position}]"
             entry = c.mapping(raw_entry, at)
-            c.keys(entry, at, ENTRY_FIELDS, ENTRY_FIELDS)
+            c.keys(entry, at, ENTRY_FIELDS | OPTIONAL_ENTRY_FIELDS, ENTRY_FIELDS)
             block = skill.blocks[c.one_of(entry["block"], f"{at}.block", skill.blocks)]
             if entry["step"] is not None:
                 c.one_of(entry["step"], f"{at}.step", {s.id for s in block.steps})
@@ -89,6 +99,8 @@ def _check_stack(project: Project, c: Checker, data: dict[str, Any]) -> None:
                 c.count(turn, f"{at}.asked.{step_id}")
             if entry["held"] is not None:
                 c.mapping(entry["held"], f"{at}.held")
+            if entry.get("spoken") is not None:
+                c.one_of(entry["spoken"], f"{at}.spoken", {s.id for s in block.steps})
     pending = data.get("pending")
     if pending is not None:
         where = "extra.mantle.pending"
@@ -103,3 +115,12 @@ def _check_stack(project: Project, c: Checker, data: dict[str, Any]) -> None:
         for key, value in c.mapping(data.get(name, {}), f"extra.mantle.{name}").items():
             c.count(value, f"extra.mantle.{name}.{key}")
     c.boolean(data.get("started", False), "extra.mantle.started")
+    offer = data.get("offer")
+    if offer is not None:
+        item = c.mapping(offer, "extra.mantle.offer")
+        c.keys(item, "extra.mantle.offer", {"skill"}, {"skill"})
+        c.one_of(item["skill"], "extra.mantle.offer.skill", project.skills)
+    ending = data.get("ending")
+    if ending is not None:
+        for index, skill_id in enumerate(c.listing(ending, "extra.mantle.ending")):
+            c.string(skill_id, f"extra.mantle.ending[{index}]")

@@ -20,6 +20,7 @@ from agentscript.engine.restore import Checker
 from agentscript.engine.session import AgentBase, TurnRunnerLike
 from agentscript.engine.state import SessionState
 from agentscript.limits import Limits
+from agentscript.mantle.load.lifecycle import install_builtin_responses
 from agentscript.mantle.load.loader import load_project
 from agentscript.mantle.memory import seeded_memory
 from agentscript.mantle.model import Project
@@ -39,6 +40,7 @@ class MantleAgent(AgentBase):
         root = Path(project.root)
         super().__init__(path=root, name=name or project.agent.id or root.name)
         self.project = project
+        install_builtin_responses(project)
         self.handlers["mantle"] = mantle_handler(project)
 
     def new_turn(

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from agentscript.trace_steps import StepType
+from agentscript.trace_steps import Source, StepType
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A session counts as active for this long after its last turn.
@@ -72,7 +72,8 @@ class Metrics:
             kind = step.get("type")
             if kind == StepType.ACTION_STEP and step.get("error"):
                 self.action_errors[agent] += 1
-            elif kind == StepType.REFUSED_STEP:
+            elif kind == StepType.REFUSED_STEP and step.get("source") != Source.MEMORY:
+                # A Mantle memory refusal is a refused read or write, not a tool call.
                 self.refusals[agent] += 1
             elif kind == StepType.ERROR_STEP:
                 failed = True

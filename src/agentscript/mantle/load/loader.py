@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity, Span
+from agentscript.mantle.knowledge import build_index
 from agentscript.mantle.load import yamlsrc as y
 from agentscript.mantle.load.agent_file import read_agent
+from agentscript.mantle.load.lifecycle import check_lifecycle, install_builtin_responses
 from agentscript.mantle.load.memory_file import read_project_memory, read_skill_memory
 from agentscript.mantle.load.responses_file import read_responses
 from agentscript.mantle.load.skill_file import read_skill
@@ -15,6 +18,8 @@ from agentscript.mantle.load.tool_code import load_tool_file, tool_files
 from agentscript.mantle.load.validate import validate
 from agentscript.mantle.model import AgentSettings, Project, Response, Skill, Tool
 from agentscript.reading import read_file_text
+
+_log = logging.getLogger(__name__)
 
 
 def is_mantle_project(path: str | os.PathLike[str]) -> bool:
@@ -87,11 +92,15 @@ def load_project(
             project.skills[skill.id] = skill
 
     project.responses = _merge_responses(responses, diagnostics)
+    install_builtin_responses(project)  # lifecycle wording a project may reference
     for file in tool_files(str(root)):
         for tool in _load_tools(file, root, None, diagnostics):
             _add_tool(project.shared_tools, tool, diagnostics)
 
+    project.knowledge, problems = build_index(root, agent.references, agent.file)
+    diagnostics.extend(problems)
     diagnostics.extend(validate(project, stub_missing_tools=stub_missing_tools))
+    diagnostics.extend(check_lifecycle(project))
     return project, diagnostics
 
 
@@ -142,6 +151,14 @@ def _load_tools(
 def _add_tool(registry: dict[str, Tool], tool: Tool, diagnostics: list[Diagnostic]) -> None:
     if tool.name in registry:
         first = registry[tool.name]
+        if _shadows(tool, first):
+            message = f"tool '{tool.name}' in {tool.file} shadows the one in {first.file}"
+            _log.info("%s", message)
+            diagnostics.append(
+                Diagnostic("mantle-tool-shadowed", message, tool.span, Severity.INFO, tool.file)
+            )
+            registry[tool.name] = tool
+            return
         diagnostics.append(
             Diagnostic(
                 "mantle-tool-collision",
@@ -153,6 +170,14 @@ def _add_tool(registry: dict[str, Tool], tool: Tool, diagnostics: list[Diagnosti
         )
         return
     registry[tool.name] = tool
+
+
+def _shadows(tool: Tool, first: Tool) -> bool:
+    """A ``tools/*.py`` definition replaces a same-named one from the ``tools.py`` beside it."""
+    package = os.path.basename(os.path.dirname(tool.file)) == "tools"
+    single = os.path.basename(first.file) == "tools.py"
+    same_folder = os.path.dirname(os.path.dirname(tool.file)) == os.path.dirname(first.file)
+    return package and single and same_folder
 
 
 def _merge_responses(

@@ -268,8 +268,11 @@ def _import(path: str, project_root: str) -> tuple[types.ModuleType | None, Diag
             "mantle-tool-import", f"cannot import {path}", Span(1, 1, 1, 1), file=path
         )
     module = importlib.util.module_from_spec(spec)
+    # Imported here: the contract module imports this one (its decorator marks tools).
+    from agentscript.mantle.tool_contract import documented_names
+
     try:
-        with _isolated(module_name, module, project_root):
+        with _isolated(module_name, module, project_root), documented_names():
             spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:
         line = _failing_line(exc, path)

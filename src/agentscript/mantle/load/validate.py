@@ -6,12 +6,15 @@ import re
 from collections.abc import Iterator
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
+from agentscript.mantle.buttons import parse_payload, payload_value, source_tool
 from agentscript.mantle.conditions import names_used
 from agentscript.mantle.load.cycles import call_cycles
 from agentscript.mantle.load.tool_code import make_stub
+from agentscript.mantle.memory import MemoryWriteError, coerce_value
 from agentscript.mantle.model import (
     END_STEP,
     PROJECT_NAMESPACE,
+    Button,
     Condition,
     OrderedBlock,
     Project,
@@ -19,6 +22,7 @@ from agentscript.mantle.model import (
     Skill,
     Step,
     StepKind,
+    Tool,
     ToolRef,
     ToolWrite,
 )
@@ -47,6 +51,8 @@ def validate(project: Project, *, stub_missing_tools: bool = False) -> list[Diag
     for skill in project.skills.values():
         out.extend(_skill(project, skill))
     out.extend(_responses(project))
+    out.extend(check_buttons(project))
+    out.extend(check_hooks(project))
     out.extend(resolve_tools(project, stub_missing_tools=stub_missing_tools))
     out.extend(call_cycles(project))
     return out
@@ -550,3 +556,75 @@ def _tool_collisions(project: Project) -> Iterator[Diagnostic]:
                     tool.span,
                     Severity.WARNING,
                 )
+
+
+# --- buttons and post-write hooks -------------------------------------------------------
+
+
+def check_buttons(project: Project) -> Iterator[Diagnostic]:
+    """Malformed or impossible ``set:`` payloads and unknown button source tools."""
+    for response in project.responses.values():
+        for variant in response.variants:
+            for button in variant.buttons:
+                problem = payload_problem(project, button)
+                if problem is not None:
+                    yield Diagnostic(
+                        "mantle-button", problem, button.span, Severity.ERROR, variant.file
+                    )
+            source = variant.buttons_source
+            if source is not None and source_tool(project, source, response.owner) is None:
+                yield Diagnostic(
+                    "mantle-button",
+                    f"buttons of '{response.name}': source tool '{source}' is not defined in "
+                    "any tools.py; define it or list the buttons",
+                    variant.span,
+                    Severity.ERROR,
+                    variant.file,
+                )
+
+
+def payload_problem(project: Project, button: Button) -> str | None:
+    payload = button.payload
+    if payload is None or not payload.startswith("set:"):
+        return None  # an ordinary payload (a message the channel sends back)
+    parsed = parse_payload(payload)
+    if parsed is None:
+        return (
+            f"button '{button.title}': payload '{payload}' must be "
+            "'set:session.<skill or project>.<entry>=<value>'"
+        )
+    qualified, raw = parsed
+    entry = project.memory_entry(qualified)
+    if entry is None:
+        return f"button '{button.title}': '{qualified}' is not a declared memory entry"
+    if "{" in raw:
+        return None  # filled at delivery; checked when tapped
+    try:
+        coerce_value(entry, payload_value(raw))
+    except MemoryWriteError as exc:
+        return f"button '{button.title}': {exc}"
+    return None
+
+
+def check_hooks(project: Project) -> Iterator[Diagnostic]:
+    """A hook must name an entry its place can write: a skill's hook an entry of that skill
+    or of the project, a shared hook a project entry."""
+    places: list[tuple[str | None, dict[str, Tool]]] = [(None, project.shared_tools)]
+    places.extend((skill.id, skill.tools) for skill in project.skills.values())
+    for skill_id, tools in places:
+        for tool in tools.values():
+            entry = tool.hook_for
+            if entry is None or tool.is_stub:
+                continue
+            own = skill_id is not None and entry in project.skills[skill_id].memory
+            if own or entry in project.memory:
+                continue
+            where = f"skill '{skill_id}' or the project" if skill_id else "the project"
+            yield Diagnostic(
+                "mantle-hook",
+                f"post-write hook '{tool.name}' names '{entry}', which is not a memory entry "
+                f"of {where}; rename the function to run_after_setting_<entry>",
+                tool.span,
+                Severity.ERROR,
+                tool.file,
+            )

@@ -17,6 +17,7 @@ from agentscript.mantle.queries import (
     tool_allowed,
     tool_constraint,
 )
+from agentscript.mantle.run import collect, hooks
 from agentscript.mantle.run.block_pointer import advance, advance_past_call, hold, is_held
 from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation
 from agentscript.mantle.run.stack import PARKED, BlockEntry, Frame, SkillStack
@@ -46,6 +47,7 @@ async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockE
             return True
         if step.ask_before_filling and step.id not in entry["asked"]:
             entry["asked"][step.id] = ctx.state.turn
+        collect.ask(ctx, skill, block.id, entry, step)
         return False
     if kind is StepKind.INSTRUCTIONS:
         if step.complete_when is not None and holds(step.complete_when, ctx.memory):
@@ -59,7 +61,13 @@ async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockE
     if kind is StepKind.LINK:
         return link_step(ctx, frame, skill, entry, step)
     if kind is StepKind.SET_MEMORY:
+        if is_held(ctx, entry, step):
+            return False  # a post-write hook rejected it; runs again once memory changes
+        since = hooks.mark(ctx)
         set_memory_step(ctx, skill, step)
+        if await hooks.after_writes(ctx, since, engine_made=True) is not None:
+            hold(ctx, entry)
+            return False
     elif kind is StepKind.ACTION:
         ctx.utter(step.action, ResponseKind.ACTION)
     elif kind is not StepKind.NOOP:
@@ -123,10 +131,13 @@ async def execute_step(
             ctx, skill.id, tool, arguments, source=Source.STEP, block=block.id, step=step.id
         )
         return False
+    since = hooks.mark(ctx)
     result, ok = await run_tool(ctx, skill.id, tool, arguments, Source.DETERMINISTIC, step.id)
     # Deterministic results go into the history so the model can use them.
     ctx.answer(ctx.engine_call("step", tool.name, dict(arguments)), result)
     ctx.close_calls()
+    if await hooks.after_writes(ctx, since, engine_made=True) is not None:
+        ok = False
     if ok:
         advance(ctx, skill, entry, block, step)
         return True

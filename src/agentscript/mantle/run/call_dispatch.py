@@ -12,6 +12,7 @@ from typing import Any
 
 from agentscript.engine.kernel import bounds_problem
 from agentscript.mantle.queries import tool_allowed, tool_constraint
+from agentscript.mantle.run import hooks
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation, resolve
 from agentscript.mantle.run.skill_control import HANDLERS
@@ -80,8 +81,12 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
     if bound is not None:
         return refuse(ctx, call, bound[0], limit=bound[1])
     handler = HANDLERS.get(call.name)
+    since = hooks.mark(ctx)
     if handler is not None:
         result = handler(ctx, args)
+        if "error" not in result:
+            rejected = await hooks.after_writes(ctx, since, engine_made=False)
+            result = result if rejected is None else {"error": rejected}
     elif call.name == p.RESOLVE:
         confirmed = args.get("confirmed")
         if ctx.stack.pending is None:
@@ -89,13 +94,19 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
         elif not isinstance(confirmed, bool):
             result = {"error": "resolve_tool_confirmation needs confirmed=true or false"}
         else:
-            return await resolve(ctx, confirmed, via=Source.LLM)
+            return await with_hooks(ctx, since, await resolve(ctx, confirmed, via=Source.LLM))
     else:
-        return await call_skill_tool(ctx, call, args)
+        return await with_hooks(ctx, since, await call_skill_tool(ctx, call, args))
     if "error" in result:
         return refuse(ctx, call, str(result["error"]))
     ctx.actions_run.append(call.name)
     return result
+
+
+async def with_hooks(ctx: TurnContext, since: int, result: dict[str, Any]) -> dict[str, Any]:
+    """Run post-write hooks for what the call wrote; a rejection becomes its error."""
+    rejected = await hooks.after_writes(ctx, since, engine_made=False)
+    return result if rejected is None else {**result, "error": rejected}
 
 
 async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +131,10 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
             call,
             f"'{call.name}' waits for the user's confirmation; call resolve_tool_confirmation",
         )
+    if ctx.searched:
+        # Hidden like any tool whose gate does not hold: the model reads "not available".
+        reason = f"tool '{call.name}' is withheld after a knowledge search"
+        return refuse(ctx, call, reason, cause=NotOffered.HIDDEN)
     if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
         return refuse(ctx, call, not_offered_message(call.name), cause=NotOffered.HIDDEN)
     checked, problem = check_arguments(tool, args)

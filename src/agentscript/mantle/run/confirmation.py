@@ -12,7 +12,6 @@ from typing import Any
 from agentscript.engine.kernel import read_yes_no
 from agentscript.mantle.model import Tool, ToolConstraint
 from agentscript.mantle.queries import tool_allowed, tool_constraint
-from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import advance, hold
 from agentscript.mantle.run.stack import SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
@@ -48,7 +47,8 @@ def hold_for_confirmation(
     constraint = tool_constraint(ctx.project, skill_id, tool.name)
     gate = constraint.requires_confirmation if constraint else None
     ask = gate.utter_for_confirmation if gate else None
-    question = p.response_text(ctx.project, ask, ctx.memory) if ask else None
+    rendered = ctx.render(ask) if ask else None
+    question = rendered.text if rendered else None
     if ask and not question:
         reason = f"the confirmation question for '{tool.name}' is empty; the call is not run"
         refused_step(ctx.trace, name=tool.name, reason=reason, node=ctx.node_name(), source=source)
@@ -107,7 +107,7 @@ async def resolve(ctx: TurnContext, confirmed: bool, *, via: Source) -> dict[str
         if from_step and entry is not None:
             hold(ctx, entry)
         denial = gate.utter_on_user_denial if gate else None
-        if denial and p.response_text(ctx.project, denial, ctx.memory):
+        if denial and ctx.render(denial):
             ctx.utter(denial, ResponseKind.DENIAL)
             ctx.stop = True
     elif not tool_allowed(ctx.project, skill_id, name, ctx.memory):

@@ -24,13 +24,14 @@ from agentscript.errors import TurnError
 from agentscript.limits import Limits
 from agentscript.mantle.model import Skill
 from agentscript.mantle.queries import holds
+from agentscript.mantle.run import buttons, hooks, lifecycle
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.blocks import block_step
 from agentscript.mantle.run.call_dispatch import dispatch
 from agentscript.mantle.run.confirmation import resolve
 from agentscript.mantle.run.resolution import resolve_prompt
 from agentscript.mantle.run.stack import SkillStack
-from agentscript.mantle.run.transitions import finish, start_session_skill
+from agentscript.mantle.run.transitions import finish
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import Message, ModelRequest, ModelResponse, ToolSpec
 from agentscript.trace_steps import ResponseKind, Source, response_step, skill_event
@@ -58,15 +59,18 @@ class MantleTurnRunner:
         ctx = self.ctx
         try:
             ctx.state.history.append(Message("user", ctx.text))
-            if not ctx.stack.data["started"]:
-                ctx.stack.data["started"] = True
-                start_session_skill(ctx)
-            if ctx.stack.pending is not None:
-                answer = read_yes_no(ctx.text)
-                if answer is not None:
-                    await resolve(ctx, answer, via=Source.USER)
-            if not ctx.stop:
-                await self.loop()
+            if not await lifecycle.before_turn(self):
+                await buttons.apply_payload(ctx)
+                if ctx.stack.pending is not None and not ctx.stop:
+                    answer = read_yes_no(ctx.text)
+                    if answer is not None:
+                        since = hooks.mark(ctx)
+                        await resolve(ctx, answer, via=Source.USER)
+                        await hooks.after_writes(ctx, since, engine_made=True)
+                if not ctx.stop:
+                    await self.loop()
+            await lifecycle.after_turn(self)
+            await buttons.fill_source_buttons(ctx)
         except StepLimitReached as exc:
             self.fail(exc)
             self.unwind(str(exc))
@@ -105,6 +109,7 @@ class MantleTurnRunner:
             frame = ctx.stack.pop()
             skill_event(ctx.trace, event="cancelled", skill=frame["skill"], reason=reason)
         ctx.stack.pending = None
+        ctx.stack.data["offer"] = None  # a resume offer names a skill no longer on the stack
 
     def fail(self, error: TurnError) -> None:
         ctx = self.ctx
@@ -168,7 +173,7 @@ class MantleTurnRunner:
     async def ask_model(self, instructions: str, tools: list[ToolSpec]) -> ModelResponse:
         ctx = self.ctx
         request = ModelRequest(
-            system=p.system_prompt(ctx.project),
+            system=p.system_prompt(ctx.project, ctx.memory),
             instructions=instructions,
             messages=list(ctx.state.history),
             tools=tools,

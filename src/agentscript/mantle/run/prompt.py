@@ -9,6 +9,7 @@ decides which pieces apply.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from agentscript.mantle.model import (
@@ -22,19 +23,24 @@ from agentscript.mantle.model import (
 )
 from agentscript.mantle.queries import (
     collect_key,
+    engine_managed,
     holds,
     render_response_text,
     select_variant,
     skill_prompt,
     substitute,
 )
+from agentscript.mantle.run.collect import question_name
 from agentscript.models.base import ToolSpec
 
 Memory = Mapping[str, Any]
 
 ACTIVATE, COMPLETE, CANCEL = "activate_skill", "complete_skill", "cancel_skill"
 SET_FIELDS, RESOLVE = "set_fields", "resolve_tool_confirmation"
-ENGINE_TOOLS = frozenset({ACTIVATE, COMPLETE, CANCEL, SET_FIELDS, RESOLVE})
+CANNOT_HELP, SEARCH_KNOWLEDGE = "cannot_help", "search_knowledge"
+ENGINE_TOOLS = frozenset(
+    {ACTIVATE, COMPLETE, CANCEL, SET_FIELDS, RESOLVE, CANNOT_HELP, SEARCH_KNOWLEDGE}
+)
 
 _JSON_OF = {
     "text": "string",
@@ -46,12 +52,35 @@ _JSON_OF = {
 }
 
 
-def system_prompt(project: Project) -> str:
-    """Persona and rules: the deploy-stable part."""
+def system_prompt(
+    project: Project, memory: Memory | None = None, now: datetime | None = None
+) -> str:
+    """The documented sections, deploy-stable first: persona, rules, the skill glossary,
+    then the current date and time and the project memory that is set (``[set]`` for PII).
+    Without ``memory`` only the deploy-stable part is returned."""
     agent = project.agent
     parts = [agent.persona.strip()] if agent.persona.strip() else []
     if agent.rules:
         parts.append("Rules:\n" + "\n".join(f"- {rule}" for rule in agent.rules))
+    glossary = [s for s in project.skills.values() if not s.disabled and not engine_managed(s)]
+    if glossary:
+        parts.append(
+            "Skills of this agent:\n"
+            + "\n".join(
+                f"- {s.id} ({s.name or s.id}): {' '.join(s.description.split())}" for s in glossary
+            )
+        )
+    if memory is None:
+        return "\n\n".join(parts)
+    moment = (now or datetime.now().astimezone()).strftime("%A, %Y-%m-%d %H:%M %Z").strip()
+    parts.append(f"Current date and time: {moment}")
+    known = []
+    for name, entry in project.memory.items():
+        value = memory.get(entry.qualified_name)
+        if value is not None:
+            known.append(f"- {name}: {'[set]' if entry.pii else value}")
+    if known:
+        parts.append("What we know about this conversation (project memory):\n" + "\n".join(known))
     return "\n\n".join(parts)
 
 
@@ -155,9 +184,11 @@ def step_section(
             text += f" ({entry.description})"
         if step.description:
             text += f". {step.description}"
-        question = response_text(project, step.utterance, memory)
+        question = response_text(project, question_name(project, skill, step), memory)
         if question:
-            text += f'.\nAsk the user: "{question}"'
+            text += f'.\nThe user has been asked: "{question}". Do not ask it again.'
+        else:
+            text += ".\nAsk the user for it."
         text += f"\nWhen the user answers, record it with set_fields ({name})."
         if step.ask_before_filling:
             text += " Ask this question even if the user mentioned a value before."
@@ -210,6 +241,32 @@ def complete_spec() -> ToolSpec:
 def cancel_spec() -> ToolSpec:
     return ToolSpec(
         CANCEL, "Abandon the active skill (or, when none is active, drop the paused one)."
+    )
+
+
+KNOWLEDGE_NOTE = (
+    "You searched the knowledge base this turn: answer from the passages search_knowledge "
+    "returned, and say so when they do not answer the question."
+)
+
+
+def search_knowledge_spec() -> ToolSpec:
+    return ToolSpec(
+        SEARCH_KNOWLEDGE,
+        "Search the knowledge base (the project's reference documents) for passages that "
+        "answer a question.",
+        {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to look up."}},
+            "required": ["query"],
+        },
+    )
+
+
+def cannot_help_spec() -> ToolSpec:
+    return ToolSpec(
+        CANNOT_HELP,
+        "Decline a request that no skill and no instruction covers (out of scope).",
     )
 
 

@@ -12,6 +12,7 @@ from agentscript.mantle.model import Skill, StepKind
 from agentscript.mantle.queries import holds, offered_skills, tool_allowed
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import step_at
+from agentscript.mantle.run.lifecycle import cannot_help_offered
 from agentscript.mantle.run.stack import BlockEntry, SkillStack
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ToolSpec
@@ -67,10 +68,18 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
         if settable:
             tools.append(p.set_fields_spec(settable))
         for name, tool in project.tools_for(skill.id).items():
-            if tool_allowed(project, skill.id, name, memory):
+            if ctx.searched:
+                hidden.append(name)  # withheld after a knowledge search this turn
+            elif tool_allowed(project, skill.id, name, memory):
                 tools.append(ToolSpec(name, tool.description, dict(tool.parameters_schema)))
             else:
                 hidden.append(name)
+    if project.knowledge is not None:
+        tools.append(p.search_knowledge_spec())
+        if ctx.searched:
+            parts.append(p.KNOWLEDGE_NOTE)
+    if cannot_help_offered(ctx):
+        tools.append(p.cannot_help_spec())
     pending = ctx.stack.pending
     if pending is not None:
         parts.append(

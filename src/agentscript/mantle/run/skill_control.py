@@ -7,17 +7,19 @@ dispatcher and changes nothing.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any
 
 from agentscript.mantle.memory import MemoryWriteError, check_write
 from agentscript.mantle.queries import holds
+from agentscript.mantle.run import lifecycle
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.stack import SkillStack
 from agentscript.mantle.run.transitions import activate, drop_paused, finish
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
-from agentscript.trace_steps import Source, action_step
+from agentscript.trace_steps import Source, action_step, knowledge_step
 
 
 def activate_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +94,26 @@ def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     return {"status": "updated", "fields": sorted(writes)}
 
 
+def search_knowledge(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Ranked passages from the project's references; the query and hits are traced."""
+    index = ctx.project.knowledge
+    query = args.get("query")
+    if index is None:
+        return {"error": "this project has no knowledge base (no references/ folder)"}
+    if not isinstance(query, str) or not query.strip():
+        return {"error": "search_knowledge needs query=<text>"}
+    try:
+        passages = [hit.to_json() for hit in index.search(query)]
+    except sqlite3.Error as exc:  # a damaged cache file: an error result, not a traceback
+        return {"error": f"the knowledge search failed: {exc}"}
+    knowledge_step(ctx.trace, node=ctx.node_name(), query=query, passages=passages)
+    ctx.searched = True
+    return {"passages": passages} if passages else {"passages": [], "note": "nothing found"}
+
+
 HANDLERS = {
+    p.SEARCH_KNOWLEDGE: search_knowledge,
+    lifecycle.CANNOT_HELP: lifecycle.cannot_help,
     p.ACTIVATE: activate_skill,
     p.COMPLETE: complete_skill,
     p.CANCEL: cancel_skill,

@@ -7,7 +7,9 @@
      "fired": ["skill:utter", ...],  # ``utter: when:`` triggers already delivered
      "written": {"ns.entry": turn},  # the turn of each entry's last write
      "activations": {"skill": n},
-     "started": bool}                # the session-start skill has run
+     "started": bool,                # the session-start skill has run
+     "offer": {"skill": id} | None,  # a resume offer waiting for the user's yes/no
+     "ending": [skill, ...] | None}  # ``before_end`` skills still to run (session end)
 
 A frame is ``{"skill", "status", "kind", "via_call", "blocks": [entry, ...]}`` where
 ``status`` is ``active`` (the top frame being worked on), ``parked`` (waiting for a skill it
@@ -16,12 +18,13 @@ activated again) and ``kind`` says how the skill started (``routed``, ``invoked`
 ``interrupt``, ``engine``). A block entry is ``{"block", "step", "call", "asked", "held"}``:
 ``step`` is the pointer (None before the first step runs), ``call`` marks a block started by
 a ``call:`` step, ``asked`` maps ``ask_before_filling`` steps to the turn they were asked in,
-``held`` remembers a step that must not run again until memory changes.
+``held`` remembers a step that must not run again until memory changes, ``spoken`` (absent
+until set) the collect step whose question the framework said for the current wait.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 ACTIVE, PARKED, PAUSED = "active", "parked", "paused"
 
@@ -41,6 +44,7 @@ class BlockEntry(TypedDict):
     call: bool  # started by a `call:` step
     asked: dict[str, int]  # ask_before_filling steps -> the turn they were asked in
     held: HeldStep | None
+    spoken: NotRequired[str | None]  # the collect step whose question was said (see collect)
 
 
 class Frame(TypedDict):
@@ -64,6 +68,12 @@ class PendingCall(TypedDict):
     step: str | None
 
 
+class ResumeOffer(TypedDict):
+    """A paused skill the user was asked to continue (lifecycle resume offer)."""
+
+    skill: str
+
+
 class MantleState(TypedDict):
     """``SessionState.extra["mantle"]``: the module docstring describes each key."""
 
@@ -73,6 +83,8 @@ class MantleState(TypedDict):
     written: dict[str, int]
     activations: dict[str, int]
     started: bool
+    offer: ResumeOffer | None
+    ending: list[str] | None
 
 
 class SkillStack:
@@ -86,6 +98,8 @@ class SkillStack:
         data.setdefault("written", {})
         data.setdefault("activations", {})
         data.setdefault("started", False)
+        data.setdefault("offer", None)
+        data.setdefault("ending", None)
         # The same dict object: the session saves what the turn changes.
         self.data: MantleState = data
 

@@ -11,8 +11,9 @@ from typing import Any
 from agentscript.actions.registry import ActionError, ActionRequest
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
-from agentscript.mantle.model import Tool
+from agentscript.mantle.model import Project, Tool
 from agentscript.mantle.queries import tool_constraint
+from agentscript.mantle.run.scopes import readable, refuse_access
 from agentscript.mantle.run.tool_handler import MemoryView, ToolContext, failed, tool_target
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
@@ -48,7 +49,7 @@ async def run_tool(
     error: str | None = None
     request = ActionRequest(tool.name, tool_target(tool), inputs)
     try:
-        result = await ctx.runner.run(request, timeout=ctx.project.agent.tool_timeout)
+        result = await ctx.runner.run(request, timeout=tool_timeout(ctx.project))
     except ActionError as exc:
         error = str(exc)
         result = {"error": error}
@@ -75,18 +76,56 @@ async def run_tool(
     return result, ok
 
 
+DEFAULT_TOOL_TIMEOUT = 10.0  # seconds: Mantle's documented default for ``tool_timeout``
+
+
+def tool_timeout(project: Project) -> float:
+    """``tool_timeout`` of agent.yml, else the documented 10 seconds."""
+    configured = project.agent.tool_timeout
+    return DEFAULT_TOOL_TIMEOUT if configured is None else configured
+
+
 def tool_context(ctx: TurnContext, tool: Tool, skill_id: str) -> ToolContext:
     """``context``: bare names look in the tool's skill, the active skill, then ``project``."""
     namespaces = [ns for ns in (tool.owner, skill_id) if ns]
+    reader = tool.owner or skill_id  # a shared tool acts for the active skill
 
     def read(name: str) -> Any:
         entry = resolve_name(ctx.project, name, namespaces)
-        return ctx.memory.get(entry.qualified_name) if entry else None
+        if entry is None:
+            return None
+        if not readable(entry, reader):
+            refuse_access(
+                ctx.trace,
+                entry.qualified_name,
+                reader,
+                "read",
+                "tool",
+                node=ctx.node_name(),
+                tool=tool.name,
+            )
+            return None
+        return ctx.memory.get(entry.qualified_name)
 
     def write(name: str, value: Any) -> None:
         entry = resolve_name(ctx.project, name, namespaces)
         if entry is None:
             raise MemoryWriteError(f"'{name}' is not a declared memory entry")
+        if not readable(entry, reader):
+            raise MemoryWriteError(
+                refuse_access(
+                    ctx.trace,
+                    entry.qualified_name,
+                    reader,
+                    "write",
+                    "tool",
+                    node=ctx.node_name(),
+                    tool=tool.name,
+                )
+            )
         ctx.write(entry.qualified_name, check_write(entry, ctx.memory, value))
 
-    return ToolContext(MemoryView(read, write), lambda text: ctx.say(text, ResponseKind.TOOL))
+    def send(text: str) -> None:
+        ctx.say(text, ResponseKind.TOOL)
+
+    return ToolContext(MemoryView(read, write), send)

@@ -91,7 +91,11 @@ async def _awaited(pending: Any) -> dict[str, Any]:
 def normalise_result(result: Any) -> dict[str, Any]:
     """A dict for the model: Mantle's ``ToolResult(llm_response=...)`` is unwrapped."""
     if hasattr(result, "llm_response"):
-        result = result.llm_response
+        error = getattr(result, "error", None)
+        body = normalise_result(result.llm_response)
+        if error:
+            body["error"] = str(error)
+        return body
     if result is None:
         return {}
     if isinstance(result, Mapping):

@@ -13,6 +13,7 @@ from agentscript.mantle.model import ReferenceKind, Skill
 from agentscript.mantle.queries import holds, offered_skills
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import advance_past_call, step_at
+from agentscript.mantle.run.collect import reask
 from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED, Frame, SkillStack
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import ResponseKind, block_event, skill_event
@@ -76,6 +77,7 @@ def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = N
     if parent["status"] != PARKED:
         return
     parent["status"] = ACTIVE
+    reask(parent)
     ctx.result.path.append(parent["skill"])
     skill_event(ctx.trace, event="resumed", skill=parent["skill"], **position(parent))
     parent_entry = SkillStack.block(parent)
@@ -163,6 +165,7 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
             pause(ctx, active, by=skill_id)
         ctx.stack.move_to_top(existing)
         existing["status"] = ACTIVE
+        reask(existing)
         ctx.result.path.append(skill_id)
         where = position(existing)
         skill_event(ctx.trace, event="resumed", skill=skill_id, **where)

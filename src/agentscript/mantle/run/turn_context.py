@@ -21,7 +21,7 @@ from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import Limits
 from agentscript.mantle.memory import MemoryWriteError
 from agentscript.mantle.model import Project
-from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.delivery import Rendered, render
 from agentscript.mantle.run.stack import SkillStack
 from agentscript.models.base import Message, Model, ToolCall
 from agentscript.trace import TurnTrace
@@ -48,6 +48,12 @@ class TurnContext:
     stop: bool = False  # the turn ends now (a confirmation question or a denial was said)
     held_reported: set[str] = field(default_factory=set)  # steps whose wait was traced
     engine_calls: int = 0  # numbers the ids of tool calls the engine makes on its own
+    searched: bool = False  # search_knowledge ran this turn: skill tools are withheld
+    # Every write of the turn as (key, previous value): post-write hooks roll back from it.
+    journal: list[tuple[str, Any]] = field(default_factory=list)
+    # Responses whose buttons a tool supplies: (RESPONSE_STEP, tool name, skill), filled at
+    # the end of the turn.
+    pending_buttons: list[tuple[dict[str, Any], str, str | None]] = field(default_factory=list)
     # The tool calls waiting for their answers: providers require the answers right after
     # the calls, so what is said meanwhile joins the history once the calls are answered.
     window: ToolCallWindow | None = None
@@ -72,31 +78,89 @@ class TurnContext:
 
     def write(self, key: str, value: Any) -> None:
         """Store a memory value; one that is not JSON-safe or is larger than
-        ``Limits.max_variable_chars`` is a MemoryWriteError."""
+        ``Limits.max_variable_chars`` is a MemoryWriteError. Every write is journaled with the
+        previous value (post-write hooks roll back from it)."""
         try:
             value = json_safe(value, max_chars=self.limits.max_variable_chars)
         except UnsafeValue as exc:
             raise MemoryWriteError(
                 f"{key}: cannot store this value ({exc.reason}; Limits.max_variable_chars)"
             ) from None
+        self.journal.append((key, self.memory.get(key)))
         self.memory[key] = value
         self.stack.note_write(key, self.state.turn)
 
     # --- messages -------------------------------------------------------------------
 
-    def say(self, text: str | None, kind: ResponseKind, *, response: str | None = None) -> None:
-        """Deliver a message verbatim (responses, confirmations, ``context.send``)."""
+    def say(
+        self,
+        text: str | None,
+        kind: ResponseKind,
+        *,
+        response: str | None = None,
+        skill: str | None = None,
+        block: str | None = None,
+        step: str | None = None,
+        buttons: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Deliver a message verbatim (responses, confirmations, ``context.send``); returns
+        its ``RESPONSE_STEP`` (None when there was nothing to say)."""
         if not text:
-            return
+            return None
         self.result.messages.append(text)
         if self.window is None:
             self.state.history.append(Message("assistant", text))
         else:
             self.window.say(text)
-        response_step(self.trace, text=text, node=self.node_name(), kind=kind, response=response)
+        return response_step(
+            self.trace,
+            text=text,
+            node=self.node_name(),
+            kind=kind,
+            response=response,
+            skill=skill,
+            block=block,
+            step=step,
+            buttons=buttons,
+            metadata=metadata,
+        )
 
-    def utter(self, name: str | None, kind: ResponseKind) -> None:
-        self.say(p.response_text(self.project, name, self.memory), kind, response=name)
+    def render(self, name: str | None) -> Rendered | None:
+        """A response as it would be delivered now (scoped to its reader, see
+        :mod:`.delivery`)."""
+        frame = self.stack.active()
+        active = frame["skill"] if frame else None
+        return render(self.project, self.trace, self.memory, name, active)
+
+    def utter(
+        self,
+        name: str | None,
+        kind: ResponseKind,
+        *,
+        skill: str | None = None,
+        block: str | None = None,
+        step: str | None = None,
+    ) -> None:
+        rendered = self.render(name)
+        if rendered is None:
+            return
+        if rendered.buttons:
+            self.result.buttons.extend(rendered.buttons)
+        said = self.say(
+            rendered.text,
+            kind,
+            response=name,
+            skill=skill,
+            block=block,
+            step=step,
+            buttons=rendered.buttons or None,
+            metadata=rendered.metadata or None,
+        )
+        if said is not None and rendered.variant.buttons_source:
+            frame = self.stack.active()
+            source = rendered.variant.buttons_source
+            self.pending_buttons.append((said, source, frame["skill"] if frame else None))
 
     # --- the history the model reads ------------------------------------------------
 

@@ -1,0 +1,74 @@
+"""Lifecycle skills, the loading side: the built-in wording a project may reference or
+redeclare, and the checks of ``agent.yml``'s lifecycle settings. Running them is
+:mod:`agentscript.mantle.run.lifecycle`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity
+from agentscript.mantle.model import (
+    ASK_ANYTHING_ELSE,
+    ASK_TO_CONTINUE,
+    CANNOT_HELP_RESPONSE,
+    UNSUPPORTED_SKILL,
+    Project,
+    Response,
+    ResponseVariant,
+)
+
+# Built-in wording; a project response of the same name replaces it.
+BUILTIN_RESPONSES = {
+    ASK_ANYTHING_ELSE: "Is there anything else I can help you with?",
+    ASK_TO_CONTINUE: "Would you like to continue with {skill_name}?",
+    CANNOT_HELP_RESPONSE: "I'm sorry, I can't help with that.",
+}
+BUILTIN_FILE = "<agentscript built-in>"
+
+
+def install_builtin_responses(project: Project) -> None:
+    """Add the built-in lifecycle responses the project does not redeclare."""
+    for name, text in BUILTIN_RESPONSES.items():
+        if name not in project.responses:
+            variant = ResponseVariant(text, BUILTIN_FILE, UNKNOWN_SPAN)
+            project.responses[name] = Response(
+                name, BUILTIN_FILE, UNKNOWN_SPAN, None, variants=[variant]
+            )
+
+
+def check_lifecycle(project: Project) -> Iterator[Diagnostic]:
+    """The unsupported-request handler stays engine-managed; ``before_end`` names skills."""
+    handler = project.skills.get(UNSUPPORTED_SKILL)
+    if handler is not None and handler.engine_managed is False:
+        yield Diagnostic(
+            "mantle-lifecycle",
+            f"'{UNSUPPORTED_SKILL}' must stay engine-managed; remove 'routing: "
+            "{engine_managed: false}'",
+            handler.span,
+            Severity.ERROR,
+            handler.file,
+        )
+    listed = project.agent.conversation.get("before_end")
+    if listed is None:
+        return
+    if not isinstance(listed, list) or not all(isinstance(s, str) for s in listed):
+        yield Diagnostic(
+            "mantle-lifecycle",
+            "conversation.before_end must be a list of skill ids",
+            project.agent.span,
+            Severity.ERROR,
+            project.agent.file,
+        )
+        return
+    for skill_id in listed:
+        if skill_id not in project.skills:
+            yield Diagnostic(
+                "mantle-lifecycle",
+                f"conversation.before_end names '{skill_id}', which is not a skill of this "
+                "project; it is skipped when the session ends (add skills/"
+                f"{skill_id}/skill.md to run it)",
+                project.agent.span,
+                Severity.WARNING,
+                project.agent.file,
+            )

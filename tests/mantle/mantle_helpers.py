@@ -1,0 +1,67 @@
+"""Shared helpers for the Mantle runtime tests: copy card_bank, play conversation text,
+read trace steps by kind."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import agentscript
+from agentscript.conversation import parse_conversation
+from agentscript.mantle.runtime import MantleAgent
+from agentscript.playback import Playback, play
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "card_bank"
+SIGNED_IN = """
+variables:
+  project.authenticated: true
+  project.customer_id: "1001"
+  project.customer_name: Ada
+"""
+
+
+def copy_bank(tmp_path: Path) -> Path:
+    project = tmp_path / "bank"
+    shutil.copytree(EXAMPLE, project)
+    return project
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new))
+
+
+def load(project: Path) -> MantleAgent:
+    agent = agentscript.load(project)
+    assert isinstance(agent, MantleAgent)
+    return agent
+
+
+def run_text(agent: MantleAgent, text: str) -> Playback:
+    return play(agent, parse_conversation(text))
+
+
+def clean(playback: Playback) -> Playback:
+    for turn in playback.turns:
+        assert turn.reply.error is None, turn.reply.error
+        assert turn.unused_moves == [], turn.unused_moves
+    return playback
+
+
+def steps(playback: Playback, turn: int, kind: str | None = None) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = playback.turns[turn - 1].reply.trace["planTrace"]["steps"]
+    return [s for s in found if kind is None or s["type"] == kind]
+
+
+def said(playback: Playback, turn: int, kind: str | None = None) -> list[str]:
+    return [
+        s["text"]
+        for s in steps(playback, turn, "RESPONSE_STEP")
+        if kind is None or s["kind"] == kind
+    ]
+
+
+def skill_events(playback: Playback, turn: int) -> list[tuple[str, str]]:
+    return [(s["event"], s["skill"]) for s in steps(playback, turn, "SKILL_STEP")]
