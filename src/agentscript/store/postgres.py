@@ -240,15 +240,7 @@ class _PostgresLock:
             # No savepoint: any failure here rolls the whole turn's transaction back.
             cur = await conn.execute(
                 Q(schema.UPDATE_AFTER_TURN),
-                (
-                    schema.dumps(outcome.state),
-                    int(outcome.ended),
-                    int(outcome.escalated),
-                    time.time(),
-                    outcome.expires_at,
-                    session.session_id,
-                    session.turns,
-                ),
+                schema.after_turn_params(outcome, session, time.time()),
             )
             if cur.rowcount != 1:
                 raise TurnConflict(session.session_id, session.turns)

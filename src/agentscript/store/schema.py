@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentscript.store.base import SessionRecord, TurnRecord
+from agentscript.store.base import SessionRecord, TurnOutcome, TurnRecord
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -106,6 +106,20 @@ def session_from_row(row: Sequence[Any]) -> SessionRecord:
         created_at=float(row[9]),
         updated_at=float(row[10]),
         expires_at=None if row[11] is None else float(row[11]),
+    )
+
+
+def after_turn_params(outcome: TurnOutcome, session: SessionRecord, now: float) -> tuple[Any, ...]:
+    """The parameters of ``UPDATE_AFTER_TURN`` (both backends): the new state, guarded by the
+    turn count the turn started from."""
+    return (
+        dumps(outcome.state),
+        int(outcome.ended),
+        int(outcome.escalated),
+        now,
+        outcome.expires_at,
+        session.session_id,
+        session.turns,
     )
 
 

@@ -203,15 +203,7 @@ class SQLiteStore:
             db.execute("BEGIN IMMEDIATE")
             cursor = db.execute(
                 schema.UPDATE_AFTER_TURN,
-                (
-                    schema.dumps(outcome.state),
-                    int(outcome.ended),
-                    int(outcome.escalated),
-                    time.time(),
-                    outcome.expires_at,
-                    session.session_id,
-                    session.turns,
-                ),
+                schema.after_turn_params(outcome, session, time.time()),
             )
             if cursor.rowcount != 1:
                 raise TurnConflict(session.session_id, session.turns)

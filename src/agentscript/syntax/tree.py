@@ -10,8 +10,10 @@ on the nodes so the formatter can reproduce them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentscript.diagnostics import Diagnostic, Span
 from agentscript.expr.nodes import Expr
@@ -291,3 +293,22 @@ class Document:
     @property
     def has_errors(self) -> bool:
         return any(d.is_error for d in self.diagnostics)
+
+
+_NOT_SYNTAX = ("span", "comments", "trailing_comment", "trailing_comments")
+
+
+def walk(value: Any) -> Iterator[Any]:
+    """Every syntax node inside ``value`` (a node, a block, a list of them), depth first in
+    source order: blocks, statements, their bodies and expressions. Spans and comments are
+    not visited."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(reversed(node))
+        elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+            yield node
+            for f in dataclasses.fields(node):
+                if f.name not in _NOT_SYNTAX:
+                    stack.append(getattr(node, f.name))

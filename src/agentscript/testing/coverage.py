@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentscript.engine.session import AgentBase
-from agentscript.syntax.tree import IfStmt, TransitionStmt
+from agentscript.syntax.tree import IfStmt, TransitionStmt, walk
 
 COVERAGE_FORMAT = "agentscript-coverage/1"
 
@@ -69,20 +69,6 @@ class Coverage:
         }
 
 
-def _walk(value: Any) -> Iterator[Any]:
-    """Every syntax node inside ``value`` (blocks, statements, their bodies)."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(reversed(node))
-        elif dataclasses.is_dataclass(node) and not isinstance(node, type):
-            yield node
-            for f in dataclasses.fields(node):
-                if f.name not in ("span", "comments", "trailing_comment", "trailing_comments"):
-                    stack.append(getattr(node, f.name))
-
-
 def agent_items(agent: AgentBase) -> list[Item]:
     program = getattr(agent, "program", None)
     project = getattr(agent, "project", None)
@@ -117,7 +103,7 @@ def _script_items(agent: AgentBase, program: Any) -> list[Item]:
                 line = tool.guard.span.line
                 add("gate_open", f"{name}.{tool.name}", line)
                 add("gate_closed", f"{name}.{tool.name}", line)
-        for syntax in _walk(blocks):
+        for syntax in walk(blocks):
             if isinstance(syntax, TransitionStmt):
                 for target in syntax.targets:
                     to = program.node_of(target)

@@ -12,17 +12,23 @@ killed / (killed + survived); survivors are listed by source line.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentscript.syntax import parse
-from agentscript.syntax.tree import AvailableWhenStmt, IfStmt, RunStmt, SetStmt, TransitionStmt
+from agentscript.syntax.tree import (
+    AvailableWhenStmt,
+    IfStmt,
+    RunStmt,
+    SetStmt,
+    TransitionStmt,
+    walk,
+)
 
 _TARGET = re.compile(r"@(subagent|topic)\.([A-Za-z_][A-Za-z0-9_]*)")
 _NODE = re.compile(r"^(?:start_agent|subagent|topic)\s+([A-Za-z_][A-Za-z0-9_]*)\s*:", re.M)
@@ -47,19 +53,6 @@ class Mutant:
         }
 
 
-def _walk(value: Any) -> Iterator[Any]:
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(reversed(node))
-        elif dataclasses.is_dataclass(node) and not isinstance(node, type):
-            yield node
-            for f in dataclasses.fields(node):
-                if f.name not in ("span", "comments", "trailing_comment", "trailing_comments"):
-                    stack.append(getattr(node, f.name))
-
-
 def _replace_line(lines: list[str], number: int, text: str) -> str:
     return "".join([*lines[: number - 1], text, *lines[number:]])
 
@@ -78,7 +71,7 @@ def script_mutants(path: Path) -> list[Mutant]:
     nodes = found_nodes[1:] + found_nodes[:1]
     name = Path(path.name)
     found: list[Mutant] = []
-    for node in _walk(document):
+    for node in walk(document):
         line = node.span.line if hasattr(node, "span") else 0
         if isinstance(node, AvailableWhenStmt):
             found.append(
