@@ -237,15 +237,16 @@ class ActionRunner:
             # The call holds the loop's thread until it returns, so no timer could fire before
             # that: none is armed (it would only cost time).
             result = _captured_call(printed, target, args)
-        else:
+        elif mode is Isolation.PROCESS:
             async with asyncio.timeout_at(deadline):
-                if mode is Isolation.PROCESS:
-                    return await self._in_process(request, target, args, printed)
-                # Run in a copy of the caller's context, so turn context (actions/context.py)
-                # reaches the action on the pool's thread.
-                context = contextvars.copy_context()
-                call = functools.partial(context.run, _captured_call, printed, target, args)
-                result = await shared_threads(self.settings.workers).submit(call)
+                return await self._in_process(request, target, args, printed)
+        else:
+            # Run in a copy of the caller's context, so turn context (actions/context.py)
+            # reaches the action on the pool's thread.
+            context = contextvars.copy_context()
+            call = functools.partial(context.run, _captured_call, printed, target, args)
+            pool = shared_threads(self.settings.workers)
+            result = await pool.run(call, deadline=deadline, wait=self.settings.loop_wait)
         if inspect.isawaitable(result):  # a sync function that returned a coroutine
             async with asyncio.timeout_at(deadline):
                 with captured(printed):

@@ -4,6 +4,7 @@
 [actions]
 isolation = "thread"          # "thread" (default) | "inline" | "process"
 workers = 8                   # thread or process pool bound (optional)
+loop_wait_ms = 1.0            # "thread": how long the loop waits for a call before it yields
 output_limit = 16000          # characters of captured stdout/stderr kept per stream
 
 [actions.isolation_by_action]  # per action name, overriding the default above
@@ -13,6 +14,9 @@ format_date = "inline"
 
 * ``thread``: a long-lived pool of daemon threads; the turn never waits past the timeout, but a
   timed-out call goes on running on its thread until it returns (Python cannot stop a thread).
+  The loop's thread waits for the call itself for up to ``loop_wait_ms`` (so a quick action
+  costs one hand-off, not a trip through the event loop), then lets other tasks run until the
+  call returns or times out; ``0`` always yields at once.
 * ``inline``: called directly on the event loop's thread. Cheapest (no hand-over), but the
   call blocks the loop and its timeout cannot fire until it returns: for quick, trusted code.
 * ``process``: worker processes; a timed-out call is killed with its worker.
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.actions.capture import DEFAULT_LIMIT
+from agentscript.actions.threads import DEFAULT_LOOP_WAIT
 
 
 class Isolation(StrEnum):
@@ -52,6 +57,7 @@ class ActionSettings:
     by_action: Mapping[str, Isolation] = field(default_factory=dict)
     workers: int | None = None  # None: the shared pool's default
     output_limit: int = DEFAULT_LIMIT
+    loop_wait: float = DEFAULT_LOOP_WAIT  # seconds; see ``loop_wait_ms`` above
 
     def mode(self, action: str) -> Isolation:
         return self.by_action.get(action, self.isolation)
@@ -70,7 +76,7 @@ def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") 
     table = data.get("actions", {})
     if not isinstance(table, Mapping):
         raise ActionConfigError(f"{where}: [actions] must be a table")
-    known = {"isolation", "isolation_by_action", "workers", "output_limit"}
+    known = {"isolation", "isolation_by_action", "workers", "output_limit", "loop_wait_ms"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise ActionConfigError(
@@ -85,6 +91,11 @@ def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") 
     limit = table.get("output_limit", DEFAULT_LIMIT)
     if not isinstance(limit, int) or limit < 0:
         raise ActionConfigError(f"{where}: [actions] output_limit must be an integer >= 0")
+    wait_ms = table.get("loop_wait_ms", DEFAULT_LOOP_WAIT * 1000)
+    if isinstance(wait_ms, bool) or not isinstance(wait_ms, int | float) or not 0 <= wait_ms <= 1000:
+        raise ActionConfigError(
+            f"{where}: [actions] loop_wait_ms must be a number of milliseconds from 0 to 1000"
+        )
     return ActionSettings(
         isolation=_isolation(table.get("isolation", "thread"), f"{where} [actions]"),
         by_action={
@@ -93,6 +104,7 @@ def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") 
         },
         workers=workers,
         output_limit=limit,
+        loop_wait=wait_ms / 1000,
     )
 
 

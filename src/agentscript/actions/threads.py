@@ -3,12 +3,23 @@
 Why not ``concurrent.futures.ThreadPoolExecutor``: its threads are joined when the interpreter
 exits, so one hung action would keep the process alive after its turn returned. These threads
 are daemons, created on demand up to ``max_workers`` and kept for the next call (starting a
-thread per call cost 135-185 µs per action; handing a job to a waiting worker costs a few µs).
+thread per call cost 135-185 µs per action).
 
-Contract: :meth:`ActionThreads.submit` runs ``call`` on a worker and settles the returned
-asyncio future on the caller's loop with its result or exception (``SystemExit`` and
-``KeyboardInterrupt`` included: they are handed over, never raised in the worker). When every
-worker is busy the job waits in the queue; the caller's timeout covers that wait.
+Two ways to wait for a job:
+
+* :meth:`ActionThreads.run` first waits for the job on the caller's thread, up to ``wait``
+  seconds (the loop is blocked meanwhile, as for an inline call), then, if the job is still
+  running, hands the wait to the event loop as a future so other tasks run. Most actions
+  (a lookup, a computation) return within microseconds: they cost one hand-off to the worker
+  and back, about 10-15 µs, instead of a trip through the event loop's selector and a timer,
+  about 100 µs on a 2-core VM (``docs/performance.md``). A slow action blocks the loop for
+  ``wait`` at most.
+* :meth:`ActionThreads.submit` returns an asyncio future at once (process isolation's
+  bookkeeping uses it).
+
+Either way the result or exception (``SystemExit`` and ``KeyboardInterrupt`` included: they are
+handed over, never raised in the worker) reaches the caller. When every worker is busy the job
+waits in the queue; the caller's timeout covers that wait.
 
 What a timed-out action still does: Python cannot stop a thread, so the call goes on running
 on its worker until it returns by itself; its result is then dropped. That worker is busy
@@ -31,7 +42,10 @@ from typing import Any
 # calls cannot start unbounded threads.
 DEFAULT_MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
-Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+# How long the loop's thread waits for a pool action before it lets other tasks run: long
+# enough for actions that compute or look something up, short enough that a slow one holds
+# the loop no longer than a small inline call would.
+DEFAULT_LOOP_WAIT = 0.001
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -43,19 +57,75 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
+class _Job:
+    """One call and its outcome. ``done`` is held until the outcome is set; ``mutex`` orders
+    the worker's "finished" against the caller's switch to waiting on a future."""
+
+    __slots__ = ("call", "done", "error", "finished", "future", "loop", "mutex", "result")
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call: Callable[[], Any] | None = call
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.mutex = threading.Lock()
+        self.finished = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.future: asyncio.Future[Any] | None = None
+
+    def abandoned(self) -> bool:
+        future = self.future
+        return future is not None and future.done()
+
+    def outcome(self) -> Any:
+        error = self.error
+        if error is not None:
+            self.error = None  # no reference cycle through the traceback
+            raise error
+        return self.result
+
+
 class ActionThreads:
     """Daemon worker threads fed from one queue."""
 
     def __init__(self, max_workers: int = DEFAULT_MAX_WORKERS) -> None:
         self.max_workers = max_workers
-        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._workers = 0
         self._idle = 0
 
+    async def run(
+        self, call: Callable[[], Any], *, deadline: float, wait: float = DEFAULT_LOOP_WAIT
+    ) -> Any:
+        """``call()`` on a worker; TimeoutError once the loop's clock passes ``deadline``."""
+        loop = asyncio.get_running_loop()
+        job = _Job(call)
+        self._enqueue(job)
+        if wait > 0:
+            blocking = min(wait, deadline - loop.time())
+            if blocking > 0 and job.done.acquire(timeout=blocking):
+                return job.outcome()
+        with job.mutex:
+            if job.finished:
+                return job.outcome()
+            job.loop = loop
+            job.future = future = loop.create_future()
+        async with asyncio.timeout_at(deadline):
+            # On timeout or cancellation the task cancels ``future``: the worker then skips the
+            # job if it has not started, or drops its result.
+            return await future
+
     def submit(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        job = _Job(call)
+        job.loop = loop
+        job.future = future = loop.create_future()
+        self._enqueue(job)
+        return future
+
+    def _enqueue(self, job: _Job) -> None:
         with self._lock:
             if self._idle == 0 and self._workers < self.max_workers:
                 self._workers += 1
@@ -63,13 +133,13 @@ class ActionThreads:
             else:
                 # A worker is waiting (or the pool is full): the job waits its turn.
                 self._idle = max(0, self._idle - 1)
-        self._jobs.put((call, loop, future))
-        return future
+        self._jobs.put(job)
 
     def _work(self) -> None:
         while True:
-            call, loop, future = self._jobs.get()
-            if future.done():
+            job = self._jobs.get()
+            call, job.call = job.call, None
+            if call is None or job.abandoned():
                 # Its caller timed out while the job waited for a free worker: never start an
                 # action whose failure was already reported. (Reading the state from this
                 # thread is a benign race: at worst the call runs and its result is dropped.)
@@ -80,9 +150,14 @@ class ActionThreads:
                 result, error = call(), None
             except BaseException as exc:  # handed to the awaiting turn, which reports it
                 result, error = None, exc
-            with contextlib.suppress(RuntimeError):  # the loop may be closed by now
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            del call, result, error, future, loop
+            with job.mutex:
+                job.result, job.error, job.finished = result, error, True
+                loop, future = job.loop, job.future
+            job.done.release()
+            if future is not None and loop is not None:
+                with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+                    loop.call_soon_threadsafe(_settle, future, result, error)
+            del call, result, error, future, loop, job
             with self._lock:
                 self._idle += 1
 
