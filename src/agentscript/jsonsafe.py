@@ -35,71 +35,101 @@ def json_safe(
     value: Any, *, max_chars: int, max_depth: int = DEFAULT_MAX_DEPTH, path: str = ""
 ) -> Any:
     """A plain JSON copy of ``value`` whose JSON text is at most about ``max_chars`` long."""
-    walker = _Walker(max_chars, max_depth)
-    return walker.copy(value, path, 0)
+    return _Walker(max_chars, max_depth, path).copy(value, 0)
 
 
 def json_size(value: Any) -> int:
     """An estimate of the JSON text length of a value already known to be JSON-safe."""
-    walker = _Walker(math.inf, 10**9)
-    walker.copy(value, "", 0)
+    walker = _Walker(math.inf, 10**9, "")
+    walker.copy(value, 0)
     return int(walker.used)
 
 
 class _Walker:
-    def __init__(self, max_chars: float, max_depth: int) -> None:
+    """One walk. The path to the current value is kept as a stack of keys and indexes and
+    spelt out only for an error: the walk runs on every action output and variable write."""
+
+    def __init__(self, max_chars: float, max_depth: int, root: str) -> None:
         self.budget = max_chars
         self.max_depth = max_depth
         self.used: float = 0
         self.ancestors: set[int] = set()
+        self.root = root
+        self.parts: list[str | int] = []
 
-    def spend(self, chars: int, path: str) -> None:
+    def path(self) -> str:
+        text = self.root
+        for part in self.parts:
+            if isinstance(part, int):
+                text += f"[{part}]"
+            else:
+                text = f"{text}.{part}" if text else part
+        return text
+
+    def spend(self, chars: int) -> None:
         self.used += chars
         if self.used > self.budget:
             raise UnsafeValue(
-                f"larger than the limit of {int(self.budget)} characters", path, too_large=True
+                f"larger than the limit of {int(self.budget)} characters",
+                self.path(),
+                too_large=True,
             )
 
-    def copy(self, value: Any, path: str, depth: int) -> Any:
+    def copy(self, value: Any, depth: int) -> Any:
+        kind = type(value)
+        if kind is str:
+            self.spend(len(value) + 2)
+            return value
+        if kind is dict or kind is list:
+            return self.container(value, depth)
         if value is None or isinstance(value, bool):
-            self.spend(5, path)
+            self.spend(5)
             return value
         if isinstance(value, int):
-            self.spend(len(str(value)) if abs(value) < 10**30 else 40, path)
+            self.spend(len(str(value)) if abs(value) < 10**30 else 40)
             return int(value)
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise UnsafeValue(f"{value!r} is not a finite JSON number", path)
-            self.spend(24, path)
+                raise UnsafeValue(f"{value!r} is not a finite JSON number", self.path())
+            self.spend(24)
             return float(value)
         if isinstance(value, str):
-            self.spend(len(value) + 2, path)
+            self.spend(len(value) + 2)
             return str(value)
         if isinstance(value, Mapping | list | tuple):
-            return self.container(value, path, depth)
-        raise UnsafeValue(f"a {type(value).__name__} is not a JSON value", path)
+            return self.container(value, depth)
+        raise UnsafeValue(f"a {type(value).__name__} is not a JSON value", self.path())
 
-    def container(self, value: Any, path: str, depth: int) -> Any:
+    def container(self, value: Any, depth: int) -> Any:
         if depth >= self.max_depth:
-            raise UnsafeValue(f"nested more than {self.max_depth} levels deep", path)
+            raise UnsafeValue(f"nested more than {self.max_depth} levels deep", self.path())
         key = id(value)
         if key in self.ancestors:
-            raise UnsafeValue("contains itself (a cycle)", path)
+            raise UnsafeValue("contains itself (a cycle)", self.path())
         self.ancestors.add(key)
+        parts = self.parts
         try:
-            self.spend(2, path)
-            if isinstance(value, Mapping):
+            self.spend(2)
+            if type(value) is dict or isinstance(value, Mapping):
                 out: dict[str, Any] = {}
                 for name, item in value.items():
-                    if not isinstance(name, str):
-                        raise UnsafeValue(
-                            f"key {name!r} is a {type(name).__name__}, not a string", path
-                        )
-                    self.spend(len(name) + 4, path)
-                    out[name] = self.copy(item, f"{path}.{name}" if path else name, depth + 1)
+                    if type(name) is not str:
+                        if not isinstance(name, str):
+                            raise UnsafeValue(
+                                f"key {name!r} is a {type(name).__name__}, not a string",
+                                self.path(),
+                            )
+                        name = str(name)
+                    self.spend(len(name) + 4)
+                    parts.append(name)
+                    out[name] = self.copy(item, depth + 1)
+                    parts.pop()
                 return out
-            return [
-                self.copy(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)
-            ]
+            items = []
+            for index, item in enumerate(value):
+                parts.append(index)
+                items.append(self.copy(item, depth + 1))
+                parts.pop()
+            return items
         finally:
             self.ancestors.discard(key)

@@ -24,9 +24,18 @@ Step = dict[str, Any]
 
 def _add(trace: TurnTrace, step_type: StepType, **fields: Any) -> Step:
     """Append the step with every vocabulary member as its plain string: traces are plain
-    JSON data, and Python readers see ``'llm'``, not ``<Source.LLM: 'llm'>``."""
-    plain = {k: v.value if isinstance(v, StrEnum) else v for k, v in fields.items()}
-    return trace.add(step_type.value, **plain)
+    JSON data, and Python readers see ``'llm'``, not ``<Source.LLM: 'llm'>``. Only the fields
+    that hold one are looked at (this runs for every step of every turn)."""
+    for key in _VOCABULARY_FIELDS:
+        value = fields.get(key)
+        if value is not None and type(value) is not str:
+            fields[key] = str(value)  # a StrEnum's str() is its value
+    return trace.add(step_type.value, **fields)
+
+
+# The builder parameters typed as a vocabulary (Source, ResponseKind, NotOffered);
+# tests/kernel/test_step_shapes.py checks every step of the engine and Mantle suites.
+_VOCABULARY_FIELDS = ("source", "kind", "via", "cause")
 
 
 class StepType(StrEnum):

@@ -166,6 +166,8 @@ class BudgetMeter:
 
     def __init__(self, budget: Budget, session: Usage | None = None) -> None:
         self.budget = budget
+        # Whether a cap is set at all: the common case (none) then costs one test per call.
+        self.capped = budget.turn.any() or budget.session.any()
         self.session = session or Usage()
         self.turn = Usage()
         self.hit: CapHit | None = None
@@ -177,6 +179,8 @@ class BudgetMeter:
     def check(self, model: str, request: ModelRequest) -> CapHit | None:
         """The cap the next call to ``model`` would cross, if any. Raises TurnError when a
         cost cap is set and ``model`` has no price."""
+        if not self.capped:
+            return None  # no cap (so no cost cap either): nothing to price or estimate
         price = self.budget.price_of(model)
         if price is None and self.budget.needs_prices:
             raise TurnError(

@@ -8,6 +8,7 @@ See ``docs/expressions.md`` for the rules in table form.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import re
@@ -84,6 +85,7 @@ _ARTICLE = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_type(type_name: str, param: str | None = None) -> tuple[str, str | None]:
     """Normalise a declared type: ``("List[Number]", None)`` -> ``("list", "number")``.
 
