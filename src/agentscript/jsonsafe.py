@@ -86,7 +86,14 @@ class _Walker:
             self.spend(5)
             return value
         if isinstance(value, int):
-            self.spend(len(str(value)) if abs(value) < 10**30 else 40)
+            if -(10**30) < value < 10**30:
+                self.spend(len(str(value)))
+            else:
+                try:  # CPython refuses to print more than sys.get_int_max_str_digits() digits
+                    digits = len(str(value))
+                except ValueError:
+                    raise UnsafeValue("an integer too long to print as JSON", self.path()) from None
+                self.spend(digits)
             return int(value)
         if isinstance(value, float):
             if not math.isfinite(value):

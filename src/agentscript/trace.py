@@ -62,9 +62,9 @@ class TurnTrace:
         # chains itself in front to note when each started); None: nobody listens.
         self.observer: Callable[[dict[str, Any]], None] | None = None
 
-    def add(self, step_type: str, **fields: Any) -> dict[str, Any]:
-        """Append a step; it is returned so the caller can fill in what it learns later."""
-        step: dict[str, Any] = {"type": step_type, **fields}
+    def add(self, step: dict[str, Any]) -> dict[str, Any]:
+        """Append a step (built by ``trace_steps``, its ``type`` first); it is returned so the
+        caller can fill in what it learns later."""
         self.steps.append(step)
         if self.observer is not None:
             self.observer(step)

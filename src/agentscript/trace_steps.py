@@ -26,11 +26,12 @@ def _add(trace: TurnTrace, step_type: StepType, **fields: Any) -> Step:
     """Append the step with every vocabulary member as its plain string: traces are plain
     JSON data, and Python readers see ``'llm'``, not ``<Source.LLM: 'llm'>``. Only the fields
     that hold one are looked at (this runs for every step of every turn)."""
+    step: Step = {"type": step_type._value_, **fields}
     for key in _VOCABULARY_FIELDS:
-        value = fields.get(key)
+        value = step.get(key)
         if value is not None and type(value) is not str:
-            fields[key] = str(value)  # a StrEnum's str() is its value
-    return trace.add(step_type.value, **fields)
+            step[key] = str(value)  # a StrEnum's str() is its value
+    return trace.add(step)
 
 
 # The builder parameters typed as a vocabulary (Source, ResponseKind, NotOffered);

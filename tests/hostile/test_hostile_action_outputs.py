@@ -40,6 +40,9 @@ def self_referencing() -> dict[str, Any]:
         ({"label": b"bytes"}, "a bytes is not a JSON value"),
         ({"extra": {1: "int key"}}, "not a string"),
         (self_referencing(), "contains itself (a cycle)"),
+        # Issue 10 sweep: an integer CPython refuses to print once crashed the turn when its
+        # tool result was written (json.dumps raised ValueError).
+        ({"extra": 10**5000}, "outputs.extra: an integer too long to print as JSON"),
     ],
 )
 def test_bad_action_output_is_an_error_result_not_stored(outputs: Any, problem: str) -> None:

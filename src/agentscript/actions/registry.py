@@ -25,6 +25,7 @@ host's streams.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -32,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from agentscript.actions.capture import Printed, captured
 from agentscript.actions.context import IDEMPOTENCY_KEY, with_turn_context
@@ -136,6 +138,10 @@ def _stub(spec: Any) -> StubResult:
     return StubResult(outputs=dict(outputs))
 
 
+# Which action callables (and handlers) are ``async def``, for every runner of the process.
+_ASYNC: WeakKeyDictionary[Callable[..., Any], bool] = WeakKeyDictionary()
+
+
 class ActionRunner:
     """Runs actions for one agent: stubs, per-action callables, scheme handlers."""
 
@@ -151,7 +157,6 @@ class ActionRunner:
         settings: ActionSettings | None = None,
     ) -> None:
         self.settings = settings or ActionSettings()
-        self._async: dict[Callable[..., Any], bool] = {}
         self.stubs = stubs or StubBook()
         self.functions = dict(functions or {})
         self.handlers: dict[str, Handler] = {"python": python_handler}
@@ -162,10 +167,16 @@ class ActionRunner:
         self.timeouts = dict(timeouts or {})
 
     def _is_async(self, target: Callable[..., Any]) -> bool:
-        """Whether ``target`` is ``async def`` (remembered: inspect costs about 1 µs a call)."""
-        known = self._async.get(target)
+        """Whether ``target`` is ``async def`` (remembered for the process, as long as the
+        callable lives: inspect costs a few µs, and a server makes a runner per session)."""
+        try:
+            known = _ASYNC.get(target)
+        except TypeError:  # a callable that cannot be weakly referenced
+            return inspect.iscoroutinefunction(target)
         if known is None:
-            known = self._async[target] = inspect.iscoroutinefunction(target)
+            known = inspect.iscoroutinefunction(target)
+            with contextlib.suppress(TypeError):
+                _ASYNC[target] = known
         return known
 
     def register(self, scheme: str, handler: Handler) -> None:
@@ -247,7 +258,8 @@ class ActionRunner:
             call = functools.partial(context.run, _captured_call, printed, target, args)
             pool = shared_threads(self.settings.workers)
             result = await pool.run(call, deadline=deadline, wait=self.settings.loop_wait)
-        if inspect.isawaitable(result):  # a sync function that returned a coroutine
+        if type(result) is not dict and inspect.isawaitable(result):
+            # a sync function that returned a coroutine
             async with asyncio.timeout_at(deadline):
                 with captured(printed):
                     return await result

@@ -6,7 +6,6 @@ same way and a model failure always ends the turn the same way.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -173,13 +172,12 @@ def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) ->
         note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     try:
-        json.dumps(arguments, default=repr)
-    except ValueError:  # an integer too long to print: no trace or saved session could hold it
-        note = "(arguments hold a number too long to print; dropped)"
-        return ToolCall(call.id, call.name, None, raw_arguments=note)
-    try:
         json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH + 1)
     except UnsafeValue as exc:
-        note = f"(arguments dropped: {exc})"
+        if exc.reason.startswith("an integer too long to print"):
+            # no trace or saved session could hold it
+            note = "(arguments hold a number too long to print; dropped)"
+        else:
+            note = f"(arguments dropped: {exc})"
         return ToolCall(call.id, call.name, None, raw_arguments=note)
     return call

@@ -209,7 +209,7 @@ class ProcedureExecutor:
             # `with`, `available when` and entries are declarations, not steps.
 
     def exec_set(self, stmt: SetStmt, node: Node, outputs: dict[str, Any] | None) -> None:
-        name = variable_of(stmt.target)
+        name = self.program.variable_of(stmt.target)
         if name is None:
             raise ProcedureFailure(
                 f"set at line {stmt.span.line}: the target must be @variables.<name>"
@@ -288,7 +288,7 @@ class ProcedureExecutor:
         )
 
     async def exec_run(self, stmt: RunStmt, node: Node, outputs: dict[str, Any] | None) -> None:
-        path = reference_path(stmt.target)
+        path = self.program.path_of(stmt.target)
         action = (
             node.actions.get(path[1]) if path and len(path) == 2 and path[0] == "actions" else None
         )

@@ -161,6 +161,7 @@ class Program:
         self.start = outline.start_agent or next(iter(outline.subagents), "")
         self._compiled: dict[Expr, Compiled] = {}
         self._text_parts: dict[Expr, list[TemplatePart]] = {}
+        self._paths: dict[Expr, tuple[str, ...] | None] = {}
         self.nodes: dict[str, Node] = {
             name: self._node(info) for name, info in outline.subagents.items()
         }
@@ -171,6 +172,22 @@ class Program:
         if fn is None:
             fn = self._compiled[expr] = compile_expr(expr)
         return fn
+
+    def path_of(self, expr: Expr) -> tuple[str, ...] | None:
+        """:func:`reference_path` of ``expr``, once per expression node (``run`` and ``set``
+        targets are looked up on every statement run)."""
+        try:
+            return self._paths[expr]
+        except KeyError:
+            path = self._paths[expr] = reference_path(expr)
+            return path
+
+    def variable_of(self, target: Expr) -> str | None:
+        """:func:`variable_of`, through the memo of :meth:`path_of`."""
+        path = self.path_of(target)
+        if path is None or len(path) != 2 or path[0] != "variables":
+            return None
+        return path[1]
 
     def text_parts(self, literal: Literal) -> list[TemplatePart]:
         """A quoted string used as text (``welcome: "Hi {!@variables.name}"``) as template

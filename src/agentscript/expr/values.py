@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from agentscript.errors import Signal
 from agentscript.limits import MAX_DISPLAY_CHARS as LIMIT_DISPLAY_CHARS
@@ -223,15 +223,30 @@ def nested_deeper_than(value: object, limit: int) -> bool:
     pending: list[tuple[object, int]] = [(value, 0)]
     while pending:
         item, depth = pending.pop()
-        if isinstance(item, Mapping):
-            if depth >= limit:
-                return True
-            pending.extend((v, depth + 1) for v in item.values())
+        kind = type(item)
+        children: Iterable[object]
+        # Exact built-in types first: tool arguments and outputs are plain JSON data, and the
+        # Mapping check is an ABC lookup.
+        if kind is dict:
+            children = item.values()  # type: ignore[attr-defined]
+        elif kind is list or kind is tuple:
+            children = item  # type: ignore[assignment]
+        elif kind in _SCALARS:
+            continue
+        elif isinstance(item, Mapping):
+            children = item.values()
         elif isinstance(item, list | tuple):
-            if depth >= limit:
-                return True
-            pending.extend((v, depth + 1) for v in item)
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        next_depth = depth + 1
+        pending.extend((v, next_depth) for v in children)
     return False
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _finite_json(value: object) -> bool:
