@@ -13,7 +13,6 @@ from dataclasses import replace
 from agentscript.engine.budgets import BudgetExceeded, active_meter
 from agentscript.engine.kernel import check_answered
 from agentscript.errors import LimitReached, TurnError
-from agentscript.expr.values import nested_deeper_than
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import (
@@ -138,6 +137,8 @@ def distinct_ids(calls: list[ToolCall], history: Sequence[Message]) -> list[Tool
     """``calls`` with ids that are set and unique in the history: a model that sends an empty
     or repeated id (seen from hostile-model fuzzing) would otherwise get one answer for two
     calls, and the next request would be refused for an unanswered call."""
+    if not calls:
+        return calls  # a text reply: nothing to number (and no history to scan)
     taken = {c.id for m in history for c in m.tool_calls}
     keep: set[int] = set()
     for index, call in enumerate(calls):  # ids already fine keep their value, first come first
@@ -168,13 +169,14 @@ def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) ->
     if not isinstance(arguments, dict):
         raw = call.raw_arguments or f"a {type(arguments).__name__}"
         return ToolCall(call.id, call.name, None, raw_arguments=raw[:200])
-    if nested_deeper_than(arguments, MAX_KEPT_DEPTH):
-        note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
-        return ToolCall(call.id, call.name, None, raw_arguments=note)
     try:
-        json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH + 1)
+        # One bounded walk checks depth, size and JSON-ness (deep nesting included: it never
+        # recurses past MAX_KEPT_DEPTH).
+        json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH)
     except UnsafeValue as exc:
-        if exc.reason.startswith("an integer too long to print"):
+        if exc.reason.startswith("nested more than"):
+            note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
+        elif exc.reason.startswith("an integer too long to print"):
             # no trace or saved session could hold it
             note = "(arguments hold a number too long to print; dropped)"
         else:
