@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentscript.engine.history import HistoryLedger
     from agentscript.trace_inputs import MessageLog
 
 FORMAT = "agentscript-trace/1"
@@ -30,6 +31,7 @@ class TurnTrace:
         "agent",
         "branches",
         "inputs",
+        "ledger",
         "observer",
         "plan_id",
         "response",
@@ -58,6 +60,9 @@ class TurnTrace:
         # The session's record of what the previous LLM call was given: when set, LLM_STEPs
         # hold only the messages added since (``trace_inputs.py``); None records them all.
         self.inputs: MessageLog | None = None
+        # The session's running facts about its history (size, call ids, unanswered calls),
+        # so the checks before each model call look only at new messages; None: full scans.
+        self.ledger: HistoryLedger | None = None
         # Called with each step as it is added (the server streams them; OpenTelemetry export
         # chains itself in front to note when each started); None: nobody listens.
         self.observer: Callable[[dict[str, Any]], None] | None = None

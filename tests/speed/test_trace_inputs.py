@@ -160,3 +160,38 @@ def test_a_restored_session_starts_with_a_complete_step(tmp_path: Path) -> None:
     [step] = [s for s in reply.trace["planTrace"]["steps"] if s["type"] == "LLM_STEP"]
     assert step["input"]["messagesFrom"] == 0
     assert [m["content"] for m in step["input"]["messages"]] == ["hello", "one", "more"]
+
+
+def test_the_history_checks_read_only_new_messages_so_a_turn_costs_the_same_at_turn_40(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flat per-turn cost, pinned by counting (never timing): the messages the size cap and
+    the answered-calls check read per turn, and no full scan of the history in a plain turn."""
+    from agentscript.engine import history, kernel
+
+    read = [0]
+    real_chars = history.message_chars
+
+    def counting_chars(message: Any) -> int:
+        read[0] += 1
+        return real_chars(message)
+
+    def no_full_scan(messages: Any) -> Any:
+        raise AssertionError("a full scan of the history in a plain turn")
+
+    monkeypatch.setattr(history, "message_chars", counting_chars)
+    monkeypatch.setattr(kernel, "unanswered_calls", no_full_scan)
+    path = tmp_path / "a.agent"
+    path.write_text(AGENT, encoding="utf-8")
+    model = ScriptedModel()
+    session = agentscript.load(path).session(
+        model=model, actions={"lookup": lambda ref: {"status": f"{ref} late"}}
+    )
+    per_turn = []
+    for _ in range(40):
+        model.begin_turn([Move(calls=[("look", {"ref": "A"})]), Move(text="A is late.")])
+        read[0] = 0
+        assert session.send("next").error is None
+        per_turn.append(read[0])
+    assert len(session.state.history) >= 160
+    assert per_turn[1] == per_turn[39] <= 8

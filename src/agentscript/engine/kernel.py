@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentscript.engine.history import HistoryLedger
 from agentscript.errors import LimitReached, TurnError, UnansweredToolCall
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import Limits
@@ -164,9 +165,14 @@ def answer_unanswered(history: list[Message], reason: str = NOT_COMPLETED) -> li
     return sorted(missing)
 
 
-def check_answered(history: list[Message]) -> None:
-    """The last check before a model call: refuse to send a tool call without its answer."""
-    missing = unanswered_calls(history)
+def check_answered(history: list[Message], ledger: HistoryLedger | None = None) -> None:
+    """The last check before a model call: refuse to send a tool call without its answer.
+    With the session's ``ledger`` only the messages added since its last look are read."""
+    if ledger is not None:
+        ledger.sync(history)
+        missing = ledger.unanswered()
+    else:
+        missing = unanswered_calls(history)
     if missing:
         raise UnansweredToolCall([c.id for c in missing])
 

@@ -66,7 +66,7 @@ async def call_model(
                 would_reach=hit.would_reach,
             )
             raise BudgetExceeded(hit)
-    check_answered(request.messages)
+    check_answered(request.messages, trace.ledger)
     messages: Sequence[Message] = request.messages
     messages_from: int | None = None
     if trace.inputs is not None:  # only what was added since the session's previous call
@@ -110,7 +110,9 @@ async def call_model(
         raise error
     most = max_reply_chars if max_reply_chars is not None else DEFAULT_MAX_ARGUMENT_CHARS
     response.tool_calls = distinct_ids(
-        [bounded_call(call, most) for call in response.tool_calls], request.messages
+        [bounded_call(call, most) for call in response.tool_calls],
+        request.messages,
+        taken=trace.ledger.call_ids if trace.ledger is not None else None,
     )
     step["output"] = response.to_json()
     if response.model:
@@ -133,17 +135,26 @@ MAX_KEPT_DEPTH = MAX_KEPT_ARGUMENT_DEPTH
 DEFAULT_MAX_ARGUMENT_CHARS = 10_000_000
 
 
-def distinct_ids(calls: list[ToolCall], history: Sequence[Message]) -> list[ToolCall]:
+def distinct_ids(
+    calls: list[ToolCall], history: Sequence[Message], *, taken: set[str] | None = None
+) -> list[ToolCall]:
     """``calls`` with ids that are set and unique in the history: a model that sends an empty
     or repeated id (seen from hostile-model fuzzing) would otherwise get one answer for two
     calls, and the next request would be refused for an unanswered call."""
     if not calls:
         return calls  # a text reply: nothing to number (and no history to scan)
-    taken = {c.id for m in history for c in m.tool_calls}
+    # ``known``: the ids of the history's calls, from the session's ledger when it has them
+    # (read, never changed: the ids given out here join it with their message).
+    known = taken if taken is not None else {c.id for m in history for c in m.tool_calls}
+    given: set[str] = set()  # ids handed out in this reply
+
+    def free(call_id: str) -> bool:
+        return call_id not in known and call_id not in given
+
     keep: set[int] = set()
     for index, call in enumerate(calls):  # ids already fine keep their value, first come first
-        if call.id and call.id not in taken:
-            taken.add(call.id)
+        if call.id and free(call.id):
+            given.add(call.id)
             keep.add(index)
     out: list[ToolCall] = []
     for index, call in enumerate(calls):
@@ -151,10 +162,10 @@ def distinct_ids(calls: list[ToolCall], history: Sequence[Message]) -> list[Tool
             out.append(call)
             continue
         number = 1
-        while f"{call.id or 'call'}_{number}" in taken:
+        while not free(f"{call.id or 'call'}_{number}"):
             number += 1
         new_id = f"{call.id or 'call'}_{number}"
-        taken.add(new_id)
+        given.add(new_id)
         out.append(replace(call, id=new_id))
     return out
 

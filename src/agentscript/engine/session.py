@@ -19,7 +19,7 @@ from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, 
 from agentscript.actions.settings import ActionSettings, load_settings
 from agentscript.check.outline import AgentOutline
 from agentscript.engine.budgets import Budget, BudgetMeter, OnExceed, Usage, metering
-from agentscript.engine.history import trim_history
+from agentscript.engine.history import HistoryLedger, trim_history
 from agentscript.engine.kernel import TurnResult
 from agentscript.engine.loop import run_sync
 from agentscript.engine.procedures import render_text
@@ -342,6 +342,7 @@ class Session:
             budget or agent.budget or Budget(), Usage.from_json(state.extra.get("usage") or {})
         )
         self.inputs = MessageLog()  # LLM_STEPs record only new messages (trace_inputs.py)
+        self.ledger = HistoryLedger()  # the history's size and open calls (engine/history.py)
         self.on_text: Callable[[str], None] | None = None
         # Called with each trace step as it is added (filled in as the turn goes on).
         self.on_step: Callable[[dict[str, Any]], None] | None = None
@@ -369,6 +370,7 @@ class Session:
         plan_id = f"{state.session_id}-{state.turn}"
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
         trace.inputs = self.inputs
+        trace.ledger = self.ledger
         trace.observer = self.on_step
         if state.ended:
             message = "the session has ended; start a new session to continue"
@@ -376,7 +378,7 @@ class Session:
             return self._reply(TurnResult(error=message), trace, refused=True)
         telemetry = self.agent.telemetry
         observer = telemetry.observe(trace) if telemetry is not None else None
-        dropped = trim_history(state.history, self.limits.max_history_chars)
+        dropped = trim_history(state.history, self.limits.max_history_chars, self.ledger)
         if dropped:
             event_step(
                 trace,
