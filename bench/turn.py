@@ -31,6 +31,7 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import sys
 import tempfile
 import time
@@ -531,14 +532,22 @@ def time_tool_sync(
 
 @dataclass
 class LongSession:
-    at: dict[int, float]  # turn number -> best seconds for that turn over the sessions
+    at: dict[int, float]  # turn number -> median seconds of the turns around it, all sessions
     trace_bytes: dict[int, int]  # turn number -> bytes of that turn's trace (json.dumps)
 
 
 def time_long_tool_session(agent: Agent, *, turns: int = 100, sessions: int = 5) -> LongSession:
-    """Per-turn cost and trace size along one ``turns``-turn session (the history grows)."""
+    """Per-turn cost and trace size along one ``turns``-turn session (the history grows).
+
+    Each mark's cost is the median over every session of the five turns from the mark on
+    (the last five for the last mark): one turn's best time hid a cost growing with the
+    history once (turn 1's cold caches made turn 100 look cheaper)."""
     marks = [1, 10, turns]
-    best = {mark: float("inf") for mark in marks}
+    windows = {
+        mark: range(mark, mark + 5) if mark + 4 <= turns else range(turns - 4, turns + 1)
+        for mark in marks
+    }
+    times: dict[int, list[float]] = {mark: [] for mark in marks}
     sizes: dict[int, int] = {}
 
     async def one() -> None:
@@ -553,8 +562,10 @@ def time_long_tool_session(agent: Agent, *, turns: int = 100, sessions: int = 5)
             elapsed = time.perf_counter() - start
             if reply.error is not None:
                 raise SystemExit(f"seed_tool: long-session turn {number} failed: {reply.error}")
-            if number in best:
-                best[number] = min(best[number], elapsed)
+            for mark, window in windows.items():
+                if number in window:
+                    times[mark].append(elapsed)
+            if number in times:
                 sizes[number] = len(json.dumps(reply.trace))
 
     loop = asyncio.new_event_loop()
@@ -563,7 +574,7 @@ def time_long_tool_session(agent: Agent, *, turns: int = 100, sessions: int = 5)
             loop.run_until_complete(one())
     finally:
         loop.close()
-    return LongSession(best, sizes)
+    return LongSession({mark: statistics.median(values) for mark, values in times.items()}, sizes)
 
 
 def idle_session_bytes(agent: Agent, *, number: int = 200) -> tuple[float, float]:
@@ -609,11 +620,11 @@ def report_tool_turn(folder: Path, *, repeat: int, number: int, profile_it: bool
         print(f"{name:<20} {api:<11} {seconds * 1e6:>9.1f}")
     sync = best["sync callables", "send"]
     print(f"send ÷ send_async (sync callables): {sync / best['sync callables', 'send_async']:.2f}")
-    long = time_long_tool_session(agent, sessions=max(2, repeat // 2))
+    long = time_long_tool_session(agent, sessions=max(3, repeat))
     cells = ", ".join(
         f"turn {t}: {long.at[t] * 1e6:.1f} µs, {long.trace_bytes[t]:,} B" for t in sorted(long.at)
     )
-    print(f"100-turn session (sync callables, send_async): {cells}")
+    print(f"100-turn session (sync callables, send_async; median of 5 turns per mark): {cells}")
     print(
         f"turn 100 ÷ turn 1: time {long.at[100] / long.at[1]:.2f}, "
         f"trace bytes {long.trace_bytes[100] / long.trace_bytes[1]:.2f}"

@@ -342,7 +342,9 @@ class Session:
             budget or agent.budget or Budget(), Usage.from_json(state.extra.get("usage") or {})
         )
         self.inputs = MessageLog()  # LLM_STEPs record only new messages (trace_inputs.py)
-        self.ledger = HistoryLedger()  # the history's size and open calls (engine/history.py)
+        # The history's size and open calls (engine/history.py); made by the first turn, so
+        # an idle session does not hold its sets.
+        self.ledger: HistoryLedger | None = None
         self.on_text: Callable[[str], None] | None = None
         # Called with each trace step as it is added (filled in as the turn goes on).
         self.on_step: Callable[[dict[str, Any]], None] | None = None
@@ -370,6 +372,8 @@ class Session:
         plan_id = f"{state.session_id}-{state.turn}"
         trace = TurnTrace(self.agent.name, state.session_id, plan_id, state.turn, text)
         trace.inputs = self.inputs
+        if self.ledger is None:
+            self.ledger = HistoryLedger()
         trace.ledger = self.ledger
         trace.observer = self.on_step
         if state.ended:
