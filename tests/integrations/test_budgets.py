@@ -126,6 +126,31 @@ def test_cost_cap_uses_the_price_table(agent_path: Path) -> None:
     assert reply.usage is not None and reply.usage["cost"] == pytest.approx(0.002)
 
 
+def test_a_call_a_fallback_answered_is_charged_at_the_fallbacks_price(agent_path: Path) -> None:
+    from agentscript.models.base import ModelError, ModelRequest, ModelResponse, TextSink
+    from agentscript.models.fallback import FallbackModel
+
+    class Down:
+        name = "test:primary"
+
+        async def complete(
+            self, request: ModelRequest, *, stream: TextSink | None = None
+        ) -> ModelResponse:
+            raise ModelError("the primary is down")
+
+    backup = UsageModel([Move(text="From the backup.")], input_tokens=1000, output_tokens=0)
+    backup.name = "test:backup"
+    budget = Budget(
+        session=Caps(cost=1.0),
+        prices={"test:primary": Price(100.0, 100.0), "test:backup": Price(1.0, 1.0)},
+    )
+    model = FallbackModel(Down(), backup)  # type: ignore[arg-type]
+    reply = agentscript.load(agent_path).session(model=model, budget=budget).send("x")
+    assert reply.error is None and reply.text == "From the backup."
+    # 1000 input tokens at the backup's 1.0 per million, not the primary's 100.0.
+    assert reply.usage is not None and reply.usage["cost"] == pytest.approx(0.001)
+
+
 def test_cost_cap_without_a_price_for_the_model_is_a_clear_error(agent_path: Path) -> None:
     agent = agentscript.load(agent_path)
     model = UsageModel(bumps(1))

@@ -121,7 +121,8 @@ async def call_model(
     input_tokens, output_tokens = (usage.input_tokens, usage.output_tokens) if usage else (0, 0)
     trace.count_llm_call(step["durationMs"], input_tokens, output_tokens)
     if meter is not None:
-        meter.record(model_name, input_tokens, output_tokens)
+        # Charged at the price of the model that answered: a fallback's, when it stood in.
+        meter.record(response.answered_by or model_name, input_tokens, output_tokens)
     return response
 
 

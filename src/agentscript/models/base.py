@@ -116,7 +116,10 @@ class ModelResponse:
     text: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage | None = None
-    model: str | None = None  # the model that actually answered
+    model: str | None = None  # the model that actually answered (as its provider names it)
+    # The configured model (its spec, ``openai:gpt-4o-mini``) that answered when it is not the
+    # one asked: a fallback. Budgets charge the call at this model's price.
+    answered_by: str | None = None
     # Retries and fallbacks on the way to this answer, for the trace (LLM_STEP.modelEvents).
     events: list[dict[str, Any]] = field(default_factory=list)
 

@@ -89,6 +89,7 @@ class FallbackModel:
             exc.events = (*events, *exc.events)
             raise
         response.events = [*events, *response.events]
+        response.answered_by = response.answered_by or self.fallback.name
         return response
 
     def _event(self, reason: str) -> dict[str, Any]:
