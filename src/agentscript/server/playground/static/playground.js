@@ -289,6 +289,19 @@
     NODE_ENTER: (s) => ["entered ", el("b", {}, s.node), s.reason ? " (" + s.reason + ")" : ""],
     TRANSITION_STEP: (s) => [el("b", {}, s.from), " → ", el("b", {}, s.to), s.via ? " via " + s.via : ""],
     HOOK_STEP: (s) => [s.hook + " of " + s.node],
+    EVENT_STEP: (s) => {
+      const parts = [el("b", {}, s.event), s.tool ? " (" + s.tool + ")" : ""];
+      if (s.target) parts.push(" → " + s.target);
+      if (s.confirmed !== undefined && s.confirmed !== null) parts.push(s.confirmed ? ": confirmed" : ": declined");
+      if (s.reason) parts.push(": " + s.reason);
+      if (s.error) parts.push(el("div", { class: "error-text" }, s.error));
+      parts.push(lazyDetails("details", () => JSON.stringify(s, null, 2)));
+      return parts;
+    },
+    BLOCK_STEP: (s) => [s.event + " block ", el("b", {}, s.block), " of " + s.skill, s.step ? " at " + s.step : "", s.next ? " → " + s.next : ""],
+    BUDGET_STEP: (s) => [el("span", { class: "error-text" }, "budget: the " + s.scope + " " + s.cap + " cap (" + s.limit + ") would reach " + s.wouldReach + "; " + s.action)],
+    KNOWLEDGE_STEP: (s) => ["search ", el("code", {}, s.query || ""), " → " + (s.passages || []).length + " passages",
+      lazyDetails("passages", () => JSON.stringify(s.passages, null, 2))],
     SKILL_STEP: (s) => [s.event + " ", el("b", {}, s.skill), s.kind ? " (" + s.kind + ")" : "", s.by ? " by " + s.by : ""],
     RESPONSE_STEP: (s) => {
       const parts = [el("span", {}, s.text || ""), s.response ? el("span", { class: "muted" }, " " + s.response) : ""];
