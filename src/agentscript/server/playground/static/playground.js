@@ -347,9 +347,9 @@
     },
   };
 
-  // RESOLUTION_STEP.instructionLines (Agent Script): each piece of the instructions with the
-  // `if` branches that produced it, outermost first (docs/trace.md). Mantle steps have none:
-  // the instructions are shown as one text.
+  // RESOLUTION_STEP.instructionLines: each piece of the instructions with the `if` branches
+  // that produced it, outermost first (Agent Script `if`, Mantle `if:` paragraphs; see
+  // docs/trace.md). Without them (Mantle's routing prompt) the instructions are one text.
   function branchLabel(b) {
     if (b.taken === "if") return ["if ", el("code", {}, b.condition), " → true"];
     if (b.taken === "else") return ["else (", el("code", {}, b.condition), " → false)"];
@@ -363,9 +363,12 @@
     }
     const list = el("ol", { class: "instructions", "aria-label": "Resolved instructions" });
     for (const line of lines) {
+      // Mantle pieces keep the blank lines between paragraphs (they join back with "\n").
+      const text = String(line.text || "").replace(/^\n+|\n+$/g, "");
+      if (!text && !(line.branches || []).length) continue;
       const item = el("li", { class: "iline", "data-line": line.line },
         el("span", { class: "lineno", title: "source line" }, line.line === null || line.line === undefined ? "" : String(line.line)),
-        el("span", { class: "itext" }, line.text));
+        el("span", { class: "itext" }, text));
       const branches = line.branches || [];
       if (branches.length) {
         const from = el("span", { class: "from" });
