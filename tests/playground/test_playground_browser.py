@@ -207,6 +207,12 @@ def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(
     send(page, "/complete_skill")
     send(page, '/activate_skill {"skill": "card_replace"}')
     send(page, '/set_fields {"reason": "lost"}')
+    # The skill's `if:` paragraph that now holds is shown with its condition.
+    kept = [line for line in instruction_lines(page) if line["branches"]]
+    assert len(kept) == 1 and kept[0]["text"].startswith("The old card must be blocked first")
+    assert kept[0]["branches"] == [
+        'if session.card_replace.reason == "stolen" or session.card_replace.reason == "lost" → true'
+    ]
     # block_card is offered only once a card is chosen: marked hidden, with its guard.
     hidden = page.locator('#trace .chip.hidden-tool[data-tool="block_card"]').last
     assert "hidden" in hidden.inner_text()
@@ -322,6 +328,8 @@ def test_browser_escalation_is_shown_plainly(page: Any, base_url: str, tmp_path:
     page.wait_for_selector("#script li.done")
     notice = page.locator(".msg.notice.escalated")
     assert notice.inner_text().startswith("Escalated:")
+    assert "Escalated to a human agent" in page.locator("#where").inner_text()
+    assert any("escalate" in s for s in steps_of(page, "EVENT_STEP"))
     assert page.locator("#where .node").inner_text() == "escalate_order"
 
 

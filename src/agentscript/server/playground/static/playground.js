@@ -358,7 +358,8 @@
 
   function instructionsOf(s) {
     const lines = s.instructionLines;
-    if (!Array.isArray(lines) || !lines.length) {
+    const known = (l) => (l.line !== null && l.line !== undefined) || (l.branches || []).length;
+    if (!Array.isArray(lines) || !lines.some(known)) {
       return el("pre", { class: "instructions" }, s.transition ? (s.discarded || "") : (s.instructions || ""));
     }
     const list = el("ol", { class: "instructions", "aria-label": "Resolved instructions" });
