@@ -412,8 +412,9 @@ start_agent desk:
 
 def bank_with_buttons(folder: Path) -> Path:
     """examples/card_bank with: an intro whose first variant does not apply (so its buttons
-    must not show), buttons on the stolen notice, and the card question's buttons supplied by
-    a tool (``card_buttons``, from the customer's cards)."""
+    must not show), buttons on the stolen notice, the card question's buttons supplied by a
+    tool (``card_buttons``, from the customer's cards), and a check_balance intro whose button
+    tool fails."""
     import shutil
 
     project = folder / "card_bank"
@@ -457,6 +458,30 @@ def bank_with_buttons(folder: Path) -> Path:
         "        {'title': c['label'], 'payload': f\"set:session.card_replace.card_id={c['card_id']}\"}\n"
         "        for c in cards\n"
         "    ]\n",
+        encoding="utf-8",
+    )
+    # check_balance says an intro whose button tool fails.
+    balance = project / "skills" / "check_balance"
+    skill_md = balance / "skill.md"
+    skill_md.write_text(
+        skill_md.read_text(encoding="utf-8").replace(
+            "requires: session.project.authenticated\n",
+            "requires: session.project.authenticated\n"
+            "utter:\n  - utter_check_balance_intro:\n      on: activate\n",
+        ),
+        encoding="utf-8",
+    )
+    (balance / "responses.yml").write_text(
+        "responses:\n  utter_check_balance_intro:\n    - text: Let me look at your balance.\n"
+        "      buttons: {source: broken_buttons}\n",
+        encoding="utf-8",
+    )
+    balance_tools = balance / "tools.py"
+    balance_tools.write_text(
+        balance_tools.read_text(encoding="utf-8")
+        + '\n\n@tool(description="Buttons that never come.")\n'
+        + "def broken_buttons(context: Any = None) -> dict[str, Any]:\n"
+        '    raise RuntimeError("the card service is down")\n',
         encoding="utf-8",
     )
     return project
@@ -642,3 +667,19 @@ def test_browser_a_real_model_that_cannot_be_reached_is_reported_plainly(chrome:
             assert not page.locator("#send").is_disabled()  # the session goes on
         finally:
             context.close()
+
+
+def test_browser_a_failing_button_tool_is_said_under_the_reply(page: Any, studio_url: str) -> None:
+    open_agent(page, studio_url, "card-bank")
+    send(page, '/activate_skill {"skill": "check_balance"}')
+    bubble = page.locator(".msg.agent").last
+    assert bubble.inner_text().startswith("Let me look at your balance.")
+    problem = bubble.locator(".buttons-error").inner_text()
+    assert problem.startswith("Buttons of utter_check_balance_intro are missing:")
+    assert "broken_buttons" in problem
+    assert bubble.locator("button.payload").count() == 0
+    # The trace shows the failed tool and the response's missing buttons.
+    failed = page.locator("#trace .step-ACTION_STEP.failed").last.inner_text()
+    assert "broken_buttons" in failed and "the card service is down" in failed
+    response = page.locator("#trace .step-RESPONSE_STEP").first.inner_text()
+    assert "buttons: 'broken_buttons' did not return a list of buttons" in response
