@@ -175,3 +175,19 @@ def test_a_single_text_instruction_is_one_line_without_branches(tmp_path: Path) 
         }
     ]
     assert "branches" not in reply.trace
+
+
+def test_a_resolution_that_transitions_describes_the_discarded_text() -> None:
+    reply = Scripted("flow", variables={"jump": True}).send(
+        "go", {"tool": "go_jump"}, {"say": "Here is b."}
+    )
+    jumper = next(s for s in steps(reply, "RESOLUTION_STEP") if s["node"] == "jumper")
+    assert jumper["transition"] == "b" and jumper["instructions"] == ""
+    assert jumper["discarded"] == "Partial text of jumper."
+    assert jumper["instructionLines"] == [
+        {
+            "text": "Partial text of jumper.",
+            "line": jumper["instructionLines"][0]["line"],
+            "branches": [],
+        }
+    ]
