@@ -142,7 +142,22 @@ def test_parse_var(text: str, expected: tuple[str, Any]) -> None:
     assert parse_var(text) == expected
 
 
-@pytest.mark.parametrize("text", ["novalue", "1bad=3", "=3", "a b=1"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("project.authenticated=true", ("project.authenticated", True)),
+        ("card_replace.reason=lost", ("card_replace.reason", "lost")),
+        ("book-flight.seat_class=economy", ("book-flight.seat_class", "economy")),
+        (" user.name = Ada", ("user.name", "Ada")),
+    ],
+)
+def test_parse_var_takes_dotted_mantle_names(text: str, expected: tuple[str, Any]) -> None:
+    assert parse_var(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["novalue", "1bad=3", "=3", "a b=1", ".x=1", "a.=1", "a..b=1", "a.1b=2", "é=1"]
+)
 def test_parse_var_rejects_bad_input(text: str) -> None:
     with pytest.raises(ChatUsageError, match="--var"):
         parse_var(text)
@@ -174,6 +189,26 @@ def test_bad_vars_are_usage_errors(
     assert message in captured.err
     assert captured.out == ""
     assert model.requests == []
+
+
+def test_dotted_vars_reach_a_mantle_session(capsys: pytest.CaptureFixture[str]) -> None:
+    bank = agentscript.load(Path(__file__).parents[1] / "examples" / "card_bank")
+    variables = ["project.authenticated=true", "project.customer_name=Ada"]
+    code = run_chat(
+        bank, model=QueueModel(), interactive=False, lines=["/vars"], variables=variables
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "project.authenticated = true\n" in out and 'project.customer_name = "Ada"' in out
+
+
+def test_an_unknown_dotted_var_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    bank = agentscript.load(Path(__file__).parents[1] / "examples" / "card_bank")
+    code = run_chat(
+        bank, model=QueueModel(), interactive=False, lines=["hi"], variables=["project.nope=1"]
+    )
+    captured = capsys.readouterr()
+    assert code == 2 and "project.nope" in captured.err and "Traceback" not in captured.err
 
 
 def test_unknown_show_is_a_usage_error(shop: Agent, capsys: pytest.CaptureFixture[str]) -> None:

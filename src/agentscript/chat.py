@@ -47,7 +47,9 @@ COMMANDS = {
     "/quit": "leave the chat",
     "/help": "list these commands",
 }
-_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# An Agent Script variable (``order_ID``) or a Mantle memory entry by qualified name
+# (``project.customer_id``, ``card_replace.reason``; ids may hold ``-``, as Mantle's do).
+_VAR_NAME = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*\Z", re.ASCII)
 _COMMAND = re.compile(r"/[a-z]+\Z")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Files --record never overwrites: agents, action code, configuration.

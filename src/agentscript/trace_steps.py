@@ -226,10 +226,13 @@ def resolution_step(
     warnings: list[str] | None = None,
     transition: str | None = None,
     discarded: str | None = None,
+    instruction_lines: list[dict[str, Any]] | None = None,
 ) -> Step:
     """The prompt and tools of one model call. ``transition`` and ``discarded`` are present
     only when the resolution transitioned instead (Agent Script, S4): readers test for the
-    key, so it is never written as null."""
+    key, so it is never written as null. ``instruction_lines`` (Agent Script; null in Mantle)
+    are the pieces of the instructions (or of ``discarded``), each ``{text, line, branches}``
+    with the ``if`` branches that produced it, outermost first (docs/trace.md)."""
     step = _add(
         trace,
         StepType.RESOLUTION_STEP,
@@ -242,6 +245,7 @@ def resolution_step(
         postVars=post_vars,
         durationMs=duration_ms,
         warnings=list(warnings or []),
+        instructionLines=instruction_lines,
     )
     if transition is not None:
         step.update(transition=transition, discarded=discarded or "")

@@ -53,7 +53,7 @@ def chromium_path() -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -64,7 +64,7 @@ def playground_server(options: ServeOptions) -> Iterator[str]:
     """Serve ``options`` (playground on) on a free loopback port; yields the base URL."""
     import uvicorn
 
-    options.port = _free_port()
+    options.port = free_port()
     options.host = "127.0.0.1"
     app, _lines = build_app(options)
     server = uvicorn.Server(

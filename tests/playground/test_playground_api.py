@@ -182,6 +182,36 @@ def test_playground_config_names_the_guard_of_each_gated_tool() -> None:
     assert config["model"] == "standin"
 
 
+def test_playground_var_takes_dotted_mantle_names() -> None:
+    """--var project.authenticated=true pre-fills the Mantle entry; the page's session gets it."""
+
+    async def scenario(c: httpx.AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
+        config: dict[str, Any] = (await c.get("/playground/api/config")).json()
+        # As the page does: the pre-filled values of the agent's own variables.
+        mine = {k: v for k, v in config["variables"].items() if k.startswith("project.")}
+        sid = await session(c, "card-bank", variables=mine)
+        state: dict[str, Any] = (await c.get(f"/playground/api/sessions/{sid}/state")).json()
+        return config, state
+
+    given = ["project.authenticated=true", "project.customer_name=Ada", "order_ID=A-1"]
+    config, state = run(options(ORDER_STATUS, CARD_BANK, variables=given), scenario)
+    assert config["variables"] == {
+        "project.authenticated": True,
+        "project.customer_name": "Ada",
+        "order_ID": "A-1",
+    }
+    assert state["variables"]["project.authenticated"] is True
+    assert state["variables"]["project.customer_name"] == "Ada"
+
+
+def test_playground_refuses_a_var_no_served_agent_has() -> None:
+    with pytest.raises(ServeError, match=r"--var project\.nope: no served agent has this variable"):
+        build_app(options(CARD_BANK, variables=["project.nope=1"]))
+    result = CliRunner().invoke(main, ["playground", CARD_BANK, "--var", "project.nope=1"])
+    assert result.exit_code == 2
+    assert "project.nope" in result.output and "Traceback" not in result.output
+
+
 def test_playground_state_shows_the_skill_stack_with_block_pointers() -> None:
     async def scenario(c: httpx.AsyncClient) -> dict[str, Any]:
         sid = await session(c, "card-bank", variables=CARD_VARS)

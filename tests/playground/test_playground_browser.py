@@ -207,6 +207,12 @@ def test_browser_card_bank_hidden_tools_interrupt_and_skill_stack(
     send(page, "/complete_skill")
     send(page, '/activate_skill {"skill": "card_replace"}')
     send(page, '/set_fields {"reason": "lost"}')
+    # The skill's `if:` paragraph that now holds is shown with its condition.
+    kept = [line for line in instruction_lines(page) if line["branches"]]
+    assert len(kept) == 1 and kept[0]["text"].startswith("The old card must be blocked first")
+    assert kept[0]["branches"] == [
+        'if session.card_replace.reason == "stolen" or session.card_replace.reason == "lost" → true'
+    ]
     # block_card is offered only once a card is chosen: marked hidden, with its guard.
     hidden = page.locator('#trace .chip.hidden-tool[data-tool="block_card"]').last
     assert "hidden" in hidden.inner_text()
@@ -322,6 +328,8 @@ def test_browser_escalation_is_shown_plainly(page: Any, base_url: str, tmp_path:
     page.wait_for_selector("#script li.done")
     notice = page.locator(".msg.notice.escalated")
     assert notice.inner_text().startswith("Escalated:")
+    assert "Escalated to a human agent" in page.locator("#where").inner_text()
+    assert any("escalate" in s for s in steps_of(page, "EVENT_STEP"))
     assert page.locator("#where .node").inner_text() == "escalate_order"
 
 
@@ -367,3 +375,311 @@ def test_browser_mantle_response_buttons_send_their_payload(chrome: Any, tmp_pat
             assert value.inner_text() == '"lost"'
         finally:
             context.close()
+
+
+# ---------------------------------------------------------------------- branches, buttons, end
+
+LOUNGE = """\
+system:
+    instructions: "Be brief."
+    messages:
+        welcome: "Welcome to the lounge desk."
+        error: "Something broke."
+
+config:
+    developer_name: "Lounge"
+
+variables:
+    tier: mutable string = "gold"
+        description: "Membership tier"
+
+start_agent desk:
+    description: "The lounge desk"
+    reasoning:
+        instructions: ->
+            | Greet the member.
+            if @variables.tier == "gold":
+                | Offer the gold lounge.
+            else if @variables.tier == "silver":
+                | Offer the silver lounge.
+            else:
+                | Offer a membership.
+        actions:
+            bye: @utils.end_session
+                description: "End the conversation"
+"""
+
+
+def bank_with_buttons(folder: Path) -> Path:
+    """examples/card_bank with: an intro whose first variant does not apply (so its buttons
+    must not show), buttons on the stolen notice, the card question's buttons supplied by a
+    tool (``card_buttons``, from the customer's cards), and a check_balance intro whose button
+    tool fails."""
+    import shutil
+
+    project = folder / "card_bank"
+    shutil.copytree(CARD_BANK, project)
+    skill = project / "skills" / "card_replace"
+    responses = skill / "responses.yml"
+    text = responses.read_text(encoding="utf-8")
+    for old, new in (
+        (
+            "    - text: I can help you replace your card.\n",
+            "    - text: I can help Bob replace his card.\n"
+            '      condition: session.project.customer_name == "Bob"\n'
+            "      buttons:\n"
+            "        - {title: Not for Ada, payload: nope}\n"
+            "    - text: I can help you replace your card.\n"
+            "      buttons:\n"
+            '        - {title: Lost, payload: \'/set_fields {"reason": "lost"}\'}\n'
+            '        - {title: Damaged, payload: \'/set_fields {"reason": "damaged"}\'}\n',
+        ),
+        (
+            "    - text: I'm sorry your card was stolen. We will block it before ordering a new one.\n",
+            "    - text: I'm sorry your card was stolen. We will block it before ordering a new one.\n"
+            "      buttons:\n"
+            "        - {title: Call the fraud line}\n",
+        ),
+        (
+            "    - text: Which card should we replace?\n",
+            "    - text: Which card should we replace?\n      buttons: {source: card_buttons}\n",
+        ),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    responses.write_text(text, encoding="utf-8")
+    tools = skill / "tools.py"
+    tools.write_text(
+        tools.read_text(encoding="utf-8")
+        + "\n\ndef card_buttons(context: Any = None) -> list[dict[str, str]]:\n"
+        '    """One button per card of the verified customer."""\n'
+        "    cards = list_cards(context)['cards']\n"
+        "    return [\n"
+        "        {'title': c['label'], 'payload': f\"set:session.card_replace.card_id={c['card_id']}\"}\n"
+        "        for c in cards\n"
+        "    ]\n",
+        encoding="utf-8",
+    )
+    # check_balance says an intro whose button tool fails.
+    balance = project / "skills" / "check_balance"
+    skill_md = balance / "skill.md"
+    skill_md.write_text(
+        skill_md.read_text(encoding="utf-8").replace(
+            "requires: session.project.authenticated\n",
+            "requires: session.project.authenticated\n"
+            "utter:\n  - utter_check_balance_intro:\n      on: activate\n",
+        ),
+        encoding="utf-8",
+    )
+    (balance / "responses.yml").write_text(
+        "responses:\n  utter_check_balance_intro:\n    - text: Let me look at your balance.\n"
+        "      buttons: {source: broken_buttons}\n",
+        encoding="utf-8",
+    )
+    balance_tools = balance / "tools.py"
+    balance_tools.write_text(
+        balance_tools.read_text(encoding="utf-8")
+        + '\n\n@tool(description="Buttons that never come.")\n'
+        + "def broken_buttons(context: Any = None) -> dict[str, Any]:\n"
+        '    raise RuntimeError("the card service is down")\n',
+        encoding="utf-8",
+    )
+    return project
+
+
+@pytest.fixture(scope="module")
+def studio_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second server: the Lounge agent (if / else if / else, end_session) and card_bank
+    with response buttons of every kind."""
+    folder = tmp_path_factory.mktemp("studio")
+    lounge = folder / "lounge.agent"
+    lounge.write_text(LOUNGE, encoding="utf-8")
+    bank = bank_with_buttons(folder)
+    given = ["project.authenticated=true", "project.customer_id=1001", "project.customer_name=Ada"]
+    with playground_server(options(str(lounge), str(bank), variables=given)) as url:
+        yield url
+
+
+def instruction_lines(page: Any) -> list[dict[str, Any]]:
+    """The instruction lines of the last resolution on the page: text and branch labels."""
+    lines: list[dict[str, Any]] = page.evaluate(
+        """() => {
+            const steps = document.querySelectorAll('#trace .step-RESOLUTION_STEP');
+            const last = steps[steps.length - 1];
+            return [...last.querySelectorAll('li.iline')].map((li) => ({
+                text: li.querySelector('.itext').innerText,
+                line: li.getAttribute('data-line'),
+                branches: [...li.querySelectorAll('.branch')].map((b) => b.innerText),
+                taken: [...li.querySelectorAll('.branch')].map((b) => b.getAttribute('data-taken')),
+            }));
+        }"""
+    )
+    return lines
+
+
+def test_browser_instruction_lines_show_the_if_branch_that_produced_them(
+    page: Any, base_url: str, studio_url: str
+) -> None:
+    # order_status with late_order.yaml's stubs: the order is late, so the `if` adds a line.
+    open_agent(page, base_url, "Order_Status")
+    send(page, "/go_to_orders")
+    lines = instruction_lines(page)
+    assert [line["text"] for line in lines] == [
+        "Tell the user that the expected delivery date for order number 1234 is February 10, 2026.",
+        "Apologize to the customer for the delay in receiving their order.",
+    ]
+    assert lines[0]["branches"] == []  # not under an `if`
+    assert lines[1]["branches"] == ["if @variables.is_late == True → true"]
+    assert lines[1]["line"] == "53"
+    # else if and else, on the Lounge agent: the tier is edited before the first message.
+    open_agent(page, studio_url, "Lounge")
+    send(page, "hello")
+    assert instruction_lines(page)[1]["branches"] == ['if @variables.tier == "gold" → true']
+    for tier, text, label, taken in (
+        (
+            "silver",
+            "Offer the silver lounge.",
+            'else if @variables.tier == "silver" → true',
+            "elif 1",
+        ),
+        ("bronze", "Offer a membership.", 'else (@variables.tier == "gold" → false)', "else"),
+    ):
+        page.click("#new-session")
+        page.wait_for_selector('#variables input[data-variable="tier"]')
+        field = page.locator('#variables input[data-variable="tier"]')
+        field.fill(tier)
+        field.press("Tab")
+        page.wait_for_function(f"window.playground.state.variables.tier === {tier!r}")
+        send(page, "hello")
+        lines = instruction_lines(page)
+        assert [line["text"] for line in lines] == ["Greet the member.", text]
+        assert lines[1]["branches"] == [label] and lines[1]["taken"] == [taken]
+
+
+def test_browser_end_of_session_disables_the_input_until_a_new_session(
+    page: Any, studio_url: str
+) -> None:
+    open_agent(page, studio_url, "Lounge")
+    send(page, "hello")
+    send(page, "/bye")
+    notice = page.locator(".msg.notice.ended")
+    assert notice.inner_text().startswith("The session has ended")
+    assert "New session (Alt+N)" in notice.inner_text()
+    assert page.locator("#input").is_disabled() and page.locator("#send").is_disabled()
+    assert "session has ended" in (page.locator("#input").get_attribute("placeholder") or "")
+    assert "Session ended" in page.locator("#where").inner_text()
+    assert any("end_session" in s for s in steps_of(page, "EVENT_STEP"))
+    # A payload button or script cannot send either: the page refuses while ended.
+    page.evaluate("window.playground.send('still there?')")
+    assert page.locator(".msg.user").all_inner_texts() == ["hello", "/bye"]
+    # New session (Alt+N): the input works again.
+    old = page.evaluate("window.playground.state.session")
+    page.keyboard.press("Alt+N")
+    page.wait_for_function(f"window.playground.state.session !== {old!r}")
+    assert not page.locator("#input").is_disabled() and not page.locator("#send").is_disabled()
+    assert page.locator(".msg.notice.ended").count() == 0
+    send(page, "hello again")
+    assert page.locator(".msg.agent").last.inner_text() == "You said: hello again"
+
+
+def test_browser_buttons_of_the_chosen_variant_several_responses_and_a_tool(
+    page: Any, studio_url: str, tmp_path: Path
+) -> None:
+    open_agent(page, studio_url, "card-bank")
+    # --var project.customer_name=Ada (a dotted Mantle name) pre-filled the editor.
+    name = page.locator('#variables input[data-variable="project.customer_name"]')
+    assert name.input_value() == "Ada"
+    send(page, '/activate_skill {"skill": "card_replace"}')
+    # The variant chosen for Ada, not the first one listed (Bob's).
+    bubble = page.locator(".msg.agent").last
+    assert bubble.locator("button.payload").all_inner_texts() == ["Lost", "Damaged"]
+    assert "Not for Ada" not in bubble.inner_text()
+    response = page.locator("#trace .step-RESPONSE_STEP").first
+    assert "Lost" in response.inner_text() and "Damaged" in response.inner_text()
+    # Two responses with buttons in one turn (a loaded conversation makes two calls): one
+    # row each, named by its response.
+    script = tmp_path / "stolen.yaml"
+    script.write_text(
+        "variables:\n  project.authenticated: true\n  project.customer_id: '1001'\n"
+        "  project.customer_name: Ada\n"
+        "turns:\n"
+        "  - user: My card was stolen\n"
+        "    model:\n"
+        "      - tool: activate_skill\n        args: {skill: card_replace}\n"
+        "      - tool: set_fields\n        args: {reason: stolen}\n"
+        "      - say: Let us sort it out.\n",
+        encoding="utf-8",
+    )
+    page.set_input_files("#load-file", str(script))
+    page.wait_for_selector("#script li.next")
+    page.keyboard.press("Alt+S")
+    page.wait_for_selector("#script li.done")
+    rows = page.locator(".msg.agent").last.locator(".buttons")
+    assert rows.count() == 2
+    assert rows.nth(0).get_attribute("data-response") == "utter_card_replace_intro"
+    assert rows.nth(1).get_attribute("data-response") == "utter_card_replace_stolen"
+    assert rows.nth(1).locator("button").inner_text() == "Call the fraud line"
+    assert "utter_card_replace_stolen:" in rows.nth(1).inner_text()
+    # A button without a payload sends its title.
+    assert rows.nth(1).locator("button").get_attribute("data-payload") == "Call the fraud line"
+    # The card question's buttons come from the card_buttons tool, at the end of the turn.
+    send(page, '/activate_skill {"skill": "card_replace", "block": "order_card"}')
+    tool_buttons = page.locator(".msg.agent").last.locator("button.payload")
+    assert tool_buttons.all_inner_texts() == ["Debit ending 1111", "Credit ending 2222"]
+    assert any("card_buttons (buttons" in s for s in steps_of(page, "ACTION_STEP"))
+    asked = page.locator("#trace .step-RESPONSE_STEP").last.inner_text()
+    assert "Which card should we replace?" in asked and "Debit ending 1111" in asked
+    # Clicking one sends its payload: the engine writes the card without the model.
+    tool_buttons.nth(1).click()
+    page.wait_for_function("document.querySelectorAll('.turn-head').length === 3")
+    page.wait_for_function("!window.playground.state.busy")
+    assert page.locator(".msg.user").last.inner_text() == "set:session.card_replace.card_id=C-12"
+    value = page.locator('#variables tr[data-variable="card_replace.card_id"] .value')
+    assert value.inner_text() == '"C-12"'
+    # The shipping question follows, with its listed buttons.
+    shipping = page.locator(".msg.agent").last.locator("button.payload")
+    assert shipping.all_inner_texts() == ["Standard (free, 5 days)", "Express (5.00, 1 day)"]
+
+
+def test_browser_a_real_model_that_cannot_be_reached_is_reported_plainly(chrome: Any) -> None:
+    """--model openai:... --base-url at a closed loopback port: the model client's own error
+    (after its retries) reaches the page as the turn's failure and on the LLM step."""
+    from tests.playground.browser import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    opts = options(ORDER_STATUS, model="openai:gpt-4o-mini", base_url=dead, stubs=LATE_ORDER)
+    with playground_server(opts) as url:
+        context = chrome.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        try:
+            open_agent(page, url, "Order_Status")
+            assert "openai:gpt-4o-mini" in page.locator("#model").inner_text()
+            send(page, "Where is my order?")
+            error = page.locator(".msg.error").last.inner_text()
+            assert error.startswith("The turn failed: the model failed: Could not connect")
+            assert dead in error
+            # The agent's error message is the reply; the failed call is marked in the trace.
+            assert page.locator(".msg.agent").last.inner_text() == (
+                "Sorry, something went wrong. Please try again."
+            )
+            failed = page.locator("#trace .step-LLM_STEP.failed")
+            assert failed.count() == 1 and "Could not connect" in failed.inner_text()
+            assert not page.locator("#send").is_disabled()  # the session goes on
+        finally:
+            context.close()
+
+
+def test_browser_a_failing_button_tool_is_said_under_the_reply(page: Any, studio_url: str) -> None:
+    open_agent(page, studio_url, "card-bank")
+    send(page, '/activate_skill {"skill": "check_balance"}')
+    bubble = page.locator(".msg.agent").last
+    assert bubble.inner_text().startswith("Let me look at your balance.")
+    problem = bubble.locator(".buttons-error").inner_text()
+    assert problem.startswith("Buttons of utter_check_balance_intro are missing:")
+    assert "broken_buttons" in problem
+    assert bubble.locator("button.payload").count() == 0
+    # The trace shows the failed tool and the response's missing buttons.
+    failed = page.locator("#trace .step-ACTION_STEP.failed").last.inner_text()
+    assert "broken_buttons" in failed and "the card service is down" in failed
+    response = page.locator("#trace .step-RESPONSE_STEP").first.inner_text()
+    assert "buttons: 'broken_buttons' did not return a list of buttons" in response

@@ -14,7 +14,11 @@ from agentscript.commands import SHOW_CHOICES
 @click.option("--model", "model_spec", default=None, help="Model spec, e.g. openai:gpt-4o-mini.")
 @click.option("--base-url", default=None, help="Server URL (Ollama, vLLM, a gateway, ...).")
 @click.option(
-    "--var", "variables", multiple=True, metavar="NAME=VALUE", help="Initial variable (YAML value)."
+    "--var",
+    "variables",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Initial variable (YAML value); Mantle entries by qualified name (project.customer_id).",
 )
 @trace_dir_option
 @click.option(

@@ -21,7 +21,13 @@ from agentscript.cli.common import exit_with
     default=None,
     help="A conversation file whose 'actions:' answer flow://, apex://, ... actions.",
 )
-@click.option("--var", "variables", multiple=True, help="Initial variable NAME=VALUE.")
+@click.option(
+    "--var",
+    "variables",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Initial variable (YAML value); Mantle entries by qualified name (project.customer_id).",
+)
 def playground(paths: tuple[str, ...], **options: Any) -> None:
     """Chat with agents in the browser and watch every decision (needs agentscript[serve])."""
     from agentscript.server.playground.command import playground_cli

@@ -111,6 +111,11 @@ class ProcedureExecutor:
         self.warnings: list[str] = []
         # collect: the first unfilled slot found during this resolution
         self._asked_collect = False
+        # This resolution's instruction pieces (one per `|` or collect question, in prompt
+        # order) with the `if` branches that produced each (RESOLUTION_STEP.instructionLines),
+        # and the branches the statement being run sits in, outermost first.
+        self.instruction_lines: list[dict[str, Any]] = []
+        self._within: list[dict[str, Any]] = []
         # The last Env built, and what it was built from: consecutive statements of a block
         # see the same namespaces (the variables dict is updated in place), so they share one
         # Env instead of building a dict and an Env each (about 25 per turn of seed 002).
@@ -166,6 +171,8 @@ class ProcedureExecutor:
         """Forget the previous resolution's warnings and collect question (S3 starts over)."""
         self.warnings = []
         self._asked_collect = False
+        self.instruction_lines = []
+        self._within = []
 
     # ------------------------------------------------------------------ statements
 
@@ -185,7 +192,9 @@ class ProcedureExecutor:
             # instead of an isinstance call, on the engine's hottest loop.
             if type(item) is TemplateStmt:
                 if prompt is not None:
-                    prompt.append(self.render(item.template, self.env(node, outputs)))
+                    text = self.render(item.template, self.env(node, outputs))
+                    prompt.append(text)
+                    self.note_line(text, item.span.line)
             elif type(item) is SetStmt:
                 self.exec_set(item, node, outputs)
             elif type(item) is RunStmt:
@@ -204,9 +213,17 @@ class ProcedureExecutor:
                         f"transition at line {item.span.line} has no valid target"
                     )
                 raise TransitionSignal(target, f"transition at line {item.span.line}")
-            elif type(item) is CollectStmt and prompt is not None:
-                self.exec_collect(item, node, prompt)
+            elif (
+                type(item) is CollectStmt
+                and prompt is not None
+                and self.exec_collect(item, node, prompt)
+            ):
+                self.note_line(prompt[-1], item.span.line)
             # `with`, `available when` and entries are declarations, not steps.
+
+    def note_line(self, text: str, line: int | None) -> None:
+        """Record an instruction piece just added to the prompt, with its branches."""
+        self.instruction_lines.append({"text": text, "line": line, "branches": list(self._within)})
 
     def exec_set(self, stmt: SetStmt, node: Node, outputs: dict[str, Any] | None) -> None:
         name = self.program.variable_of(stmt.target)
@@ -258,23 +275,44 @@ class ProcedureExecutor:
         # Which branch ran ("if", "elif 1", ..., "else"; "else" also when no branch ran), for
         # `agentscript test --coverage`; kept beside the steps so step order is unchanged.
         step = self.trace.add_branch(node.name, stmt.span.line)
+        body: Block | None = None
+        decided: Expr = stmt.condition  # for `else`: the `if`'s condition, which was false
         if self.condition(stmt.condition, env):
             step["taken"] = "if"
-            await self.exec_block(stmt.body, node, prompt=prompt, outputs=outputs)
+            body = stmt.body
+        else:
+            for index, clause in enumerate(stmt.else_ifs, start=1):
+                if self.condition(clause.condition, env):
+                    step["taken"] = f"elif {index}"
+                    body, decided = clause.body, clause.condition
+                    break
+            else:
+                if stmt.else_clause is not None:
+                    body = stmt.else_clause.body
+        if body is None:
             return
-        for index, clause in enumerate(stmt.else_ifs, start=1):
-            if self.condition(clause.condition, env):
-                step["taken"] = f"elif {index}"
-                await self.exec_block(clause.body, node, prompt=prompt, outputs=outputs)
-                return
-        if stmt.else_clause is not None:
-            await self.exec_block(stmt.else_clause.body, node, prompt=prompt, outputs=outputs)
+        if prompt is None:  # hooks and callbacks: no instruction lines to attribute
+            await self.exec_block(body, node, outputs=outputs)
+            return
+        self._within.append(
+            {
+                "line": stmt.span.line,
+                "taken": step["taken"],
+                "condition": self.program.source(decided),
+                "index": len(self.trace.branches) - 1,
+            }
+        )
+        try:
+            await self.exec_block(body, node, prompt=prompt, outputs=outputs)
+        finally:
+            self._within.pop()
 
-    def exec_collect(self, stmt: CollectStmt, node: Node, prompt: list[str]) -> None:
-        """Ask for the first unfilled collect variable; later ones wait (multi-turn slot filling)."""
+    def exec_collect(self, stmt: CollectStmt, node: Node, prompt: list[str]) -> bool:
+        """Ask for the first unfilled collect variable; later ones wait (multi-turn slot
+        filling). True when a question was added to ``prompt``."""
         name = variable_of(stmt.target)
         if name is None or self.state.variables.get(name) is not None or self._asked_collect:
-            return
+            return False
         self._asked_collect = True
         slot = next((s for s in node.collect_slots if s.statement is stmt), None)
         message = self.render(slot.message, self.env(node)) if slot and slot.message else ""
@@ -286,6 +324,7 @@ class ProcedureExecutor:
         prompt.append(
             f"Ask the user for: {what.rstrip()}{end} When they answer, call {tool} with the value."
         )
+        return True
 
     async def exec_run(self, stmt: RunStmt, node: Node, outputs: dict[str, Any] | None) -> None:
         path = self.program.path_of(stmt.target)

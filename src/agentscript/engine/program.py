@@ -22,6 +22,7 @@ from agentscript.check.outline import (
 )
 from agentscript.expr.evaluate import Compiled, compile_expr
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
+from agentscript.expr.printer import print_expr
 from agentscript.models.base import ToolSpec
 from agentscript.syntax.interpolation import literal_parts
 from agentscript.syntax.tree import (
@@ -162,6 +163,7 @@ class Program:
         self._compiled: dict[Expr, Compiled] = {}
         self._text_parts: dict[Expr, list[TemplatePart]] = {}
         self._paths: dict[Expr, tuple[str, ...] | None] = {}
+        self._sources: dict[Expr, str] = {}
         self.nodes: dict[str, Node] = {
             name: self._node(info) for name, info in outline.subagents.items()
         }
@@ -188,6 +190,13 @@ class Program:
         if path is None or len(path) != 2 or path[0] != "variables":
             return None
         return path[1]
+
+    def source(self, expr: Expr) -> str:
+        """The canonical source text of ``expr`` (for traces), printed once per node."""
+        text = self._sources.get(expr)
+        if text is None:
+            text = self._sources[expr] = print_expr(expr)
+        return text
 
     def text_parts(self, literal: Literal) -> list[TemplatePart]:
         """A quoted string used as text (``welcome: "Hi {!@variables.name}"``) as template

@@ -208,6 +208,7 @@ class TurnRunner:
                 await procedures.exec_block(instructions, node, prompt=prompt)
             elif instructions is not None:
                 prompt.append(procedures.render(instructions, procedures.env(node)))
+                procedures.note_line(prompt[-1], instructions.span.line)
         except TransitionSignal as signal:
             self.record_resolution(
                 node, iteration, pre, started, transition=signal.target, discarded=prompt
@@ -248,6 +249,7 @@ class TurnRunner:
             warnings=self.procedures.warnings,
             transition=transition,
             discarded="\n".join(discarded) if discarded is not None else None,
+            instruction_lines=self.procedures.instruction_lines,
         )
 
     def gate_tools(self, node: Node) -> tuple[dict[str, Tool], list[str]]:

@@ -12,6 +12,7 @@ from agentscript.mantle.model import Skill, StepKind
 from agentscript.mantle.queries import holds, offered_skills, tool_allowed
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import step_at
+from agentscript.mantle.run.instruction_lines import instruction_lines
 from agentscript.mantle.run.lifecycle import cannot_help_offered
 from agentscript.mantle.run.stack import BlockEntry, SkillStack
 from agentscript.mantle.run.turn_context import TurnContext
@@ -99,6 +100,9 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
         pre_vars=pre,
         post_vars=ctx.snapshot(),
         duration_ms=elapsed_ms(started),
+        instruction_lines=instruction_lines(
+            instructions, project, project.skills[frame["skill"]] if frame else None, memory
+        ),
     )
     return instructions, tools
 

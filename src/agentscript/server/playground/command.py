@@ -46,9 +46,18 @@ def add_playground(
             raise ServeError(f"--stubs: {exc}") from None
         stubs, variables = canned.stubs, dict(canned.variables)
     try:
-        variables.update(parse_vars(options.variables))
+        given = parse_vars(options.variables)
     except ChatUsageError as exc:
         raise ServeError(str(exc)) from None
+    declared = {v["name"] for s in served.values() for v in s.description["variables"]}
+    unknown = sorted(set(given) - declared)
+    if unknown:
+        raise ServeError(
+            f"--var {', '.join(unknown)}: no served agent has "
+            f"{'this variable' if len(unknown) == 1 else 'these variables'}; "
+            f"declared: {', '.join(sorted(declared)) or '(none)'}"
+        )
+    variables.update(given)
     mount_playground(
         app, served, PlaygroundSessions(default_stubs=stubs), variables=variables, model=model
     )

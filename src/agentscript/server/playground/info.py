@@ -1,6 +1,7 @@
 """What the page needs to know about an agent beyond ``GET /v1/agents/{agent}``: the guard of
-every gated tool (to say *why* a tool was hidden), the buttons of Mantle responses (to show
-them under the reply that used them), and the agent's control graph.
+every gated tool (to say *why* a tool was hidden) and the agent's control graph. (Mantle
+response buttons come with the turn: ``RESPONSE_STEP.buttons``, the variant chosen and those a
+tool supplied.)
 
 The graph comes from ``agentscript.authoring.graph`` when that module is installed; without it
 :func:`graph_json` returns None and the route answers 404. Nothing here runs the agent.
@@ -30,25 +31,6 @@ def guards(agent: AgentBase) -> dict[str, dict[str, str]]:
             for name, constraint in skill.tool_constraints.items():
                 if constraint.requires is not None:
                     found.setdefault(skill.id, {})[name] = constraint.requires.text
-    return found
-
-
-def buttons(agent: AgentBase) -> dict[str, list[dict[str, str]]]:
-    """``{response name: [{title, payload}]}`` for Mantle responses with fixed buttons (of the
-    first variant that has any: the trace names the response, not the variant)."""
-    from agentscript.mantle.runtime import MantleAgent
-
-    if not isinstance(agent, MantleAgent):
-        return {}
-    found: dict[str, list[dict[str, str]]] = {}
-    for name, response in agent.project.responses.items():
-        for variant in response.variants:
-            if variant.buttons:
-                found[name] = [
-                    {"title": b.title, "payload": b.payload if b.payload is not None else b.title}
-                    for b in variant.buttons
-                ]
-                break
     return found
 
 

@@ -73,10 +73,7 @@ def mount_playground(
     defaults = dict(variables or {})
     for served in agents.values():
         served.overrides = sessions
-    extras = {
-        name: {"guards": info.guards(s.agent), "buttons": info.buttons(s.agent)}
-        for name, s in agents.items()
-    }
+    extras = {name: {"guards": info.guards(s.agent)} for name, s in agents.items()}
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:

@@ -8,13 +8,14 @@
   const $ = (id) => document.getElementById(id);
   const S = {
     config: null,
-    agent: null,        // the selected agent's description (+ guards, buttons)
+    agent: null,        // the selected agent's description (+ guards)
     session: null,      // session id
     variables: {},      // what the current session started with
     edited: {},         // the variable editor's values (applied to the next session)
     script: null,       // {text, turns: [{user, model}]} of a loaded conversation file
     turns: 0,
     busy: false,
+    ended: false,       // the session ended: no more messages until a new one
     visited: new Set(),
     taken: new Set(),   // "from->to" transitions seen
     current: null,
@@ -109,33 +110,59 @@
     addMessage("error", prefix + code + ": " + err.message);
   }
 
+  const PLACEHOLDER = "Type a message; Enter sends, Shift+Enter adds a line";
+
   function setBusy(busy) {
     S.busy = busy;
-    $("send").disabled = busy;
+    $("send").disabled = busy || S.ended;
     $("input").setAttribute("aria-busy", busy ? "true" : "false");
     updateScriptButtons();
   }
 
-  function buttonsFor(turn) {
-    const names = [];
-    for (const step of (turn.__steps || [])) {
-      if (step.type === "RESPONSE_STEP" && step.response) names.push(step.response);
+  function setEnded(ended) {
+    S.ended = ended;
+    $("input").disabled = ended;
+    $("send").disabled = ended || S.busy;
+    $("input").placeholder = ended ? "The session has ended. New session (Alt+N) starts another." : PLACEHOLDER;
+    updateScriptButtons();
+  }
+
+  // The buttons of the turn's responses, one row per response that has some: the variant
+  // the engine chose (RESPONSE_STEP.buttons) and buttons a tool supplied at delivery (filled
+  // into the same step at the end of the turn; buttonsError when that tool failed).
+  function buttonRows(turn) {
+    const rows = [];
+    for (const step of turn.__steps || []) {
+      if (step.type !== "RESPONSE_STEP") continue;
+      if ((step.buttons || []).length) rows.push({ response: step.response, buttons: step.buttons });
+      if (step.buttonsError) rows.push({ response: step.response, error: step.buttonsError });
     }
-    const row = el("div", { class: "buttons" });
-    for (const name of names) {
-      for (const b of (S.agent.buttons || {})[name] || []) {
-        row.append(el("button", { class: "payload", onclick: () => send(b.payload) }, b.title));
+    if (!rows.some((r) => r.buttons) && (turn.buttons || []).length) rows.push({ response: null, buttons: turn.buttons });
+    if (!rows.length) return null;
+    const box = el("div", { class: "button-rows" });
+    const named = rows.filter((r) => r.buttons).length > 1;
+    for (const r of rows) {
+      if (r.error) {
+        box.append(el("div", { class: "error-text buttons-error" }, "Buttons of " + (r.response || "a response") + " are missing: " + r.error));
+        continue;
       }
+      const row = el("div", { class: "buttons", "data-response": r.response || "" },
+        named && r.response ? el("span", { class: "muted" }, r.response + ":") : null);
+      for (const b of r.buttons) {
+        const payload = b.payload === null || b.payload === undefined || b.payload === "" ? b.title : b.payload;
+        row.append(el("button", { class: "payload", title: "sends: " + payload, "data-payload": payload, onclick: () => send(payload) }, b.title));
+      }
+      box.append(row);
     }
-    return row.childElementCount ? row : null;
+    return box;
   }
 
   function finishTurn(bubble, turn) {
     bubble.classList.remove("streaming");
     bubble.textContent = turn.response || "";
-    if (!turn.response) bubble.remove();
-    const extra = buttonsFor(turn);
-    if (extra && bubble.isConnected) bubble.append(extra);
+    const extra = buttonRows(turn);
+    if (extra) bubble.append(extra);
+    if (!turn.response && !extra) bubble.remove();
     if (turn.error) addMessage("error", "The turn failed: " + turn.error);
     if (turn.confirmation) {
       const row = el("div", { class: "buttons" },
@@ -146,13 +173,32 @@
     }
     if (turn.escalated) addMessage("notice escalated", "Escalated: the conversation is handed to a human agent.");
     if (turn.ended) {
-      addMessage("notice ended", "The session has ended. Start a new session to continue.");
-      $("input").disabled = true;
+      addMessage("notice ended", "The session has ended: the agent ended the conversation. New session (Alt+N) starts another.");
+      setEnded(true);
+    }
+  }
+
+  // A tool that supplies buttons fills them into a RESPONSE_STEP already streamed: read the
+  // turn's final trace and redraw those steps (only then; other turns need no request).
+  async function settleSteps(turn, steps, nodes) {
+    if (!turn.trace_url || !steps.some((s) => s.type === "ACTION_STEP" && s.source === "buttons")) return steps;
+    try {
+      const trace = await api("GET", turn.trace_url);
+      const final = ((trace || {}).planTrace || {}).steps || [];
+      if (final.length !== steps.length) return steps;
+      final.forEach((s, i) => {
+        if (s.type === "RESPONSE_STEP" && JSON.stringify(s) !== JSON.stringify(steps[i]) && nodes[i]) {
+          nodes[i].replaceWith(stepNode(s));
+        }
+      });
+      return final;
+    } catch (err) {
+      return steps;
     }
   }
 
   async function send(text) {
-    if (S.busy || !S.session || !text.trim()) return;
+    if (S.busy || S.ended || !S.session || !text.trim()) return;
     setBusy(true);
     banner("");
     lockVariables();
@@ -162,6 +208,7 @@
     $("trace").append(head);
     const bubble = addMessage("agent streaming", "");
     const steps = [];
+    const nodes = [];
     let turn = null;
     try {
       const response = await fetch("/v1/sessions/" + S.session + "/messages", {
@@ -188,13 +235,13 @@
           }
           if (data === null) continue;
           if (name === "token") { bubble.textContent += data.text; }
-          else if (name === "step") { steps.push(data); renderSteps([data]); }
+          else if (name === "step") { steps.push(data); nodes.push(...renderSteps([data])); }
           else if (name === "turn") { turn = data; }
           else if (name === "error") { throw new ApiFailure(data.status, data.code, data.message); }
         }
       }
       if (!turn) throw new ApiFailure(0, "stream_closed", "the server closed the stream before the turn ended");
-      turn.__steps = steps;
+      turn.__steps = await settleSteps(turn, steps, nodes);
       finishTurn(bubble, turn);
       await refreshState(turn);
     } catch (err) {
@@ -242,8 +289,30 @@
     NODE_ENTER: (s) => ["entered ", el("b", {}, s.node), s.reason ? " (" + s.reason + ")" : ""],
     TRANSITION_STEP: (s) => [el("b", {}, s.from), " → ", el("b", {}, s.to), s.via ? " via " + s.via : ""],
     HOOK_STEP: (s) => [s.hook + " of " + s.node],
+    EVENT_STEP: (s) => {
+      const parts = [el("b", {}, s.event), s.tool ? " (" + s.tool + ")" : ""];
+      if (s.target) parts.push(" → " + s.target);
+      if (s.confirmed !== undefined && s.confirmed !== null) parts.push(s.confirmed ? ": confirmed" : ": declined");
+      if (s.reason) parts.push(": " + s.reason);
+      if (s.error) parts.push(el("div", { class: "error-text" }, s.error));
+      parts.push(lazyDetails("details", () => JSON.stringify(s, null, 2)));
+      return parts;
+    },
+    BLOCK_STEP: (s) => [s.event + " block ", el("b", {}, s.block), " of " + s.skill, s.step ? " at " + s.step : "", s.next ? " → " + s.next : ""],
+    BUDGET_STEP: (s) => [el("span", { class: "error-text" }, "budget: the " + s.scope + " " + s.cap + " cap (" + s.limit + ") would reach " + s.wouldReach + "; " + s.action)],
+    KNOWLEDGE_STEP: (s) => ["search ", el("code", {}, s.query || ""), " → " + (s.passages || []).length + " passages",
+      lazyDetails("passages", () => JSON.stringify(s.passages, null, 2))],
     SKILL_STEP: (s) => [s.event + " ", el("b", {}, s.skill), s.kind ? " (" + s.kind + ")" : "", s.by ? " by " + s.by : ""],
-    RESPONSE_STEP: (s) => [el("span", {}, s.text || ""), s.response ? el("span", { class: "muted" }, " " + s.response) : ""],
+    RESPONSE_STEP: (s) => {
+      const parts = [el("span", {}, s.text || ""), s.response ? el("span", { class: "muted" }, " " + s.response) : ""];
+      if ((s.buttons || []).length) {
+        const row = el("div", { class: "io" }, "buttons: ");
+        for (const b of s.buttons) row.append(el("span", { class: "chip button-chip", title: "payload: " + (b.payload || b.title) }, b.title));
+        parts.push(row);
+      }
+      if (s.buttonsError) parts.push(el("div", { class: "error-text" }, "buttons: " + s.buttonsError));
+      return parts;
+    },
     ERROR_STEP: (s) => [el("span", { class: "error-text" }, s.message || "error")],
     REFUSED_STEP: (s) => [el("b", {}, s.name), " refused: ", el("span", { class: "error-text reason" }, s.reason || "")],
     RESOLUTION_STEP: (s) => {
@@ -256,7 +325,7 @@
           t, el("span", { class: "why" }, " hidden")));
         if (guard) parts.push(el("span", { class: "guard" }, "(" + guard + ") "));
       }
-      parts.push(el("pre", { class: "instructions" }, s.instructions || ""));
+      parts.push(instructionsOf(s));
       return parts;
     },
     LLM_STEP: (s) => {
@@ -277,6 +346,46 @@
       return parts;
     },
   };
+
+  // RESOLUTION_STEP.instructionLines: each piece of the instructions with the `if` branches
+  // that produced it, outermost first (Agent Script `if`, Mantle `if:` paragraphs; see
+  // docs/trace.md). Without them (Mantle's routing prompt) the instructions are one text.
+  function branchLabel(b) {
+    if (b.taken === "if") return ["if ", el("code", {}, b.condition), " → true"];
+    if (b.taken === "else") return ["else (", el("code", {}, b.condition), " → false)"];
+    return ["else if ", el("code", {}, b.condition), " → true"];
+  }
+
+  function instructionsOf(s) {
+    const lines = s.instructionLines;
+    const known = (l) => (l.line !== null && l.line !== undefined) || (l.branches || []).length;
+    if (!Array.isArray(lines) || !lines.some(known)) {
+      return el("pre", { class: "instructions" }, s.transition ? (s.discarded || "") : (s.instructions || ""));
+    }
+    const list = el("ol", { class: "instructions", "aria-label": "Resolved instructions" });
+    for (const line of lines) {
+      // Mantle pieces keep the blank lines between paragraphs (they join back with "\n").
+      const text = String(line.text || "").replace(/^\n+|\n+$/g, "");
+      if (!text && !(line.branches || []).length) continue;
+      const item = el("li", { class: "iline", "data-line": line.line },
+        el("span", { class: "lineno", title: "source line" }, line.line === null || line.line === undefined ? "" : String(line.line)),
+        el("span", { class: "itext" }, text));
+      const branches = line.branches || [];
+      if (branches.length) {
+        const from = el("span", { class: "from" });
+        branches.forEach((b, i) => {
+          if (i) from.append(el("span", { class: "sep" }, " › "));
+          from.append(el("span", { class: "branch taken-" + b.taken.split(" ")[0], "data-taken": b.taken,
+            "data-if-line": b.line, title: "the if at line " + b.line + " took its " + b.taken + " branch" }, ...branchLabel(b)));
+        });
+        item.append(from);
+      } else {
+        item.classList.add("always");
+      }
+      list.append(item);
+    }
+    return list;
+  }
 
   // An LLM_STEP records only the messages added since the session's previous call
   // (input.messagesFrom; trace_inputs.rebuild_messages): rebuild the full input, in step order.
@@ -308,8 +417,11 @@
 
   function renderSteps(steps) {
     const fragment = document.createDocumentFragment();
+    const drawn = [];
     for (const s of steps) {
-      fragment.append(stepNode(s));
+      const node = stepNode(s);
+      drawn.push(node);
+      fragment.append(node);
       noteStep(s);
     }
     S.stepCount += steps.length;
@@ -317,6 +429,7 @@
     list.append(fragment);
     list.lastElementChild && list.lastElementChild.scrollIntoView({ block: "end" });
     $("step-count").textContent = S.stepCount + " steps";
+    return drawn;
   }
 
   function noteStep(s) {
@@ -395,7 +508,8 @@
       S.current = state.node;
     }
     if (state.pending_confirmation) box.append(el("div", { class: "muted" }, "waiting for a yes/no"));
-    if (state.ended) box.append(el("div", {}, "session ended"));
+    if (state.escalated) box.append(el("div", { class: "escalated-state" }, "Escalated to a human agent"));
+    if (state.ended) box.append(el("div", { class: "ended-state" }, "Session ended"));
   }
 
   async function refreshState(turn) {
@@ -508,7 +622,7 @@
   function resetPanes() {
     $("messages").textContent = "";
     $("trace").textContent = "";
-    $("input").disabled = false;
+    setEnded(false);
     S.turns = 0; S.stepCount = 0; S.sent = null; S.visited = new Set(); S.taken = new Set(); S.current = null;
     S.lastValues = null;
     $("step-count").textContent = "";
@@ -555,7 +669,7 @@
   }
 
   function updateScriptButtons() {
-    const left = S.script && S.turns < S.script.turns.length && S.session;
+    const left = S.script && S.turns < S.script.turns.length && S.session && !S.ended;
     $("step").disabled = !left || S.busy;
     $("play").disabled = !left || S.busy;
   }
