@@ -22,9 +22,9 @@ from agentscript.authoring.lints import lint_agent
 from agentscript.authoring.prompts import node_prompts
 from agentscript.check import check
 from agentscript.syntax import parse
-from common import REPO, best_of, machine
+from common import SHARED, best_of, machine
 
-CORPUS = REPO.parent / "shared" / "conformance" / "agentscript"
+CORPUS = SHARED / "conformance" / "agentscript"
 
 
 def main() -> None:

@@ -11,6 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The shared test data beside the checkout (one level further up from a git worktree).
+SHARED = next(
+    (p / "shared" for p in (REPO.parent, REPO.parent.parent) if (p / "shared").is_dir()),
+    REPO.parent / "shared",
+)
 
 
 def best_of(fn: Callable[[], object], *, repeat: int = 7, number: int = 100) -> float:
