@@ -92,7 +92,9 @@ def reparse(previous: ParseState, text: str, path: str | None = None) -> ParseSt
             continue
         if record.reads_until <= prefix:
             reusable[record.start] = (record, 0)
-        elif record.start > old_end:  # its line and the newline before it are unchanged
+        elif record.start >= old_end:
+            # Its text is unchanged, only moved. (Looked up by the offset of a line start: if
+            # the edit joined its first line to the line before, it is simply not found.)
             reusable[record.start + moved_chars] = (record, moved_lines)
     return _run(_RecordingParser(new, path, reusable))
 
