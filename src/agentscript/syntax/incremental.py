@@ -224,19 +224,24 @@ def _move(value: Any, lines: int) -> Any:
     if kind in _SCALARS:
         return value
     if kind is list:
-        return [_move(v, lines) for v in value]
+        return [v if type(v) is str else _move(v, lines) for v in value]
     if kind is Span:
-        return Span(value[0] + lines, value[1], value[2] + lines, value[3])
+        return _span(Span, (value[0] + lines, value[1], value[2] + lines, value[3]))
     plan = _PLANS.get(kind) or _plan(kind)
-    copy = object.__new__(kind)
+    copy = _new(kind)
     for name, how in plan:
         field = getattr(value, name)
         if how == _SPAN:
-            field = Span(field[0] + lines, field[1], field[2] + lines, field[3])
+            field = _span(Span, (field[0] + lines, field[1], field[2] + lines, field[3]))
         elif how == _TREE and field is not None:
             field = _move(field, lines)
         setattr(copy, name, field)
     return copy
+
+
+# Building a span or a node without running its constructor (the copy sets every field).
+_span = tuple.__new__
+_new = object.__new__
 
 
 def _moved_diagnostic(diag: Diagnostic, lines: int) -> Diagnostic:
