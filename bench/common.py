@@ -11,6 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The shared test data beside the checkout (one level further up from a git worktree).
+SHARED = next(
+    (p / "shared" for p in (REPO.parent, REPO.parent.parent) if (p / "shared").is_dir()),
+    REPO.parent / "shared",
+)
 
 
 def best_of(fn: Callable[[], object], *, repeat: int = 7, number: int = 100) -> float:
@@ -25,6 +30,25 @@ def best_of(fn: Callable[[], object], *, repeat: int = 7, number: int = 100) -> 
         for _ in range(number):
             fn()
         best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+def best_of_each(
+    fns: dict[str, Callable[[], object]], *, repeat: int = 7, number: int = 3
+) -> dict[str, float]:
+    """Seconds per call of each function, each the best of ``repeat`` rounds.
+
+    Each round times every function once (``number`` calls) in turn, so a burst of load
+    elsewhere on the machine slows them all alike instead of whichever ran then: the ratios
+    between them stay meaningful on a shared machine.
+    """
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / number)
     return best
 
 

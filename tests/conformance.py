@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+_REPO = Path(__file__).resolve().parents[1]
+# Beside the checkout; a git worktree one level further down (``wt/<name>``) looks one up.
+SHARED = next(
+    (p / "shared" for p in (_REPO.parent, _REPO.parent.parent) if (p / "shared").is_dir()),
+    _REPO.parent / "shared",
+)
 CONFORMANCE = SHARED / "conformance"
 AGENTSCRIPT = CONFORMANCE / "agentscript"
 FIXTURES_DIR = AGENTSCRIPT / "fixtures"

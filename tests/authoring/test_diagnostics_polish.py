@@ -159,3 +159,23 @@ def test_run_json_reports_refused_tool_calls(tmp_path: Path) -> None:
     ]
     text = invoke("run", agent, "--conversation", conversation)
     assert "refused:   update_account: tool 'update_account' is not available now" in text.stdout
+
+
+def test_the_formatter_keeps_one_parentheses_rule() -> None:
+    # The fewest parentheses precedence needs; an `and` inside an `or` always keeps them.
+    from agentscript.syntax.formatter import format_text
+
+    text = BASE + (
+        "variables:\n    a: mutable number = 0\n    b: mutable number = 0\n"
+        "    x: mutable number = 0\n    p: mutable boolean = False\n"
+        "    q: mutable boolean = False\n\n"
+        'start_agent main:\n    description: "m"\n    reasoning:\n        instructions: ->\n'
+        "            if @variables.x <= (@variables.a + @variables.b):\n"
+        "                | One\n"
+        "            if (@variables.p and @variables.q) or (@variables.x > 1):\n"
+        "                | Two\n"
+    )
+    formatted, problems = format_text(text, "t.agent")
+    assert not [d for d in problems if d.is_error]
+    assert "if @variables.x <= @variables.a + @variables.b:" in formatted
+    assert "if (@variables.p and @variables.q) or @variables.x > 1:" in formatted

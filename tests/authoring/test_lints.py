@@ -14,11 +14,11 @@ from agentscript.authoring.lints import fix_source, lint_agent, lint_project
 from agentscript.check import check
 from agentscript.loader import parse_file
 from agentscript.mantle import load_project
+from conformance import CONFORMANCE as CORPUS
 
 from .helpers import agent_text, invoke, outline_of, swap
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT.parent / "shared" / "conformance"
 
 
 def codes(text: str) -> list[str]:

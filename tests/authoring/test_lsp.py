@@ -30,7 +30,7 @@ class Session:
         await self.client.start_io(
             sys.executable, "-c", "from agentscript.cli import main; main()", "lsp"
         )
-        await self.client.initialize_async(
+        self.initialized = await self.client.initialize_async(
             types.InitializeParams(capabilities=types.ClientCapabilities(), process_id=None)
         )
         self.client.initialized(types.InitializedParams())
@@ -54,6 +54,17 @@ class Session:
             types.DidChangeTextDocumentParams(
                 text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                 content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+            )
+        )
+
+    def edit(self, start: Any, end: Any, text: str, version: int, uri: str = URI) -> None:
+        """An incremental change: ``text`` replaces the range from ``start`` to ``end``."""
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(range=types.Range(start, end), text=text)
+                ],
             )
         )
 
@@ -182,6 +193,100 @@ def test_lsp_hover_definition_references_completion_formatting_rename() -> None:
             )
             names = {s.name for s in symbols}
             assert {"is_verified", "email", "router", "account"} <= names
+        finally:
+            await session.stop()
+
+    run(scenario())
+
+
+def position_at(text: str, offset: int) -> Any:
+    line = text.count("\n", 0, offset)
+    return types.Position(line, offset - (text.rfind("\n", 0, offset) + 1))
+
+
+def expected(text: str) -> list[tuple[int, int, int, int, str]]:
+    """What a full parse, check and lint of ``text`` reports, as the protocol shows it."""
+    from agentscript.authoring.index import build_index, document_diagnostics
+
+    found = document_diagnostics(build_index(text, str(SECURITY_GATE)))
+    return [
+        (d.span.line - 1, d.span.column - 1, d.span.end_line - 1, d.span.end_column - 1, d.code)
+        for d in found
+    ]
+
+
+def published(params: Any) -> list[tuple[int, int, int, int, str]]:
+    return [
+        (r.start.line, r.start.character, r.end.line, r.end.character, str(d.code))
+        for d in params.diagnostics
+        for r in [d.range]
+    ]
+
+
+def test_lsp_incremental_edits_publish_what_a_full_check_finds() -> None:
+    # A sequence of ranged edits, as an editor sends them while the author types: each
+    # published set must be what parsing and checking the whole text finds, at the same
+    # positions, appearing and clearing as the text goes from broken to clean.
+    async def scenario() -> None:
+        session = Session()
+        await session.start()
+        sync = session.initialized.capabilities.text_document_sync
+        kind = getattr(sync, "change", sync)
+        assert kind == types.TextDocumentSyncKind.Incremental
+        try:
+            text = SECURITY_GATE.read_text()
+            session.open(text)
+            assert published(await session.next_diagnostics()) == []
+            version = 1
+
+            async def change(at: int, remove: int, new: str) -> list[Any]:
+                nonlocal text, version
+                start = position_at(text, at)
+                end = position_at(text, at + remove)
+                text = text[:at] + new + text[at + remove :]
+                version += 1
+                session.edit(start, end, new, version)
+                found = published(await session.next_diagnostics())
+                assert found == expected(text), (at, remove, new)
+                return found
+
+            async def replace(old: str, new: str) -> list[Any]:
+                return await change(text.index(old), len(old), new)
+
+            # Backspacing over the end of a condition, then typing it again, a key at a time.
+            typed = " False:"
+            end = text.index("== False:") + len("== False:")
+            for count in range(len(typed)):
+                found = await change(end - count - 1, 1, "")
+            assert any(d[4] == "syntax-error" for d in found)
+            for count, key in enumerate(typed):
+                found = await change(end - len(typed) + count, 0, key)
+            assert found == []
+
+            # An error in a subagent, then lines inserted above it: it moves down with them.
+            errors = await replace(
+                'description: "Account changes behind identity verification"', "description: ["
+            )
+            line = next(d[0] for d in errors if d[4] in ("syntax-error", "unterminated-list"))
+            moved = await replace("config:\n", "# two new lines\n\nconfig:\n")
+            assert any(d[0] == line + 2 for d in moved)
+            # Fixing it clears every diagnostic.
+            assert (
+                await replace(
+                    "description: [", 'description: "Account changes behind identity verification"'
+                )
+                == []
+            )
+
+            # A lint appears and clears with the text that causes it.
+            warned = await replace("then use {!@actions.verify}", "then use @variables.email")
+            assert [d[4] for d in warned] == ["bare-reference-in-prose"]
+            assert await replace("then use @variables.email", "then use {!@actions.verify}") == []
+
+            # Joining two top-level blocks and splitting them again.
+            joined = await replace("\n\nvariables:", " variables:")
+            assert joined  # the second head is now text after the first block's value
+            assert await replace(" variables:", "\n\nvariables:") == []
         finally:
             await session.stop()
 

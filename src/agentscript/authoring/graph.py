@@ -83,13 +83,15 @@ class Graph:
 
     def reachable(self, start: str) -> set[str]:
         """Node ids reachable from ``start`` along any edge."""
+        targets: dict[str, list[str]] = {}
+        for edge in self.edges:
+            targets.setdefault(edge.source, []).append(edge.target)
         seen, todo = {start}, [start]
         while todo:
-            current = todo.pop()
-            for edge in self.edges:
-                if edge.source == current and edge.target not in seen:
-                    seen.add(edge.target)
-                    todo.append(edge.target)
+            for target in targets.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
         return seen
 
     def to_json(self) -> dict[str, Any]:
@@ -103,9 +105,15 @@ class Graph:
 
 
 def agent_graph(
-    outline: AgentOutline, name: str = "agent", *, program: Program | None = None
+    outline: AgentOutline,
+    name: str = "agent",
+    *,
+    program: Program | None = None,
+    guards: bool = True,
 ) -> Graph:
-    """The graph of an Agent Script agent."""
+    """The graph of an Agent Script agent. ``guards=False`` leaves the guards' text out (every
+    ``guard`` is None): reachability does not need it, and printing each condition is most of
+    what building the graph costs."""
     program = program or Program(outline)
     graph = Graph(outline.agent_name or name, "agentscript")
     for info in outline.subagents.values():
@@ -124,7 +132,7 @@ def agent_graph(
     for node in program.nodes.values():
         info = node.info
         for tool in node.tools.values():
-            guard = readable(tool.guard) if tool.guard is not None else None
+            guard = readable(tool.guard) if guards and tool.guard is not None else None
             line = tool.action.span.line if tool.action is not None else None
             binding = info.tools.get(tool.name)
             if binding is not None:
@@ -161,6 +169,7 @@ def agent_graph(
                     tool.callback,
                     f"{tool.name} callback",
                     [guard] if guard else [],
+                    guards,
                 )
         hooks: list[tuple[str, object]] = [
             ("before_reasoning", info.before_reasoning),
@@ -169,7 +178,7 @@ def agent_graph(
         ]
         for where, block in hooks:
             if isinstance(block, Block):
-                _procedure_edges(graph, program, info.name, block, where, [])
+                _procedure_edges(graph, program, info.name, block, where, [], guards)
     if ESCALATION in terminals:
         graph.nodes.append(GraphNode(ESCALATION, NodeKind.ESCALATION, "escalation"))
     if END in terminals:
@@ -178,14 +187,20 @@ def agent_graph(
 
 
 def _procedure_edges(
-    graph: Graph, program: Program, source: str, block: Block, where: str, guards: list[str]
+    graph: Graph,
+    program: Program,
+    source: str,
+    block: Block,
+    where: str,
+    guards: list[str],
+    with_guards: bool = True,
 ) -> None:
     for item in block.statements():
         if isinstance(item, TransitionStmt):
             for target_expr in item.targets:
                 target = program.node_of(target_expr)
                 if target is not None:
-                    guard = " and ".join(guards) if guards else None
+                    guard = " and ".join(guards) if guards and with_guards else None
                     graph.edges.append(
                         GraphEdge(source, target, EdgeKind.PROCEDURE, where, guard, item.span.line)
                     )
@@ -197,13 +212,14 @@ def _procedure_edges(
             arms.append((None, item.else_clause.body if item.else_clause else None))
             for condition, body in arms:
                 here = [*guards, *(f"not ({p})" for p in previous)]
-                if condition is not None:
-                    here.append(readable(condition))
-                    previous.append(readable(condition))
+                if condition is not None and with_guards:
+                    text = readable(condition)
+                    here.append(text)
+                    previous.append(text)
                 if body is not None:
-                    _procedure_edges(graph, program, source, body, where, here)
+                    _procedure_edges(graph, program, source, body, where, here, with_guards)
         elif isinstance(item, RunStmt) and item.body is not None:
-            _procedure_edges(graph, program, source, item.body, where, guards)
+            _procedure_edges(graph, program, source, item.body, where, guards, with_guards)
 
 
 def mantle_graph(project: Any, name: str = "project") -> Graph:

@@ -13,13 +13,15 @@ counted as one character like the protocol does.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from agentscript.check import check
 from agentscript.check.outline import AgentOutline
 from agentscript.diagnostics import Diagnostic
-from agentscript.syntax import parse
+from agentscript.syntax import Document, parse
+from agentscript.syntax.incremental import ParseState, full_parse, reparse
 
 _REFERENCE = re.compile(
     r"@(variables|actions|subagent|topic|start_agent|connected_subagent|outputs|utils)\.(\w+)"
@@ -89,9 +91,15 @@ class DocumentIndex:
 _NODE_NAMESPACES = {"subagent", "topic", "start_agent", "connected_subagent"}
 
 
-def build_index(text: str, path: str = "document.agent") -> DocumentIndex:
-    """Parse, check and index ``text``. Never raises on any text."""
-    doc = parse(text, path)
+def build_index(
+    text: str, path: str = "document.agent", *, document: Document | None = None
+) -> DocumentIndex:
+    """Parse, check and index ``text``. Never raises on any text.
+
+    ``document`` is the parse of ``text`` when the caller has it already (the language
+    server's incremental parse, :class:`LiveDocument`).
+    """
+    doc = parse(text, path) if document is None else document
     result = check(doc)
     outline = result.outline
     lines = text.splitlines()
@@ -166,6 +174,35 @@ def build_index(text: str, path: str = "document.agent") -> DocumentIndex:
     return DocumentIndex(text, outline, [*doc.diagnostics, *result.diagnostics], symbols)
 
 
+class LiveDocument:
+    """A document open in an editor: each :meth:`update` re-parses only the top-level blocks
+    the edit touched (``syntax.incremental``) and checks and indexes the result."""
+
+    def __init__(self, path: str = "document.agent") -> None:
+        self.path = path
+        self.state: ParseState | None = None
+
+    def update(self, text: str) -> DocumentIndex:
+        """The index of ``text``, the document's new content. Never raises on any text."""
+        if self.state is None:
+            state = full_parse(text, self.path)
+        else:
+            state = reparse(self.state, text, self.path)
+        self.state = state
+        return build_index(text, self.path, document=state.document)
+
+
+def document_diagnostics(index: DocumentIndex) -> list[Diagnostic]:
+    """What an editor shows for a document: the parser's and checker's diagnostics, and the
+    lints when there is no error (as ``validate`` does)."""
+    found = list(index.diagnostics)
+    if not any(d.is_error for d in found):
+        from agentscript.authoring.lints import lint_agent
+
+        found += lint_agent(index.outline, index.text)
+    return found
+
+
 def _node_at(symbols: list[Symbol], line: int) -> str | None:
     """The node whose block contains a line: the last node defined at or before it."""
     owner = None
@@ -180,22 +217,36 @@ def _node_at(symbols: list[Symbol], line: int) -> str | None:
 
 
 def _link_references(lines: list[str], symbols: list[Symbol]) -> None:
+    # Every lookup below is a dictionary read: a 100 KB file has thousands of references.
+    by_kind: dict[tuple[SymbolKind, str], list[Symbol]] = {}
+    actions: dict[str, list[Symbol]] = {}
+    for symbol in symbols:
+        by_kind.setdefault((symbol.kind, symbol.name), []).append(symbol)
+        if symbol.kind in (SymbolKind.ACTION, SymbolKind.TOOL):
+            actions.setdefault(symbol.name, []).append(symbol)
+    # The node owning a line is the last one defined at or before it (as _node_at says);
+    # sorted by (line, position in the list) the rightmost one at or before the line wins.
+    nodes = sorted(
+        (s.definition.line, order, s.name)
+        for order, s in enumerate(symbols)
+        if s.kind == SymbolKind.NODE
+    )
+    node_lines = [line for line, _order, _name in nodes]
     for number, line in enumerate(lines):
+        if "@" not in line:
+            continue
         code = line.split("#", 1)[0] if '"' not in line else line
         for match in _REFERENCE.finditer(code):
             namespace, name = match.group(1), match.group(2)
             where = Range(number, match.start(2), match.end(2))
             if namespace == "variables":
-                targets = [s for s in symbols if s.kind == SymbolKind.VARIABLE and s.name == name]
+                targets = by_kind.get((SymbolKind.VARIABLE, name), [])
             elif namespace in _NODE_NAMESPACES:
-                targets = [s for s in symbols if s.kind == SymbolKind.NODE and s.name == name]
+                targets = by_kind.get((SymbolKind.NODE, name), [])
             elif namespace == "actions":
-                node = _node_at(symbols, number)
-                candidates = [
-                    s
-                    for s in symbols
-                    if s.kind in (SymbolKind.ACTION, SymbolKind.TOOL) and s.name == name
-                ]
+                at = bisect_right(node_lines, number)
+                node = nodes[at - 1][2] if at else None
+                candidates = actions.get(name, [])
                 local = [s for s in candidates if s.owner == node]
                 targets = (local or candidates)[:1]
             else:

@@ -351,7 +351,7 @@ def _unguarded_consequential(
 def _unreachable(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
     if outline.start_agent is None:
         return
-    graph = agent_graph(outline, program=program)
+    graph = agent_graph(outline, program=program, guards=False)
     reached = graph.reachable(outline.start_agent)
     for info in outline.subagents.values():
         if info.name not in reached:
@@ -389,7 +389,28 @@ def _self_transition(
 
 
 _VARIABLE_USE = re.compile(r"@variables\.(\w+)")
-_VARIABLE_WRITE = re.compile(r"\b(?:set|collect)\s+@variables\.(\w+)")
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _is_write(source: str, at: int) -> bool:
+    """Whether the ``@variables.x`` at ``at`` is the target of a ``set`` or ``collect``: the
+    word before it, after white space, is one of them and starts a word (what the pattern
+    ``\\b(?:set|collect)\\s+@variables`` says, without a regex search of the whole text,
+    which alone cost more than half of the lints on a 100 KB file)."""
+    end = at
+    while end > 0 and source[end - 1].isspace():
+        end -= 1
+    if end == at:
+        return False
+    for word in ("set", "collect"):
+        start = end - len(word)
+        if (
+            start >= 0
+            and source.startswith(word, start)
+            and (start == 0 or not _WORD_CHAR.match(source, start - 1))
+        ):
+            return True
+    return False
 
 
 def _written_never_read(
@@ -399,11 +420,12 @@ def _written_never_read(
     # or `collect` is a read (conditions, {!...}, `with` inputs, guards).
     source = "\n".join(lines)
     uses: dict[str, int] = {}
-    for match in _VARIABLE_USE.finditer(source):
-        uses[match.group(1)] = uses.get(match.group(1), 0) + 1
     writes: dict[str, int] = {}
-    for match in _VARIABLE_WRITE.finditer(source):
-        writes[match.group(1)] = writes.get(match.group(1), 0) + 1
+    for match in _VARIABLE_USE.finditer(source):
+        name = match.group(1)
+        uses[name] = uses.get(name, 0) + 1
+        if _is_write(source, match.start()):
+            writes[name] = writes.get(name, 0) + 1
     for name, info in outline.variables.items():
         if info.is_mutable and writes.get(name) and writes[name] == uses.get(name):
             yield Finding(

@@ -6,7 +6,8 @@ references, completion after ``@`` and ``@namespace.``, document symbols, format
 canonical form as ``agentscript fmt``) and rename of a variable or subagent across the file.
 
 Each request reads the document's :class:`~agentscript.authoring.index.DocumentIndex`, rebuilt
-once per change and cached by version; nothing here raises on half-typed text (a failure of
+once per change (re-parsing only the top-level blocks the change touched, see
+``agentscript.syntax.incremental``) and cached by version; nothing here raises on half-typed text (a failure of
 ours becomes an empty answer and a log line, never a dead server). Needs the optional extra
 ``agentscript[lsp]`` (the CLI says so when it is missing).
 """
@@ -18,7 +19,14 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from agentscript.authoring.index import DocumentIndex, Range, SymbolKind, build_index, completions
+from agentscript.authoring.index import (
+    DocumentIndex,
+    LiveDocument,
+    Range,
+    SymbolKind,
+    completions,
+    document_diagnostics,
+)
 from agentscript.diagnostics import Diagnostic, Severity
 
 SERVER_NAME = "agentscript"
@@ -28,15 +36,21 @@ def create_server() -> LanguageServer:
     """The server with every feature registered; ``start_io()`` runs it on stdin/stdout."""
     server = LanguageServer(SERVER_NAME, "v1")
     cache: dict[str, tuple[int | None, DocumentIndex]] = {}
+    live: dict[str, LiveDocument] = {}
 
     def index_of(uri: str) -> DocumentIndex | None:
         document = server.workspace.get_text_document(uri)
         cached = cache.get(uri)
         if cached is not None and cached[0] == document.version:
             return cached[1]
+        path = document.path or uri
+        state = live.get(uri)
+        if state is None or state.path != path:
+            state = live[uri] = LiveDocument(path)
         try:
-            index = build_index(document.source, document.path or uri)
+            index = state.update(document.source)
         except Exception as exc:  # a bug of ours must not kill the editor's server
+            live.pop(uri, None)  # start again from a full parse next time
             server.window_log_message(
                 types.LogMessageParams(types.MessageType.Error, f"agentscript: {exc!r}")
             )
@@ -53,11 +67,13 @@ def create_server() -> LanguageServer:
         index = index_of(uri)
         if index is None:
             return
-        found = list(index.diagnostics)
-        if not any(d.is_error for d in found):
-            from agentscript.authoring.lints import lint_agent
-
-            found += lint_agent(index.outline, index.text)
+        try:
+            found = document_diagnostics(index)
+        except Exception as exc:  # as above: log, keep serving
+            server.window_log_message(
+                types.LogMessageParams(types.MessageType.Error, f"agentscript: {exc!r}")
+            )
+            found = list(index.diagnostics)
         server.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=uri, diagnostics=[_diagnostic(d) for d in found])
         )
@@ -73,6 +89,7 @@ def create_server() -> LanguageServer:
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(params: Any) -> None:
         cache.pop(params.text_document.uri, None)
+        live.pop(params.text_document.uri, None)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     def hover(params: Any) -> Any:

@@ -286,7 +286,7 @@ class Parser:
                     message = "inconsistent indentation: this line lines up with no enclosing block"
                 self.report("indentation-error", message, self.line_span(line))
             start_i = self.i
-            item = self.parse_item(line, depth)
+            item = self.parse_item(line, depth) if depth else self.top_level_item(line)
             if self.i <= start_i:  # always make progress, whatever went wrong
                 self.i = start_i + 1
             item.comments = comments
@@ -299,6 +299,11 @@ class Parser:
         self.check_mixed_block(items)
         span = first_span.to(items[-1].span) if first_span is not None else Span(1, 1, 1, 1)
         return Block(span, items, trailing_comments=comments)
+
+    def top_level_item(self, line: _Line) -> Item:
+        """One item of the file's top-level block (``syntax.incremental`` reuses unchanged
+        ones from a previous parse here)."""
+        return self.parse_item(line, 0)
 
     def check_mixed_block(self, items: list[Item]) -> None:
         """A block is either a mapping or a sequence; report the first item of the other kind."""
