@@ -35,7 +35,38 @@ def json_safe(
     value: Any, *, max_chars: int, max_depth: int = DEFAULT_MAX_DEPTH, path: str = ""
 ) -> Any:
     """A plain JSON copy of ``value`` whose JSON text is at most about ``max_chars`` long."""
+    kind = type(value)
+    # Most values checked are a string, or a dict of strings, numbers and booleans (an
+    # action's outputs): no walker, no path stack for them.
+    if kind is str and len(value) + 2 <= max_chars:
+        return value
+    if kind is dict and max_depth > 0 and len(value) <= 64:
+        flat = _flat_copy(value, max_chars)
+        if flat is not None:
+            return flat
     return _Walker(max_chars, max_depth, path).copy(value, 0)
+
+
+def _flat_copy(value: dict[Any, Any], max_chars: float) -> dict[str, Any] | None:
+    """A copy of a dict whose keys are strings and whose values are strings, booleans, None
+    or small integers, within ``max_chars`` as the walker counts it; None for anything else
+    (the walker then decides, and names the problem)."""
+    used = 2
+    for name, item in value.items():
+        if type(name) is not str:
+            return None
+        kind = type(item)
+        if kind is str:
+            used += len(name) + len(item) + 6
+        elif item is None or kind is bool:
+            used += len(name) + 9
+        elif kind is int and -(10**30) < item < 10**30:
+            used += len(name) + 4 + len(str(item))
+        else:
+            return None
+    if used > max_chars:
+        return None
+    return dict(value)
 
 
 def json_size(value: Any) -> int:
