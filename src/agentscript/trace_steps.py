@@ -401,9 +401,7 @@ def hook_step(trace: TurnTrace, *, node: str, hook: str, pre_vars: dict[str, Any
 
 
 def transition_step(trace: TurnTrace, *, source: str, target: str, via: str) -> Step:
-    return trace.add(
-        {"type": "TRANSITION_STEP", "from": source, "to": target, "via": _plain(via)}
-    )
+    return trace.add({"type": "TRANSITION_STEP", "from": source, "to": target, "via": _plain(via)})
 
 
 def skill_event(trace: TurnTrace, *, event: str, skill: str, **fields: Any) -> Step:

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 import agentscript
 from agentscript.actions.registry import StubBook, StubResult
 from agentscript.check import check
-from agentscript.engine.program import Tool
+from agentscript.engine.program import ProgramTool
 from agentscript.engine.session import Agent, Reply, Session
 from agentscript.engine.turn import NO, YES, Limits
 from agentscript.expr.values import parse_type, type_matches
@@ -366,7 +366,7 @@ class HostileModel:
             return ToolCall(call_id, name, None, raw_arguments=raw)
         return ToolCall(call_id, name, self.arguments(tool, shape))
 
-    def arguments(self, tool: Tool | None, shape: int) -> dict[str, Any]:
+    def arguments(self, tool: ProgramTool | None, shape: int) -> dict[str, Any]:
         params = tool.parameters if tool is not None else {}
         args: dict[str, Any] = {}
         for pname, param in params.items():

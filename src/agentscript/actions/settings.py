@@ -92,7 +92,11 @@ def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") 
     if not isinstance(limit, int) or limit < 0:
         raise ActionConfigError(f"{where}: [actions] output_limit must be an integer >= 0")
     wait_ms = table.get("loop_wait_ms", DEFAULT_LOOP_WAIT * 1000)
-    if isinstance(wait_ms, bool) or not isinstance(wait_ms, int | float) or not 0 <= wait_ms <= 1000:
+    if (
+        isinstance(wait_ms, bool)
+        or not isinstance(wait_ms, int | float)
+        or not 0 <= wait_ms <= 1000
+    ):
         raise ActionConfigError(
             f"{where}: [actions] loop_wait_ms must be a number of milliseconds from 0 to 1000"
         )

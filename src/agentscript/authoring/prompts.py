@@ -35,7 +35,7 @@ from agentscript.authoring.facts import (
     variable_name,
 )
 from agentscript.check.outline import AgentOutline
-from agentscript.engine.program import Node, Program
+from agentscript.engine.program import Program, ProgramNode
 from agentscript.expr.nodes import AtName, Expr, Literal, Member, reference_path
 from agentscript.expr.printer import print_expr
 from agentscript.expr.values import to_display
@@ -115,7 +115,7 @@ class _Path:
 
 
 class _Walker:
-    def __init__(self, program: Program, node: Node, max_cases: int) -> None:
+    def __init__(self, program: Program, node: ProgramNode, max_cases: int) -> None:
         self.program = program
         self.node = node
         self.max_cases = max_cases
@@ -263,7 +263,7 @@ class _Walker:
 
 def _walk_nodes(
     outline: AgentOutline, max_cases: int
-) -> Iterator[tuple[Node, _Walker, str, list[_Path]]]:
+) -> Iterator[tuple[ProgramNode, _Walker, str, list[_Path]]]:
     """Each node with its walker, effective system text and resolved paths."""
     program = Program(outline)
     types = {name: info.type for name, info in outline.variables.items()}

@@ -110,7 +110,7 @@ class ToolBinding:
 
 
 @dataclass(slots=True)
-class ModelConfig:
+class ModelConfigBlock:
     model: str | None = None
     params: dict[str, object] = field(default_factory=dict)
 
@@ -130,7 +130,7 @@ class SubagentInfo:
     instructions: Block | Text | None = None
     actions: dict[str, ActionDef] = field(default_factory=dict)
     tools: dict[str, ToolBinding] = field(default_factory=dict)
-    model_config: ModelConfig | None = None
+    model_config: ModelConfigBlock | None = None
     schema: str | None = None  # custom variant URI (`node://...`)
     skills: dict[str, str] = field(default_factory=dict)
 
@@ -175,7 +175,7 @@ class AgentOutline:
     messages: SystemMessages = field(default_factory=SystemMessages)
     # `config:` as Python values; nested blocks (runtime, file_upload) as dicts.
     config: dict[str, object] = field(default_factory=dict)
-    model_config: ModelConfig | None = None
+    model_config: ModelConfigBlock | None = None
     knowledge: dict[str, object] = field(default_factory=dict)
     language: dict[str, object] = field(default_factory=dict)
     # `connection <name>: escalation_message:` by connection name (said by @utils.escalate).

@@ -16,7 +16,7 @@ from agentscript.check.exprs import Scope
 from agentscript.check.outline import (
     ActionDef,
     ConnectedSubagentInfo,
-    ModelConfig,
+    ModelConfigBlock,
     ParamInfo,
     SubagentInfo,
     ToolBinding,
@@ -478,8 +478,8 @@ class StructureChecker:
                 if isinstance(item.value, ExprValue):
                     self.jobs.exprs.append((item.value.expr, self.global_scope))
 
-    def _model_config(self, entry: Entry) -> ModelConfig:
-        config = ModelConfig()
+    def _model_config(self, entry: Entry) -> ModelConfigBlock:
+        config = ModelConfigBlock()
         if isinstance(entry.value, ExprValue | Template):
             # `model_config: "model://x"` shorthand (seen in docs).
             text = string_of(entry)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentscript.engine.kernel import ToolCallWindow, read_yes_no
 from agentscript.engine.procedures import TransitionSignal
-from agentscript.engine.program import Node, Tool
+from agentscript.engine.program import ProgramNode, ProgramTool
 from agentscript.engine.state import PendingConfirmation
 from agentscript.errors import TurnError
 from agentscript.models.base import Message, ToolCall
@@ -29,7 +29,11 @@ if TYPE_CHECKING:
 
 
 def hold_for_confirmation(
-    turn: TurnRunner, tool: Tool, node: Node, call: ToolCall, arguments: dict[str, Any]
+    turn: TurnRunner,
+    tool: ProgramTool,
+    node: ProgramNode,
+    call: ToolCall,
+    arguments: dict[str, Any],
 ) -> ToolOutcome:
     assert tool.action is not None
     turn.state.pending_confirmation = PendingConfirmation(node.name, tool.name, call.id, arguments)

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentscript.actions.registry import ActionError, ActionRequest, ActionRunner
 from agentscript.check.outline import ActionDef
-from agentscript.engine.program import Node, Program, capture_tool_name, variable_of
+from agentscript.engine.program import Program, ProgramNode, capture_tool_name, variable_of
 from agentscript.engine.state import SessionState
 from agentscript.errors import Signal, TurnError
 from agentscript.expr.evaluate import Env, EvalError
@@ -120,11 +120,11 @@ class ProcedureExecutor:
         # see the same namespaces (the variables dict is updated in place), so they share one
         # Env instead of building a dict and an Env each (about 25 per turn of seed 002).
         self._env: Env | None = None
-        self._env_key: tuple[Node, dict[str, Any] | None, dict[str, Any]] | None = None
+        self._env_key: tuple[ProgramNode, dict[str, Any] | None, dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ evaluation
 
-    def env(self, node: Node, outputs: dict[str, Any] | None = None) -> Env:
+    def env(self, node: ProgramNode, outputs: dict[str, Any] | None = None) -> Env:
         key = self._env_key
         variables = self.state.variables
         # Identity, not equality: the key holds the objects, so none can be freed and reused.
@@ -179,7 +179,7 @@ class ProcedureExecutor:
     async def exec_block(
         self,
         block: Block | None,
-        node: Node,
+        node: ProgramNode,
         *,
         prompt: list[str] | None = None,
         outputs: dict[str, Any] | None = None,
@@ -225,7 +225,7 @@ class ProcedureExecutor:
         """Record an instruction piece just added to the prompt, with its branches."""
         self.instruction_lines.append({"text": text, "line": line, "branches": list(self._within)})
 
-    def exec_set(self, stmt: SetStmt, node: Node, outputs: dict[str, Any] | None) -> None:
+    def exec_set(self, stmt: SetStmt, node: ProgramNode, outputs: dict[str, Any] | None) -> None:
         name = self.program.variable_of(stmt.target)
         if name is None:
             raise ProcedureFailure(
@@ -269,7 +269,11 @@ class ProcedureExecutor:
         return value
 
     async def exec_if(
-        self, stmt: IfStmt, node: Node, prompt: list[str] | None, outputs: dict[str, Any] | None
+        self,
+        stmt: IfStmt,
+        node: ProgramNode,
+        prompt: list[str] | None,
+        outputs: dict[str, Any] | None,
     ) -> None:
         env = self.env(node, outputs)
         # Which branch ran ("if", "elif 1", ..., "else"; "else" also when no branch ran), for
@@ -307,7 +311,7 @@ class ProcedureExecutor:
         finally:
             self._within.pop()
 
-    def exec_collect(self, stmt: CollectStmt, node: Node, prompt: list[str]) -> bool:
+    def exec_collect(self, stmt: CollectStmt, node: ProgramNode, prompt: list[str]) -> bool:
         """Ask for the first unfilled collect variable; later ones wait (multi-turn slot
         filling). True when a question was added to ``prompt``."""
         name = variable_of(stmt.target)
@@ -326,7 +330,9 @@ class ProcedureExecutor:
         )
         return True
 
-    async def exec_run(self, stmt: RunStmt, node: Node, outputs: dict[str, Any] | None) -> None:
+    async def exec_run(
+        self, stmt: RunStmt, node: ProgramNode, outputs: dict[str, Any] | None
+    ) -> None:
         path = self.program.path_of(stmt.target)
         action = (
             node.actions.get(path[1]) if path and len(path) == 2 and path[0] == "actions" else None
@@ -357,7 +363,7 @@ class ProcedureExecutor:
     async def exec_callback(
         self,
         body: Block | None,
-        node: Node,
+        node: ProgramNode,
         outputs: dict[str, Any],
         step: dict[str, Any] | None,
     ) -> None:
@@ -385,7 +391,7 @@ class ProcedureExecutor:
         self,
         action: ActionDef,
         inputs: dict[str, Any],
-        node: Node,
+        node: ProgramNode,
         *,
         source: Source,
         tool: str | None = None,

@@ -109,7 +109,7 @@ class ToolKind(StrEnum):
 
 
 @dataclass(slots=True)
-class Tool:
+class ProgramTool:
     """A reasoning action of a node as the engine dispatches it."""
 
     name: str
@@ -137,10 +137,10 @@ class CollectSlot:
 
 
 @dataclass(slots=True)
-class Node:
+class ProgramNode:
     name: str
     info: SubagentInfo
-    tools: dict[str, Tool]
+    tools: dict[str, ProgramTool]
     # `{!@actions.x}` renders the tool name the LLM sees (binding names, and action
     # definition names mapped to the binding that uses them).
     tool_names: dict[str, str]
@@ -164,7 +164,7 @@ class Program:
         self._text_parts: dict[Expr, list[TemplatePart]] = {}
         self._paths: dict[Expr, tuple[str, ...] | None] = {}
         self._sources: dict[Expr, str] = {}
-        self.nodes: dict[str, Node] = {
+        self.nodes: dict[str, ProgramNode] = {
             name: self._node(info) for name, info in outline.subagents.items()
         }
 
@@ -215,8 +215,8 @@ class Program:
 
     # ------------------------------------------------------------------ lowering
 
-    def _node(self, info: SubagentInfo) -> Node:
-        tools: dict[str, Tool] = {}
+    def _node(self, info: SubagentInfo) -> ProgramNode:
+        tools: dict[str, ProgramTool] = {}
         tool_names: dict[str, str] = {}
         for binding in info.tools.values():
             tool = self._tool(info, binding)
@@ -240,9 +240,9 @@ class Program:
         if info.model_config is not None:
             model = info.model_config.model or model
             params.update(info.model_config.params)
-        return Node(info.name, info, tools, tool_names, slots, model, params)
+        return ProgramNode(info.name, info, tools, tool_names, slots, model, params)
 
-    def _tool(self, info: SubagentInfo, binding: ToolBinding) -> Tool:
+    def _tool(self, info: SubagentInfo, binding: ToolBinding) -> ProgramTool:
         kind = ToolKind(binding.kind or ToolKind.UNRESOLVED)
         after_response: Block | None = None
         action = info.actions.get(binding.target or "") if kind == "action" else None
@@ -299,7 +299,7 @@ class Program:
             description or humanize(binding.name),
             _schema(parameters),
         )
-        return Tool(
+        return ProgramTool(
             binding.name,
             kind,
             spec,
@@ -330,7 +330,7 @@ class Program:
                         )
                 yield CollectSlot(variable, message, stmt)
 
-    def _collect_tools(self, info: SubagentInfo, slots: list[CollectSlot]) -> list[Tool]:
+    def _collect_tools(self, info: SubagentInfo, slots: list[CollectSlot]) -> list[ProgramTool]:
         parameters = {}
         for slot in slots:
             variable = self.outline.variables.get(slot.variable)
@@ -342,7 +342,7 @@ class Program:
             )
         capture_name = capture_tool_name(info.name)
         cancel_name = f"cancel_{info.name}_collect"
-        capture = Tool(
+        capture = ProgramTool(
             capture_name,
             ToolKind.CAPTURE,
             ToolSpec(
@@ -352,7 +352,7 @@ class Program:
             ),
             parameters,
         )
-        cancel = Tool(
+        cancel = ProgramTool(
             cancel_name,
             ToolKind.CANCEL,
             ToolSpec(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agentscript.engine.confirmation import hold_for_confirmation
 from agentscript.engine.kernel import TURN_ENDING, ToolCallWindow, bounds_problem
 from agentscript.engine.procedures import ProcedureFailure, TransitionSignal
-from agentscript.engine.program import Node, Tool, ToolKind
+from agentscript.engine.program import ProgramNode, ProgramTool, ToolKind
 from agentscript.expr.evaluate import EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import Message, ModelResponse, ToolCall
@@ -59,7 +59,7 @@ class ToolCalls:
         self._escalation_text = ""
 
     async def dispatch(
-        self, node: Node, response: ModelResponse, visible: dict[str, Tool]
+        self, node: ProgramNode, response: ModelResponse, visible: dict[str, ProgramTool]
     ) -> StepOutcome:
         turn = self.turn
         calls = response.tool_calls
@@ -101,7 +101,7 @@ class ToolCalls:
         return outcome
 
     def refusal(
-        self, node: Node, call: ToolCall, reason: str, limit: str | None = None
+        self, node: ProgramNode, call: ToolCall, reason: str, limit: str | None = None
     ) -> ToolOutcome:
         """Record that ``call`` was refused; the model is told ``reason``. ``limit`` names the
         ``Limits`` field when a bound refused it."""
@@ -116,7 +116,9 @@ class ToolCalls:
         )
         return {"error": reason}, None, None
 
-    async def invoke(self, node: Node, call: ToolCall, visible: dict[str, Tool]) -> ToolOutcome:
+    async def invoke(
+        self, node: ProgramNode, call: ToolCall, visible: dict[str, ProgramTool]
+    ) -> ToolOutcome:
         """Run one tool call; returns (result for the model, transition target, stop)."""
         turn = self.turn
         tool = node.tools.get(call.name)
@@ -174,7 +176,7 @@ class ToolCalls:
             return await self.run_tool_action(tool, node, arguments)
         return {"error": f"tool '{tool.name}' cannot be run by this runtime ({kind})"}, None, None
 
-    def say_escalation_message(self, node: Node) -> None:
+    def say_escalation_message(self, node: ProgramNode) -> None:
         """The channel's `escalation_message` (messaging first), so the user is told."""
         turn = self.turn
         messages = turn.program.outline.escalation_messages
@@ -187,7 +189,7 @@ class ToolCalls:
             response_step(turn.trace, text=rendered, node=node.name, kind=ResponseKind.ESCALATION)
 
     def check_arguments(
-        self, tool: Tool, call: ToolCall
+        self, tool: ProgramTool, call: ToolCall
     ) -> tuple[dict[str, Any], str | None, str | None]:
         """Only declared parameters, required ones present, values of the declared type,
         within the kernel's size and depth bounds; returns (arguments, problem, the
@@ -218,7 +220,9 @@ class ToolCalls:
                 return {}, f"argument '{name}' of '{call.name}': {exc.message}", None
         return checked, None, None
 
-    async def set_variables(self, tool: Tool, node: Node, arguments: dict[str, Any]) -> ToolOutcome:
+    async def set_variables(
+        self, tool: ProgramTool, node: ProgramNode, arguments: dict[str, Any]
+    ) -> ToolOutcome:
         """S8: only declared mutable variables, values already type-checked."""
         turn = self.turn
         procedures = self.procedures
@@ -261,7 +265,9 @@ class ToolCalls:
         step["durationMs"] = elapsed_ms(started)
         return {"status": "updated", "variables": sorted({*arguments, *computed})}, transition, None
 
-    def tool_inputs(self, tool: Tool, node: Node, arguments: dict[str, Any]) -> dict[str, Any]:
+    def tool_inputs(
+        self, tool: ProgramTool, node: ProgramNode, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
         assert tool.action is not None
         procedures = self.procedures
         env = procedures.env(node)
@@ -277,7 +283,7 @@ class ToolCalls:
         return inputs
 
     async def run_tool_action(
-        self, tool: Tool, node: Node, arguments: dict[str, Any]
+        self, tool: ProgramTool, node: ProgramNode, arguments: dict[str, Any]
     ) -> ToolOutcome:
         """S7 and S12: run the action, then its callback; a failure goes back to the model."""
         assert tool.action is not None
@@ -299,8 +305,8 @@ class ToolCalls:
 
     async def run_tool_callback(
         self,
-        tool: Tool,
-        node: Node,
+        tool: ProgramTool,
+        node: ProgramNode,
         outputs: dict[str, Any],
         step: dict[str, Any] | None = None,
         block: Block | None = None,
@@ -316,7 +322,7 @@ class ToolCalls:
             return signal.target
         return None
 
-    async def delegate(self, tool: Tool, node: Node) -> ToolOutcome:
+    async def delegate(self, tool: ProgramTool, node: ProgramNode) -> ToolOutcome:
         """``@subagent.x`` as a tool: run x (and wherever it transitions), return its reply."""
         turn = self.turn
         target = tool.target_node

@@ -28,7 +28,7 @@ from agentscript.engine.kernel import (
 )
 from agentscript.engine.llm import call_model
 from agentscript.engine.procedures import ProcedureExecutor, TransitionSignal
-from agentscript.engine.program import Node, Program, Tool, ToolKind
+from agentscript.engine.program import Program, ProgramNode, ProgramTool, ToolKind
 from agentscript.engine.state import SessionState
 from agentscript.engine.tool_calls import ToolCalls
 from agentscript.errors import TurnError
@@ -120,7 +120,7 @@ class TurnRunner:
             node=self.state.current_node,
         )
 
-    def any_node(self) -> Node:
+    def any_node(self) -> ProgramNode:
         name = self.state.current_node or self.program.start
         return self.program.nodes.get(name) or next(iter(self.program.nodes.values()))
 
@@ -178,7 +178,7 @@ class TurnRunner:
                 await self.run_hook(node, "after_reasoning")
             return
 
-    async def run_hook(self, node: Node, hook: str) -> None:
+    async def run_hook(self, node: ProgramNode, hook: str) -> None:
         block = (
             node.info.before_reasoning if hook == "before_reasoning" else node.info.after_reasoning
         )
@@ -196,7 +196,9 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ resolution (S3, S5)
 
-    async def resolve(self, node: Node, iteration: int) -> tuple[str, dict[str, Tool]]:
+    async def resolve(
+        self, node: ProgramNode, iteration: int
+    ) -> tuple[str, dict[str, ProgramTool]]:
         procedures = self.procedures
         pre = procedures.snapshot()
         procedures.begin_resolution()
@@ -224,7 +226,7 @@ class TurnRunner:
 
     def record_resolution(
         self,
-        node: Node,
+        node: ProgramNode,
         iteration: int,
         pre: dict[str, Any],
         started: float,
@@ -252,9 +254,9 @@ class TurnRunner:
             instruction_lines=self.procedures.instruction_lines,
         )
 
-    def gate_tools(self, node: Node) -> tuple[dict[str, Tool], list[str]]:
+    def gate_tools(self, node: ProgramNode) -> tuple[dict[str, ProgramTool], list[str]]:
         """S5: a tool whose ``available when`` is false or fails to evaluate is hidden."""
-        visible: dict[str, Tool] = {}
+        visible: dict[str, ProgramTool] = {}
         hidden: list[str] = []
         procedures = self.procedures
         env = procedures.env(node)
@@ -271,11 +273,11 @@ class TurnRunner:
                 hidden.append(tool.name)
         return visible, hidden
 
-    def collecting(self, node: Node) -> bool:
+    def collecting(self, node: ProgramNode) -> bool:
         """Whether some variable the node's ``collect`` statements ask for is still unset."""
         return any(self.state.variables.get(s.variable) is None for s in node.collect_slots)
 
-    def track_collect(self, node: Node) -> None:
+    def track_collect(self, node: ProgramNode) -> None:
         """Start the next turn in ``node`` while it still collects; stop once all is known."""
         if not node.collect_slots:
             return
@@ -286,7 +288,7 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ the model
 
-    def system_prompt(self, node: Node) -> str:
+    def system_prompt(self, node: ProgramNode) -> str:
         """S9: the subagent's system instructions replace the global ones."""
         text = node.info.system_instructions
         if text is None:
@@ -294,7 +296,7 @@ class TurnRunner:
         return self.procedures.render(text, self.procedures.env(node))
 
     async def ask_model(
-        self, node: Node, iteration: int, instructions: str, visible: dict[str, Tool]
+        self, node: ProgramNode, iteration: int, instructions: str, visible: dict[str, ProgramTool]
     ) -> ModelResponse:
         request = ModelRequest(
             system=self.system_prompt(node),
