@@ -370,7 +370,10 @@ def test_browser_mantle_response_buttons_send_their_payload(chrome: Any, tmp_pat
             page.keyboard.press("Enter")  # keyboard only
             page.wait_for_function("document.querySelectorAll('.turn-head').length === 2")
             page.wait_for_function("!window.playground.state.busy")
-            assert page.locator(".msg.user").last.inner_text() == '/set_fields {"reason": "lost"}'
+            # The bubble says the button's title; what it sent is shown under it.
+            said = page.locator(".msg.user").last
+            assert said.inner_text().splitlines()[0] == "Lost"
+            assert said.locator(".sent").inner_text() == '/set_fields {"reason": "lost"}'
             value = page.locator('#variables tr[data-variable="card_replace.reason"] .value')
             assert value.inner_text() == '"lost"'
         finally:
@@ -633,7 +636,9 @@ def test_browser_buttons_of_the_chosen_variant_several_responses_and_a_tool(
     tool_buttons.nth(1).click()
     page.wait_for_function("document.querySelectorAll('.turn-head').length === 3")
     page.wait_for_function("!window.playground.state.busy")
-    assert page.locator(".msg.user").last.inner_text() == "set:session.card_replace.card_id=C-12"
+    said = page.locator(".msg.user").last
+    assert said.inner_text().splitlines()[0] == "Credit ending 2222"
+    assert said.locator(".sent").inner_text() == "set:session.card_replace.card_id=C-12"
     value = page.locator('#variables tr[data-variable="card_replace.card_id"] .value')
     assert value.inner_text() == '"C-12"'
     # The shipping question follows, with its listed buttons.

@@ -150,7 +150,7 @@
         named && r.response ? el("span", { class: "muted" }, r.response + ":") : null);
       for (const b of r.buttons) {
         const payload = b.payload === null || b.payload === undefined || b.payload === "" ? b.title : b.payload;
-        row.append(el("button", { class: "payload", title: "sends: " + payload, "data-payload": payload, onclick: () => send(payload) }, b.title));
+        row.append(el("button", { class: "payload", title: "sends: " + payload, "data-payload": payload, onclick: () => send(payload, b.title) }, b.title));
       }
       box.append(row);
     }
@@ -197,12 +197,15 @@
     }
   }
 
-  async function send(text) {
+  // `shown`: what the user's bubble says when it differs from what is sent (a button's title;
+  // the payload it sends is shown under it, and is what the session and saved chat record).
+  async function send(text, shown) {
     if (S.busy || S.ended || !S.session || !text.trim()) return;
     setBusy(true);
     banner("");
     lockVariables();
-    addMessage("user", text);
+    if (shown && shown !== text) addMessage("user", shown, el("small", { class: "sent", title: "what the button sent" }, text));
+    else addMessage("user", text);
     S.turns += 1;
     const head = el("li", { class: "turn-head", "data-turn": S.turns }, "Turn " + S.turns + ": " + text);
     $("trace").append(head);
