@@ -44,7 +44,7 @@ class SQLiteStore:
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self._db: sqlite3.Connection | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _LocalLock] = {}
         self._pid = os.getpid()
 
     @property
@@ -150,11 +150,27 @@ class SQLiteStore:
     @asynccontextmanager
     async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_SQLiteLock]:
         deadline = time.monotonic() + wait
-        local = self._locks.setdefault(session_id, asyncio.Lock())
+        local = self._locks.get(session_id)
+        if local is None:
+            local = self._locks[session_id] = _LocalLock()
+        local.users += 1
         try:
-            await asyncio.wait_for(local.acquire(), wait)
-        except TimeoutError:
-            raise SessionBusy(session_id, wait) from None
+            try:
+                await asyncio.wait_for(local.lock.acquire(), wait)
+            except TimeoutError:
+                raise SessionBusy(session_id, wait) from None
+            async with self._leased(session_id, deadline, wait, local) as lock:
+                yield lock
+        finally:
+            # Forgotten once nobody holds or awaits it: one entry per running session only.
+            local.users -= 1
+            if not local.users:
+                del self._locks[session_id]
+
+    @asynccontextmanager
+    async def _leased(
+        self, session_id: str, deadline: float, wait: float, local: _LocalLock
+    ) -> AsyncIterator[_SQLiteLock]:
         try:
             holder = f"{self._pid}:{uuid.uuid4().hex}"
             while not self._take_lease(session_id, holder):
@@ -172,7 +188,7 @@ class SQLiteStore:
                     (session_id, holder),
                 )
         finally:
-            local.release()
+            local.lock.release()
 
     def _take_lease(self, session_id: str, holder: str) -> bool:
         db = self.db
@@ -266,6 +282,14 @@ class SQLiteStore:
                 db.execute("ROLLBACK")
             raise StoreError(f"SQLite store: {exc}") from None
         return cursor.rowcount
+
+
+class _LocalLock:
+    """One session's lock in this process and how many turns hold or await it."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 class _SQLiteLock:
