@@ -11,6 +11,7 @@ advisory lock, so workers starting together migrate once.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -75,6 +76,12 @@ class PostgresStore:
         else:
             await self._discard(conn)
 
+    async def _flush(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):  # a dead connection closes with an error
+                await self._discard(conn)
+
     async def _discard(self, conn: Any) -> None:
         self._lock_timeouts.pop(id(conn), None)
         await conn.close()
@@ -84,8 +91,11 @@ class PostgresStore:
         conn = await self._connect()
         try:
             yield conn
-        except self._psycopg.OperationalError as exc:
+        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
             await self._discard(conn)
+            # The server went away (restarted, failed over): the other idle connections are
+            # as dead as this one, and each would fail one more request.
+            await self._flush()
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
         except BaseException:
             await self._discard(conn)  # its state is unknown; never hand it out again
@@ -135,7 +145,12 @@ class PostgresStore:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
 
     async def ping(self) -> None:
-        await self._fetch("SELECT 1")
+        try:
+            await self._fetch("SELECT 1")
+        except StoreError:
+            # That connection may have been the only stale one left: the pool is flushed now,
+            # so a second try tells whether the server itself answers.
+            await self._fetch("SELECT 1")
 
     async def create_session(self, record: SessionRecord) -> None:
         try:

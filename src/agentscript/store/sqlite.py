@@ -46,6 +46,7 @@ class SQLiteStore:
         self._db: sqlite3.Connection | None = None
         self._locks: dict[str, _LocalLock] = {}
         self._pid = os.getpid()
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -62,6 +63,7 @@ class SQLiteStore:
             db.execute("PRAGMA busy_timeout=5000")
             self._db = db
             self._migrate()
+            self._file = _identity(self.path)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from None
 
@@ -99,7 +101,17 @@ class SQLiteStore:
             self._db = None
 
     async def ping(self) -> None:
-        self._run("SELECT 1")
+        self._check_file()
+        self._run("SELECT 1 FROM agentscript_meta LIMIT 1")
+
+    def _check_file(self) -> None:
+        """StoreError if the database file was removed or replaced since it was opened: the
+        open connection would go on writing to a file nobody will read again."""
+        if self._file is not None and _identity(self.path) != self._file:
+            raise StoreError(
+                f"the SQLite file {self.path} was removed or replaced while the server ran; "
+                "sessions written now would be lost: put the file back or restart the server"
+            )
 
     def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
@@ -108,6 +120,7 @@ class SQLiteStore:
             raise StoreError(f"SQLite store: {exc}") from None
 
     async def create_session(self, record: SessionRecord) -> None:
+        self._check_file()
         try:
             self.db.execute(schema.INSERT_SESSION, schema.session_params(record))
         except sqlite3.IntegrityError:
@@ -149,6 +162,7 @@ class SQLiteStore:
 
     @asynccontextmanager
     async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_SQLiteLock]:
+        self._check_file()
         deadline = time.monotonic() + wait
         local = self._locks.get(session_id)
         if local is None:
@@ -282,6 +296,15 @@ class SQLiteStore:
                 db.execute("ROLLBACK")
             raise StoreError(f"SQLite store: {exc}") from None
         return cursor.rowcount
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, or None when there is no such file."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 class _LocalLock:
