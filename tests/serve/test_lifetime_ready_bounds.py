@@ -116,7 +116,9 @@ def test_readyz_is_503_while_postgresql_is_gone_and_200_when_it_returns(pg_dsn: 
         dsn = urlunsplit(parts._replace(netloc=netloc))
         async with api(dsn) as client:
             sid = await new_session(client)
-            assert (await client.post(f"/v1/sessions/{sid}/messages", json={"text": "a"})).is_success
+            assert (
+                await client.post(f"/v1/sessions/{sid}/messages", json={"text": "a"})
+            ).is_success
             assert (await client.get("/readyz")).status_code == 200
 
             await relay.cut()
@@ -293,3 +295,36 @@ def test_sqlite_keeps_no_lock_for_sessions_no_turn_is_running(tmp_path: Path) ->
             await store.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "sdk_code, final",
+    [("import time\ntime.sleep(0.3)\n", 200), ("raise ImportError('broken sdk')\n", 503)],
+)
+def test_readyz_waits_for_the_model_sdks_loaded_after_listening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sdk_code: str, final: int
+) -> None:
+    """A model SDK is imported once the server runs, not before it listens; until it is in,
+    /readyz is 503 (and says why); an SDK that fails to import keeps it 503."""
+    from agentscript.models import sdk_provider
+
+    name = f"agentscript_fake_sdk_{final}"
+    (tmp_path / f"{name}.py").write_text(sdk_code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sdk_provider, "_WANTED_SDKS", {name})
+    monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        early = await client.get("/readyz")
+        assert error_of(early) == (503, "not_ready")
+        assert "model SDKs are still loading" in early.json()["error"]["message"]
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            late = await client.get("/readyz")
+            if "still loading" not in late.text:
+                break
+        assert late.status_code == final, late.text
+        if final == 503:
+            assert "a model SDK failed to load: broken sdk" in late.json()["error"]["message"]
+
+    run(f"sqlite:///{tmp_path}/s.db", scenario)

@@ -193,11 +193,24 @@ def create_app(
     service = SessionService(agents, store, config, metrics)
     limiter = RateLimiter(config.rate_limit, config.rate_burst)
     ready = {"store": False}
+    warming: dict[str, asyncio.Task[list[str]]] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await store.open()
         ready["store"] = True
+        # The model SDKs (the OpenAI one takes ~0.5 s of CPU to import) load once the server
+        # listens; /readyz says "not ready" until they are in. (In the loop's thread: in
+        # another one, the import fights this one for the GIL and ends later.)
+        from agentscript.models.sdk_provider import unloaded_sdks, warm_up_sdks
+
+        async def warm_up() -> list[str]:
+            await asyncio.sleep(0.02)  # lets uvicorn bind first
+            return warm_up_sdks()
+
+        if unloaded_sdks():
+            warm = warming["task"] = asyncio.create_task(warm_up())
+            warm.add_done_callback(lambda done: done.cancelled() or done.exception())
         purger = None
         if purge_every and config.session_ttl:
             from agentscript.server.service import purge_loop
@@ -265,6 +278,13 @@ def create_app(
         try:
             if not ready["store"]:
                 raise ApiError(503, "not_ready", "the store is not open yet")
+            warm = warming.get("task")
+            if warm is not None and not warm.done():
+                raise ApiError(503, "not_ready", "the model SDKs are still loading")
+            if warm is not None and warm.exception() is not None:
+                raise ApiError(
+                    503, "not_ready", f"a model SDK failed to load: {warm.exception()}"
+                )
             await store.ping()
         except Exception as exc:
             return _error_response(
