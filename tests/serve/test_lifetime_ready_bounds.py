@@ -273,7 +273,14 @@ def test_postgresql_restart_between_requests_fails_at_most_one_request(pg_dsn: s
 def test_sqlite_keeps_no_lock_for_sessions_no_turn_is_running(tmp_path: Path) -> None:
     """The in-process lock of a session is forgotten once its turn ends (or fails to start):
     a long-running server does not keep one per session it ever served."""
-    from agentscript.store import SessionBusy, SessionGone, SessionRecord, store_from_url
+    from agentscript.store import (
+        SessionBusy,
+        SessionGone,
+        SessionRecord,
+        TurnOutcome,
+        TurnRecord,
+        store_from_url,
+    )
 
     async def main() -> None:
         store = store_from_url(f"sqlite:///{tmp_path}/s.db")
@@ -290,7 +297,20 @@ def test_sqlite_keeps_no_lock_for_sessions_no_turn_is_running(tmp_path: Path) ->
                 with pytest.raises(SessionBusy):
                     async with store.lock_session("a", 0.05):
                         pass
+            async with store.lock_session("b", 1.0) as lock:  # a committed turn
+                await lock.commit(
+                    TurnOutcome(
+                        state={"n": 1},
+                        record=TurnRecord("b", 1, {"turn": 1}, {"steps": []}, None),
+                        ended=False,
+                        escalated=False,
+                        expires_at=None,
+                    )
+                )
+            assert (await store.get_session("b")).turns == 1  # type: ignore[union-attr]
             assert store._locks == {}  # type: ignore[attr-defined]
+            leases = store.db.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()  # type: ignore[attr-defined]
+            assert leases == (0,)  # released by each turn, and never written for "missing"
         finally:
             await store.close()
 

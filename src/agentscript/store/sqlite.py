@@ -187,24 +187,30 @@ class SQLiteStore:
     ) -> AsyncIterator[_SQLiteLock]:
         try:
             holder = f"{self._pid}:{uuid.uuid4().hex}"
-            while not self._take_lease(session_id, holder):
+            while True:
+                taken, record = self._take_lease(session_id, holder)
+                if taken:
+                    break
                 if time.monotonic() >= deadline:
                     raise SessionBusy(session_id, wait)
                 await asyncio.sleep(POLL_SECONDS)
+            if record is None:
+                raise SessionGone(session_id)  # and no lease was written
+            lock = _SQLiteLock(self, record, holder)
             try:
-                record = await self.get_session(session_id)
-                if record is None:
-                    raise SessionGone(session_id)
-                yield _SQLiteLock(self, record)
+                yield lock
             finally:
-                self._run(
-                    "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
-                    (session_id, holder),
-                )
+                if not lock.released:  # a committed turn released it in its transaction
+                    self._run(
+                        "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
+                        (session_id, holder),
+                    )
         finally:
             local.lock.release()
 
-    def _take_lease(self, session_id: str, holder: str) -> bool:
+    def _take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
+        """In one transaction: whether the lease is free (else another process holds it),
+        and the session read under it; the lease is written only for a session that exists."""
         db = self.db
         now = time.time()
         try:
@@ -214,19 +220,25 @@ class SQLiteStore:
             ).fetchone()
             if row is not None and row[1] > now and _alive(row[0]):
                 db.execute("COMMIT")
-                return False
+                return False, None
+            found = db.execute(schema.SELECT_SESSION, (session_id,)).fetchone()
+            record = schema.session_from_row(found) if found else None
+            if record is None or record.expired():
+                db.execute("COMMIT")
+                return True, None
             db.execute(
                 "INSERT OR REPLACE INTO agentscript_locks (session_id, holder, until) VALUES (?, ?, ?)",
                 (session_id, holder, now + LEASE_SECONDS),
             )
             db.execute("COMMIT")
-            return True
+            return True, record
         except sqlite3.Error as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise StoreError(f"SQLite store: {exc}") from None
 
-    def commit_turn(self, session: SessionRecord, outcome: TurnOutcome) -> None:
+    def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
+        """The turn's state and record, and the release of its lease, in one transaction."""
         db = self.db
         record = outcome.record
         try:
@@ -238,6 +250,10 @@ class SQLiteStore:
             if cursor.rowcount != 1:
                 raise TurnConflict(session.session_id, session.turns)
             db.execute(schema.INSERT_TURN, schema.turn_params(record))
+            db.execute(
+                "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
+                (session.session_id, holder),
+            )
             db.execute("COMMIT")
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
@@ -316,12 +332,15 @@ class _LocalLock:
 
 
 class _SQLiteLock:
-    def __init__(self, store: SQLiteStore, session: SessionRecord) -> None:
+    def __init__(self, store: SQLiteStore, session: SessionRecord, holder: str) -> None:
         self._store = store
+        self._holder = holder
         self.session = session
+        self.released = False
 
     async def commit(self, outcome: TurnOutcome) -> None:
-        self._store.commit_turn(self.session, outcome)
+        self._store.commit_turn(self.session, outcome, self._holder)
+        self.released = True
 
 
 def _alive(holder: str) -> bool:
