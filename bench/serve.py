@@ -20,12 +20,14 @@ For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
 Reference measured in the same run: the CPU per turn of in-process ``Session.send_async`` for
 the same turns with the same model client (no HTTP server, no store).
 
-Each of these runs twice, once per model (``--models``): ``openai``, the real OpenAI provider
-(official SDK) talking to the stand-in server, as a deployment would; ``standin``, the
-in-process stand-in model (no model client, no delay), which isolates the server's own cost.
+Each of these runs once per model (``--models``): ``openai``, the real OpenAI provider
+(official SDK) talking to the stand-in server, as a deployment would; ``openai-lean``, the
+lean OpenAI-compatible client (``openai-lean:``, no SDK) talking to the same server;
+``standin``, the in-process stand-in model (no model client, no delay), which isolates the
+server's own cost.
 
 Usage: ``python bench/serve.py [--quick | --full] [--sessions N] [--clients N] [--delay S]
-[--models openai,standin] [--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
+[--models openai,openai-lean,standin] [--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
 issue's closed loop of 1,000 sessions x 5 turns (the default is 200 sessions, for speed).
 """
 
@@ -128,7 +130,7 @@ class Server:
 
 
 def start_server(
-    agent: Path, store: str, workers: int, model_url: str | None
+    agent: Path, store: str, workers: int, model_url: str | None, spec: str = "openai:gpt-standin"
 ) -> tuple[Server, float]:
     """``model_url`` None: the in-process stand-in model (no model client, no delay)."""
     port = free_port()
@@ -144,11 +146,7 @@ def start_server(
             store,
             "--workers",
             str(workers),
-            *(
-                ["--model", "openai:gpt-standin", "--base-url", model_url]
-                if model_url
-                else ["--model", "standin"]
-            ),
+            *(["--model", spec, "--base-url", model_url] if model_url else ["--model", "standin"]),
             "--rate-limit",
             "0",
         ],
@@ -280,7 +278,9 @@ async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str
     return {"p50": pct(overheads, 0.5), "p99": pct(overheads, 0.99), "errors": errors}
 
 
-def in_process_cpu(agent: Path, model_url: str | None, turns: int) -> float:
+def in_process_cpu(
+    agent: Path, model_url: str | None, turns: int, spec: str = "openai:gpt-standin"
+) -> float:
     """CPU ms per turn of ``Session.send_async`` with the same model client, no server."""
     import agentscript
     from agentscript.models.registry import model_from_spec
@@ -288,9 +288,7 @@ def in_process_cpu(agent: Path, model_url: str | None, turns: int) -> float:
     loaded = agentscript.load(agent)
     from agentscript.server.standin import StandInModel
 
-    model = (
-        model_from_spec("openai:gpt-standin", base_url=model_url) if model_url else StandInModel()
-    )
+    model = model_from_spec(spec, base_url=model_url) if model_url else StandInModel()
 
     async def run(turns: int) -> int:
         done = 0
@@ -332,8 +330,11 @@ def pg_database(name: str, create: bool) -> str:
     return PG.rsplit("/", 1)[0] + "/" + name
 
 
+# The model spec each kind serves with, pointed at the stand-in server (standin: none).
+SPECS = {"openai": "openai:gpt-standin", "openai-lean": "openai-lean:gpt-standin"}
 MODELS = {
     "openai": "the real OpenAI provider (official SDK) -> stand-in OpenAI-compatible server",
+    "openai-lean": "the lean OpenAI-compatible client (openai-lean:, no SDK) -> the same server",
     "standin": "in-process stand-in model (no model client, no delay): the server's own cost",
 }
 
@@ -354,9 +355,10 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2")
     parser.add_argument(
         "--models",
-        default="openai,standin",
-        help="openai: the real provider against the stand-in server on loopback; standin: "
-        "the in-process stand-in model (no model client, no delay)",
+        default="openai,openai-lean,standin",
+        help="openai: the real provider (SDK) against the stand-in server on loopback; "
+        "openai-lean: the lean client against the same server; standin: the in-process "
+        "stand-in model (no model client, no delay)",
     )
     parser.add_argument(
         "--inprocess-model", action="store_true", help="the same as --models standin"
@@ -402,7 +404,10 @@ def main() -> None:
             references = {}
             for kind in kinds:
                 references[kind] = in_process_cpu(
-                    agent, model_url if kind == "openai" else None, 200 if not args.quick else 20
+                    agent,
+                    model_url if kind in SPECS else None,
+                    200 if not args.quick else 20,
+                    SPECS.get(kind, ""),
                 )
                 print(
                     f"# in-process Session.send_async, model {kind}: "
@@ -417,7 +422,7 @@ def main() -> None:
             print(header)
             print("|---" * 13 + "|")
             for kind in kinds:
-                delay = args.delay if kind == "openai" else 0.0
+                delay = args.delay if kind in SPECS else 0.0
                 for store_kind in args.stores.split(","):
                     if store_kind == "postgresql" and not pg_available():
                         print(f"| {kind} | postgresql | - | skipped: no server at {PG} |")
@@ -464,7 +469,9 @@ def run_one(
         store = f"sqlite:///{tmp}/bench-{kind}-{workers}.db"
     else:
         store = pg_database(name, True)
-    server, start_s = start_server(agent, store, workers, model_url if kind == "openai" else None)
+    server, start_s = start_server(
+        agent, store, workers, model_url if kind in SPECS else None, SPECS.get(kind, "")
+    )
     try:
         seq = asyncio.run(sequential(server.url, args.sequential, delay))
         closed = asyncio.run(closed_loop(server.url, args.sessions, args.clients, server.proc.pid))
