@@ -34,6 +34,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_HEAD = 64 * 1024  # status line and headers
 MAX_BODY = 64 * 1024 * 1024  # a whole (not streamed) answer
 MAX_IDLE = 64  # kept-alive connections per client
+# What reading a body can raise when the server misbehaves (a bad chunk size is a ValueError).
+_READ_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 
 
 class LeanStatusError(Exception):
@@ -253,7 +255,7 @@ class _Events:
                     piece = await anext(chunks, None)
             except TimeoutError:
                 raise LeanTimeout() from None
-            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            except _READ_ERRORS as exc:
                 raise LeanConnectionError(exc, broken=True) from None
             if piece is None:
                 return
@@ -342,7 +344,7 @@ class LeanOpenAIModel(OpenAIModel):
         except TimeoutError:
             response.conn.close()
             raise LeanTimeout() from None
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        except _READ_ERRORS as exc:
             response.conn.close()
             raise LeanConnectionError(exc, broken=True) from None
         client.release(response)
