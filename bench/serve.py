@@ -464,7 +464,7 @@ def run_one(
     delay: float,
 ) -> dict[str, float]:
     """One server (model kind, store, workers): sequential, closed loop, open loop."""
-    name = f"agentscript_bench_{os.getpid()}_{kind}_{workers}"
+    name = f"agentscript_bench_{os.getpid()}_{kind.replace('-', '_')}_{workers}"
     if store_kind == "sqlite":
         store = f"sqlite:///{tmp}/bench-{kind}-{workers}.db"
     else:
