@@ -241,7 +241,6 @@ class SdkModel(ABC):
         except ImportError as exc:
             raise self._missing_sdk() from exc
 
-
     async def _get_client(self) -> Any:
         # An SDK client's connection pool belongs to the event loop that first used it, so a
         # caller that runs each turn under a fresh asyncio.run() gets a fresh client, while

@@ -282,9 +282,7 @@ def create_app(
             if warm is not None and not warm.done():
                 raise ApiError(503, "not_ready", "the model SDKs are still loading")
             if warm is not None and warm.exception() is not None:
-                raise ApiError(
-                    503, "not_ready", f"a model SDK failed to load: {warm.exception()}"
-                )
+                raise ApiError(503, "not_ready", f"a model SDK failed to load: {warm.exception()}")
             await store.ping()
         except Exception as exc:
             return _error_response(
