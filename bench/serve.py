@@ -12,7 +12,7 @@ For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
 
 1. one turn at a time: p50/p99 of the server's own overhead (client latency minus the model's
    fixed delay per LLM call);
-2. closed loop, ``--sessions`` x 5 turns with ``--clients`` concurrent clients: turns per
+2. closed loop, ``--sessions`` x 5 turns (``--full``: 1,000) with ``--clients`` concurrent clients: turns per
    second at saturation, server CPU per turn (all worker processes, store commit and trace
    included), errors;
 3. open loop (Poisson arrivals) at half the measured capacity: p50/p99 overhead.
@@ -20,7 +20,15 @@ For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
 Reference measured in the same run: the CPU per turn of in-process ``Session.send_async`` for
 the same turns with the same model client (no HTTP server, no store).
 
-Usage: ``python bench/serve.py [--quick] [--sessions N] [--clients N] [--delay S]``.
+Each of these runs once per model (``--models``): ``openai``, the real OpenAI provider
+(official SDK) talking to the stand-in server, as a deployment would; ``openai-lean``, the
+lean OpenAI-compatible client (``openai-lean:``, no SDK) talking to the same server;
+``standin``, the in-process stand-in model (no model client, no delay), which isolates the
+server's own cost.
+
+Usage: ``python bench/serve.py [--quick | --full] [--sessions N] [--clients N] [--delay S]
+[--models openai,openai-lean,standin] [--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
+issue's closed loop of 1,000 sessions x 5 turns (the default is 200 sessions, for speed).
 """
 
 from __future__ import annotations
@@ -122,7 +130,7 @@ class Server:
 
 
 def start_server(
-    agent: Path, store: str, workers: int, model_url: str | None
+    agent: Path, store: str, workers: int, model_url: str | None, spec: str = "openai:gpt-standin"
 ) -> tuple[Server, float]:
     """``model_url`` None: the in-process stand-in model (no model client, no delay)."""
     port = free_port()
@@ -138,11 +146,7 @@ def start_server(
             store,
             "--workers",
             str(workers),
-            *(
-                ["--model", "openai:gpt-standin", "--base-url", model_url]
-                if model_url
-                else ["--model", "standin"]
-            ),
+            *(["--model", spec, "--base-url", model_url] if model_url else ["--model", "standin"]),
             "--rate-limit",
             "0",
         ],
@@ -274,7 +278,9 @@ async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str
     return {"p50": pct(overheads, 0.5), "p99": pct(overheads, 0.99), "errors": errors}
 
 
-def in_process_cpu(agent: Path, model_url: str | None, turns: int) -> float:
+def in_process_cpu(
+    agent: Path, model_url: str | None, turns: int, spec: str = "openai:gpt-standin"
+) -> float:
     """CPU ms per turn of ``Session.send_async`` with the same model client, no server."""
     import agentscript
     from agentscript.models.registry import model_from_spec
@@ -282,12 +288,9 @@ def in_process_cpu(agent: Path, model_url: str | None, turns: int) -> float:
     loaded = agentscript.load(agent)
     from agentscript.server.standin import StandInModel
 
-    model = (
-        model_from_spec("openai:gpt-standin", base_url=model_url) if model_url else StandInModel()
-    )
+    model = model_from_spec(spec, base_url=model_url) if model_url else StandInModel()
 
-    async def main() -> float:
-        cpu0 = time.process_time()
+    async def run(turns: int) -> int:
         done = 0
         while done < turns:
             session = loaded.session(model=model, variables={"order_ID": "1234"})
@@ -296,6 +299,12 @@ def in_process_cpu(agent: Path, model_url: str | None, turns: int) -> float:
                 if reply.error:
                     raise RuntimeError(reply.error)
                 done += 1
+        return done
+
+    async def main() -> float:
+        await run(10)  # warm: the SDK import, the client and its connection
+        cpu0 = time.process_time()
+        done = await run(turns)
         return (time.process_time() - cpu0) / done * 1000
 
     return asyncio.run(main())
@@ -321,37 +330,58 @@ def pg_database(name: str, create: bool) -> str:
     return PG.rsplit("/", 1)[0] + "/" + name
 
 
+# The model spec each kind serves with, pointed at the stand-in server (standin: none).
+SPECS = {"openai": "openai:gpt-standin", "openai-lean": "openai-lean:gpt-standin"}
+MODELS = {
+    "openai": "the real OpenAI provider (official SDK) -> stand-in OpenAI-compatible server",
+    "openai-lean": "the lean OpenAI-compatible client (openai-lean:, no SDK) -> the same server",
+    "standin": "in-process stand-in model (no model client, no delay): the server's own cost",
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small run (smoke test)")
-    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the issue's full closed loop: 1,000 sessions x 5 turns (default: --sessions)",
+    )
+    parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.05)
     parser.add_argument("--sequential", type=int, default=200, help="turns one at a time")
     parser.add_argument("--stores", default="sqlite,postgresql")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument(
-        "--inprocess-model",
-        action="store_true",
-        help="serve with the in-process stand-in model (no model client, no delay): the "
-        "server's own cost alone",
+        "--models",
+        default="openai,openai-lean,standin",
+        help="openai: the real provider (SDK) against the stand-in server on loopback; "
+        "openai-lean: the lean client against the same server; standin: the in-process "
+        "stand-in model (no model client, no delay)",
+    )
+    parser.add_argument(
+        "--inprocess-model", action="store_true", help="the same as --models standin"
     )
     args = parser.parse_args()
     if args.quick:
         args.sessions, args.clients, args.sequential = 40, 16, 30
-
+    if args.full:
+        args.sessions = 1000
     if args.inprocess_model:
-        args.delay = 0.0
+        args.models = "standin"
+    kinds = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in kinds if m not in MODELS]
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
+
     print(f"# bench/serve.py — {machine()}")
-    model_kind = (
-        "in-process stand-in (no model client, no delay)"
-        if args.inprocess_model
-        else f"stand-in OpenAI-compatible server, {args.delay * 1000:g} ms per call"
-    )
     print(
-        f"# model: {model_kind}; overhead = latency - calls x delay; "
-        f"closed loop: {args.sessions} sessions x 5 turns, {args.clients} clients"
+        f"# closed loop: {args.sessions} sessions x 5 turns, {args.clients} clients; "
+        f"overhead = latency - LLM calls x delay"
     )
+    for kind in kinds:
+        print(f"# model {kind}: {MODELS[kind]}")
     model_port = free_port()
     model = subprocess.Popen(
         [
@@ -368,57 +398,104 @@ def main() -> None:
     )
     model_url = f"http://127.0.0.1:{model_port}/v1"
     try:
-        time.sleep(0.3)
+        wait_port(model_port)
         with tempfile.TemporaryDirectory() as tmp:
             agent = write_agent(Path(tmp))
-            reference = in_process_cpu(
-                agent, None if args.inprocess_model else model_url, 200 if not args.quick else 20
-            )
-            print(f"in-process Session.send_async: {reference:.2f} ms CPU per turn (reference)")
+            references = {}
+            for kind in kinds:
+                references[kind] = in_process_cpu(
+                    agent,
+                    model_url if kind in SPECS else None,
+                    200 if not args.quick else 20,
+                    SPECS.get(kind, ""),
+                )
+                print(
+                    f"# in-process Session.send_async, model {kind}: "
+                    f"{references[kind]:.2f} ms CPU per turn (reference)"
+                )
             print()
             header = (
-                "| store | workers | start s | seq p50 ms | seq p99 ms | turns/s | CPU ms/turn "
-                "| x in-process | errors | open-loop rate | open p50 ms | open p99 ms |"
+                "| model | store | workers | start s | seq p50 ms | seq p99 ms | turns/s "
+                "| CPU ms/turn | x in-process | errors | open-loop rate | open p50 ms "
+                "| open p99 ms |"
             )
             print(header)
-            print("|---" * 12 + "|")
-            for kind in args.stores.split(","):
-                if kind == "postgresql" and not pg_available():
-                    print(f"| postgresql | - | skipped: no server at {PG} |")
-                    continue
-                for workers in [int(w) for w in args.workers.split(",")]:
-                    if kind == "sqlite":
-                        store = f"sqlite:///{tmp}/bench-{workers}.db"
-                    else:
-                        store = pg_database(f"agentscript_bench_{os.getpid()}_{workers}", True)
-                    server, start_s = start_server(
-                        agent, store, workers, None if args.inprocess_model else model_url
-                    )
-                    try:
-                        seq = asyncio.run(sequential(server.url, args.sequential, args.delay))
-                        closed = asyncio.run(
-                            closed_loop(server.url, args.sessions, args.clients, server.proc.pid)
+            print("|---" * 13 + "|")
+            for kind in kinds:
+                delay = args.delay if kind in SPECS else 0.0
+                for store_kind in args.stores.split(","):
+                    if store_kind == "postgresql" and not pg_available():
+                        print(f"| {kind} | postgresql | - | skipped: no server at {PG} |")
+                        continue
+                    for workers in [int(w) for w in args.workers.split(",")]:
+                        row = run_one(args, tmp, agent, kind, store_kind, workers, model_url, delay)
+                        print(
+                            f"| {kind} | {store_kind} | {workers} | {row['start']:.2f} "
+                            f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
+                            f"| {row['cpu_ms']:.2f} | {row['cpu_ms'] / references[kind]:.1f} "
+                            f"| {row['errors']:.0f} | {row['rate']:.0f}/s "
+                            f"| {row['open_p50']:.1f} | {row['open_p99']:.1f} |",
+                            flush=True,
                         )
-                        rate = closed["tps"] / 2
-                        n_open = max(20, int(rate * (10 if not args.quick else 3)))
-                        opened = asyncio.run(open_loop(server.url, rate, n_open, args.delay))
-                    finally:
-                        server.stop()
-                        if kind == "postgresql":
-                            pg_database(f"agentscript_bench_{os.getpid()}_{workers}", False)
-                    if FAILURES:
-                        print(f"<!-- failures: {dict(FAILURES)} -->")
-                        FAILURES.clear()
-                    print(
-                        f"| {kind} | {workers} | {start_s:.2f} | {seq['p50']:.1f} | {seq['p99']:.1f} "
-                        f"| {closed['tps']:.0f} | {closed['cpu_ms']:.2f} "
-                        f"| {closed['cpu_ms'] / reference:.1f} | {closed['errors'] + opened['errors']:.0f} "
-                        f"| {rate:.0f}/s | {opened['p50']:.1f} | {opened['p99']:.1f} |",
-                        flush=True,
-                    )
     finally:
         os.killpg(model.pid, signal.SIGTERM)
         model.wait()
+
+
+def wait_port(port: int, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def run_one(
+    args: argparse.Namespace,
+    tmp: str,
+    agent: Path,
+    kind: str,
+    store_kind: str,
+    workers: int,
+    model_url: str,
+    delay: float,
+) -> dict[str, float]:
+    """One server (model kind, store, workers): sequential, closed loop, open loop."""
+    name = f"agentscript_bench_{os.getpid()}_{kind.replace('-', '_')}_{workers}"
+    if store_kind == "sqlite":
+        store = f"sqlite:///{tmp}/bench-{kind}-{workers}.db"
+    else:
+        store = pg_database(name, True)
+    server, start_s = start_server(
+        agent, store, workers, model_url if kind in SPECS else None, SPECS.get(kind, "")
+    )
+    try:
+        seq = asyncio.run(sequential(server.url, args.sequential, delay))
+        closed = asyncio.run(closed_loop(server.url, args.sessions, args.clients, server.proc.pid))
+        rate = closed["tps"] / 2
+        n_open = max(20, int(rate * (10 if not args.quick else 3)))
+        opened = asyncio.run(open_loop(server.url, rate, n_open, delay))
+    finally:
+        server.stop()
+        if store_kind == "postgresql":
+            pg_database(name, False)
+    if FAILURES:
+        print(f"<!-- failures ({kind}, {store_kind}, {workers}): {dict(FAILURES)} -->")
+        FAILURES.clear()
+    return {
+        "start": start_s,
+        "p50": seq["p50"],
+        "p99": seq["p99"],
+        "tps": closed["tps"],
+        "cpu_ms": closed["cpu_ms"],
+        "errors": closed["errors"] + opened["errors"],
+        "rate": rate,
+        "open_p50": opened["p50"],
+        "open_p99": opened["p99"],
+    }
 
 
 if __name__ == "__main__":

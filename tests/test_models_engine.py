@@ -24,6 +24,7 @@ from agentscript.cli import main
 from agentscript.engine.session import Agent, Reply, Session
 from agentscript.models.anthropic_provider import AnthropicModel
 from agentscript.models.base import Model
+from agentscript.models.openai_lean import LeanOpenAIModel
 from agentscript.models.openai_provider import OpenAIModel
 from agentscript.models.recording import RAW_ARGUMENTS_KEY
 from fakes.llm_servers import AnthropicServer, FakeCall, OpenAIServer, Recorded
@@ -47,12 +48,14 @@ class Protocol:
     server: type[OpenAIServer] | type[AnthropicServer]
     spec: str
     key_env: str
+    lean: bool = False  # the OpenAI wire format through the lean client (openai-lean:)
 
     def model(self, server: OpenAIServer | AnthropicServer, **options: Any) -> Model:
         options.setdefault("api_key", KEY)
         options.setdefault("retry_base_delay", 0.0)
         if self.name == "openai":
-            return OpenAIModel("gpt-test", base_url=server.base_url, **options)
+            cls = LeanOpenAIModel if self.lean else OpenAIModel
+            return cls("gpt-test", base_url=server.base_url, **options)
         return AnthropicModel("claude-test", base_url=server.base_url, **options)
 
     def tools(self, body: dict[str, Any]) -> list[str]:
@@ -91,7 +94,12 @@ class Protocol:
 
 OPENAI = Protocol("openai", OpenAIServer, "openai:gpt-test", "OPENAI_API_KEY")
 ANTHROPIC = Protocol("anthropic", AnthropicServer, "anthropic:claude-test", "ANTHROPIC_API_KEY")
-PROTOCOLS = [pytest.param(OPENAI, id="openai"), pytest.param(ANTHROPIC, id="anthropic")]
+OPENAI_LEAN = Protocol("openai", OpenAIServer, "openai-lean:gpt-test", "OPENAI_API_KEY", lean=True)
+PROTOCOLS = [
+    pytest.param(OPENAI, id="openai"),
+    pytest.param(OPENAI_LEAN, id="openai-lean"),
+    pytest.param(ANTHROPIC, id="anthropic"),
+]
 
 
 @pytest.fixture(autouse=True)

@@ -54,6 +54,17 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_env(monkeypatch, "OPENAI_")
 
 
+@pytest.fixture(autouse=True, params=["sdk", "lean"])
+def client_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the official SDK and with the lean client (openai-lean:), which
+    must behave the same: same requests, same answers, same errors and retries."""
+    if request.param == "lean":
+        from agentscript.models.openai_lean import LeanOpenAIModel
+
+        monkeypatch.setitem(globals(), "OpenAIModel", LeanOpenAIModel)
+    return str(request.param)
+
+
 def request(**overrides: Any) -> ModelRequest:
     values: dict[str, Any] = {
         "system": "You are a helpful agent.",
@@ -397,9 +408,9 @@ def test_model_is_reusable_across_event_loops() -> None:
         assert complete(model, request()).text == "two"
 
 
-def test_repr_and_name_hide_the_key() -> None:
+def test_repr_and_name_hide_the_key(client_kind: str) -> None:
     model = OpenAIModel("gpt-4o", api_key=KEY)
-    assert model.name == "openai:gpt-4o"
+    assert model.name == ("openai:gpt-4o" if client_kind == "sdk" else "openai-lean:gpt-4o")
     assert KEY not in repr(model)
 
 
@@ -408,7 +419,9 @@ def test_empty_model_name() -> None:
         OpenAIModel(" ", api_key=KEY)
 
 
-def test_missing_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_sdk(monkeypatch: pytest.MonkeyPatch, client_kind: str) -> None:
+    if client_kind == "lean":
+        pytest.skip("the lean client needs no SDK")
     monkeypatch.setitem(sys.modules, "openai", None)
     with pytest.raises(ModelError, match=r"pip install 'agentscript\[openai\]'"):
         OpenAIModel("gpt-4o", api_key=KEY)

@@ -6,6 +6,7 @@ Only the protocol lives here; credentials, retries and error wording are in
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,24 +56,45 @@ class OpenAIModel(SdkModel):
     base_url_env = "OPENAI_BASE_URL"
     default_host = "api.openai.com"
     reserved_params = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+    _types: tuple[Any, Any] | None = None
 
     # -- request ---------------------------------------------------------------------------
 
     def _build_kwargs(self, request: ModelRequest, *, streaming: bool) -> dict[str, Any]:
+        """The JSON body of the request: already in wire form, so it is sent as it is."""
         params = self._merged_params(request)
-        kwargs: dict[str, Any] = {"model": self.model, "messages": build_messages(request)}
+        body: dict[str, Any] = {"model": self.model, "messages": build_messages(request)}
         if request.tools:
-            kwargs["tools"] = build_tools(request.tools)
+            body["tools"] = build_tools(request.tools)
         if streaming:
-            kwargs["stream"] = True
-            kwargs["stream_options"] = {"include_usage": True}
-        if params:
-            # extra_body passes any server-specific parameter through untouched.
-            kwargs["extra_body"] = params
-        return kwargs
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        # Any server-specific parameter passes through untouched (none can clash: see
+        # reserved_params).
+        body.update(params)
+        return body
 
     async def _send(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        return await client.chat.completions.create(**kwargs)
+        # The client's own POST, not ``chat.completions.create``: the body built above is
+        # already wire JSON, and ``create`` walks it against the SDK's TypedDicts before sending
+        # (about 1.7 ms of CPU per call, more than the rest of the call, for an unchanged body).
+        # Everything else is the SDK's: auth headers, timeouts, the connection pool, status
+        # errors, parsing into ChatCompletion and the SSE stream of ChatCompletionChunk.
+        completion, stream_class = self._answer_types()
+        return await client.post(
+            "/chat/completions",
+            body=kwargs,
+            cast_to=completion,
+            stream=bool(kwargs.get("stream")),
+            stream_cls=stream_class,
+        )
+
+    def _answer_types(self) -> tuple[Any, Any]:
+        """(ChatCompletion, AsyncStream[ChatCompletionChunk]) from the SDK, looked up once."""
+        if self._types is None:
+            chat = importlib.import_module(f"{self.sdk_module}.types.chat")
+            self._types = (chat.ChatCompletion, self._sdk.AsyncStream[chat.ChatCompletionChunk])
+        return self._types
 
     # -- response --------------------------------------------------------------------------
 

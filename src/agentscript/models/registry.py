@@ -29,7 +29,7 @@ CONFIG_FILE = "agentscript.toml"
 DEFAULT_ENV = "AGENTSCRIPT_MODEL"
 CONFIG_ENV = "AGENTSCRIPT_CONFIG"
 
-KNOWN_PROVIDERS = ("openai", "anthropic")
+KNOWN_PROVIDERS = ("openai", "anthropic", "openai-lean")
 # Built by the engine from a conversation file, never from a spec string.
 RESERVED_PROVIDERS = ("scripted",)
 
@@ -84,6 +84,10 @@ def model_from_spec(
         from agentscript.models.openai_provider import OpenAIModel
 
         return OpenAIModel(name, base_url=base_url, params=params, **options)
+    if provider == "openai-lean":  # the same API without the SDK: docs/models.md
+        from agentscript.models.openai_lean import LeanOpenAIModel
+
+        return LeanOpenAIModel(name, base_url=base_url, params=params, **options)
     if provider == "anthropic":
         from agentscript.models.anthropic_provider import AnthropicModel
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
+import importlib.util
 import json
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Protocol
@@ -74,6 +77,24 @@ def unsupported_role(message: Message) -> ModelError:
 
 def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
+
+
+# The SDK modules of the models built so far: imported at first use, or by warm_up_sdks().
+_WANTED_SDKS: set[str] = set()
+
+
+def unloaded_sdks() -> list[str]:
+    """The SDK modules of the models built so far that are not imported yet."""
+    return sorted(name for name in _WANTED_SDKS if sys.modules.get(name) is None)
+
+
+def warm_up_sdks() -> list[str]:
+    """Import the SDK of every model built so far; their names. ``agentscript serve`` runs this
+    once it listens, so no request pays for the import."""
+    names = unloaded_sdks()
+    for name in names:
+        importlib.import_module(name)
+    return names
 
 
 class StreamAssembler(Protocol):
@@ -170,7 +191,7 @@ class SdkModel(ABC):
                 f"{self.provider} model name is empty: write e.g. "
                 f"{self.prefix}:{self.example_model}"
             )
-        self._sdk = self._import_sdk()
+        self._check_sdk()
         self.model = model.strip()
         self.name = f"{self.prefix}:{self.model}"
         self.base_url = nonempty(base_url) or nonempty(os.environ.get(self.base_url_env))
@@ -196,14 +217,29 @@ class SdkModel(ABC):
         where = f", base_url={self.base_url!r}" if self.base_url else ""
         return f"{type(self).__name__}({self.model!r}{where})"
 
-    def _import_sdk(self) -> Any:
+    def _missing_sdk(self) -> ModelError:
+        return ModelError(
+            f"The {self.provider} provider needs the '{self.sdk_module}' package: "
+            f"pip install 'agentscript[{self.prefix}]'"
+        )
+
+    def _check_sdk(self) -> None:
+        """ModelError now if the SDK is not installed; it is imported at first use (importing
+        the OpenAI SDK takes ~0.5 s of CPU, which a server would pay before listening)."""
+        try:
+            found = importlib.util.find_spec(self.sdk_module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise self._missing_sdk()
+        _WANTED_SDKS.add(self.sdk_module)
+
+    @functools.cached_property
+    def _sdk(self) -> Any:
         try:
             return importlib.import_module(self.sdk_module)
         except ImportError as exc:
-            raise ModelError(
-                f"The {self.provider} provider needs the '{self.sdk_module}' package: "
-                f"pip install 'agentscript[{self.prefix}]'"
-            ) from exc
+            raise self._missing_sdk() from exc
 
     async def _get_client(self) -> Any:
         # An SDK client's connection pool belongs to the event loop that first used it, so a

@@ -89,7 +89,13 @@ class CountRequests:
 
 
 class BodyLimit:
-    """Refuses request bodies over ``limit`` bytes with 413, before a route reads them."""
+    """Refuses request bodies over ``limit`` bytes with 413, before a route reads them.
+
+    A declared Content-Length over the limit is refused at once. A body without one (chunked
+    transfer) is counted as it arrives: past the limit the route is told the client went away
+    (it stops reading; nothing more is read from the socket), its own answer is dropped, and
+    the 413 is sent instead.
+    """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -104,16 +110,35 @@ class BodyLimit:
             await self._refuse(scope, receive, send)
             return
         seen = 0
+        over = False
+        answered = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, over
+            if over:
+                return {"type": "http.disconnect"}
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise ApiError(413, "body_too_large", self._message())
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    over = True
+                    return {"type": "http.disconnect"}
             return message
 
-        await self.app(scope, counted, send)
+        async def sending(message: Message) -> None:
+            nonlocal answered
+            if over and not answered:
+                return  # the route's answer to a body it never got whole
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, sending)
+        except Exception:
+            if not over or answered:
+                raise
+        if over and not answered:
+            await self._refuse(scope, receive, send)
 
     def _message(self) -> str:
         return f"the request body is over {self.limit} bytes (max_body_bytes)"
@@ -168,11 +193,24 @@ def create_app(
     service = SessionService(agents, store, config, metrics)
     limiter = RateLimiter(config.rate_limit, config.rate_burst)
     ready = {"store": False}
+    warming: dict[str, asyncio.Task[list[str]]] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await store.open()
         ready["store"] = True
+        # The model SDKs (the OpenAI one takes ~0.5 s of CPU to import) load once the server
+        # listens; /readyz says "not ready" until they are in. (In the loop's thread: in
+        # another one, the import fights this one for the GIL and ends later.)
+        from agentscript.models.sdk_provider import unloaded_sdks, warm_up_sdks
+
+        async def warm_up() -> list[str]:
+            await asyncio.sleep(0.02)  # lets uvicorn bind first
+            return warm_up_sdks()
+
+        if unloaded_sdks():
+            warm = warming["task"] = asyncio.create_task(warm_up())
+            warm.add_done_callback(lambda done: done.cancelled() or done.exception())
         purger = None
         if purge_every and config.session_ttl:
             from agentscript.server.service import purge_loop
@@ -240,10 +278,17 @@ def create_app(
         try:
             if not ready["store"]:
                 raise ApiError(503, "not_ready", "the store is not open yet")
+            warm = warming.get("task")
+            if warm is not None and not warm.done():
+                raise ApiError(503, "not_ready", "the model SDKs are still loading")
+            if warm is not None and warm.exception() is not None:
+                raise ApiError(503, "not_ready", f"a model SDK failed to load: {warm.exception()}")
             await store.ping()
         except Exception as exc:
             return _error_response(
-                exc if isinstance(exc, ApiError) else ApiError(503, "not_ready", str(exc))
+                exc
+                if isinstance(exc, ApiError)
+                else ApiError(503, "not_ready", f"the store does not answer: {exc}")
             )
         return JSONResponse({"status": "ready", "store": store.url, "agents": sorted(agents)})
 

@@ -156,11 +156,18 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     except ImportError:
         echo("agentscript serve needs uvicorn; install it with: pip install 'agentscript[serve]'")
         return ExitCode.USAGE
+    from agentscript.server.nodelay import PROTOCOL
+
     for line in lines:
         echo(line)
     if options.workers == 1:
         uvicorn.run(
-            app, host=options.host, port=options.port, log_level="warning", access_log=False
+            app,
+            host=options.host,
+            port=options.port,
+            http=PROTOCOL,
+            log_level="warning",
+            access_log=False,
         )
     else:
         os.environ[ENV] = json.dumps(asdict(options))
@@ -170,6 +177,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
             host=options.host,
             port=options.port,
             workers=options.workers,
+            http=PROTOCOL,
             log_level="warning",
             access_log=False,
         )

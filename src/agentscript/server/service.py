@@ -229,7 +229,9 @@ class SessionService:
                 f"the message has {len(text)} characters; the limit (max_message_chars) "
                 f"is {self.config.max_message_chars}",
             )
-        stored = await self.replay(owner, session_id, key)
+        # Without a key there is nothing to replay, and the lock reads the session (404 for a
+        # missing one or another key's): no read before it.
+        stored = await self.replay(owner, session_id, key) if key is not None else None
         if stored is not None:
             if hooks.on_start:
                 hooks.on_start()

@@ -72,13 +72,18 @@ class StandInModel:
         return ModelResponse(text=text, usage=Usage(10, 5), model="standin")
 
 
+class _Listener(ThreadingHTTPServer):
+    # The default backlog (5) resets connections when a benchmark's clients open many at once.
+    request_queue_size = 1024
+
+
 class StandInServer:
     """The stand-in rule behind an OpenAI-compatible HTTP endpoint on loopback."""
 
     def __init__(self, port: int = 0, delay: float = 0.0) -> None:
         self.delay = delay
         self.requests = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self._httpd = _Listener(("127.0.0.1", port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

@@ -11,6 +11,7 @@ advisory lock, so workers starting together migrate once.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -28,8 +29,11 @@ from agentscript.store.base import (
     TurnRecord,
 )
 
-# Idle connections kept for reuse; more are opened on demand (one per running turn).
-MAX_IDLE = 16
+# Idle connections kept for reuse; more are opened on demand (one per running turn). As many
+# as the server runs turns at once (ServerConfig.max_concurrent_turns): with fewer, a busy
+# worker closes and reopens connections all the time, and each new one costs a PostgreSQL
+# backend process and ~1 ms of CPU here.
+MAX_IDLE = 64
 _MIGRATION_LOCK = 7_146_937_311  # any constant shared by every agentscript worker
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 
@@ -53,6 +57,8 @@ class PostgresStore:
         self.dsn = dsn
         self.url = _PASSWORD.sub(r"\1***@", dsn)  # never print a password
         self._idle: list[Any] = []
+        # The lock_timeout each open connection has (by id), so it is set once, not per turn.
+        self._lock_timeouts: dict[int, str] = {}
         self._psycopg: Any = None
         self._open = False
 
@@ -68,18 +74,31 @@ class PostgresStore:
         if not conn.closed and len(self._idle) < MAX_IDLE and self._open:
             self._idle.append(conn)
         else:
-            await conn.close()
+            await self._discard(conn)
+
+    async def _flush(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):  # a dead connection closes with an error
+                await self._discard(conn)
+
+    async def _discard(self, conn: Any) -> None:
+        self._lock_timeouts.pop(id(conn), None)
+        await conn.close()
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[Any]:
         conn = await self._connect()
         try:
             yield conn
-        except self._psycopg.OperationalError as exc:
-            await conn.close()
+        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
+            await self._discard(conn)
+            # The server went away (restarted, failed over): the other idle connections are
+            # as dead as this one, and each would fail one more request.
+            await self._flush()
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
         except BaseException:
-            await conn.close()  # its state is unknown; never hand it out again
+            await self._discard(conn)  # its state is unknown; never hand it out again
             raise
         else:
             await self._release(conn)
@@ -115,7 +134,7 @@ class PostgresStore:
         self._open = False
         idle, self._idle = self._idle, []
         for conn in idle:
-            await conn.close()
+            await self._discard(conn)
 
     async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
@@ -126,7 +145,12 @@ class PostgresStore:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
 
     async def ping(self) -> None:
-        await self._fetch("SELECT 1")
+        try:
+            await self._fetch("SELECT 1")
+        except StoreError:
+            # That connection may have been the only stale one left: the pool is flushed now,
+            # so a second try tells whether the server itself answers.
+            await self._fetch("SELECT 1")
 
     async def create_session(self, record: SessionRecord) -> None:
         try:
@@ -170,20 +194,27 @@ class PostgresStore:
     @asynccontextmanager
     async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_PostgresLock]:
         psycopg = self._psycopg
-        async with self._conn() as conn, conn.transaction():
-            # lock_timeout takes milliseconds; 0 would mean "wait forever".
-            await conn.execute(
-                "SELECT set_config('lock_timeout', %s, true)", (f"{max(1, int(wait * 1000))}ms",)
-            )
-            try:
-                cur = await conn.execute(Q(schema.SELECT_SESSION + " FOR UPDATE"), (session_id,))
-            except psycopg.errors.LockNotAvailable:
-                raise SessionBusy(session_id, wait) from None
-            row = await cur.fetchone()
-            record = schema.session_from_row(row) if row else None
-            if record is None or record.expired():
-                raise SessionGone(session_id)
-            yield _PostgresLock(conn, record, psycopg)
+        async with self._conn() as conn:
+            # lock_timeout takes milliseconds; 0 would mean "wait forever". Set for the
+            # connection (not the transaction) and only when it changes: one round trip less
+            # per turn, as a server always waits the same time. Other statements on the
+            # connection (a delete behind a running turn) then wait no longer than that either.
+            timeout = f"{max(1, int(wait * 1000))}ms"
+            if self._lock_timeouts.get(id(conn)) != timeout:
+                await conn.execute("SELECT set_config('lock_timeout', %s, false)", (timeout,))
+                self._lock_timeouts[id(conn)] = timeout
+            async with conn.transaction():
+                try:
+                    cur = await conn.execute(
+                        Q(schema.SELECT_SESSION + " FOR UPDATE"), (session_id,)
+                    )
+                except psycopg.errors.LockNotAvailable:
+                    raise SessionBusy(session_id, wait) from None
+                row = await cur.fetchone()
+                record = schema.session_from_row(row) if row else None
+                if record is None or record.expired():
+                    raise SessionGone(session_id)
+                yield _PostgresLock(conn, record, psycopg)
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
         rows = await self._fetch(

@@ -44,8 +44,9 @@ class SQLiteStore:
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self._db: sqlite3.Connection | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _LocalLock] = {}
         self._pid = os.getpid()
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -62,6 +63,7 @@ class SQLiteStore:
             db.execute("PRAGMA busy_timeout=5000")
             self._db = db
             self._migrate()
+            self._file = _identity(self.path)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from None
 
@@ -99,7 +101,17 @@ class SQLiteStore:
             self._db = None
 
     async def ping(self) -> None:
-        self._run("SELECT 1")
+        self._check_file()
+        self._run("SELECT 1 FROM agentscript_meta LIMIT 1")
+
+    def _check_file(self) -> None:
+        """StoreError if the database file was removed or replaced since it was opened: the
+        open connection would go on writing to a file nobody will read again."""
+        if self._file is not None and _identity(self.path) != self._file:
+            raise StoreError(
+                f"the SQLite file {self.path} was removed or replaced while the server ran; "
+                "sessions written now would be lost: put the file back or restart the server"
+            )
 
     def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
@@ -108,6 +120,7 @@ class SQLiteStore:
             raise StoreError(f"SQLite store: {exc}") from None
 
     async def create_session(self, record: SessionRecord) -> None:
+        self._check_file()
         try:
             self.db.execute(schema.INSERT_SESSION, schema.session_params(record))
         except sqlite3.IntegrityError:
@@ -149,32 +162,55 @@ class SQLiteStore:
 
     @asynccontextmanager
     async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_SQLiteLock]:
+        self._check_file()
         deadline = time.monotonic() + wait
-        local = self._locks.setdefault(session_id, asyncio.Lock())
+        local = self._locks.get(session_id)
+        if local is None:
+            local = self._locks[session_id] = _LocalLock()
+        local.users += 1
         try:
-            await asyncio.wait_for(local.acquire(), wait)
-        except TimeoutError:
-            raise SessionBusy(session_id, wait) from None
+            try:
+                await asyncio.wait_for(local.lock.acquire(), wait)
+            except TimeoutError:
+                raise SessionBusy(session_id, wait) from None
+            async with self._leased(session_id, deadline, wait, local) as lock:
+                yield lock
+        finally:
+            # Forgotten once nobody holds or awaits it: one entry per running session only.
+            local.users -= 1
+            if not local.users:
+                del self._locks[session_id]
+
+    @asynccontextmanager
+    async def _leased(
+        self, session_id: str, deadline: float, wait: float, local: _LocalLock
+    ) -> AsyncIterator[_SQLiteLock]:
         try:
             holder = f"{self._pid}:{uuid.uuid4().hex}"
-            while not self._take_lease(session_id, holder):
+            while True:
+                taken, record = self._take_lease(session_id, holder)
+                if taken:
+                    break
                 if time.monotonic() >= deadline:
                     raise SessionBusy(session_id, wait)
                 await asyncio.sleep(POLL_SECONDS)
+            if record is None:
+                raise SessionGone(session_id)  # and no lease was written
+            lock = _SQLiteLock(self, record, holder)
             try:
-                record = await self.get_session(session_id)
-                if record is None:
-                    raise SessionGone(session_id)
-                yield _SQLiteLock(self, record)
+                yield lock
             finally:
-                self._run(
-                    "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
-                    (session_id, holder),
-                )
+                if not lock.released:  # a committed turn released it in its transaction
+                    self._run(
+                        "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
+                        (session_id, holder),
+                    )
         finally:
-            local.release()
+            local.lock.release()
 
-    def _take_lease(self, session_id: str, holder: str) -> bool:
+    def _take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
+        """In one transaction: whether the lease is free (else another process holds it),
+        and the session read under it; the lease is written only for a session that exists."""
         db = self.db
         now = time.time()
         try:
@@ -184,19 +220,25 @@ class SQLiteStore:
             ).fetchone()
             if row is not None and row[1] > now and _alive(row[0]):
                 db.execute("COMMIT")
-                return False
+                return False, None
+            found = db.execute(schema.SELECT_SESSION, (session_id,)).fetchone()
+            record = schema.session_from_row(found) if found else None
+            if record is None or record.expired():
+                db.execute("COMMIT")
+                return True, None
             db.execute(
                 "INSERT OR REPLACE INTO agentscript_locks (session_id, holder, until) VALUES (?, ?, ?)",
                 (session_id, holder, now + LEASE_SECONDS),
             )
             db.execute("COMMIT")
-            return True
+            return True, record
         except sqlite3.Error as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise StoreError(f"SQLite store: {exc}") from None
 
-    def commit_turn(self, session: SessionRecord, outcome: TurnOutcome) -> None:
+    def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
+        """The turn's state and record, and the release of its lease, in one transaction."""
         db = self.db
         record = outcome.record
         try:
@@ -208,6 +250,10 @@ class SQLiteStore:
             if cursor.rowcount != 1:
                 raise TurnConflict(session.session_id, session.turns)
             db.execute(schema.INSERT_TURN, schema.turn_params(record))
+            db.execute(
+                "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
+                (session.session_id, holder),
+            )
             db.execute("COMMIT")
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
@@ -268,13 +314,33 @@ class SQLiteStore:
         return cursor.rowcount
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, or None when there is no such file."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+class _LocalLock:
+    """One session's lock in this process and how many turns hold or await it."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class _SQLiteLock:
-    def __init__(self, store: SQLiteStore, session: SessionRecord) -> None:
+    def __init__(self, store: SQLiteStore, session: SessionRecord, holder: str) -> None:
         self._store = store
+        self._holder = holder
         self.session = session
+        self.released = False
 
     async def commit(self, outcome: TurnOutcome) -> None:
-        self._store.commit_turn(self.session, outcome)
+        self._store.commit_turn(self.session, outcome, self._holder)
+        self.released = True
 
 
 def _alive(holder: str) -> bool:

@@ -1,0 +1,329 @@
+"""CPU per Chat Completions call of each way to reach an OpenAI-compatible server.
+
+Against the stand-in server (``agentscript.server.standin``, its own process, no delay), with
+the request bodies of a seed-002 turn, in one process and one run: the SDK's
+``chat.completions.create``, the SDK's ``client.post`` (what ``openai:`` does), plain
+``httpx2``, the lean client (``openai-lean:``) and a bare HTTP/1.1 POST on asyncio streams (the
+floor). Each is measured with 1 and with ``--concurrency`` calls in flight.
+
+Usage: ``python bench/model_client.py [--calls 400] [--concurrency 32]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from common import machine
+
+Call = Callable[[dict[str, Any]], Awaitable[None]]
+
+# The four request bodies of two seed-002 turns (examples/order_status), as the engine sends
+# them: tools, tool calls and results in the history.
+BODIES: list[dict[str, Any]] = [
+    {
+        "model": "gpt-standin",
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are a helpful order support agent. Be brief.\n"
+                "\n"
+                "Route the customer's request. Use go_to_orders for anything "
+                "about an order.",
+            },
+            {"role": "user", "content": "/go_to_orders"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "go_to_orders",
+                    "description": "Order questions",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {},
+                        "required": [],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "go_to_escalation",
+                    "description": "The customer asks for a human",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {},
+                        "required": [],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+        ],
+    },
+    {
+        "model": "gpt-standin",
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are a helpful order support agent. Be brief.\n"
+                "\n"
+                "Tell the user that the expected delivery date for order "
+                "number 1234 is February 10, 2026.\n"
+                "Apologize to the customer for the delay in receiving their "
+                "order.",
+            },
+            {"role": "user", "content": "/go_to_orders"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "go_to_orders", "arguments": "{}"},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": '{"status": "transferring to Order_Management"}',
+            },
+        ],
+    },
+    {
+        "model": "gpt-standin",
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are a helpful order support agent. Be brief.\n"
+                "\n"
+                "Route the customer's request. Use go_to_orders for anything "
+                "about an order.",
+            },
+            {"role": "user", "content": "/go_to_orders"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "go_to_orders", "arguments": "{}"},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": '{"status": "transferring to Order_Management"}',
+            },
+            {
+                "role": "assistant",
+                "content": 'done: {"status": "transferring to Order_Management"}',
+            },
+            {"role": "user", "content": "/go_to_orders"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "go_to_orders",
+                    "description": "Order questions",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {},
+                        "required": [],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "go_to_escalation",
+                    "description": "The customer asks for a human",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {},
+                        "required": [],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+        ],
+    },
+    {
+        "model": "gpt-standin",
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are a helpful order support agent. Be brief.\n"
+                "\n"
+                "Tell the user that the expected delivery date for order "
+                "number 1234 is February 10, 2026.\n"
+                "Apologize to the customer for the delay in receiving their "
+                "order.",
+            },
+            {"role": "user", "content": "/go_to_orders"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "go_to_orders", "arguments": "{}"},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": '{"status": "transferring to Order_Management"}',
+            },
+            {
+                "role": "assistant",
+                "content": 'done: {"status": "transferring to Order_Management"}',
+            },
+            {"role": "user", "content": "/go_to_orders"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1_1",
+                        "type": "function",
+                        "function": {"name": "go_to_orders", "arguments": "{}"},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1_1",
+                "content": '{"status": "transferring to Order_Management"}',
+            },
+        ],
+    },
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clients(base: str, port: int) -> dict[str, Call]:
+    import httpx2
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    from agentscript.models.openai_lean import LeanClient
+
+    sdk = openai.AsyncOpenAI(api_key="x", base_url=base, max_retries=0)
+    plain = httpx2.AsyncClient(base_url=base, headers={"authorization": "Bearer x"})
+    lean = LeanClient(base, "x", 60.0)
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def sdk_create(body: dict[str, Any]) -> None:
+        await sdk.chat.completions.create(**body)
+
+    async def sdk_post(body: dict[str, Any]) -> None:
+        await sdk.post("/chat/completions", body=body, cast_to=ChatCompletion)
+
+    async def httpx_post(body: dict[str, Any]) -> None:
+        response = await plain.post(
+            "/chat/completions",
+            content=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        json.loads(response.content)
+
+    async def lean_post(body: dict[str, Any]) -> None:
+        response = await lean.post("/chat/completions", body, stream=False)
+        json.loads(await response.body())
+        lean.release(response)
+
+    async def bare(body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        reader, writer = idle.pop() if idle else await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        json.loads(await reader.readexactly(length))
+        idle.append((reader, writer))
+
+    return {
+        "SDK chat.completions.create": sdk_create,
+        "SDK client.post (openai:)": sdk_post,
+        "httpx2 post": httpx_post,
+        "lean client (openai-lean:)": lean_post,
+        "bare asyncio streams": bare,
+    }
+
+
+async def cpu_per_call(call: Call, calls: int, concurrency: int) -> float:
+    async def worker(offset: int, n: int) -> None:
+        for i in range(n):
+            await call(BODIES[(i + offset) % len(BODIES)])
+
+    await asyncio.gather(*(worker(k, 5) for k in range(concurrency)))  # warm
+    each = max(1, calls // concurrency)
+    start = time.process_time()
+    await asyncio.gather(*(worker(k, each) for k in range(concurrency)))
+    return (time.process_time() - start) / (each * concurrency) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "agentscript.server.standin", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+
+        async def run() -> None:
+            print(f"# bench/model_client.py — {machine()}")
+            print(f"| path | CPU ms/call, 1 in flight | {args.concurrency} in flight |")
+            print("|---|---:|---:|")
+            for name, call in clients(f"http://127.0.0.1:{port}/v1", port).items():
+                one = await cpu_per_call(call, args.calls, 1)
+                many = await cpu_per_call(call, args.calls * 2, args.concurrency)
+                print(f"| {name} | {one:.3f} | {many:.3f} |", flush=True)
+
+        asyncio.run(run())
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()

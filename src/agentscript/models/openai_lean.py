@@ -1,0 +1,410 @@
+"""A lean OpenAI-compatible client: the same protocol as :class:`OpenAIModel`, sent over a small
+HTTP/1.1 client on asyncio streams instead of the official SDK. Opt-in (``openai-lean:MODEL``).
+
+Why it exists: with the SDK, each Chat Completions call costs about 1.4 ms of CPU (its request
+layers and its httpx2/httpcore2/anyio stack), 2 or 3 calls per turn, which alone exceeds the
+per-turn budget of ``agentscript serve``. The same call here costs about a tenth of that
+(docs/models.md has the measurements). What it gives up: HTTP proxies (``HTTPS_PROXY`` is not
+read), HTTP/2, compressed answers (it asks for none), and the SDK's own error types; errors are
+worded exactly as for :class:`OpenAIModel`, retries and their Retry-After hints are the same.
+
+The body, the parsing of answers and the assembly of streams are :class:`OpenAIModel`'s own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from agentscript.models.base import ModelError
+from agentscript.models.openai_provider import OpenAIModel
+from agentscript.models.retry import (
+    describe_status,
+    is_transient_status,
+    parse_retry_after,
+    redact,
+    server_message,
+)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+MAX_HEAD = 64 * 1024  # status line and headers
+MAX_BODY = 64 * 1024 * 1024  # a whole (not streamed) answer
+MAX_IDLE = 64  # kept-alive connections per client
+# What reading a body can raise when the server misbehaves (a bad chunk size is a ValueError).
+_READ_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
+
+
+class LeanStatusError(Exception):
+    """The server answered with an error status (or an error event inside a stream: 200)."""
+
+    def __init__(self, status: int, body: Any, headers: dict[str, str]) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status_code = status
+        self.body = body
+        self.headers = headers
+
+
+class LeanConnectionError(Exception):
+    """No answer: the connection could not be made (``broken`` False) or broke mid-way."""
+
+    def __init__(self, cause: BaseException, *, broken: bool) -> None:
+        detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        super().__init__(detail)
+        self.broken = broken
+
+
+class LeanTimeout(Exception):
+    """No (whole) answer within the model's timeout."""
+
+
+class _View:
+    """Attribute access over parsed JSON (``getattr(view, "choices", None)``), as the parsers
+    of :class:`OpenAIModel` read SDK objects."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return _wrap(self._data[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _wrap(value: Any) -> Any:
+    if isinstance(value, dict):
+        return _View(value)
+    if isinstance(value, list):
+        return [_wrap(item) for item in value]
+    return value
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Response:
+    def __init__(self, status: int, headers: dict[str, str], conn: _Connection) -> None:
+        self.status = status
+        self.headers = headers
+        self.conn = conn
+        self.reusable = headers.get("connection", "").lower() != "close"
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive (chunked, Content-Length or until close)."""
+        reader = self.conn.reader
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
+                        pass
+                    return
+                yield await reader.readexactly(size)
+                await reader.readexactly(2)
+        elif "content-length" in self.headers:
+            left = int(self.headers["content-length"])
+            while left > 0:
+                piece = await reader.read(min(left, 65536))
+                if not piece:
+                    raise asyncio.IncompleteReadError(b"", left)
+                left -= len(piece)
+                yield piece
+        else:
+            self.reusable = False
+            while piece := await reader.read(65536):
+                yield piece
+
+    async def body(self) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        async for piece in self.chunks():
+            size += len(piece)
+            if size > MAX_BODY:
+                self.reusable = False
+                raise ValueError(f"the answer is over {MAX_BODY} bytes")
+            parts.append(piece)
+        return b"".join(parts)
+
+
+class LeanClient:
+    """HTTP/1.1 POSTs to one server, over kept-alive connections of one event loop."""
+
+    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ModelError(f"base URL {base_url!r} is not an http:// or https:// URL")
+        self.host = parts.hostname
+        self.tls = parts.scheme == "https"
+        self.port = parts.port or (443 if self.tls else 80)
+        self.prefix = parts.path.rstrip("/")
+        default_port = self.port == (443 if self.tls else 80)
+        self.authority = self.host if default_port else f"{self.host}:{self.port}"
+        self.timeout = timeout
+        self._key = api_key
+        self._ssl = ssl.create_default_context() if self.tls else None
+        self._idle: list[_Connection] = []
+
+    async def _open(self) -> _Connection:
+        try:
+            async with asyncio.timeout(self.timeout):
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self._ssl, limit=MAX_HEAD
+                )
+        except TimeoutError:
+            raise LeanTimeout() from None
+        except OSError as exc:
+            raise LeanConnectionError(exc, broken=False) from None
+        return _Connection(reader, writer)
+
+    def _request(self, path: str, body: bytes, stream: bool) -> bytes:
+        accept = "text/event-stream" if stream else "application/json"
+        head = (
+            f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n"
+            f"Authorization: Bearer {self._key}\r\nContent-Type: application/json\r\n"
+            f"Accept: {accept}\r\nAccept-Encoding: identity\r\nUser-Agent: agentscript\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode("latin-1") + body
+
+    async def post(self, path: str, payload: dict[str, Any], *, stream: bool) -> _Response:
+        """Send the request; the response with its head read (the body is the caller's)."""
+        data = self._request(path, json.dumps(payload).encode(), stream)
+        while True:
+            reused = bool(self._idle)
+            conn = self._idle.pop() if reused else await self._open()
+            try:
+                async with asyncio.timeout(self.timeout):
+                    conn.writer.write(data)
+                    await conn.writer.drain()
+                    head = await conn.reader.readuntil(b"\r\n\r\n")
+            except TimeoutError:
+                conn.close()
+                raise LeanTimeout() from None
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                conn.close()
+                if reused and _nothing_read(exc):
+                    continue  # the server had closed that kept-alive connection: a new one
+                raise LeanConnectionError(exc, broken=True) from None
+            return _parse_head(head, conn)
+
+    def release(self, response: _Response) -> None:
+        """Keep the connection for the next request, or close it."""
+        if response.reusable and len(self._idle) < MAX_IDLE:
+            self._idle.append(response.conn)
+        else:
+            response.conn.close()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _nothing_read(exc: BaseException) -> bool:
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return not exc.partial
+    return isinstance(exc, ConnectionError)
+
+
+def _parse_head(head: bytes, conn: _Connection) -> _Response:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        conn.close()
+        raise LeanConnectionError(ValueError(f"not an HTTP answer: {lines[0][:80]!r}"), broken=True)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    response = _Response(int(parts[1]), headers, conn)
+    if parts[0] == "HTTP/1.0":
+        response.reusable = False
+    return response
+
+
+class _Events:
+    """The events of a Chat Completions stream, as views; ``close()`` releases the connection."""
+
+    def __init__(self, client: LeanClient, response: _Response, timeout: float) -> None:
+        self._client = client
+        self._response = response
+        self._timeout = timeout
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        buffer = b""
+        chunks = self._response.chunks().__aiter__()
+        data: list[str] = []
+        while True:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    piece = await anext(chunks, None)
+            except TimeoutError:
+                raise LeanTimeout() from None
+            except _READ_ERRORS as exc:
+                raise LeanConnectionError(exc, broken=True) from None
+            if piece is None:
+                return
+            buffer += piece
+            while b"\n" in buffer:
+                raw, buffer = buffer.split(b"\n", 1)
+                line = raw.decode("utf-8", "replace").rstrip("\r")
+                if line:
+                    if line.startswith("data:"):
+                        data.append(line[5:].lstrip())
+                    continue
+                if not data:
+                    continue
+                text, data = "\n".join(data), []
+                if text == "[DONE]":
+                    self._done = True
+                    return
+                event = json.loads(text)
+                if isinstance(event, dict) and event.get("error") is not None:
+                    raise LeanStatusError(200, event, self._response.headers)
+                yield _wrap(event)
+
+    async def close(self) -> None:
+        if self._done and self._response.reusable:
+            # Read the stream's end (the last empty chunk) so the connection can be reused.
+            try:
+                async with asyncio.timeout(self._timeout):
+                    async for _ in self._response.chunks():
+                        pass
+                self._client.release(self._response)
+                return
+            except Exception:
+                pass
+        self._response.conn.close()
+
+
+class LeanOpenAIModel(OpenAIModel):
+    """:class:`OpenAIModel` over :class:`LeanClient` instead of the official SDK."""
+
+    prefix = "openai-lean"
+
+    def _check_sdk(self) -> None:
+        """No SDK needed."""
+
+    async def _get_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            from agentscript.models.sdk_provider import _close_when_loop_ends
+
+            self._client = LeanClient(
+                self.base_url or DEFAULT_BASE_URL,
+                self._api_key or self._auth_token or "",
+                self.timeout,
+            )
+            self._client_loop = loop
+            self._closer = _close_when_loop_ends(self._client)
+            await anext(self._closer)
+        return self._client
+
+    async def _send(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        stream = bool(kwargs.get("stream"))
+        response = await client.post("/chat/completions", kwargs, stream=stream)
+        if response.status >= 400 or (
+            not stream
+            and not response.headers.get("content-type", "").startswith("application/json")
+        ):
+            try:
+                async with asyncio.timeout(self.timeout):
+                    raw = await response.body()
+            except Exception as exc:
+                response.conn.close()
+                raise LeanConnectionError(exc, broken=True) from None
+            client.release(response)
+            if response.status >= 400:
+                raise LeanStatusError(response.status, _json_or_text(raw), response.headers)
+            return _json_or_text(raw)  # refused by _parse_whole as not an answer
+        if stream:
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                raw = await response.body()
+                client.release(response)
+                return _json_or_text(raw)
+            return _Events(client, response, self.timeout)
+        try:
+            async with asyncio.timeout(self.timeout):
+                raw = await response.body()
+        except TimeoutError:
+            response.conn.close()
+            raise LeanTimeout() from None
+        except _READ_ERRORS as exc:
+            response.conn.close()
+            raise LeanConnectionError(exc, broken=True) from None
+        client.release(response)
+        data = _json_or_text(raw)
+        return _View(data) if isinstance(data, dict) else data
+
+    # -- errors: the same wording and retry rules as the SDK path --------------------------
+
+    def _retry_after(self, exc: BaseException) -> float | None:
+        if not isinstance(exc, LeanStatusError) or exc.status_code not in (429, 503):
+            return None
+        return parse_retry_after(exc.headers.get("retry-after"))
+
+    def _failure_kind(self, exc: BaseException) -> str:
+        if isinstance(exc, LeanStatusError):
+            return f"HTTP {exc.status_code}"
+        return type(exc).__name__
+
+    def _is_status_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, LeanStatusError)
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, LeanConnectionError | LeanTimeout):
+            return True
+        if isinstance(exc, LeanStatusError):
+            return is_transient_status(exc.status_code)
+        return False
+
+    def _model_error(self, exc: BaseException | None, *, attempts: int) -> ModelError:
+        provider = self.provider
+        tries = f" ({attempts} attempts)" if attempts > 1 else ""
+        where = self.base_url or self.default_host
+        if isinstance(exc, LeanTimeout):
+            text = (
+                f"{provider} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
+            )
+        elif isinstance(exc, LeanConnectionError) and exc.broken:
+            text = f"The connection to {where} broke before the whole answer arrived{tries} ({exc})"
+        elif isinstance(exc, LeanConnectionError):
+            text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
+        elif isinstance(exc, LeanStatusError):
+            message = server_message(exc.body, "")
+            if exc.status_code < 400:
+                text = f"{provider} reported an error while answering{tries}: {message}"
+            else:
+                text = describe_status(
+                    provider,
+                    exc.status_code,
+                    message,
+                    model=self.model,
+                    key_env=self.key_env,
+                    attempts=attempts,
+                )
+        else:
+            text = f"{provider} request failed: {type(exc).__name__}: {exc}"
+        return ModelError(redact(text, [self._api_key, self._auth_token]))
+
+
+def _json_or_text(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")
