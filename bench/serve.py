@@ -283,7 +283,7 @@ def in_process_cpu(
 ) -> float:
     """CPU ms per turn of ``Session.send_async`` with the same model client, no server."""
     import agentscript
-    from agentscript.models.registry import model_from_spec
+    from agentscript.models.config import model_from_spec
 
     loaded = agentscript.load(agent)
     from agentscript.server.standin import StandInModel

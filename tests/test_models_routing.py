@@ -10,7 +10,7 @@ import pytest
 import agentscript
 from agentscript.chat import choose_model, subagent_routes
 from agentscript.models.base import ModelRequest
-from agentscript.models.registry import load_config
+from agentscript.models.config import load_config
 from agentscript.models.routing import RoutedModel
 from agentscript.models.scripted import Move, ScriptedModel
 

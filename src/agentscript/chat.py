@@ -27,8 +27,7 @@ from agentscript.commands import SHOW_CHOICES, ExitCode
 from agentscript.conversation import ConversationError, load_conversation
 from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
-from agentscript.models.recording import ConversationRecorder, RecordingModel
-from agentscript.models.registry import (
+from agentscript.models.config import (
     ModelConfig,
     ModelEntry,
     load_config,
@@ -36,6 +35,7 @@ from agentscript.models.registry import (
     resolve_model,
     resolve_spec,
 )
+from agentscript.models.recording import ConversationRecorder, RecordingModel
 from agentscript.models.routing import RoutedModel
 from agentscript.playback import describe_changes
 from agentscript.reading import load_yaml

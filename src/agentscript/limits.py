@@ -130,7 +130,7 @@ def configured_limits(start: Path | None = None) -> tuple[Limits, Path | None]:
     reports an unreadable file); a bad ``[limits]`` table is a ValueError naming the field.
     """
     # the one rule for finding the file, and the one size cap for reading it
-    from agentscript.models.registry import MAX_CONFIG_BYTES, find_config
+    from agentscript.models.config import MAX_CONFIG_BYTES, find_config
     from agentscript.reading import read_file_text
 
     path = find_config(start)

@@ -8,7 +8,7 @@ from agentscript.check import check
 from agentscript.diagnostics import AgentScriptError, Diagnostic, Span, error
 from agentscript.engine.session import Agent, AgentBase
 from agentscript.limits import Limits, configured_limits
-from agentscript.models.registry import find_config
+from agentscript.models.config import find_config
 from agentscript.reading import read_file_bytes
 from agentscript.syntax import Document, parse
 

@@ -14,7 +14,7 @@ from hostile_helpers import AGENTS, Driven, load_agent
 from agentscript.cli import main
 from agentscript.conversation import ConversationError, load_conversation, parse_conversation
 from agentscript.mantle import load_project
-from agentscript.models import registry
+from agentscript.models import config as model_config
 from agentscript.models.base import ModelError
 from agentscript.reading import FileInputError, read_file_bytes
 
@@ -125,9 +125,9 @@ def test_oversized_agentscript_toml_is_a_clear_error(
 ) -> None:
     config = tmp_path / "agentscript.toml"
     config.write_text("[models]\n" + "# padding\n" * 100)
-    monkeypatch.setattr(registry, "MAX_CONFIG_BYTES", 64)
+    monkeypatch.setattr(model_config, "MAX_CONFIG_BYTES", 64)
     with pytest.raises(ModelError, match="larger than the limit of 64 bytes"):
-        registry.load_config(config)
+        model_config.load_config(config)
 
 
 def test_doubling_a_string_every_turn_stops_at_the_default_variable_cap() -> None:

@@ -13,8 +13,8 @@ import pytest
 from raw_server import RawServer, openai_chunk, openai_stream, send
 
 from agentscript.models.base import Message, ModelError, ModelRequest, ModelResponse
+from agentscript.models.config import model_from_spec
 from agentscript.models.openai_lean import LeanOpenAIModel
-from agentscript.models.registry import model_from_spec
 
 REQUEST = ModelRequest("You help.", "", [Message("user", "hi")], [])
 

@@ -482,7 +482,7 @@ def test_api_no_traceback_in_any_error(api_store: str) -> None:
 
 def test_api_sse_tokens_from_a_streaming_openai_compatible_model(tmp_path: Path) -> None:
     """Through the real OpenAI client and the stand-in HTTP model server (streamed answer)."""
-    from agentscript.models.registry import model_from_spec
+    from agentscript.models.config import model_from_spec
     from agentscript.server.agents import load_agents, serve_agents
     from agentscript.server.app import create_app
     from agentscript.server.standin import StandInServer

@@ -40,7 +40,9 @@ def test_concurrency_two_workers_fifty_messages_one_session(api_store: str, tmp_
                 return responses
 
         *sent, view, turns, trace = asyncio.run(main())
-    assert [r.status_code for r in sent] == [200] * MESSAGES, [r.text for r in sent if r.status_code != 200][:2]
+    assert [r.status_code for r in sent] == [200] * MESSAGES, [
+        r.text for r in sent if r.status_code != 200
+    ][:2]
     numbers = sorted(r.json()["turn"] for r in sent)
     assert numbers == list(range(1, MESSAGES + 1))  # contiguous, none twice
     assert view.json()["turns"] == MESSAGES

@@ -23,7 +23,7 @@ format_date = "inline"
 
 ``async def`` actions always run on the event loop under ``asyncio.timeout``, whatever the mode.
 
-The file is the one :func:`agentscript.models.registry.find_config` picks for the agent's
+The file is the one :func:`agentscript.models.config.find_config` picks for the agent's
 folder. Contract: :func:`load_settings` returns the settings, or raises
 :class:`ActionConfigError` naming the file and the key; a missing file or table gives defaults.
 """
@@ -114,7 +114,7 @@ def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") 
 
 def load_settings(start: Path | None) -> ActionSettings:
     """The settings for an agent in folder ``start`` (defaults without a config file)."""
-    from agentscript.models.registry import MAX_CONFIG_BYTES, find_config
+    from agentscript.models.config import MAX_CONFIG_BYTES, find_config
     from agentscript.reading import read_file_text
 
     if start is None:  # an agent made from text: no folder, no file

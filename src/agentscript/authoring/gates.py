@@ -29,7 +29,7 @@ from agentscript.check.outline import AgentOutline
 from agentscript.engine.program import Program
 from agentscript.expr.nodes import AtName, Expr, Literal, Member
 from agentscript.expr.parser import parse_expression
-from agentscript.models.registry import MAX_CONFIG_BYTES
+from agentscript.models.config import MAX_CONFIG_BYTES
 from agentscript.reading import read_file_text
 from agentscript.syntax.tree import Block, CollectStmt, IfStmt, RunStmt, SetStmt
 

@@ -82,7 +82,7 @@ def test_cmd(
 ) -> None:
     """Run test specs (Salesforce A/B/C and XML, Mantle scenarios, conversation files)."""
     from agentscript.models.base import ModelError
-    from agentscript.models.registry import model_from_spec, resolve_model
+    from agentscript.models.config import model_from_spec, resolve_model
     from agentscript.testing.command import TestOptions, test_command
     from agentscript.testing.spec import MatchRule
 

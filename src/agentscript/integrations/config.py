@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentscript.models.registry import find_config
+from agentscript.models.config import find_config
 
 DEFAULT_CALL_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 20.0
@@ -90,7 +90,7 @@ def load_integration_config(
     path = path or find_config(start)
     if path is None:
         return IntegrationConfig()
-    from agentscript.models.registry import MAX_CONFIG_BYTES
+    from agentscript.models.config import MAX_CONFIG_BYTES
     from agentscript.reading import read_file_text
 
     if not path.exists():

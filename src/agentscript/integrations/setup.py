@@ -116,7 +116,7 @@ def check_prices(budget: Budget, path: Path) -> None:
     """A cost cap needs a price for every model the same file configures ([models])."""
     from agentscript.engine.budgets import BudgetConfigError
     from agentscript.models.base import ModelError
-    from agentscript.models.registry import load_config
+    from agentscript.models.config import load_config
 
     try:
         models = load_config(path)

@@ -11,13 +11,13 @@ from agentscript.models.base import (
     ToolSpec,
     Usage,
 )
-from agentscript.models.function import FunctionInfo, FunctionModel
-from agentscript.models.registry import (
+from agentscript.models.config import (
     describe_configuration_help,
     load_config,
     model_from_spec,
     resolve_model,
 )
+from agentscript.models.function import FunctionInfo, FunctionModel
 
 __all__ = [
     "CallEveryToolModel",

@@ -8,8 +8,7 @@ import pytest
 
 from agentscript.models.anthropic_provider import AnthropicModel
 from agentscript.models.base import Model, ModelError
-from agentscript.models.openai_provider import OpenAIModel
-from agentscript.models.registry import (
+from agentscript.models.config import (
     CONFIG_FILE,
     KNOWN_PROVIDERS,
     ModelConfig,
@@ -23,6 +22,7 @@ from agentscript.models.registry import (
     resolve_spec,
     split_spec,
 )
+from agentscript.models.openai_provider import OpenAIModel
 
 GPT_ID = "model://sfdc_ai__DefaultGPT4Omni"
 
