@@ -25,195 +25,60 @@ from common import machine
 
 Call = Callable[[dict[str, Any]], Awaitable[None]]
 
+
 # The four request bodies of two seed-002 turns (examples/order_status), as the engine sends
 # them: tools, tool calls and results in the history.
+def _tool(name: str, description: str) -> dict[str, Any]:
+    parameters = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+TRANSFERRED = '{"status": "transferring to Order_Management"}'
+
+
+def _transfer(call_id: str) -> list[dict[str, Any]]:
+    """The router's go_to_orders call and its answer."""
+    request = {"name": "go_to_orders", "arguments": "{}"}
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": request}],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": TRANSFERRED},
+    ]
+
+
+def _body(system: str, messages: list[dict[str, Any]], *, tools: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "gpt-standin",
+        "messages": [{"role": "system", "content": system}, *messages],
+    }
+    if tools:
+        body["tools"] = [
+            _tool("go_to_orders", "Order questions"),
+            _tool("go_to_escalation", "The customer asks for a human"),
+        ]
+    return body
+
+
+BRIEF = "You are a helpful order support agent. Be brief.\n\n"
+ROUTER = BRIEF + "Route the customer's request. Use go_to_orders for anything about an order."
+ORDERS = (
+    BRIEF + "Tell the user that the expected delivery date for order number 1234 is February "
+    "10, 2026.\nApologize to the customer for the delay in receiving their order."
+)
+USER = {"role": "user", "content": "/go_to_orders"}
+TURN_1 = [USER, *_transfer("call_1")]
+TURN_2 = [*TURN_1, {"role": "assistant", "content": f"done: {TRANSFERRED}"}, USER]
 BODIES: list[dict[str, Any]] = [
-    {
-        "model": "gpt-standin",
-        "messages": [
-            {
-                "role": "system",
-                "content": "You are a helpful order support agent. Be brief.\n"
-                "\n"
-                "Route the customer's request. Use go_to_orders for anything "
-                "about an order.",
-            },
-            {"role": "user", "content": "/go_to_orders"},
-        ],
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": "go_to_orders",
-                    "description": "Order questions",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {},
-                        "required": [],
-                        "additionalProperties": False,
-                    },
-                },
-            },
-            {
-                "type": "function",
-                "function": {
-                    "name": "go_to_escalation",
-                    "description": "The customer asks for a human",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {},
-                        "required": [],
-                        "additionalProperties": False,
-                    },
-                },
-            },
-        ],
-    },
-    {
-        "model": "gpt-standin",
-        "messages": [
-            {
-                "role": "system",
-                "content": "You are a helpful order support agent. Be brief.\n"
-                "\n"
-                "Tell the user that the expected delivery date for order "
-                "number 1234 is February 10, 2026.\n"
-                "Apologize to the customer for the delay in receiving their "
-                "order.",
-            },
-            {"role": "user", "content": "/go_to_orders"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "go_to_orders", "arguments": "{}"},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": "call_1",
-                "content": '{"status": "transferring to Order_Management"}',
-            },
-        ],
-    },
-    {
-        "model": "gpt-standin",
-        "messages": [
-            {
-                "role": "system",
-                "content": "You are a helpful order support agent. Be brief.\n"
-                "\n"
-                "Route the customer's request. Use go_to_orders for anything "
-                "about an order.",
-            },
-            {"role": "user", "content": "/go_to_orders"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "go_to_orders", "arguments": "{}"},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": "call_1",
-                "content": '{"status": "transferring to Order_Management"}',
-            },
-            {
-                "role": "assistant",
-                "content": 'done: {"status": "transferring to Order_Management"}',
-            },
-            {"role": "user", "content": "/go_to_orders"},
-        ],
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": "go_to_orders",
-                    "description": "Order questions",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {},
-                        "required": [],
-                        "additionalProperties": False,
-                    },
-                },
-            },
-            {
-                "type": "function",
-                "function": {
-                    "name": "go_to_escalation",
-                    "description": "The customer asks for a human",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {},
-                        "required": [],
-                        "additionalProperties": False,
-                    },
-                },
-            },
-        ],
-    },
-    {
-        "model": "gpt-standin",
-        "messages": [
-            {
-                "role": "system",
-                "content": "You are a helpful order support agent. Be brief.\n"
-                "\n"
-                "Tell the user that the expected delivery date for order "
-                "number 1234 is February 10, 2026.\n"
-                "Apologize to the customer for the delay in receiving their "
-                "order.",
-            },
-            {"role": "user", "content": "/go_to_orders"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "go_to_orders", "arguments": "{}"},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": "call_1",
-                "content": '{"status": "transferring to Order_Management"}',
-            },
-            {
-                "role": "assistant",
-                "content": 'done: {"status": "transferring to Order_Management"}',
-            },
-            {"role": "user", "content": "/go_to_orders"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1_1",
-                        "type": "function",
-                        "function": {"name": "go_to_orders", "arguments": "{}"},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": "call_1_1",
-                "content": '{"status": "transferring to Order_Management"}',
-            },
-        ],
-    },
+    _body(ROUTER, [USER], tools=True),
+    _body(ORDERS, TURN_1, tools=False),
+    _body(ROUTER, TURN_2, tools=True),
+    _body(ORDERS, [*TURN_2, *_transfer("call_1_1")], tools=False),
 ]
 
 

@@ -77,3 +77,23 @@ def openai_chunk(text: str | None = None, finish: str | None = None) -> bytes:
 def openai_stream(text: str) -> bytes:
     """A whole, well-formed streamed answer of ``text``."""
     return openai_chunk(text) + openai_chunk(finish="stop") + b"data: [DONE]\n\n"
+
+
+# Answers of a broken OpenAI-compatible server, for the CLI and the lean client's tests.
+def cut_stream(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    """Announces a long body, sends one piece of text, then closes the connection."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Content-Length", "100000")
+    handler.end_headers()
+    handler.wfile.write(openai_chunk("Your order is"))
+    handler.wfile.flush()
+    handler.close_connection = True
+
+
+def html_page(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    send(handler, 200, "text/html", b"<html><body>It works!</body></html>")
+
+
+def json_string(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    send(handler, 200, "application/json", b'"not an answer"')

@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from raw_server import RawServer, openai_chunk, openai_stream, send
+from raw_server import (
+    RawServer,
+    cut_stream,
+    html_page,
+    json_string,
+    openai_stream,
+    send,
+)
 
 import agentscript
 from agentscript.chat import run_chat
@@ -287,25 +294,6 @@ def test_run_json_reports_the_unexpected_error_as_a_failed_expectation(tmp_path:
 
 
 REQUEST = ModelRequest("You help.", "", [Message("user", "hi")], [])
-
-
-def cut_stream(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-    """Announces a long body, sends one piece of text, then closes the connection."""
-    handler.send_response(200)
-    handler.send_header("Content-Type", "text/event-stream")
-    handler.send_header("Content-Length", "100000")
-    handler.end_headers()
-    handler.wfile.write(openai_chunk("Your order is"))
-    handler.wfile.flush()
-    handler.close_connection = True
-
-
-def html_page(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-    send(handler, 200, "text/html", b"<html><body>It works!</body></html>")
-
-
-def json_string(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-    send(handler, 200, "application/json", b'"not an answer"')
 
 
 def complete(server: RawServer, *, streaming: bool) -> ModelResponse:

@@ -10,7 +10,14 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
-from raw_server import RawServer, openai_chunk, openai_stream, send
+from raw_server import (
+    RawServer,
+    cut_stream,
+    html_page,
+    json_string,
+    openai_stream,
+    send,
+)
 
 from agentscript.models.base import Message, ModelError, ModelRequest, ModelResponse
 from agentscript.models.config import model_from_spec
@@ -36,24 +43,6 @@ def completion(text: str) -> bytes:
             "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
         }
     ).encode()
-
-
-def cut_stream(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-    handler.send_response(200)
-    handler.send_header("Content-Type", "text/event-stream")
-    handler.send_header("Content-Length", "100000")
-    handler.end_headers()
-    handler.wfile.write(openai_chunk("Your order is"))
-    handler.wfile.flush()
-    handler.close_connection = True
-
-
-def html_page(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-    send(handler, 200, "text/html", b"<html><body>It works!</body></html>")
-
-
-def json_string(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-    send(handler, 200, "application/json", b'"not an answer"')
 
 
 def chunked(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import click
 
 from agentscript.cli.common import enable_otel, exit_with, load_agent_or_exit
-from agentscript.cli.options import otel_option, stub_missing_tools_option, trace_dir_option
+from agentscript.cli.options import (
+    otel_option,
+    stub_missing_tools_option,
+    trace_dir_option,
+    var_option,
+)
 from agentscript.commands import SHOW_CHOICES
 
 
@@ -13,13 +18,7 @@ from agentscript.commands import SHOW_CHOICES
 @click.argument("agent")
 @click.option("--model", "model_spec", default=None, help="Model spec, e.g. openai:gpt-4o-mini.")
 @click.option("--base-url", default=None, help="Server URL (Ollama, vLLM, a gateway, ...).")
-@click.option(
-    "--var",
-    "variables",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Initial variable (YAML value); Mantle entries by qualified name (project.customer_id).",
-)
+@var_option
 @trace_dir_option
 @click.option(
     "--show",

@@ -34,3 +34,11 @@ otel_option = click.option(
 )
 
 __all__ = ["dialect_option", "otel_option", "stub_missing_tools_option", "trace_dir_option"]
+
+var_option = click.option(
+    "--var",
+    "variables",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Initial variable (YAML value); Mantle entries by qualified name (project.customer_id).",
+)

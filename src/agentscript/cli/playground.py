@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from agentscript.cli.common import exit_with
+from agentscript.cli.options import var_option
 
 
 @click.command()
@@ -21,13 +22,7 @@ from agentscript.cli.common import exit_with
     default=None,
     help="A conversation file whose 'actions:' answer flow://, apex://, ... actions.",
 )
-@click.option(
-    "--var",
-    "variables",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Initial variable (YAML value); Mantle entries by qualified name (project.customer_id).",
-)
+@var_option
 def playground(paths: tuple[str, ...], **options: Any) -> None:
     """Chat with agents in the browser and watch every decision (needs agentscript[serve])."""
     from agentscript.server.playground.command import playground_cli
