@@ -74,6 +74,26 @@ def openai_chunk(text: str | None = None, finish: str | None = None) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
 
+def openai_completion(text: str, *, usage: dict[str, int] | None = None) -> bytes:
+    """A non-streamed chat completion saying ``text`` (with ``usage`` when given)."""
+    answer: dict[str, Any] = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    if usage is not None:
+        answer["usage"] = usage
+    return json.dumps(answer).encode()
+
+
 def openai_stream(text: str) -> bytes:
     """A whole, well-formed streamed answer of ``text``."""
     return openai_chunk(text) + openai_chunk(finish="stop") + b"data: [DONE]\n\n"

@@ -24,6 +24,7 @@ from raw_server import (
     cut_stream,
     html_page,
     json_string,
+    openai_completion,
     openai_stream,
     send,
 )
@@ -79,20 +80,7 @@ def echo_stream(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
     if body.get("stream"):
         send(handler, 200, "text/event-stream", openai_stream(text))
     else:
-        answer = {
-            "id": "c1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "gpt-test",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
-                }
-            ],
-        }
-        send(handler, 200, "application/json", json.dumps(answer).encode())
+        send(handler, 200, "application/json", openai_completion(text))
 
 
 # ---------------------------------------------------------------------- streamed chat

@@ -5,7 +5,6 @@ well-behaved cases run in tests/test_models_openai.py, with the SDK and with thi
 from __future__ import annotations
 
 import asyncio
-import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -15,6 +14,7 @@ from raw_server import (
     cut_stream,
     html_page,
     json_string,
+    openai_completion,
     openai_stream,
     send,
 )
@@ -23,32 +23,16 @@ from agentscript.models.base import Message, ModelError, ModelRequest, ModelResp
 from agentscript.models.config import model_from_spec
 from agentscript.models.openai_lean import LeanOpenAIModel
 
+USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
 REQUEST = ModelRequest("You help.", "", [Message("user", "hi")], [])
-
-
-def completion(text: str) -> bytes:
-    return json.dumps(
-        {
-            "id": "c1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "gpt-test",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-        }
-    ).encode()
 
 
 def chunked(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
     """The answer in chunked transfer encoding, cut into small chunks."""
     streaming = bool(body.get("stream"))
-    payload = openai_stream("hello there") if streaming else completion("hello there")
+    payload = (
+        openai_stream("hello there") if streaming else openai_completion("hello there", usage=USAGE)
+    )
     handler.send_response(200)
     handler.send_header("Content-Type", "text/event-stream" if streaming else "application/json")
     handler.send_header("Transfer-Encoding", "chunked")
@@ -65,7 +49,7 @@ def answer_then_hang_up(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -
     if body.get("stream"):
         send(handler, 200, "text/event-stream", openai_stream("again"))
     else:
-        send(handler, 200, "application/json", completion("again"))
+        send(handler, 200, "application/json", openai_completion("again", usage=USAGE))
     handler.close_connection = True
 
 
@@ -134,7 +118,7 @@ def test_connections_are_reused_between_calls() -> None:
 
     def answer(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         opened.append(id(handler))  # one handler object per connection
-        send(handler, 200, "application/json", completion("ok"))
+        send(handler, 200, "application/json", openai_completion("ok", usage=USAGE))
 
     with RawServer(answer) as server:
         model = LeanOpenAIModel("gpt-test", api_key="sk-test", base_url=server.url)
