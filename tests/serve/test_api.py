@@ -530,3 +530,42 @@ def test_api_cors_off_unless_configured(tmp_path: Path) -> None:
     status, headers = run(url, scenario, config=config)
     assert status == 200
     assert headers["access-control-allow-origin"] == "https://app.example.com"
+
+
+def test_api_restores_each_turn_from_the_stored_text_without_walking_it(
+    api_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store hands ``restore`` its JSON text: only the depth is checked, no walk and copy
+    of the whole history in Python before every turn (which grew with the session)."""
+    from agentscript.engine import restore
+
+    def no_walk(*args: object, **kwargs: object) -> object:
+        raise AssertionError("json_safe walked a stored session")
+
+    monkeypatch.setattr(restore, "json_safe", no_walk)
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        sid = await new_session(client)
+        for n in range(1, 4):
+            response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": f"hi {n}"})
+            assert response.status_code == 200, response.text
+            assert response.json()["turn"] == n
+
+    run(api_store, scenario)
+
+
+def test_restoring_json_text_still_refuses_what_a_mapping_is_refused_for() -> None:
+    from agentscript.engine.restore import SESSION_MAX_DEPTH, SessionRestoreError, decode
+
+    deep: object = 1
+    for _ in range(SESSION_MAX_DEPTH + 2):
+        deep = [deep]
+    for bad, reason in (
+        ('{"a": NaN}', "NaN is not JSON"),
+        ('{"a": ' + "9" * 5000 + "}", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object, got list"),
+        (json.dumps({"history": deep}), f"nested more than {SESSION_MAX_DEPTH} levels deep"),
+    ):
+        with pytest.raises(SessionRestoreError) as caught:
+            decode(bad)
+        assert reason in str(caught.value)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from agentscript.errors import SessionRestoreError as SessionRestoreError  # re-exported
+from agentscript.expr.values import nested_deeper_than
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
 from agentscript.models.base import Message, ToolCall
@@ -88,14 +89,27 @@ SESSION_MAX_DEPTH = MAX_KEPT_ARGUMENT_DEPTH + 16
 
 
 def decode(data: Mapping[str, Any] | str) -> dict[str, Any]:
-    """The saved session as a dict (JSON text parsed, strictly: no NaN or Infinity)."""
+    """The saved session as a dict (JSON text parsed, strictly: no NaN or Infinity).
+
+    JSON text, once parsed within the size cap and without NaN or Infinity (an integer too long
+    for Python to print is refused by the parser too), holds only JSON values: only its depth is
+    left to check, without the walk and copy a mapping from elsewhere needs. The server hands
+    its stored text here, so restoring a long session before each turn costs a parse, not a
+    walk of its history in Python."""
     if isinstance(data, str):
         if len(data) > MAX_SESSION_CHARS:
             raise SessionRestoreError("(session)", f"larger than {MAX_SESSION_CHARS} characters")
         try:
-            data = json.loads(data, parse_constant=_no_constant)
+            parsed = json.loads(data, parse_constant=_no_constant)
         except (ValueError, RecursionError) as exc:
             raise SessionRestoreError("(session)", f"not valid JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise SessionRestoreError("(session)", f"expected a JSON object, got {_kind(parsed)}")
+        if nested_deeper_than(parsed, SESSION_MAX_DEPTH):
+            raise SessionRestoreError(
+                "(session)", f"nested more than {SESSION_MAX_DEPTH} levels deep"
+            )
+        return parsed
     if not isinstance(data, Mapping):
         raise SessionRestoreError("(session)", f"expected a JSON object, got {_kind(data)}")
     try:

@@ -309,7 +309,7 @@ class SessionService:
             )
         try:
             return served.agent.restore(
-                record.state,
+                record.state_text if record.state_text is not None else record.state,
                 model=served.model_for(record.session_id, record.turns + 1),
                 stubs=served.stubs_for(record.session_id),
             )

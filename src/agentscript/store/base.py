@@ -75,6 +75,9 @@ class SessionRecord:
     updated_at: float = field(default_factory=time.time)
     expires_at: float | None = None
     format: str = STORE_FORMAT
+    # ``state`` as the store holds it (JSON text), when read from a store: restoring from the
+    # text needs no walk of the parsed copy (engine/restore.py ``decode``).
+    state_text: str | None = field(default=None, compare=False, repr=False)
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or time.time())

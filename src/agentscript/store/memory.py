@@ -116,6 +116,7 @@ class MemoryStore:
         ):
             raise ValueError(f"Idempotency-Key {key!r} already used in this session")
         stored.state = copy.deepcopy(outcome.state)
+        stored.state_text = None
         stored.turns += 1
         stored.ended = outcome.ended
         stored.escalated = outcome.escalated

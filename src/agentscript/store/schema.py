@@ -100,6 +100,7 @@ def session_from_row(row: Sequence[Any]) -> SessionRecord:
         agent_version=row[3],
         format=row[4],
         state=json.loads(row[5]),
+        state_text=row[5],
         turns=int(row[6]),
         ended=bool(row[7]),
         escalated=bool(row[8]),
