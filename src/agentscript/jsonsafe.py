@@ -21,14 +21,21 @@ DEFAULT_MAX_DEPTH = 32
 
 
 class UnsafeValue(ValueError):
-    """A value that cannot be kept as JSON; ``path`` says where (``outputs.items[3]``);
-    ``too_large`` marks the size budget (as opposed to a value JSON has no form for)."""
+    """A value that cannot be kept as JSON; ``path`` says where (``outputs.items[3]``).
+    ``problem`` says which bound or rule refused it, for callers that answer each their own
+    way: ``"size"`` (the size budget), ``"depth"`` (nesting), ``"integer"`` (too long for
+    Python to print) or ``"value"`` (no JSON form: NaN, a set, a cycle, a key that is no
+    string)."""
 
-    def __init__(self, reason: str, path: str, *, too_large: bool = False) -> None:
+    def __init__(self, reason: str, path: str, *, problem: str = "value") -> None:
         super().__init__(f"{path}: {reason}" if path else reason)
         self.reason = reason
         self.path = path
-        self.too_large = too_large
+        self.problem = problem
+
+    @property
+    def too_large(self) -> bool:
+        return self.problem == "size"
 
 
 def json_safe(
@@ -103,7 +110,7 @@ class _Walker:
             raise UnsafeValue(
                 f"larger than the limit of {int(self.budget)} characters",
                 self.path(),
-                too_large=True,
+                problem="size",
             )
 
     def copy(self, value: Any, depth: int) -> Any:
@@ -123,7 +130,9 @@ class _Walker:
                 try:  # CPython refuses to print more than sys.get_int_max_str_digits() digits
                     digits = len(str(value))
                 except ValueError:
-                    raise UnsafeValue("an integer too long to print as JSON", self.path()) from None
+                    raise UnsafeValue(
+                        "an integer too long to print as JSON", self.path(), problem="integer"
+                    ) from None
                 self.spend(digits)
             return int(value)
         if isinstance(value, float):
@@ -140,7 +149,9 @@ class _Walker:
 
     def container(self, value: Any, depth: int) -> Any:
         if depth >= self.max_depth:
-            raise UnsafeValue(f"nested more than {self.max_depth} levels deep", self.path())
+            raise UnsafeValue(
+                f"nested more than {self.max_depth} levels deep", self.path(), problem="depth"
+            )
         key = id(value)
         if key in self.ancestors:
             raise UnsafeValue("contains itself (a cycle)", self.path())

@@ -14,6 +14,7 @@ from agentscript.store import (
     SessionGone,
     SessionRecord,
     Store,
+    StoreError,
     TurnConflict,
     TurnOutcome,
     TurnRecord,
@@ -209,3 +210,31 @@ def test_store_reopen_keeps_sessions_and_migrates_once(tmp_path: Any) -> None:
 def test_store_unknown_url_scheme_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown store"):
         store_from_url("redis://localhost")
+
+
+def test_a_store_written_by_a_newer_agentscript_is_refused_naming_it(
+    api_store: str,
+) -> None:
+    """Each backend records its schema version; one ahead of this agentscript's migrations is
+    a clear StoreError at open, never a store read with the wrong schema."""
+    from agentscript.store import schema
+
+    async def bump(store: Store) -> None:
+        newer = str(len(schema.MIGRATIONS) + 1)
+        if api_store.startswith("sqlite"):
+            import sqlite3
+
+            db = sqlite3.connect(api_store.removeprefix("sqlite:///"))
+            db.execute("UPDATE agentscript_meta SET value = ?", (newer,))
+            db.commit()
+            db.close()
+        else:
+            import psycopg
+
+            with psycopg.connect(api_store, autocommit=True) as conn:
+                conn.execute("UPDATE agentscript_meta SET value = %s", (newer,))
+
+    run(api_store, bump)
+    with pytest.raises(StoreError, match="newer than this agentscript") as caught:
+        run(api_store, lambda store: asyncio.sleep(0))
+    assert "upgrade agentscript" in str(caught.value)

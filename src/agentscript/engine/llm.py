@@ -186,9 +186,9 @@ def bounded_call(call: ToolCall, max_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) ->
         # recurses past MAX_KEPT_DEPTH).
         json_safe(arguments, max_chars=max_chars, max_depth=MAX_KEPT_DEPTH)
     except UnsafeValue as exc:
-        if exc.reason.startswith("nested more than"):
+        if exc.problem == "depth":
             note = f"(arguments nested more than {MAX_KEPT_DEPTH} levels deep; dropped)"
-        elif exc.reason.startswith("an integer too long to print"):
+        elif exc.problem == "integer":
             # no trace or saved session could hold it
             note = "(arguments hold a number too long to print; dropped)"
         else:

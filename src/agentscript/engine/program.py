@@ -67,7 +67,10 @@ def json_schema_of(type_name: str) -> dict[str, Any]:
 
 def variable_of(target: Expr) -> str | None:
     """The variable a ``@variables.x`` reference names, else None."""
-    path = reference_path(target)
+    return _variable_in(reference_path(target))
+
+
+def _variable_in(path: tuple[str, ...] | None) -> str | None:
     if path is None or len(path) != 2 or path[0] != "variables":
         return None
     return path[1]
@@ -186,10 +189,7 @@ class Program:
 
     def variable_of(self, target: Expr) -> str | None:
         """:func:`variable_of`, through the memo of :meth:`path_of`."""
-        path = self.path_of(target)
-        if path is None or len(path) != 2 or path[0] != "variables":
-            return None
-        return path[1]
+        return _variable_in(self.path_of(target))
 
     def source(self, expr: Expr) -> str:
         """The canonical source text of ``expr`` (for traces), printed once per node."""

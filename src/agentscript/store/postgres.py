@@ -115,15 +115,8 @@ class PostgresStore:
                 "SELECT value FROM agentscript_meta WHERE key = %s", (schema.SCHEMA_VERSION_KEY,)
             )
             row = await cur.fetchone()
-            done = int(row[0]) if row else 0
-            if done > len(schema.MIGRATIONS):
-                raise StoreError(
-                    f"{self.url} has schema version {done}, newer than this agentscript "
-                    f"({len(schema.MIGRATIONS)}); upgrade agentscript"
-                )
-            for statements in schema.MIGRATIONS[done:]:
-                for sql in statements:
-                    await conn.execute(sql)
+            for sql in schema.pending_migrations(int(row[0]) if row else 0, self.url):
+                await conn.execute(sql)
             await conn.execute(
                 "INSERT INTO agentscript_meta (key, value) VALUES (%s, %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",

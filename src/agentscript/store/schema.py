@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentscript.store.base import SessionRecord, TurnOutcome, TurnRecord
+from agentscript.store.base import SessionRecord, StoreError, TurnOutcome, TurnRecord
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -55,6 +55,19 @@ MIGRATIONS: list[list[str]] = [
         )""",
     ],
 ]
+
+
+def pending_migrations(done: int, where: str) -> list[str]:
+    """The statements that bring a store at schema version ``done`` (read from its
+    ``agentscript_meta`` table) up to date, in order; StoreError naming ``where`` for a store
+    written by a newer agentscript."""
+    if done > len(MIGRATIONS):
+        raise StoreError(
+            f"{where} has schema version {done}, newer than this agentscript "
+            f"({len(MIGRATIONS)}); upgrade agentscript"
+        )
+    return [sql for statements in MIGRATIONS[done:] for sql in statements]
+
 
 SESSION_COLUMNS = (
     "session_id, agent, owner, agent_version, format, state, turns, ended, escalated, "

@@ -77,15 +77,8 @@ class SQLiteStore:
             row = db.execute(
                 "SELECT value FROM agentscript_meta WHERE key = ?", (schema.SCHEMA_VERSION_KEY,)
             ).fetchone()
-            done = int(row[0]) if row else 0
-            if done > len(schema.MIGRATIONS):
-                raise StoreError(
-                    f"{self.path} has schema version {done}, newer than this agentscript "
-                    f"({len(schema.MIGRATIONS)}); upgrade agentscript"
-                )
-            for statements in schema.MIGRATIONS[done:]:
-                for sql in statements:
-                    db.execute(sql)
+            for sql in schema.pending_migrations(int(row[0]) if row else 0, str(self.path)):
+                db.execute(sql)
             db.execute(
                 "INSERT OR REPLACE INTO agentscript_meta (key, value) VALUES (?, ?)",
                 (schema.SCHEMA_VERSION_KEY, str(len(schema.MIGRATIONS))),
