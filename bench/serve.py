@@ -252,7 +252,7 @@ async def closed_loop(url: str, sessions: int, clients: int, pgid: int) -> dict[
 async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=500)) as client:
         sids = await new_sessions(client, url, turns)
-        overheads: list[float] = []
+        latencies: dict[str, float] = {}
         errors = 0
 
         async def fire(sid: str) -> None:
@@ -262,8 +262,7 @@ async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str
             except httpx.HTTPError:
                 elapsed, ok = 0.0, False
             if ok:
-                calls = await llm_calls(client, url, sid, 1)
-                overheads.append((elapsed - calls * delay) * 1000)
+                latencies[sid] = elapsed
             else:
                 errors += 1
 
@@ -275,6 +274,12 @@ async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str
             await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
             tasks.append(asyncio.create_task(fire(sid)))
         await asyncio.gather(*tasks)
+        # Read the LLM calls from the traces after the run: fetching them during it would add
+        # load the capacity measurement did not have.
+        overheads = [
+            (elapsed - await llm_calls(client, url, sid, 1) * delay) * 1000
+            for sid, elapsed in latencies.items()
+        ]
     return {"p50": pct(overheads, 0.5), "p99": pct(overheads, 0.99), "errors": errors}
 
 

@@ -358,7 +358,8 @@ def test_accepted_connections_get_tcp_nodelay_even_from_a_protocol_0_listener() 
     not give TCP_NODELAY: without it every response waited ~40 ms for a delayed ACK."""
     import socket
 
-    from agentscript.server.nodelay import PROTOCOL, NoDelayH11Protocol, set_nodelay
+    from agentscript.server.httptools_nodelay import NoDelayHttpToolsProtocol
+    from agentscript.server.nodelay import H11, HTTPTOOLS, NoDelayH11Protocol, protocol, set_nodelay
 
     class Transport:
         def __init__(self, sock: socket.socket) -> None:
@@ -378,4 +379,20 @@ def test_accepted_connections_get_tcp_nodelay_even_from_a_protocol_0_listener() 
                 assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
         set_nodelay(Transport(unix))  # type: ignore[arg-type]  # not TCP: left alone
-    assert f"{NoDelayH11Protocol.__module__}:{NoDelayH11Protocol.__name__}" == PROTOCOL
+    assert f"{NoDelayH11Protocol.__module__}:{NoDelayH11Protocol.__name__}" == H11
+    name = f"{NoDelayHttpToolsProtocol.__module__}:{NoDelayHttpToolsProtocol.__name__}"
+    assert name == HTTPTOOLS == protocol()  # the serve extra installs httptools
+
+
+def test_without_httptools_serve_falls_back_to_h11(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from agentscript.server import nodelay
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "httptools" else real(name, *a),
+    )
+    assert nodelay.protocol() == nodelay.H11

@@ -12,6 +12,7 @@ call ends the turn.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,11 @@ class ToolCalls:
     """Runs the tool calls of the LLM steps of one turn."""
 
     def __init__(self, turn: TurnRunner) -> None:
-        self.turn = turn
+        # A proxy, not the runner itself: the runner holds this object, and a strong reference
+        # back would make every turn a reference cycle. Cycles leave a finished turn's trace and
+        # history to the cycle collector, whose pauses (30-50 ms for a full collection) were
+        # most of serve's p99 (docs/performance.md, issue 11).
+        self.turn: TurnRunner = weakref.proxy(turn)
         self.procedures = turn.procedures
         self._step_mark = 0  # history length before the current step's tool calls
         self._escalation_text = ""

@@ -26,6 +26,7 @@ from agentscript.server.agents import ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, body, status_of
+from agentscript.server.heap import freeze_startup_heap
 from agentscript.server.metrics import Metrics
 from agentscript.server.ratelimit import RateLimiter, retry_after
 from agentscript.server.service import SessionService, TurnHooks
@@ -185,8 +186,14 @@ def create_app(
     config: ServerConfig | None = None,
     keys: ApiKeys | None = None,
     purge_every: float | None = 60.0,
+    freeze_heap: bool = False,
 ) -> FastAPI:
-    """The server for ``agents`` over ``store`` (opened at start-up, closed at shutdown)."""
+    """The server for ``agents`` over ``store`` (opened at start-up, closed at shutdown).
+
+    ``freeze_heap``: once started, exempt every object then alive from the cycle collector
+    (:mod:`.heap`), as ``agentscript serve`` does. Off by default: it keeps those objects for
+    the life of the process, which a test run or an application embedding this one may not want.
+    """
     config = config or ServerConfig()
     keys = keys or ApiKeys()
     metrics = Metrics()
@@ -206,11 +213,17 @@ def create_app(
 
         async def warm_up() -> list[str]:
             await asyncio.sleep(0.02)  # lets uvicorn bind first
-            return warm_up_sdks()
+            try:
+                return warm_up_sdks()
+            finally:
+                if freeze_heap:
+                    freeze_startup_heap()
 
         if unloaded_sdks():
             warm = warming["task"] = asyncio.create_task(warm_up())
             warm.add_done_callback(lambda done: done.cancelled() or done.exception())
+        elif freeze_heap:
+            freeze_startup_heap()
         purger = None
         if purge_every and config.session_ttl:
             from agentscript.server.service import purge_loop

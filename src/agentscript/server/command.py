@@ -54,7 +54,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def build_app(options: ServeOptions) -> tuple[Any, list[str]]:
+def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any, list[str]]:
     """The ASGI app for ``options`` and the lines describing it (ServeError when it cannot
     be built)."""
     from agentscript.models.base import Model, ModelError
@@ -104,7 +104,7 @@ def build_app(options: ServeOptions) -> tuple[Any, list[str]]:
         rate_limit=options.rate_limit,
         cors_origins=list(options.cors_origins),
     )
-    app = create_app(served, store, config=config, keys=keys)
+    app = create_app(served, store, config=config, keys=keys, freeze_heap=freeze_heap)
     page: list[str] = []
     if options.playground:
         from agentscript.server.playground.command import add_playground
@@ -137,7 +137,7 @@ def _model(agent: Any, options: ServeOptions) -> Any:
 def worker_app() -> Any:
     """The app of one worker process (uvicorn's factory with ``--workers N``)."""
     options = ServeOptions(**json.loads(os.environ[ENV]))
-    app, _lines = build_app(options)
+    app, _lines = build_app(options, freeze_heap=True)
     return app
 
 
@@ -147,7 +147,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         echo("--workers must be at least 1")
         return ExitCode.USAGE
     try:
-        app, lines = build_app(options)
+        app, lines = build_app(options, freeze_heap=True)
     except ServeError as exc:
         echo(f"agentscript serve: {exc}")
         return ExitCode.USAGE
@@ -156,7 +156,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     except ImportError:
         echo("agentscript serve needs uvicorn; install it with: pip install 'agentscript[serve]'")
         return ExitCode.USAGE
-    from agentscript.server.nodelay import PROTOCOL
+    from agentscript.server.nodelay import protocol
 
     for line in lines:
         echo(line)
@@ -165,7 +165,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
             app,
             host=options.host,
             port=options.port,
-            http=PROTOCOL,
+            http=protocol(),
             log_level="warning",
             access_log=False,
         )
@@ -177,7 +177,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
             host=options.host,
             port=options.port,
             workers=options.workers,
-            http=PROTOCOL,
+            http=protocol(),
             log_level="warning",
             access_log=False,
         )

@@ -1,4 +1,4 @@
-"""uvicorn's HTTP/1.1 protocol with TCP_NODELAY on every accepted connection.
+"""uvicorn's HTTP/1.1 protocols with TCP_NODELAY on every accepted connection.
 
 With ``--workers N`` uvicorn binds the listening socket itself as ``socket.socket(family)``
 (protocol 0), and asyncio turns Nagle's algorithm off only for sockets whose protocol is
@@ -6,19 +6,29 @@ With ``--workers N`` uvicorn binds the listening socket itself as ``socket.socke
 client's delayed ACK (measured: every request of a 2-worker server took 44 ms on loopback).
 One worker listens through ``loop.create_server``, whose sockets already have it; setting it
 again is harmless.
+
+The parser is httptools (C) when it is installed (``agentscript[serve]`` installs it), else
+h11 (pure Python): httptools costs a fraction of h11's CPU per request, which is most of what
+a turn costs the server besides the engine (docs/performance.md, issue 11).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import socket
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-# What `agentscript serve` passes to uvicorn as its ``http`` protocol (an import string, so
-# worker processes load it too).
-PROTOCOL = "agentscript.server.nodelay:NoDelayH11Protocol"
+H11 = "agentscript.server.nodelay:NoDelayH11Protocol"
+HTTPTOOLS = "agentscript.server.httptools_nodelay:NoDelayHttpToolsProtocol"
+
+
+def protocol() -> str:
+    """What `agentscript serve` passes to uvicorn as its ``http`` protocol: an import string,
+    so worker processes load it too."""
+    return HTTPTOOLS if importlib.util.find_spec("httptools") is not None else H11
 
 
 class NoDelayH11Protocol(H11Protocol):

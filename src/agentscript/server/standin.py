@@ -16,12 +16,12 @@ Run it alone with ``python -m agentscript.server.standin --port 8001 --delay 0.0
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import socket
 import threading
 import time
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentscript.models.base import ModelRequest, ModelResponse, TextSink, ToolCall, Usage
@@ -72,26 +72,26 @@ class StandInModel:
         return ModelResponse(text=text, usage=Usage(10, 5), model="standin")
 
 
-class _Listener(ThreadingHTTPServer):
-    # The default backlog (5) resets connections when a benchmark's clients open many at once.
-    request_queue_size = 1024
-
-
 class StandInServer:
-    """The stand-in rule behind an OpenAI-compatible HTTP endpoint on loopback."""
+    """The stand-in rule behind an OpenAI-compatible HTTP endpoint on loopback.
+
+    One asyncio loop in a daemon thread serves every connection (HTTP/1.1, keep-alive): a
+    benchmark's model must add nothing but its fixed delay, and a thread per connection adds
+    GIL waits (up to the 5 ms switch interval) that a benchmark would charge to the server it
+    measures. uvloop is used when it is installed.
+    """
 
     def __init__(self, port: int = 0, delay: float = 0.0) -> None:
         self.delay = delay
         self.requests = 0
-        self._httpd = _Listener(("127.0.0.1", port), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._loop = _new_loop()
+        self._listener = socket.create_server(("127.0.0.1", port), backlog=1024)
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return int(self._listener.getsockname()[1])
 
     @property
     def base_url(self) -> str:
@@ -99,17 +99,71 @@ class StandInServer:
 
     def start(self) -> StandInServer:
         self._thread.start()
+
+        async def listen() -> asyncio.Server:
+            return await asyncio.start_server(self._connection, sock=self._listener)
+
+        self._server = asyncio.run_coroutine_threadsafe(listen(), self._loop).result()
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if self._server is not None:
+            server = self._server
+
+            async def close() -> None:
+                server.close()
+                if hasattr(server, "close_clients"):
+                    server.close_clients()
+
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=5)
+            self._server = None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._listener.close()
 
     def __enter__(self) -> StandInServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    return
+                path, body = request
+                status, kind, payload = await self._answer(path, body)
+                head = (
+                    f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\n"
+                    f"Content-Type: {kind}\r\nContent-Length: {len(payload)}\r\n\r\n"
+                )
+                writer.write(head.encode() + payload)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            return
+        finally:
+            writer.close()
+
+    async def _answer(self, path: str, raw: bytes) -> tuple[int, str, bytes]:
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {}
+        if not path.rstrip("/").endswith("/chat/completions") or not isinstance(body, dict):
+            return 404, "application/json", b'{"error": {"message": "not found"}}'
+        text, call = self.reply(body)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        model = str(body.get("model", "standin"))
+        if body.get("stream"):
+            payload = "".join(f"data: {json.dumps(c)}\n\n" for c in _chunks(text, call, model))
+            return 200, "text/event-stream", (payload + "data: [DONE]\n\n").encode()
+        return 200, "application/json", json.dumps(_completion(text, call, model)).encode()
 
     def reply(self, body: dict[str, Any]) -> tuple[str | None, Any]:
         self.requests += 1
@@ -183,50 +237,30 @@ def _chunks(text: str | None, call: Any, model: str) -> list[dict[str, Any]]:
     return out
 
 
-def _handler(server: StandInServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, bytes] | None:
+    """The path and body of the next request on a connection; None when the client closed it."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise ValueError("bad request line")
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    return parts[1], await reader.readexactly(length) if length else b""
 
-        def setup(self) -> None:
-            super().setup()
-            # Headers and body leave in two writes: without this, Nagle's algorithm and the
-            # client's delayed ACK add ~40 ms to every answer.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                body = {}
-            if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(
-                body, dict
-            ):
-                self._send(404, "application/json", b'{"error": {"message": "not found"}}')
-                return
-            text, call = server.reply(body)
-            if server.delay:
-                time.sleep(server.delay)
-            model = str(body.get("model", "standin"))
-            if body.get("stream"):
-                payload = "".join(f"data: {json.dumps(c)}\n\n" for c in _chunks(text, call, model))
-                self._send(200, "text/event-stream", (payload + "data: [DONE]\n\n").encode())
-            else:
-                self._send(
-                    200, "application/json", json.dumps(_completion(text, call, model)).encode()
-                )
-
-        def _send(self, status: int, kind: str, payload: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    return Handler
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - a dev tool
