@@ -10,8 +10,10 @@ OpenAI client, like a deployment would.
 
 For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
 
-1. one turn at a time: p50/p99 of the server's own overhead (client latency minus the model's
-   fixed delay per LLM call);
+1. one turn at a time: p50/p99 of the server's own overhead, read two ways: client latency
+   minus the model's fixed delay per LLM call (strict), and minus the model time the server
+   recorded in the turn's trace (``traced``; the stand-in's timer overshoot and wake-up, which
+   a bare client measures at the top of the report, then count as the model's);
 2. closed loop, ``--sessions`` x 5 turns (``--full``: 1,000) with ``--clients`` concurrent clients: turns per
    second at saturation, server CPU per turn (all worker processes, store commit and trace
    included), errors;
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import signal
@@ -192,24 +195,39 @@ async def one_turn(client: httpx.AsyncClient, url: str, sid: str) -> tuple[float
     return elapsed, ok
 
 
-async def llm_calls(client: httpx.AsyncClient, url: str, sid: str, turn: int) -> int:
-    """LLM calls of one committed turn, from its trace (not timed)."""
+async def model_time(client: httpx.AsyncClient, url: str, sid: str, turn: int) -> tuple[int, float]:
+    """LLM calls of one committed turn and the seconds the server waited for them (its
+    trace's ``usage``), read after the timing."""
     trace = (await client.get(f"{url}/v1/sessions/{sid}/turns/{turn}/trace")).json()
-    return int(trace["usage"]["llm_calls"])
+    return int(trace["usage"]["llm_calls"]), float(trace["usage"]["llm_ms"]) / 1000
+
+
+def overheads(measured: list[tuple[float, int, float]], delay: float) -> dict[str, float]:
+    """Two readings of the server's own overhead per turn, in ms: latency minus the model's
+    fixed delay per call (strict: the stand-in's timer overshoot and wake-up are charged to
+    the server), and latency minus the model time the server measured in its trace (the
+    stand-in's own time is the model's, the model client's work inside a call too)."""
+    strict = [(elapsed - calls * delay) * 1000 for elapsed, calls, _ in measured]
+    traced = [(elapsed - waited) * 1000 for elapsed, _, waited in measured]
+    return {
+        "p50": pct(strict, 0.5),
+        "p99": pct(strict, 0.99),
+        "traced_p50": pct(traced, 0.5),
+        "traced_p99": pct(traced, 0.99),
+    }
 
 
 async def sequential(url: str, turns: int, delay: float) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=60) as client:
         sids = await new_sessions(client, url, max(1, turns // 5))
-        overheads = []
+        measured = []
         for i in range(turns):
             sid = sids[i // 5 % len(sids)]
             elapsed, ok = await one_turn(client, url, sid)
             if not ok:
                 raise RuntimeError("a turn failed in the sequential run")
-            calls = await llm_calls(client, url, sid, i % 5 + 1)
-            overheads.append((elapsed - calls * delay) * 1000)
-    return {"p50": pct(overheads, 0.5), "p99": pct(overheads, 0.99)}
+            measured.append((elapsed, *await model_time(client, url, sid, i % 5 + 1)))
+    return overheads(measured, delay)
 
 
 async def closed_loop(url: str, sessions: int, clients: int, pgid: int) -> dict[str, float]:
@@ -274,13 +292,12 @@ async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str
             await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
             tasks.append(asyncio.create_task(fire(sid)))
         await asyncio.gather(*tasks)
-        # Read the LLM calls from the traces after the run: fetching them during it would add
-        # load the capacity measurement did not have.
-        overheads = [
-            (elapsed - await llm_calls(client, url, sid, 1) * delay) * 1000
-            for sid, elapsed in latencies.items()
+        # Read the model times from the traces after the run: fetching them during it would
+        # add load the capacity measurement did not have.
+        measured = [
+            (elapsed, *await model_time(client, url, sid, 1)) for sid, elapsed in latencies.items()
         ]
-    return {"p50": pct(overheads, 0.5), "p99": pct(overheads, 0.99), "errors": errors}
+    return {**overheads(measured, delay), "errors": errors}
 
 
 def in_process_cpu(
@@ -404,6 +421,11 @@ def main() -> None:
     model_url = f"http://127.0.0.1:{model_port}/v1"
     try:
         wait_port(model_port)
+        print(
+            f"# stand-in model: a bare socket client gets each answer "
+            f"{standin_overshoot(model_port, args.delay):.2f} ms after the {args.delay * 1000:.0f} ms "
+            "delay (p50; timer overshoot and waking an idle process)"
+        )
         with tempfile.TemporaryDirectory() as tmp:
             agent = write_agent(Path(tmp))
             references = {}
@@ -422,10 +444,10 @@ def main() -> None:
             header = (
                 "| model | store | workers | start s | seq p50 ms | seq p99 ms | turns/s "
                 "| CPU ms/turn | x in-process | errors | open-loop rate | open p50 ms "
-                "| open p99 ms |"
+                "| open p99 ms | traced: seq p50 / p99 | traced: open p50 / p99 |"
             )
             print(header)
-            print("|---" * 13 + "|")
+            print("|---" * 15 + "|")
             for kind in kinds:
                 delay = args.delay if kind in SPECS else 0.0
                 for store_kind in args.stores.split(","):
@@ -439,12 +461,43 @@ def main() -> None:
                             f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
                             f"| {row['cpu_ms']:.2f} | {row['cpu_ms'] / references[kind]:.1f} "
                             f"| {row['errors']:.0f} | {row['rate']:.0f}/s "
-                            f"| {row['open_p50']:.1f} | {row['open_p99']:.1f} |",
+                            f"| {row['open_p50']:.1f} | {row['open_p99']:.1f} "
+                            f"| {row['traced_p50']:.1f} / {row['traced_p99']:.1f} "
+                            f"| {row['open_traced_p50']:.1f} / {row['open_traced_p99']:.1f} |",
                             flush=True,
                         )
     finally:
         os.killpg(model.pid, signal.SIGTERM)
         model.wait()
+
+
+def standin_overshoot(port: int, delay: float, calls: int = 60) -> float:
+    """Median ms by which the stand-in answers later than its delay, seen by a bare blocking
+    socket client (no model client, no server in between)."""
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    )
+    late = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(calls):
+            started = time.perf_counter()
+            sock.sendall(request)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(65536)
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            while len(rest) < length:
+                rest += sock.recv(65536)
+            late.append((time.perf_counter() - started - delay) * 1000)
+    return pct(late[5:], 0.5)
 
 
 def wait_port(port: int, seconds: float = 30.0) -> None:
@@ -500,6 +553,10 @@ def run_one(
         "rate": rate,
         "open_p50": opened["p50"],
         "open_p99": opened["p99"],
+        "traced_p50": seq["traced_p50"],
+        "traced_p99": seq["traced_p99"],
+        "open_traced_p50": opened["traced_p50"],
+        "open_traced_p99": opened["traced_p99"],
     }
 
 
