@@ -11,8 +11,9 @@ Two ways to wait for a job:
   seconds (the loop is blocked meanwhile, as for an inline call), then, if the job is still
   running, hands the wait to the event loop as a future so other tasks run. Most actions
   (a lookup, a computation) return within microseconds: they cost one hand-off to the worker
-  and back, about 10-15 µs, instead of a trip through the event loop's selector and a timer,
-  about 100 µs on a 2-core VM (``docs/performance.md``). A slow action blocks the loop for
+  and back (the OS waking each thread: about 44 µs across cores on the 2-core benchmark VM,
+  6-12 µs on one core) instead of that plus a trip through the event loop's selector and a
+  timer (``docs/performance.md``). A slow action blocks the loop for
   ``wait`` at most.
 * :meth:`ActionThreads.submit` returns an asyncio future at once (process isolation's
   bookkeeping uses it).
