@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -112,6 +113,14 @@ def group_cpu(pgid: int) -> float:
     return total
 
 
+def quiet_collector() -> None:
+    """Keep this load generator's own full collections (10-20 ms with the objects a run
+    accumulates) out of the latencies it measures: a pause here delays reading answers that
+    the server already sent."""
+    gc.collect()
+    gc.freeze()
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -133,9 +142,15 @@ class Server:
 
 
 def start_server(
-    agent: Path, store: str, workers: int, model_url: str | None, spec: str = "openai:gpt-standin"
+    agent: Path,
+    store: str,
+    workers: int,
+    model_url: str | None,
+    spec: str = "openai:gpt-standin",
+    cpus: set[int] | None = None,
 ) -> tuple[Server, float]:
-    """``model_url`` None: the in-process stand-in model (no model client, no delay)."""
+    """``model_url`` None: the in-process stand-in model (no model client, no delay);
+    ``cpus``: the cores the server may run on (None: any)."""
     port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -156,6 +171,7 @@ def start_server(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -178,6 +194,8 @@ async def new_sessions(client: httpx.AsyncClient, url: str, n: int) -> list[str]
         out.append(r.json()["session_id"])
     return out
 
+
+SERVER_CPUS: set[int] = set()  # --pin: the core a 1-worker server runs on
 
 FAILURES: Counter[str] = Counter()  # what the failed requests were, for the report
 
@@ -220,6 +238,7 @@ def overheads(measured: list[tuple[float, int, float]], delay: float) -> dict[st
 async def sequential(url: str, turns: int, delay: float) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=60) as client:
         sids = await new_sessions(client, url, max(1, turns // 5))
+        quiet_collector()
         measured = []
         for i in range(turns):
             sid = sids[i // 5 % len(sids)]
@@ -270,6 +289,7 @@ async def closed_loop(url: str, sessions: int, clients: int, pgid: int) -> dict[
 async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=500)) as client:
         sids = await new_sessions(client, url, turns)
+        quiet_collector()
         latencies: dict[str, float] = {}
         errors = 0
 
@@ -385,7 +405,22 @@ def main() -> None:
     parser.add_argument(
         "--inprocess-model", action="store_true", help="the same as --models standin"
     )
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="let a 1-worker server share every core with this load generator and the "
+        "stand-in model (by default it gets core 0 and they get the others)",
+    )
     args = parser.parse_args()
+    usable = os.sched_getaffinity(0)
+    if args.pin and len(usable) < 2:
+        args.pin = False
+    if args.pin:
+        # A deployment's clients and model are on other machines: give a 1-worker server a
+        # core of its own, so what it measures is not this Python load generator's CPU.
+        SERVER_CPUS.add(min(usable))
+        os.sched_setaffinity(0, usable - SERVER_CPUS)  # inherited by the stand-in model
     if args.quick:
         args.sessions, args.clients, args.sequential = 40, 16, 30
     if args.full:
@@ -404,6 +439,12 @@ def main() -> None:
     )
     for kind in kinds:
         print(f"# model {kind}: {MODELS[kind]}")
+    print(
+        f"# 1-worker servers pinned to core {min(SERVER_CPUS)}, load generator and stand-in "
+        "model on the others; 2 workers share every core with them"
+        if args.pin
+        else "# no pinning: servers, load generator and stand-in model share every core"
+    )
     model_port = free_port()
     model = subprocess.Popen(
         [
@@ -528,7 +569,12 @@ def run_one(
     else:
         store = pg_database(name, True)
     server, start_s = start_server(
-        agent, store, workers, model_url if kind in SPECS else None, SPECS.get(kind, "")
+        agent,
+        store,
+        workers,
+        model_url if kind in SPECS else None,
+        SPECS.get(kind, ""),
+        SERVER_CPUS if args.pin and workers == 1 else None,
     )
     try:
         seq = asyncio.run(sequential(server.url, args.sequential, delay))
