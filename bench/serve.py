@@ -196,6 +196,9 @@ async def new_sessions(client: httpx.AsyncClient, url: str, n: int) -> list[str]
 
 
 SERVER_CPUS: set[int] = set()  # --pin: the core a 1-worker server runs on
+# Every core this benchmark may use: servers not pinned get them back from this process, which
+# --pin confines to the other cores.
+ALL_CPUS: set[int] = os.sched_getaffinity(0)
 
 FAILURES: Counter[str] = Counter()  # what the failed requests were, for the report
 
@@ -574,7 +577,7 @@ def run_one(
         workers,
         model_url if kind in SPECS else None,
         SPECS.get(kind, ""),
-        SERVER_CPUS if args.pin and workers == 1 else None,
+        SERVER_CPUS if args.pin and workers == 1 else ALL_CPUS,
     )
     try:
         seq = asyncio.run(sequential(server.url, args.sequential, delay))

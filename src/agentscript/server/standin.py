@@ -144,7 +144,12 @@ class StandInServer:
                 )
                 writer.write(head.encode() + payload)
                 await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+        except (
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ValueError,
+        ):
             return
         finally:
             writer.close()
