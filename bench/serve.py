@@ -217,17 +217,30 @@ class TurnPoster:
         self.body = json.dumps({"text": MESSAGE}).encode()
 
     async def post(self, sid: str) -> tuple[int, bytes]:
-        """Status and body of ``POST /v1/sessions/{sid}/messages``."""
-        if self.idle:
+        """Status and body of ``POST /v1/sessions/{sid}/messages``. A kept-alive connection
+        the server closed while it was idle (uvicorn closes them after 5 s) is replaced and
+        the request sent again, as HTTP clients do: nothing of it had reached the server."""
+        while self.idle:
             reader, writer = self.idle.pop()
-        else:
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-        writer.write(
-            f"POST /v1/sessions/{sid}/messages HTTP/1.1\r\nHost: {self.host}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(self.body)}\r\n\r\n".encode()
-            + self.body
-        )
+            try:
+                return await self._exchange(reader, writer, sid)
+            except (ConnectionError, asyncio.IncompleteReadError) as exc:
+                partial = getattr(exc, "partial", b"")
+                if partial:
+                    raise
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        return await self._exchange(reader, writer, sid)
+
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sid: str
+    ) -> tuple[int, bytes]:
         try:
+            writer.write(
+                f"POST /v1/sessions/{sid}/messages HTTP/1.1\r\nHost: {self.host}\r\n"
+                "Content-Type: application/json\r\n"
+                f"Content-Length: {len(self.body)}\r\n\r\n".encode()
+                + self.body
+            )
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.split(b"\r\n")
             length = next(
