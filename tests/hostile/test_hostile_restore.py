@@ -65,6 +65,22 @@ def test_saved_sessions_carry_the_agents_identity() -> None:
     assert restored.state.pending_confirmation is not None
 
 
+def test_the_agents_hash_is_computed_once_not_per_save_and_restore(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server saves and restores a session on every turn: the hash of the agent's shape
+    (a sorted JSON dump and a SHA-256 of it) is the same each time, so it is computed once."""
+    agent, data = saved()
+    shapes = []
+    real = type(agent).state_shape
+    monkeypatch.setattr(type(agent), "state_shape", lambda self: shapes.append(1) or real(self))
+    for _ in range(3):
+        restored = restore(agent, json.dumps(data))
+        data = restored.to_json()
+    assert data["agent"]["hash"] == agent.identity()["hash"]
+    assert len(shapes) == 0  # computed before, when the session was first saved
+
+
 def test_signed_session_edited_to_open_a_gate_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SESSION_KEY_ENV, "test-key-not-a-secret")
     agent, data = saved()

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -156,7 +157,13 @@ class AgentBase(ABC):
 
     def identity(self) -> dict[str, str]:
         """``{"name", "hash"}``: which agent, in which compiled form, a session belongs to."""
-        return {"name": self.name, "hash": fingerprint(self.state_shape())}
+        return {"name": self.name, "hash": self.state_hash}
+
+    @functools.cached_property
+    def state_hash(self) -> str:
+        """The hash of :meth:`state_shape`, computed once: it reads the compiled program or
+        project, fixed when the agent is loaded (a server saves and restores on every turn)."""
+        return fingerprint(self.state_shape())
 
     def register_handler(self, scheme: str, handler: Handler) -> None:
         """Run every action whose target is ``scheme://...`` with ``handler`` (all sessions)."""
