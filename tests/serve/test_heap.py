@@ -12,63 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2 as httpx
+from tests.fakes.tour import AGENT, TURNS
 
 import agentscript
-from agentscript.models.scripted import Move, ScriptedModel
+from agentscript.models.scripted import ScriptedModel
 from agentscript.server.config import ServerConfig
 from agentscript.store import MemoryStore
 
 from .harness import NOTES, api, new_session
-
-# A model-called action, a subagent used as a tool, and transitions both ways.
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
-
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Help the customer.
-        actions:
-            ask: @subagent.helper
-            look: @actions.lookup
-                with ref=...
-            go: @utils.transition to @subagent.other
-    actions:
-        lookup:
-            description: "Look up a reference"
-            target: "flow://Lookup"
-            inputs:
-                ref: string
-            outputs:
-                status: string
-
-subagent helper:
-    description: "Answers side questions"
-    reasoning:
-        instructions: ->
-            | Answer the side question.
-
-subagent other:
-    description: "Other area"
-    reasoning:
-        instructions: ->
-            | Help with the other area.
-        actions:
-            back: @utils.transition to @start_agent.main
-"""
-
-TURNS: list[list[Move]] = [
-    [Move(calls=[("look", {"ref": "A"})]), Move(text="A is late.")],
-    [Move(calls=[("ask", {})]), Move(text="Side answer."), Move(text="Back to you.")],
-    [Move(calls=[("go", {})]), Move(text="Other area here.")],
-    [Move(calls=[("back", {})]), Move(calls=[("look", {"ref": "B"})]), Move(text="B ok.")],
-]
 
 
 @contextmanager

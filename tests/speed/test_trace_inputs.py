@@ -11,55 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fakes.tour import AGENT, TURNS
 
 import agentscript
 from agentscript.models.base import ModelRequest, ModelResponse, TextSink
 from agentscript.models.scripted import Move, ScriptedModel
 from agentscript.trace_inputs import rebuild_messages
-
-# A router, a subagent used as a tool (its exchange is cut from and restored to the history:
-# the non-append case), a transition and an LLM-called action.
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
-
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Help the customer.
-        actions:
-            ask: @subagent.helper
-            look: @actions.lookup
-                with ref=...
-            go: @utils.transition to @subagent.other
-    actions:
-        lookup:
-            description: "Look up a reference"
-            target: "flow://Lookup"
-            inputs:
-                ref: string
-            outputs:
-                status: string
-
-subagent helper:
-    description: "Answers side questions"
-    reasoning:
-        instructions: ->
-            | Answer the side question.
-
-subagent other:
-    description: "Other area"
-    reasoning:
-        instructions: ->
-            | Help with the other area.
-        actions:
-            back: @utils.transition to @start_agent.main
-"""
 
 
 class Witness:
@@ -74,15 +31,6 @@ class Witness:
     ) -> ModelResponse:
         self.received.append([m.to_json() for m in request.messages])
         return await self.inner.complete(request, stream=stream)
-
-
-TURNS: list[list[Move]] = [
-    [Move(calls=[("look", {"ref": "A"})]), Move(text="A is late.")],
-    [Move(calls=[("ask", {})]), Move(text="Side answer."), Move(text="Back to you.")],
-    [Move(calls=[("go", {})]), Move(text="Other area here.")],
-    [Move(calls=[("back", {})]), Move(calls=[("look", {"ref": "B"})]), Move(text="B ok.")],
-    [Move(text="Anything else?")],
-]
 
 
 def play(tmp_path: Path) -> tuple[Witness, list[dict[str, Any]], list[Path]]:
