@@ -5,7 +5,7 @@ row in ``agentscript_locks`` across processes. A lease whose holder process is g
 mid-turn) or whose time ran out is taken over, so a crash never blocks a session. The commit
 still checks the turn count read under the lock, so even a lost lease cannot lose an update.
 Statements are short and run on the event loop's thread; ``busy_timeout`` absorbs the writes
-of other workers.
+of other workers. WAL checkpoints run on a thread of their own (:mod:`.checkpoint`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
+from agentscript.store.checkpoint import Checkpointer
 
 # How long a lease lasts without its holder committing; far above any turn's own limits.
 LEASE_SECONDS = 600.0
@@ -47,6 +48,7 @@ class SQLiteStore:
         self._locks: dict[str, _LocalLock] = {}
         self._pid = os.getpid()
         self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
+        self.checkpointer = Checkpointer(self.path)
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -61,9 +63,12 @@ class SQLiteStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # durable at each WAL checkpoint; see docs
             db.execute("PRAGMA busy_timeout=5000")
+            # Checkpoints run on the checkpointer's thread, never in a turn's commit.
+            db.execute("PRAGMA wal_autocheckpoint=0")
             self._db = db
             self._migrate()
             self._file = _identity(self.path)
+            self.checkpointer.start()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from None
 
@@ -89,8 +94,9 @@ class SQLiteStore:
             raise
 
     async def close(self) -> None:
+        self.checkpointer.stop()
         if self._db is not None:
-            self._db.close()
+            self._db.close()  # the last connection to close checkpoints what is left
             self._db = None
 
     async def ping(self) -> None:
@@ -248,6 +254,7 @@ class SQLiteStore:
                 (session.session_id, holder),
             )
             db.execute("COMMIT")
+            self.checkpointer.committed()
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
             raise ValueError(
