@@ -203,6 +203,29 @@ ALL_CPUS: set[int] = os.sched_getaffinity(0)
 FAILURES: Counter[str] = Counter()  # what the failed requests were, for the report
 
 
+def post_request(host: str, path: str, body: bytes) -> bytes:
+    """An HTTP/1.1 POST of a JSON body, ready to write."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+
+async def exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> tuple[int, bytes]:
+    """Send ``request`` on a kept-alive connection; the answer's status and body (the servers
+    here always send Content-Length)."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in lines if line.lower().startswith(b"content-length:")
+    )
+    return int(lines[0].split(b" ")[1]), await reader.readexactly(length)
+
+
 class TurnPoster:
     """POSTs a turn over HTTP/1.1 on asyncio streams with kept-alive connections (one per
     request in flight). The timed requests go through it rather than httpx2, whose own work
@@ -234,26 +257,14 @@ class TurnPoster:
     async def _exchange(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sid: str
     ) -> tuple[int, bytes]:
+        request = post_request(self.host, f"/v1/sessions/{sid}/messages", self.body)
         try:
-            writer.write(
-                f"POST /v1/sessions/{sid}/messages HTTP/1.1\r\nHost: {self.host}\r\n"
-                "Content-Type: application/json\r\n"
-                f"Content-Length: {len(self.body)}\r\n\r\n".encode()
-                + self.body
-            )
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in lines
-                if line.lower().startswith(b"content-length:")
-            )
-            body = await reader.readexactly(length)
+            answer = await exchange(reader, writer, request)
         except BaseException:
             writer.close()
             raise
         self.idle.append((reader, writer))
-        return int(lines[0].split(b" ")[1]), body
+        return answer
 
     def close(self) -> None:
         for _, writer in self.idle:
@@ -576,32 +587,24 @@ def main() -> None:
 
 
 def standin_overshoot(port: int, delay: float, calls: int = 60) -> float:
-    """Median ms by which the stand-in answers later than its delay, seen by a bare blocking
-    socket client (no model client, no server in between)."""
+    """Median ms by which the stand-in answers later than its delay, seen by a bare client on
+    one kept-alive connection (no model client, no server in between)."""
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
-        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
-    )
-    late = []
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(calls):
-            started = time.perf_counter()
-            sock.sendall(request)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += sock.recv(65536)
-            head, _, rest = data.partition(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            while len(rest) < length:
-                rest += sock.recv(65536)
-            late.append((time.perf_counter() - started - delay) * 1000)
-    return pct(late[5:], 0.5)
+    request = post_request("bench", "/v1/chat/completions", body)
+
+    async def measure() -> list[float]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        late = []
+        try:
+            for _ in range(calls):
+                started = time.perf_counter()
+                await exchange(reader, writer, request)
+                late.append((time.perf_counter() - started - delay) * 1000)
+        finally:
+            writer.close()
+        return late
+
+    return pct(asyncio.run(measure())[5:], 0.5)
 
 
 def wait_port(port: int, seconds: float = 30.0) -> None:

@@ -240,33 +240,46 @@ def test_a_store_written_by_a_newer_agentscript_is_refused_naming_it(
     assert "upgrade agentscript" in str(caught.value)
 
 
-def test_sqlite_checkpoints_run_on_their_own_thread_not_in_a_turns_commit(tmp_path: Any) -> None:
+def test_sqlite_checkpoints_run_on_their_own_thread_not_in_a_requests_commit(
+    tmp_path: Any,
+) -> None:
     """A commit that crossed SQLite's WAL threshold used to copy the log into the file itself
     (5-7 ms on the event loop's thread); the store's connection now never checkpoints, and the
-    checkpointer's thread does it every ``every`` commits."""
+    checkpointer's thread copies whatever was written (turns and new sessions alike)."""
     from agentscript.store.sqlite import SQLiteStore
 
-    async def body() -> tuple[int, int, int]:
+    async def body() -> tuple[int, int, int, int]:
         store = SQLiteStore(tmp_path / "s.db")
-        store.checkpointer.every = 5
+        store.checkpointer.interval = 0.01
         await store.open()
         try:
             (autocheckpoint,) = store.db.execute("PRAGMA wal_autocheckpoint").fetchone()
-            await store.create_session(record())
+            for n in range(40):  # sessions only: no turn commits at all
+                await store.create_session(record(f"s{n}"))
+            copied_sessions = await copied(store, 1)
             for n in range(1, 13):
                 async with store.lock_session("s1", 1.0) as lock:
-                    await lock.commit(outcome(n - 1, n))
-            for _ in range(200):  # the thread's work is asynchronous
-                if store.checkpointer.done >= 2:
-                    break
-                await asyncio.sleep(0.01)
-            return autocheckpoint, store.checkpointer.done, store.checkpointer.failed
+                    await lock.commit(outcome(n - 1, n, sid="s1"))
+            return (
+                autocheckpoint,
+                copied_sessions,
+                await copied(store, copied_sessions + 1),
+                (store.checkpointer.failed),
+            )
         finally:
             await store.close()
 
-    autocheckpoint, done, failed = asyncio.run(body())
+    async def copied(store: SQLiteStore, at_least: int) -> int:
+        for _ in range(500):  # the thread's work is asynchronous
+            if store.checkpointer.frames >= at_least:
+                break
+            await asyncio.sleep(0.01)
+        return store.checkpointer.frames
+
+    autocheckpoint, after_sessions, after_turns, failed = asyncio.run(body())
     assert autocheckpoint == 0
-    assert (done, failed) == (2, 0)  # after commits 5 and 10, none after 12
+    assert 0 < after_sessions < after_turns
+    assert failed == 0
     reopened = SQLiteStore(tmp_path / "s.db")
 
     async def reopen() -> int:

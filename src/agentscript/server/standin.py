@@ -119,6 +119,8 @@ class StandInServer:
             self._server = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
         self._listener.close()
 
     def __enter__(self) -> StandInServer:

@@ -254,7 +254,6 @@ class SQLiteStore:
                 (session.session_id, holder),
             )
             db.execute("COMMIT")
-            self.checkpointer.committed()
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
             raise ValueError(
