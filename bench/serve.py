@@ -26,10 +26,14 @@ Each of these runs once per model (``--models``): ``openai``, the real OpenAI pr
 (official SDK) talking to the stand-in server, as a deployment would; ``openai-lean``, the
 lean OpenAI-compatible client (``openai-lean:``, no SDK) talking to the same server;
 ``standin``, the in-process stand-in model (no model client, no delay), which isolates the
-server's own cost.
+server's own cost; ``langgraph``, the peer: the same agent as a LangGraph server built the
+usual way (``bench/langgraph_server.py``: FastAPI, ``ChatOpenAI``, LangGraph's own SQLite or
+PostgreSQL checkpointer) against the same stand-in server, through the same harness. With it,
+the report ends with the ratios of the peer's figures to agentscript's, measured in this run
+(its dependencies: ``pip install -r bench/requirements.txt``, which ``make bench`` runs).
 
 Usage: ``python bench/serve.py [--quick | --full] [--sessions N] [--clients N] [--delay S]
-[--models openai,openai-lean,standin] [--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
+[--models langgraph,openai,openai-lean,standin] [--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
 issue's closed loop of 1,000 sessions x 5 turns (the default is 200 sessions, for speed).
 """
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib
 import json
 import os
 import random
@@ -56,6 +61,7 @@ import httpx2 as httpx
 from common import REPO, machine
 
 SEED = REPO / "examples" / "order_status" / "order_status.agent"
+PEER_SERVER = Path(__file__).with_name("langgraph_server.py")
 BIN = Path(sys.executable).parent
 PG = os.environ.get("AGENTSCRIPT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 MESSAGE = "/go_to_orders"
@@ -141,12 +147,26 @@ class Server:
                 self.proc.wait()
 
 
+def server_command(
+    kind: str, agent: Path, store: str, workers: int, model_url: str | None, port: int
+) -> list[str]:
+    """The command line of the server measured for model ``kind``."""
+    common = ["--port", str(port), "--store", store, "--workers", str(workers)]
+    if kind == "langgraph":
+        assert model_url
+        return [sys.executable, str(PEER_SERVER), *common, "--base-url", model_url]
+    model = (
+        ["--model", SPECS[kind], "--base-url", model_url] if model_url else ["--model", "standin"]
+    )
+    return [str(BIN / "agentscript"), "serve", str(agent), *common, *model, "--rate-limit", "0"]
+
+
 def start_server(
+    kind: str,
     agent: Path,
     store: str,
     workers: int,
     model_url: str | None,
-    spec: str = "openai:gpt-standin",
     cpus: set[int] | None = None,
 ) -> tuple[Server, float]:
     """``model_url`` None: the in-process stand-in model (no model client, no delay);
@@ -154,20 +174,7 @@ def start_server(
     port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [
-            str(BIN / "agentscript"),
-            "serve",
-            str(agent),
-            "--port",
-            str(port),
-            "--store",
-            store,
-            "--workers",
-            str(workers),
-            *(["--model", spec, "--base-url", model_url] if model_url else ["--model", "standin"]),
-            "--rate-limit",
-            "0",
-        ],
+        server_command(kind, agent, store, workers, model_url, port),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -426,6 +433,37 @@ def in_process_cpu(
     return asyncio.run(main())
 
 
+def peer_in_process_cpu(model_url: str, turns: int) -> float:
+    """CPU ms per turn of the peer's graph invoked in-process (LangGraph's in-memory
+    checkpointer, no server), the counterpart of ``in_process_cpu``."""
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_server import build_graph
+
+    model = ChatOpenAI(model="gpt-standin", base_url=model_url, api_key="bench", max_retries=0)
+    graph = build_graph(model, InMemorySaver())
+
+    async def run(turns: int) -> int:
+        done = 0
+        while done < turns:
+            config = {"configurable": {"thread_id": f"t{done}"}}
+            for _ in range(5):
+                inputs = {"messages": [HumanMessage(MESSAGE)], "order_ID": "1234"}
+                await graph.ainvoke(inputs, config)
+                done += 1
+        return done
+
+    async def main() -> float:
+        await run(10)
+        cpu0 = time.process_time()
+        done = await run(turns)
+        return (time.process_time() - cpu0) / done * 1000
+
+    return asyncio.run(main())
+
+
 def pg_available() -> bool:
     try:
         import psycopg
@@ -448,7 +486,11 @@ def pg_database(name: str, create: bool) -> str:
 
 # The model spec each kind serves with, pointed at the stand-in server (standin: none).
 SPECS = {"openai": "openai:gpt-standin", "openai-lean": "openai-lean:gpt-standin"}
+# The kinds whose server calls the stand-in model server (and so waits its delay per call).
+REMOTE = {*SPECS, "langgraph"}
 MODELS = {
+    "langgraph": "the peer: seed 002 as a LangGraph server (bench/langgraph_server.py: FastAPI, "
+    "ChatOpenAI, LangGraph's own checkpointer) -> the same stand-in server",
     "openai": "the real OpenAI provider (official SDK) -> stand-in OpenAI-compatible server",
     "openai-lean": "the lean OpenAI-compatible client (openai-lean:, no SDK) -> the same server",
     "standin": "in-process stand-in model (no model client, no delay): the server's own cost",
@@ -474,7 +516,8 @@ def main() -> None:
         default="openai,openai-lean,standin",
         help="openai: the real provider (SDK) against the stand-in server on loopback; "
         "openai-lean: the lean client against the same server; standin: the in-process "
-        "stand-in model (no model client, no delay)",
+        "stand-in model (no model client, no delay); langgraph: the peer, a LangGraph "
+        "server against the same stand-in server (pip install -r bench/requirements.txt)",
     )
     parser.add_argument(
         "--inprocess-model", action="store_true", help="the same as --models standin"
@@ -505,6 +548,15 @@ def main() -> None:
     unknown = [m for m in kinds if m not in MODELS]
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
+    if "langgraph" in kinds:
+        try:
+            for module in ("langchain_openai", "langgraph.checkpoint.sqlite.aio", "psycopg_pool"):
+                importlib.import_module(module)
+        except ImportError as exc:
+            parser.error(
+                f"--models langgraph needs the peer's packages ({exc.name} is missing): "
+                "pip install -r bench/requirements.txt (make bench does)"
+            )
 
     print(f"# bench/serve.py — {machine()}")
     print(
@@ -545,14 +597,17 @@ def main() -> None:
             agent = write_agent(Path(tmp))
             references = {}
             for kind in kinds:
-                references[kind] = in_process_cpu(
-                    agent,
-                    model_url if kind in SPECS else None,
-                    200 if not args.quick else 20,
-                    SPECS.get(kind, ""),
-                )
+                turns = 200 if not args.quick else 20
+                if kind == "langgraph":
+                    references[kind] = peer_in_process_cpu(model_url, turns)
+                    what = "the peer's graph.ainvoke (in-memory checkpointer)"
+                else:
+                    references[kind] = in_process_cpu(
+                        agent, model_url if kind in SPECS else None, turns, SPECS.get(kind, "")
+                    )
+                    what = "Session.send_async"
                 print(
-                    f"# in-process Session.send_async, model {kind}: "
+                    f"# in-process {what}, model {kind}: "
                     f"{references[kind]:.2f} ms CPU per turn (reference)"
                 )
             print()
@@ -563,14 +618,16 @@ def main() -> None:
             )
             print(header)
             print("|---" * 15 + "|")
+            rows: dict[tuple[str, str, int], dict[str, float]] = {}
             for kind in kinds:
-                delay = args.delay if kind in SPECS else 0.0
+                delay = args.delay if kind in REMOTE else 0.0
                 for store_kind in args.stores.split(","):
                     if store_kind == "postgresql" and not pg_available():
                         print(f"| {kind} | postgresql | - | skipped: no server at {PG} |")
                         continue
                     for workers in [int(w) for w in args.workers.split(",")]:
                         row = run_one(args, tmp, agent, kind, store_kind, workers, model_url, delay)
+                        rows[kind, store_kind, workers] = row
                         print(
                             f"| {kind} | {store_kind} | {workers} | {row['start']:.2f} "
                             f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
@@ -581,9 +638,48 @@ def main() -> None:
                             f"| {row['open_traced_p50']:.1f} / {row['open_traced_p99']:.1f} |",
                             flush=True,
                         )
+            if "langgraph" in kinds:
+                print_peer_ratios(rows)
     finally:
         os.killpg(model.pid, signal.SIGTERM)
         model.wait()
+
+
+def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> None:
+    """The peer's figures over agentscript's for each server measured in this run on the same
+    store and workers: how many times less CPU per turn, more turns/s and less overhead one
+    turn at a time agentscript shows (the issue's three 10x targets), and both p99s."""
+    pairs = [
+        (key, row, rows[("langgraph", key[1], key[2])])
+        for key, row in rows.items()
+        if key[0] != "langgraph" and ("langgraph", key[1], key[2]) in rows
+    ]
+    if not pairs:
+        return
+    print()
+    print("Same run, LangGraph peer / agentscript (how many times better agentscript is):")
+    print()
+    print(
+        "| agentscript model | store | workers | CPU/turn ms: peer, as, x | turns/s: peer, as, x "
+        "| seq p50 strict ms: peer, as, x | seq p50 traced ms: peer, as, x "
+        "| open p99 strict ms: peer, as | open p99 traced ms: peer, as |"
+    )
+    print("|---" * 9 + "|")
+
+    def times(peer_value: float, ours: float) -> str:
+        return f"{peer_value:.1f}, {ours:.1f}, {peer_value / max(ours, 1e-9):.1f}x"
+
+    for (kind, store_kind, workers), row, peer in pairs:
+        print(
+            f"| {kind} | {store_kind} | {workers} "
+            f"| {times(peer['cpu_ms'], row['cpu_ms'])} "
+            f"| {peer['tps']:.0f}, {row['tps']:.0f}, {row['tps'] / peer['tps']:.1f}x "
+            f"| {times(peer['p50'], row['p50'])} "
+            f"| {times(peer['traced_p50'], row['traced_p50'])} "
+            f"| {peer['open_p99']:.1f}, {row['open_p99']:.1f} "
+            f"| {peer['open_traced_p99']:.1f}, {row['open_traced_p99']:.1f} |",
+            flush=True,
+        )
 
 
 def standin_overshoot(port: int, delay: float, calls: int = 60) -> float:
@@ -635,11 +731,11 @@ def run_one(
     else:
         store = pg_database(name, True)
     server, start_s = start_server(
+        kind,
         agent,
         store,
         workers,
-        model_url if kind in SPECS else None,
-        SPECS.get(kind, ""),
+        model_url if kind in REMOTE else None,
         SERVER_CPUS if args.pin and workers == 1 else ALL_CPUS,
     )
     try:
