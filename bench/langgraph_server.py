@@ -29,6 +29,7 @@ langgraph``; alone: ``python bench/langgraph_server.py --port 8002 --store sqlit
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import time
 import uuid
@@ -162,9 +163,16 @@ async def checkpointer(store: str) -> AsyncIterator[Any]:
         max_size=64,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
     ) as pool:
-        saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+        yield AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+
+
+async def migrate(store: str) -> None:
+    """Create LangGraph's PostgreSQL tables once, before the workers start: workers that each
+    ran ``setup()`` on a new database would race on creating them."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with AsyncPostgresSaver.from_conn_string(store) as saver:
         await saver.setup()
-        yield saver
 
 
 @asynccontextmanager
@@ -222,6 +230,8 @@ def main() -> None:
     parser.add_argument("--base-url", required=True, help="the OpenAI-compatible model server")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
+    if not args.store.startswith("sqlite:///"):
+        asyncio.run(migrate(args.store))
     os.environ["LG_BENCH_STORE"] = args.store
     os.environ["LG_BENCH_BASE_URL"] = args.base_url
     uvicorn.run(

@@ -2,7 +2,7 @@
 
 The agent is seed 002 (``examples/order_status``) with its two ``flow://`` actions served by
 ``python://`` functions returning the same values, so a turn is: router -> ``go_to_orders``
-transition -> Order_Management running two actions -> text (2 or 3 LLM calls, read from the
+transition -> Order_Management running two actions -> text (2 LLM calls, read from the
 turn's trace). The model is the
 stand-in OpenAI-compatible server (``agentscript.server.standin``) in its own process on
 loopback, answering after ``--delay`` seconds (50 ms); the server talks to it with the real
@@ -181,14 +181,21 @@ def start_server(
         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     url = f"http://127.0.0.1:{port}"
+    server = Server(proc, url)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(
+                f"the {kind} server {'exited' if proc.poll() is not None else 'was not ready'} "
+                f"at start-up: {' '.join(map(str, proc.args))}"
+            )
         try:
             if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
                 break
         except httpx.TransportError:
             time.sleep(0.02)
-    return Server(proc, url), time.perf_counter() - started
+    return server, time.perf_counter() - started
 
 
 async def new_sessions(client: httpx.AsyncClient, url: str, n: int) -> list[str]:
@@ -626,7 +633,14 @@ def main() -> None:
                         print(f"| {kind} | postgresql | - | skipped: no server at {PG} |")
                         continue
                     for workers in [int(w) for w in args.workers.split(",")]:
-                        row = run_one(args, tmp, agent, kind, store_kind, workers, model_url, delay)
+                        try:
+                            row = run_one(
+                                args, tmp, agent, kind, store_kind, workers, model_url, delay
+                            )
+                        except (RuntimeError, OSError, httpx.HTTPError) as exc:
+                            # One server failing says nothing about the others: report, go on.
+                            print(f"| {kind} | {store_kind} | {workers} | failed: {exc!r} |")
+                            continue
                         rows[kind, store_kind, workers] = row
                         print(
                             f"| {kind} | {store_kind} | {workers} | {row['start']:.2f} "
@@ -732,22 +746,26 @@ def run_one(
         store = f"sqlite:///{tmp}/bench-{kind}-{workers}.db"
     else:
         store = pg_database(name, True)
-    server, start_s = start_server(
-        kind,
-        agent,
-        store,
-        workers,
-        model_url if kind in REMOTE else None,
-        SERVER_CPUS if args.pin and workers == 1 else ALL_CPUS,
-    )
     try:
-        seq = asyncio.run(sequential(server.url, args.sequential, delay))
-        closed = asyncio.run(closed_loop(server.url, args.sessions, args.clients, server.proc.pid))
-        rate = closed["tps"] / 2
-        n_open = max(20, int(rate * (10 if not args.quick else 3)))
-        opened = asyncio.run(open_loop(server.url, rate, n_open, delay))
+        server, start_s = start_server(
+            kind,
+            agent,
+            store,
+            workers,
+            model_url if kind in REMOTE else None,
+            SERVER_CPUS if args.pin and workers == 1 else ALL_CPUS,
+        )
+        try:
+            seq = asyncio.run(sequential(server.url, args.sequential, delay))
+            closed = asyncio.run(
+                closed_loop(server.url, args.sessions, args.clients, server.proc.pid)
+            )
+            rate = closed["tps"] / 2
+            n_open = max(20, int(rate * (10 if not args.quick else 3)))
+            opened = asyncio.run(open_loop(server.url, rate, n_open, delay))
+        finally:
+            server.stop()
     finally:
-        server.stop()
         if store_kind == "postgresql":
             pg_database(name, False)
     if FAILURES:
