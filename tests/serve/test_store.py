@@ -136,6 +136,13 @@ def test_store_commit_against_a_moved_session_is_a_conflict(store_url: str) -> N
             lock.session.turns = 7  # as if read before another worker committed
             with pytest.raises(TurnConflict):
                 await lock.commit(outcome(8, 8))
+        # neither the state nor the turn was written, and the session is free again
+        got = await store.get_session("s1")
+        assert got is not None and got.turns == 0 and got.state["n"] == 0
+        assert await store.list_turns("s1") == []
+        async with store.lock_session("s1", 0.5) as lock:
+            await lock.commit(outcome(1, 1))
+        assert [t.turn for t in await store.list_turns("s1")] == [1]
 
     run(store_url, body)
 

@@ -196,18 +196,28 @@ class PostgresStore:
             if self._lock_timeouts.get(id(conn)) != timeout:
                 await conn.execute("SELECT set_config('lock_timeout', %s, false)", (timeout,))
                 self._lock_timeouts[id(conn)] = timeout
-            async with conn.transaction():
-                try:
+            # BEGIN and the locking read go in one round trip, and the commit's writes with
+            # the COMMIT in one more (``_PostgresLock.commit``): two round trips a turn, not
+            # five. Any failure inside leaves the transaction open on a connection that
+            # ``_conn`` then closes, and PostgreSQL rolls it back.
+            try:
+                async with conn.pipeline():
+                    await conn.execute("BEGIN")
                     cur = await conn.execute(
                         Q(schema.SELECT_SESSION + " FOR UPDATE"), (session_id,)
                     )
-                except psycopg.errors.LockNotAvailable:
-                    raise SessionBusy(session_id, wait) from None
-                row = await cur.fetchone()
-                record = schema.session_from_row(row) if row else None
-                if record is None or record.expired():
-                    raise SessionGone(session_id)
-                yield _PostgresLock(conn, record, psycopg)
+            except psycopg.errors.LockNotAvailable:
+                raise SessionBusy(session_id, wait) from None
+            row = await cur.fetchone()
+            record = schema.session_from_row(row) if row else None
+            if record is None or record.expired():
+                raise SessionGone(session_id)
+            lock = _PostgresLock(conn, record, psycopg)
+            yield lock
+            if not lock.finished:
+                # Nothing was written (a replayed key, say): end the transaction, keep the
+                # connection.
+                await conn.execute("ROLLBACK")
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
         rows = await self._fetch(
@@ -256,23 +266,27 @@ class _PostgresLock:
         self._conn = conn
         self._psycopg = psycopg
         self.session = session
+        self.finished = False  # the transaction was committed
 
     async def commit(self, outcome: TurnOutcome) -> None:
         conn, session = self._conn, self.session
         record = outcome.record
+        params = schema.after_turn_params(outcome, session, time.time())
         try:
-            # No savepoint: any failure here rolls the whole turn's transaction back.
-            cur = await conn.execute(
-                Q(schema.UPDATE_AFTER_TURN),
-                schema.after_turn_params(outcome, session, time.time()),
-            )
-            if cur.rowcount != 1:
-                raise TurnConflict(session.session_id, session.turns)
-            await conn.execute(Q(schema.INSERT_TURN), schema.turn_params(record))
+            # One statement writes the session and the turn, or neither; on any error the
+            # pipeline skips the COMMIT and the transaction is rolled back with its connection.
+            async with conn.pipeline():
+                cur = await conn.execute(
+                    Q(schema.UPDATE_AND_INSERT_TURN), params + schema.turn_params(record)
+                )
+                await conn.execute("COMMIT")
         except self._psycopg.errors.UniqueViolation:
             raise ValueError(
                 f"Idempotency-Key {record.idempotency_key!r} already used in this session"
             ) from None
+        self.finished = True
+        if cur.rowcount != 1:  # the guard did not match: nothing was written
+            raise TurnConflict(session.session_id, session.turns)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -84,6 +84,14 @@ INSERT_TURN = (
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
+# PostgreSQL only (SQLite has no writes in a WITH clause): both writes of a turn in one
+# statement, so they go in one round trip with the COMMIT. The turn row is written only if the
+# guarded update matched; otherwise the statement writes nothing and reports 0 rows.
+UPDATE_AND_INSERT_TURN = (
+    f"WITH updated AS ({UPDATE_AFTER_TURN} RETURNING session_id) "
+    "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
+    "SELECT ?, ?, ?, ?, ?, ? FROM updated"
+)
 TURN_COLUMNS = "session_id, turn, idempotency_key, result, trace, created_at"
 TURN_SUMMARY_COLUMNS = "session_id, turn, idempotency_key, result, '{}', created_at"
 
