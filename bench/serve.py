@@ -32,8 +32,15 @@ PostgreSQL checkpointer) against the same stand-in server, through the same harn
 the report ends with the ratios of the peer's figures to agentscript's, measured in this run
 (its dependencies: ``pip install -r bench/requirements.txt``, which ``make bench`` runs).
 
+The two ``python://`` actions run as users' run them by default, on the action thread pool
+(``[actions] isolation = "thread"``: a hung action cannot hold the event loop past its
+timeout). ``--isolation thread,inline`` adds rows (``model+inline``) for the cheaper documented
+option, ``isolation = "inline"`` in the agent's ``agentscript.toml``, which calls them on the
+loop's thread as the peer does: the difference is what the thread hand-off costs.
+
 Usage: ``python bench/serve.py [--quick | --full] [--sessions N] [--clients N] [--delay S]
-[--models langgraph,openai,openai-lean,standin] [--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
+[--models langgraph,openai,openai-lean,standin] [--isolation thread,inline]
+[--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
 issue's closed loop of 1,000 sessions x 5 turns (the default is 200 sessions, for speed).
 """
 
@@ -76,7 +83,12 @@ def check_if_late(order_ID: str, delivery_date: str) -> dict[str, object]:
 """
 
 
-def write_agent(folder: Path) -> Path:
+def write_agent(folder: Path, isolation: str = "thread") -> Path:
+    """The bench agent in ``folder``; its two sync actions run with ``isolation`` (the default,
+    ``thread``, needs no ``agentscript.toml``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if isolation != "thread":
+        (folder / "agentscript.toml").write_text(f'[actions]\nisolation = "{isolation}"\n')
     text = SEED.read_text()
     text = text.replace("flow://Get_Delivery_Date", "python://bench_orders:get_delivery_date")
     text = text.replace("flow://Check_If_Late", "python://bench_orders:check_if_late")
@@ -527,6 +539,12 @@ def main() -> None:
         "server against the same stand-in server (pip install -r bench/requirements.txt)",
     )
     parser.add_argument(
+        "--isolation",
+        default="thread",
+        help="how the bench agent's sync actions run, one row each: thread (the default of "
+        "agentscript.toml's [actions] isolation) and/or inline (on the loop's thread)",
+    )
+    parser.add_argument(
         "--inprocess-model", action="store_true", help="the same as --models standin"
     )
     parser.add_argument(
@@ -555,6 +573,15 @@ def main() -> None:
     unknown = [m for m in kinds if m not in MODELS]
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
+    isolations = [m.strip() for m in args.isolation.split(",") if m.strip()]
+    if not isolations or set(isolations) - {"thread", "inline"}:
+        parser.error(f"--isolation: {args.isolation!r}; choose thread and/or inline")
+    # (row label, model kind, isolation); the peer's actions are plain calls in its graph.
+    variants = [
+        (kind if iso == "thread" or kind == "langgraph" else f"{kind}+inline", kind, iso)
+        for kind in kinds
+        for iso in (["thread"] if kind == "langgraph" else isolations)
+    ]
     if "langgraph" in kinds:
         try:
             for module in ("langchain_openai", "langgraph.checkpoint.sqlite.aio", "psycopg_pool"):
@@ -601,21 +628,24 @@ def main() -> None:
             "delay (p50; timer overshoot and waking an idle process)"
         )
         with tempfile.TemporaryDirectory() as tmp:
-            agent = write_agent(Path(tmp))
+            agents = {iso: write_agent(Path(tmp) / iso, iso) for iso in isolations}
             references = {}
-            for kind in kinds:
+            for label, kind, iso in variants:
                 turns = 200 if not args.quick else 20
                 if kind == "langgraph":
-                    references[kind] = peer_in_process_cpu(model_url, turns)
+                    references[label] = peer_in_process_cpu(model_url, turns)
                     what = "the peer's graph.ainvoke (in-memory checkpointer)"
                 else:
-                    references[kind] = in_process_cpu(
-                        agent, model_url if kind in SPECS else None, turns, SPECS.get(kind, "")
+                    references[label] = in_process_cpu(
+                        agents[iso],
+                        model_url if kind in SPECS else None,
+                        turns,
+                        SPECS.get(kind, ""),
                     )
                     what = "Session.send_async"
                 print(
-                    f"# in-process {what}, model {kind}: "
-                    f"{references[kind]:.2f} ms CPU per turn (reference)"
+                    f"# in-process {what}, model {label}: "
+                    f"{references[label]:.2f} ms CPU per turn (reference)"
                 )
             print()
             header = (
@@ -626,26 +656,26 @@ def main() -> None:
             print(header)
             print("|---" * 15 + "|")
             rows: dict[tuple[str, str, int], dict[str, float]] = {}
-            for kind in kinds:
+            for label, kind, iso in variants:
                 delay = args.delay if kind in REMOTE else 0.0
                 for store_kind in args.stores.split(","):
                     if store_kind == "postgresql" and not pg_available():
-                        print(f"| {kind} | postgresql | - | skipped: no server at {PG} |")
+                        print(f"| {label} | postgresql | - | skipped: no server at {PG} |")
                         continue
                     for workers in [int(w) for w in args.workers.split(",")]:
                         try:
                             row = run_one(
-                                args, tmp, agent, kind, store_kind, workers, model_url, delay
+                                args, tmp, agents[iso], kind, store_kind, workers, model_url, delay
                             )
                         except (RuntimeError, OSError, httpx.HTTPError) as exc:
                             # One server failing says nothing about the others: report, go on.
-                            print(f"| {kind} | {store_kind} | {workers} | failed: {exc!r} |")
+                            print(f"| {label} | {store_kind} | {workers} | failed: {exc!r} |")
                             continue
-                        rows[kind, store_kind, workers] = row
+                        rows[label, store_kind, workers] = row
                         print(
-                            f"| {kind} | {store_kind} | {workers} | {row['start']:.2f} "
+                            f"| {label} | {store_kind} | {workers} | {row['start']:.2f} "
                             f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
-                            f"| {row['cpu_ms']:.2f} | {row['cpu_ms'] / references[kind]:.1f} "
+                            f"| {row['cpu_ms']:.2f} | {row['cpu_ms'] / references[label]:.1f} "
                             f"| {row['errors']:.0f} | {row['rate']:.0f}/s "
                             f"| {row['open_p50']:.1f} | {row['open_p99']:.1f} "
                             f"| {row['traced_p50']:.1f} / {row['traced_p99']:.1f} "
@@ -668,7 +698,7 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
     pairs = [
         (key, row, rows[("langgraph", key[1], key[2])])
         for key, row in rows.items()
-        if key[0] in SPECS and ("langgraph", key[1], key[2]) in rows
+        if key[0].removesuffix("+inline") in SPECS and ("langgraph", key[1], key[2]) in rows
     ]
     if not pairs:
         return
@@ -741,9 +771,10 @@ def run_one(
     delay: float,
 ) -> dict[str, float]:
     """One server (model kind, store, workers): sequential, closed loop, open loop."""
-    name = f"agentscript_bench_{os.getpid()}_{kind.replace('-', '_')}_{workers}"
+    variant = f"{kind.replace('-', '_')}_{agent.parent.name}_{workers}"  # its own store
+    name = f"agentscript_bench_{os.getpid()}_{variant}"
     if store_kind == "sqlite":
-        store = f"sqlite:///{tmp}/bench-{kind}-{workers}.db"
+        store = f"sqlite:///{tmp}/bench-{variant}.db"
     else:
         store = pg_database(name, True)
     try:
