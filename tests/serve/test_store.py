@@ -21,6 +21,8 @@ from agentscript.store import (
     store_from_url,
 )
 
+from .conftest import pg_reset
+
 
 def run(url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
     async def main() -> Any:
@@ -299,3 +301,39 @@ def test_sqlite_checkpoints_run_on_their_own_thread_not_in_a_requests_commit(
             await reopened.close()
 
     assert asyncio.run(reopen()) == 12
+
+
+def test_postgres_store_keeps_its_connection_after_a_busy_or_missing_session(
+    pg_dsn: str,
+) -> None:
+    pg_reset(pg_dsn)
+
+    async def body(store: Any) -> None:
+        await store.create_session(record())
+        closed: list[object] = []
+        discard = store._discard
+
+        async def counting(conn: object) -> None:
+            closed.append(conn)
+            await discard(conn)
+
+        store._discard = counting
+        async with store.lock_session("s1", 1.0) as lock:
+            for _ in range(3):
+                with pytest.raises(SessionBusy):
+                    async with store.lock_session("s1", 0.05):
+                        pass
+            for _ in range(3):
+                with pytest.raises(SessionGone):
+                    async with store.lock_session("no-such-session", 0.05):
+                        pass
+            await lock.commit(outcome(1, 1))
+        assert closed == []
+        # the connections given back are clean: the next turns run and commit on them
+        for turn in (2, 3):
+            async with store.lock_session("s1", 0.5) as lock:
+                await lock.commit(outcome(turn, turn))
+        got = await store.get_session("s1")
+        assert got is not None and got.turns == 3 and closed == []
+
+    run(pg_dsn, body)

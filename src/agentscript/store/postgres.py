@@ -200,6 +200,8 @@ class PostgresStore:
             # the COMMIT in one more (``_PostgresLock.commit``): two round trips a turn, not
             # five. Any failure inside leaves the transaction open on a connection that
             # ``_conn`` then closes, and PostgreSQL rolls it back.
+            refused: SessionBusy | SessionGone | None = None
+            record: SessionRecord | None = None
             try:
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
@@ -207,17 +209,23 @@ class PostgresStore:
                         Q(schema.SELECT_SESSION + " FOR UPDATE"), (session_id,)
                     )
             except psycopg.errors.LockNotAvailable:
-                raise SessionBusy(session_id, wait) from None
-            row = await cur.fetchone()
-            record = schema.session_from_row(row) if row else None
-            if record is None or record.expired():
-                raise SessionGone(session_id)
-            lock = _PostgresLock(conn, record, psycopg)
-            yield lock
-            if not lock.finished:
-                # Nothing was written (a replayed key, say): end the transaction, keep the
-                # connection.
+                refused = SessionBusy(session_id, wait)
+            else:
+                row = await cur.fetchone()
+                record = schema.session_from_row(row) if row else None
+                if record is None or record.expired():
+                    refused = SessionGone(session_id)
+            if refused is None and record is not None:
+                lock = _PostgresLock(conn, record, psycopg)
+                yield lock
+            if refused is not None or not lock.finished:
+                # Nothing was written (a busy or missing session, a replayed key): end the
+                # transaction and keep the connection. Raised through ``_conn``, the refusal
+                # would close it, and a client retrying a busy session (or probing for ids)
+                # would cost a new PostgreSQL backend each time.
                 await conn.execute("ROLLBACK")
+        if refused is not None:
+            raise refused
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
         rows = await self._fetch(
