@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,41 @@ def test_send_inside_a_running_loop_says_to_use_send_async(agent: Agent) -> None
             session.send("go")
 
     asyncio.run(inside())
+
+
+def test_ctrl_c_received_by_another_thread_still_cancels_the_waiting_turn(agent: Agent) -> None:
+    """The kernel may hand SIGINT to any thread (an action pool's, a store's); Python runs the
+    handler on the main thread, which here sleeps in the loop's wait for 30 s. The loop must
+    wake for it (a wakeup fd), or the turn goes on as if Ctrl-C had not been pressed."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    cancelled: list[bool] = []
+
+    def press_ctrl_c_on_this_thread() -> None:
+        time.sleep(0.05)  # the loop's thread is in its wait by now
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    async def act() -> dict[str, str]:
+        threading.Thread(target=press_ctrl_c_on_this_thread).start()
+        loop = asyncio.get_running_loop()
+        end_of_wait = loop.time() + 30
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            # Woken by the signal, not by the end of the wait (then the handler would run only
+            # once the loop's 30 s wait ran out).
+            cancelled.append(loop.time() < end_of_wait)
+            raise
+        return {}
+
+    session = agent.session(
+        model=ScriptedModel([Move(calls=[("act", {})]), Move(text="ok")]), actions={"act": act}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        session.send("go")
+    assert cancelled == [True]  # the wait was cut short, not slept through
 
 
 def test_ctrl_c_during_send_cancels_the_turn_and_raises_keyboard_interrupt(agent: Agent) -> None:

@@ -9,7 +9,11 @@ the thread (closed when the thread's locals are released).
 Ctrl-C in the main thread cancels the running turn, as under ``asyncio.run``: the first call
 from the main thread installs a SIGINT handler, but only where Python's default one is in place,
 and that handler behaves exactly like the default (raises KeyboardInterrupt) whenever no turn
-runs. So it is installed once and left in place, which keeps each call free of signal calls.
+runs. So it is installed once and left in place, which keeps each call free of signal calls
+but one: while a turn runs, the main thread's loop is the process's wakeup fd. The kernel may
+hand SIGINT to any thread (an action pool's, say), and Python runs the handler on the main
+thread only when that thread next runs Python code: without the wakeup fd, a loop asleep in a
+30 s wait would not see Ctrl-C until the wait ended.
 
 Contract: ``run_sync(coro)`` runs ``coro`` to completion and returns its result or raises its
 exception (KeyboardInterrupt after a Ctrl-C cancelled it). Called from a thread whose loop is
@@ -23,6 +27,7 @@ import asyncio
 import atexit
 import contextlib
 import signal
+import socket
 import threading
 from collections.abc import Coroutine
 from types import FrameType
@@ -39,6 +44,18 @@ class _ThreadLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None
+
+    def wakeup_fd(self) -> int:
+        """A socket this loop watches, for ``signal.set_wakeup_fd``: a signal then wakes the
+        loop's wait, and Python runs its handler at once."""
+        if self._wakeup is None:
+            reader, writer = socket.socketpair()
+            reader.setblocking(False)
+            writer.setblocking(False)
+            self.loop.add_reader(reader.fileno(), _drain, reader)
+            self._wakeup = (reader, writer)
+        return self._wakeup[1].fileno()
 
     def close(self) -> None:
         loop = self.loop
@@ -46,11 +63,23 @@ class _ThreadLoop:
             return
         with contextlib.suppress(Exception):
             loop.run_until_complete(loop.shutdown_asyncgens())
+        if self._wakeup is not None:
+            reader, writer = self._wakeup
+            loop.remove_reader(reader.fileno())
+            reader.close()
+            writer.close()
         loop.close()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def _drain(reader: socket.socket) -> None:
+    # The bytes are signal numbers; the handlers already ran. Only the waking matters.
+    with contextlib.suppress(OSError):
+        while reader.recv(4096):
+            pass
 
 
 def _close_main_loop() -> None:
@@ -104,6 +133,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         _install_sigint()
     task = loop.create_task(coro)
     outer, _main_task, _interrupted = _main_task, task, False
+    previous = signal.set_wakeup_fd(holder.wakeup_fd(), warn_on_full_buffer=False)
     try:
         return loop.run_until_complete(task)
     except asyncio.CancelledError:
@@ -112,3 +142,4 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         raise
     finally:
         _main_task = outer
+        signal.set_wakeup_fd(previous)
