@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,14 +100,29 @@ def test_send_inside_a_running_loop_says_to_use_send_async(agent: Agent) -> None
     asyncio.run(inside())
 
 
-def test_ctrl_c_received_by_another_thread_still_cancels_the_waiting_turn(agent: Agent) -> None:
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler, as an interactive program has it. A process started in the
+    background by a non-interactive shell (``make test &``) inherits SIGINT ignored, and then
+    Python, rightly, installs no handler and Ctrl-C does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if before is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_ctrl_c_received_by_another_thread_still_cancels_the_waiting_turn(
+    agent: Agent, python_sigint: None
+) -> None:
     """The kernel may hand SIGINT to any thread (an action pool's, a store's); Python runs the
     handler on the main thread, which here sleeps in the loop's wait for 30 s. The loop must
     wake for it (a wakeup fd), or the turn goes on as if Ctrl-C had not been pressed."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals reach the main thread only")
     cancelled: list[bool] = []
 
     def press_ctrl_c_on_this_thread() -> None:
@@ -133,12 +150,11 @@ def test_ctrl_c_received_by_another_thread_still_cancels_the_waiting_turn(agent:
     assert cancelled == [True]  # the wait was cut short, not slept through
 
 
-def test_ctrl_c_during_send_cancels_the_turn_and_raises_keyboard_interrupt(agent: Agent) -> None:
+def test_ctrl_c_during_send_cancels_the_turn_and_raises_keyboard_interrupt(
+    agent: Agent, python_sigint: None
+) -> None:
     import os
-    import signal
 
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals reach the main thread only")
     cancelled: list[bool] = []
 
     async def act() -> dict[str, str]:
