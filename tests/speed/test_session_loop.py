@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -117,61 +118,53 @@ def python_sigint() -> Iterator[None]:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def interrupted_turn(agent: Agent, press_ctrl_c: Callable[[], None]) -> list[bool]:
+    """Send a turn whose action presses Ctrl-C, then waits 30 s; expect KeyboardInterrupt. The
+    result records, for each cancellation the action saw, whether it cut the wait short (not
+    only once the loop's 30 s wait had run out)."""
+    cut_short: list[bool] = []
+
+    async def act() -> dict[str, str]:
+        loop = asyncio.get_running_loop()
+        end_of_wait = loop.time() + 30
+        press_ctrl_c()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cut_short.append(loop.time() < end_of_wait)
+            raise
+        return {}
+
+    session = agent.session(
+        model=ScriptedModel([Move(calls=[("act", {})]), Move(text="ok")]), actions={"act": act}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        session.send("go")
+    return cut_short
+
+
 def test_ctrl_c_received_by_another_thread_still_cancels_the_waiting_turn(
     agent: Agent, python_sigint: None
 ) -> None:
     """The kernel may hand SIGINT to any thread (an action pool's, a store's); Python runs the
     handler on the main thread, which here sleeps in the loop's wait for 30 s. The loop must
     wake for it (a wakeup fd), or the turn goes on as if Ctrl-C had not been pressed."""
-    cancelled: list[bool] = []
 
-    def press_ctrl_c_on_this_thread() -> None:
+    def on_another_thread() -> None:
         time.sleep(0.05)  # the loop's thread is in its wait by now
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
-    async def act() -> dict[str, str]:
-        threading.Thread(target=press_ctrl_c_on_this_thread).start()
-        loop = asyncio.get_running_loop()
-        end_of_wait = loop.time() + 30
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            # Woken by the signal, not by the end of the wait (then the handler would run only
-            # once the loop's 30 s wait ran out).
-            cancelled.append(loop.time() < end_of_wait)
-            raise
-        return {}
+    def press() -> None:
+        threading.Thread(target=on_another_thread).start()
 
-    session = agent.session(
-        model=ScriptedModel([Move(calls=[("act", {})]), Move(text="ok")]), actions={"act": act}
-    )
-    with pytest.raises(KeyboardInterrupt):
-        session.send("go")
-    assert cancelled == [True]  # the wait was cut short, not slept through
+    assert interrupted_turn(agent, press) == [True]
 
 
 def test_ctrl_c_during_send_cancels_the_turn_and_raises_keyboard_interrupt(
     agent: Agent, python_sigint: None
 ) -> None:
-    import os
-
-    cancelled: list[bool] = []
-
-    async def act() -> dict[str, str]:
-        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the action waits
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-        return {}
-
-    session = agent.session(
-        model=ScriptedModel([Move(calls=[("act", {})]), Move(text="ok")]), actions={"act": act}
-    )
-    with pytest.raises(KeyboardInterrupt):
-        session.send("go")
-    assert cancelled == [True]  # the turn was cancelled, not left running
+    # The user presses Ctrl-C while the action waits: the turn is cancelled, not left running.
+    assert interrupted_turn(agent, lambda: os.kill(os.getpid(), signal.SIGINT)) == [True]
     # Outside a turn, Ctrl-C is Python's usual KeyboardInterrupt.
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
