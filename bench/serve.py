@@ -507,6 +507,7 @@ def pg_database(name: str, create: bool) -> str:
 SPECS = {"openai": "openai:gpt-standin", "openai-lean": "openai-lean:gpt-standin"}
 # The kinds whose server calls the stand-in model server (and so waits its delay per call).
 REMOTE = {*SPECS, "langgraph"}
+INLINE = "+inline"  # the suffix of a row whose actions run inline
 MODELS = {
     "langgraph": "the peer: seed 002 as a LangGraph server (bench/langgraph_server.py: FastAPI, "
     "ChatOpenAI, LangGraph's own checkpointer) -> the same stand-in server",
@@ -578,7 +579,7 @@ def main() -> None:
         parser.error(f"--isolation: {args.isolation!r}; choose thread and/or inline")
     # (row label, model kind, isolation); the peer's actions are plain calls in its graph.
     variants = [
-        (kind if iso == "thread" or kind == "langgraph" else f"{kind}+inline", kind, iso)
+        (kind if iso == "thread" or kind == "langgraph" else kind + INLINE, kind, iso)
         for kind in kinds
         for iso in (["thread"] if kind == "langgraph" else isolations)
     ]
@@ -647,6 +648,7 @@ def main() -> None:
                     f"# in-process {what}, model {label}: "
                     f"{references[label]:.2f} ms CPU per turn (reference)"
                 )
+            print(wakeup_floor(tmp, agents[isolations[0]]))
             print()
             header = (
                 "| model | store | workers | start s | seq p50 ms | seq p99 ms | turns/s "
@@ -698,7 +700,7 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
     pairs = [
         (key, row, rows[("langgraph", key[1], key[2])])
         for key, row in rows.items()
-        if key[0].removesuffix("+inline") in SPECS and ("langgraph", key[1], key[2]) in rows
+        if key[0].removesuffix(INLINE) in SPECS and ("langgraph", key[1], key[2]) in rows
     ]
     if not pairs:
         return
@@ -747,6 +749,39 @@ def standin_overshoot(port: int, delay: float, calls: int = 60) -> float:
         return late
 
     return pct(asyncio.run(measure())[5:], 0.5)
+
+
+def wakeup_floor(tmp: str, agent: Path, requests: int = 120) -> str:
+    """What any request costs this machine, read on a bare ``GET /healthz`` to a 1-worker
+    server: back to back, and 50 ms apart, as a turn's requests arrive after its model calls
+    (the server and this process go idle between them, and waking costs time)."""
+    server, _ = start_server(
+        "standin", agent, f"sqlite:///{tmp}/floor.db", 1, None, SERVER_CPUS or ALL_CPUS
+    )
+    host, port = server.url.removeprefix("http://").split(":")
+    request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+
+    async def probe(gap: float) -> float:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        took = []
+        try:
+            for _ in range(requests):
+                started = time.perf_counter()
+                await exchange(reader, writer, request)
+                took.append((time.perf_counter() - started) * 1000)
+                await asyncio.sleep(gap)
+        finally:
+            writer.close()
+        return pct(took[20:], 0.5)
+
+    try:
+        back_to_back, apart = asyncio.run(probe(0.0)), asyncio.run(probe(0.05))
+    finally:
+        server.stop()
+    return (
+        f"# wake-up floor: GET /healthz answers in {back_to_back:.2f} ms back to back, "
+        f"{apart:.2f} ms when requests come 50 ms apart (p50)"
+    )
 
 
 def wait_port(port: int, seconds: float = 30.0) -> None:

@@ -201,7 +201,7 @@ class PostgresStore:
             # five. Any failure inside leaves the transaction open on a connection that
             # ``_conn`` then closes, and PostgreSQL rolls it back.
             refused: SessionBusy | SessionGone | None = None
-            record: SessionRecord | None = None
+            lock: _PostgresLock | None = None
             try:
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
@@ -215,15 +215,17 @@ class PostgresStore:
                 record = schema.session_from_row(row) if row else None
                 if record is None or record.expired():
                     refused = SessionGone(session_id)
-            if refused is None and record is not None:
-                lock = _PostgresLock(conn, record, psycopg)
+                else:
+                    lock = _PostgresLock(conn, record, psycopg)
+            if lock is not None:
                 yield lock
-            if refused is not None or not lock.finished:
-                # Nothing was written (a busy or missing session, a replayed key): end the
-                # transaction and keep the connection. Raised through ``_conn``, the refusal
-                # would close it, and a client retrying a busy session (or probing for ids)
-                # would cost a new PostgreSQL backend each time.
-                await conn.execute("ROLLBACK")
+                if lock.finished:
+                    return
+            # Nothing was written (a busy or missing session, a replayed key): end the
+            # transaction and keep the connection. Raised through ``_conn``, the refusal would
+            # close it, and a client retrying a busy session (or probing for ids) would cost a
+            # new PostgreSQL backend each time.
+            await conn.execute("ROLLBACK")
         if refused is not None:
             raise refused
 
