@@ -31,6 +31,9 @@ TURN_FIELDS = {
 }
 
 
+JSON_BODY = {"content-type": "application/json"}
+
+
 def error_of(response: httpx.Response) -> tuple[int, str]:
     data = response.json()
     assert set(data) == {"error"} and set(data["error"]) == {"code", "message"}, data
@@ -303,6 +306,28 @@ def test_api_message_and_body_bounds(api_store: str) -> None:
     run(api_store, scenario, config=config)
 
 
+def test_api_lone_surrogates_are_422_before_anything_runs(api_store: str) -> None:
+    """JSON can escape a lone surrogate; UTF-8 cannot encode it. Taken in, the turn would run
+    and commit, then its answer fail with a 500."""
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        bad_value = b'{"variables": {"customer": ["ok", {"x": "\\udc80"}]}}'
+        created = await client.post(
+            "/v1/agents/Notes/sessions", content=bad_value, headers=JSON_BODY
+        )
+        assert error_of(created) == (422, "invalid_variable")
+        assert "@variables.customer" in created.json()["error"]["message"]
+        sid = await new_session(client)
+        sent = await client.post(
+            f"/v1/sessions/{sid}/messages", content=b'{"text": "ab\\ud800"}', headers=JSON_BODY
+        )
+        assert error_of(sent) == (422, "invalid_text")
+        assert "at character 2" in sent.json()["error"]["message"]
+        assert (await client.get(f"/v1/sessions/{sid}")).json()["turns"] == 0
+
+    run(api_store, scenario)
+
+
 def test_api_second_message_to_a_busy_session_waits_then_409(
     api_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -551,7 +576,8 @@ def test_api_restores_each_turn_from_the_stored_text_without_walking_it(
             assert response.status_code == 200, response.text
             assert response.json()["turn"] == n
 
-    run(api_store, scenario)
+    # Every turn restored (none kept in memory), so each one takes this path.
+    run(api_store, scenario, config=ServerConfig(live_sessions=0))
 
 
 def test_restoring_json_text_still_refuses_what_a_mapping_is_refused_for() -> None:

@@ -39,6 +39,13 @@ from agentscript.cli.common import exit_with
     type=float,
     help="Requests per second per API key (0: no limit).",
 )
+@click.option(
+    "--live-sessions",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Sessions kept in memory after a turn so their next turn skips the restore (0: none).",
+)
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
 @click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")
 def serve(paths: tuple[str, ...], **options: Any) -> None:

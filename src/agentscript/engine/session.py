@@ -368,6 +368,17 @@ class Session:
     def ended(self) -> bool:
         return self.state.ended
 
+    def resume(self) -> None:
+        """Go on as if just restored from this session's own :meth:`to_json`: the next turn's
+        first ``LLM_STEP`` records its whole input, as a restored session's does, and no
+        observer of an earlier turn is called. A host that keeps sessions in memory between
+        turns (``agentscript serve``) calls it so that a turn's trace is the same whether the
+        session was kept or restored."""
+        self.inputs = MessageLog()
+        self.ledger = None
+        self.on_text = None
+        self.on_step = None
+
     def send(self, text: str) -> Reply:
         """Run one turn synchronously (not from inside a running event loop). Each calling
         thread keeps one event loop for every turn it runs (``engine/loop.py``)."""

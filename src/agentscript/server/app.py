@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ from agentscript.server.agents import ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, body, status_of
+from agentscript.server.fastpath import MessageFastPath
 from agentscript.server.heap import freeze_startup_heap
 from agentscript.server.metrics import Metrics
 from agentscript.server.ratelimit import RateLimiter, retry_after
@@ -153,7 +155,11 @@ async def authenticate(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> str:
     """The owner id of the request's API key (401 without a valid one), rate-limited (429)."""
-    state = request.app.state
+    return owner_of(request.app.state, authorization)
+
+
+def owner_of(state: Any, authorization: str | None) -> str:
+    """:func:`authenticate` for a request's Authorization header and the app's state."""
     who: str | None = state.keys.owner(authorization)
     if who is None:
         raise ApiError(
@@ -377,6 +383,13 @@ def create_app(
         result = await service.send(who, session_id, message.text, idempotency_key)
         return JSONResponse(result)
 
+    # add_middleware wraps what is there: the fast path goes inside CORS and the body limit.
+    app.add_middleware(
+        MessageFastPath,
+        service=service,
+        authenticate=functools.partial(owner_of, app.state),
+        error_response=_error_response,
+    )
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 

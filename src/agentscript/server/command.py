@@ -38,6 +38,7 @@ class ServeOptions:
     session_ttl: float | None = None
     lock_wait: float = 30.0
     rate_limit: float = 20.0
+    live_sessions: int = 1000
     cors_origins: list[str] = field(default_factory=list)
     # The playground page (agentscript.server.playground), its --stubs file and --var values.
     playground: bool = False
@@ -102,6 +103,7 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         session_ttl=options.session_ttl,
         lock_wait=options.lock_wait,
         rate_limit=options.rate_limit,
+        live_sessions=options.live_sessions,
         cors_origins=list(options.cors_origins),
     )
     app = create_app(served, store, config=config, keys=keys, freeze_heap=freeze_heap)

@@ -24,6 +24,9 @@ class ServerConfig:
     rate_burst: int = 40
     # Sessions expire this many seconds after their last turn; None keeps them.
     session_ttl: float | None = None
+    # Sessions kept in memory after their turn, so that their next turn here skips the
+    # restore (server/live.py; the store stays the truth); 0 restores every turn.
+    live_sessions: int = 1000
     # Largest page of GET /v1/sessions.
     max_page: int = 100
     # Origins allowed by CORS; empty: CORS off (no CORS headers at all).

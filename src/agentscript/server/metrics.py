@@ -55,6 +55,9 @@ class Metrics:
         self.engine_time: dict[str, Histogram] = {}
         self.turn_time: dict[str, Histogram] = {}
         self.in_progress = 0
+        # How each turn got its session: kept in memory since its last turn, or restored.
+        self.session_loads: Counter[str] = Counter()
+        self.kept_sessions = 0
         self._last_turn: dict[str, float] = {}
 
     def turn(self, agent: str, session_id: str, seconds: float, trace: dict[str, Any]) -> None:
@@ -124,6 +127,17 @@ class Metrics:
             )
         family("agentscript_turns_in_progress", "gauge", "Turns running now.")
         out.append(f"agentscript_turns_in_progress {self.in_progress}")
+        family(
+            "agentscript_session_loads_total",
+            "counter",
+            "Turns by where their session came from: kept in memory, or restored from the store.",
+        )
+        for source in ("kept", "restored"):
+            out.append(
+                f'agentscript_session_loads_total{{source="{source}"}} {self.session_loads[source]}'
+            )
+        family("agentscript_kept_sessions", "gauge", "Sessions kept in memory between turns.")
+        out.append(f"agentscript_kept_sessions {self.kept_sessions}")
         family("agentscript_active_sessions", "gauge", "Sessions with a turn in the last 5 min.")
         out.append(f"agentscript_active_sessions {self.active_sessions()}")
         return "\n".join(out) + "\n"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from agentscript.playback import TurnReport
 from agentscript.server.agents import ServedAgent
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSession
+from agentscript.server.live import LiveSessions
 from agentscript.server.metrics import Metrics
 from agentscript.store import (
     SessionGone,
@@ -72,6 +73,7 @@ class SessionService:
         self.config = config
         self.metrics = metrics
         self._running = 0
+        self.live = LiveSessions(config.live_sessions)
         # Streamed turns run as tasks; held here so none is dropped before it commits.
         self.background: set[asyncio.Task[None]] = set()
 
@@ -95,6 +97,13 @@ class SessionService:
         self, owner: str, agent_name: str, variables: dict[str, Any]
     ) -> dict[str, Any]:
         served = self.agent(agent_name)
+        for name, value in variables.items():
+            if any(lone_surrogate(text) is not None for text in strings(name, value)):
+                raise ApiError(
+                    422,
+                    "invalid_variable",
+                    f"@variables.{ascii(name)[1:-1]}: not Unicode text (a lone surrogate)",
+                )
         session_id = uuid.uuid4().hex
         try:
             session = served.agent.session(
@@ -114,6 +123,9 @@ class SessionService:
             expires_at=self._expiry(),
         )
         await self.store.create_session(record)
+        if served.overrides is None:
+            self.live.keep(session_id, 0, served.version, session)
+            self.metrics.kept_sessions = len(self.live)
         return {
             "session_id": session_id,
             "agent": served.name,
@@ -151,6 +163,8 @@ class SessionService:
 
     async def delete(self, owner: str, session_id: str) -> None:
         await self.record(owner, session_id)
+        self.live.drop(session_id)
+        self.metrics.kept_sessions = len(self.live)
         if not await self.store.delete_session(session_id):
             raise SessionGone(session_id)
 
@@ -229,6 +243,14 @@ class SessionService:
                 f"the message has {len(text)} characters; the limit (max_message_chars) "
                 f"is {self.config.max_message_chars}",
             )
+        at = lone_surrogate(text)
+        if at is not None:
+            raise ApiError(
+                422,
+                "invalid_text",
+                f"the message is not Unicode text: a lone surrogate (\\u{ord(text[at]):04x}) "
+                f"at character {at}",
+            )
         # Without a key there is nothing to replay, and the lock reads the session (404 for a
         # missing one or another key's): no read before it.
         stored = await self.replay(owner, session_id, key) if key is not None else None
@@ -265,7 +287,10 @@ class SessionService:
                     if hooks.on_start:
                         hooks.on_start()
                     return _result(found)
-            session = self._restore(record)
+            session = self.live.take(record)
+            self.metrics.session_loads["restored" if session is None else "kept"] += 1
+            if session is None:
+                session = self._restore(record)
             session.on_text = hooks.on_token
             session.on_step = hooks.on_step
             if hooks.on_start:
@@ -292,6 +317,9 @@ class SessionService:
                 await lock.commit(outcome)
             except ValueError as exc:
                 raise DuplicateKey(str(exc)) from None
+            if self.agents[record.agent].overrides is None:
+                self.live.keep(session_id, number, record.agent_version, session)
+            self.metrics.kept_sessions = len(self.live)
             self.metrics.turn(record.agent, session_id, time.perf_counter() - started, reply.trace)
             return result
 
@@ -317,6 +345,29 @@ class SessionService:
             raise IncompatibleSession(
                 f"session {record.session_id} cannot be restored ({exc}); start a new session"
             ) from None
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate, or None. JSON can escape one (``"\\ud800"``) but
+    UTF-8 cannot encode it: taken in, it would fail the answer after the turn committed."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def strings(*values: Any) -> Iterator[str]:
+    """Every string in ``values``, nested lists and objects (keys too) included."""
+    for value in values:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            yield from strings(*value.keys(), *value.values())
+        elif isinstance(value, list):
+            yield from strings(*value)
 
 
 def trace_url(session_id: str, turn: int) -> str:

@@ -1,0 +1,130 @@
+"""The commonest request, a well-formed JSON message to a session, without FastAPI's
+per-request parameter machinery.
+
+FastAPI solves a route's dependencies and validates its parameters anew on every request;
+for ``POST /v1/sessions/{id}/messages`` that was about a fifth of a turn's CPU with the
+stand-in model (``bench/serve.py``). This middleware sits just inside the body limit and
+answers that one request itself when every part of it is plainly valid: the path's session
+id, a JSON body that is exactly ``{"text": "..."}``, an ``Idempotency-Key`` (if any) of
+printable ASCII up to 200 characters, and no ``Accept: text/event-stream``. It authenticates,
+rate-limits and calls :meth:`SessionService.send` as the route does, and answers errors through
+the same mapping.
+
+Everything else goes on to FastAPI with the body replayed: a malformed request, a stream, any
+other route. So the route declared in ``app.py`` stays what ``/openapi.json`` describes and the
+one place that validates a bad request and words its 422; this module only ever accepts what
+that route would accept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentscript.server.service import SessionService
+
+MESSAGE_PATH = re.compile(r"/v1/sessions/([A-Za-z0-9_-]{1,64})/messages")
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+JSON_MEDIA_TYPES = frozenset({"application/json", "application/json; charset=utf-8"})
+READ = frozenset({b"content-type", b"accept", b"authorization", b"idempotency-key"})
+
+# The owner id for a request's Authorization header (None when absent), or an ApiError.
+Authenticate = Callable[[str | None], str]
+ErrorResponse = Callable[[BaseException], Response]
+
+
+class MessageFastPath:
+    def __init__(
+        self,
+        app: ASGIApp,
+        service: SessionService,
+        authenticate: Authenticate,
+        error_response: ErrorResponse,
+    ) -> None:
+        self.app = app
+        self.service = service
+        self.authenticate = authenticate
+        self.error_response = error_response
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = _message_route(scope)
+        headers = _plain_headers(scope) if match is not None else None
+        if match is None or headers is None:
+            await self.app(scope, receive, send)
+            return
+        received: list[Message] = []
+        text = await _read_text(receive, received)
+        if text is None:
+            await self.app(scope, _replaying(received, receive), send)
+            return
+        try:
+            owner = self.authenticate(headers.get(b"authorization"))
+            key = headers.get(b"idempotency-key")
+            result = await self.service.send(owner, match, text, key)
+            response: Response = JSONResponse(result)
+        except Exception as exc:
+            response = self.error_response(exc)
+        await response(scope, receive, send)
+
+
+def _message_route(scope: Scope) -> str | None:
+    """The session id if ``scope`` is a POST to a session's messages, else None."""
+    if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
+        return None
+    match = MESSAGE_PATH.fullmatch(scope["path"])
+    return match.group(1) if match is not None else None
+
+
+def _plain_headers(scope: Scope) -> dict[bytes, str] | None:
+    """The headers this path reads, decoded, or None when the request is not its kind: no
+    JSON content type, a stream asked for, a repeated or malformed header."""
+    found: dict[bytes, str] = {}
+    for name, value in scope["headers"]:
+        if name in READ:
+            if name in found:
+                return None  # which one FastAPI would read is its business
+            found[name] = value.decode("latin-1")
+    if found.get(b"content-type", "").lower() not in JSON_MEDIA_TYPES:
+        return None
+    if "text/event-stream" in found.get(b"accept", ""):
+        return None
+    key = found.get(b"idempotency-key")
+    if key is not None and IDEMPOTENCY_KEY.fullmatch(key) is None:
+        return None
+    return found
+
+
+async def _read_text(receive: Receive, received: list[Message]) -> str | None:
+    """The message text of a body that is exactly ``{"text": "..."}``; None otherwise (what
+    was received is in ``received``, for the route to read again)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        received.append(message)
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    try:
+        data: Any = json.loads(b"".join(chunks))
+    except ValueError:
+        return None
+    if type(data) is not dict or len(data) != 1:
+        return None
+    text = data.get("text")
+    return text if type(text) is str else None
+
+
+def _replaying(received: list[Message], receive: Receive) -> Receive:
+    pending = list(received)
+
+    async def replay() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replay

@@ -1,0 +1,253 @@
+"""Kept sessions (server/live.py): a turn that skips the restore is the turn a restore would run.
+
+Each conversation runs three ways and must give the same turn results, the same traces (up to
+timings and ids) and the same stored session: every turn restored from the store
+(``live_sessions=0``), every turn on the kept session (the default), and turns alternating
+between two servers on one store, where each finds its kept session stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+from agentscript.models.base import Message, ToolCall
+from agentscript.models.function import FunctionInfo, FunctionModel
+from agentscript.server.agents import load_agents, serve_agents
+from agentscript.server.app import create_app
+from agentscript.server.config import ServerConfig
+from agentscript.server.live import LiveSessions
+from agentscript.store import SessionRecord, StoreError, store_from_url
+
+from .harness import CARD_BANK, NOTES
+
+SEED = Path(__file__).parents[2] / "examples" / "order_status" / "order_status.agent"
+ORDERS = """
+def get_delivery_date(order_ID: str) -> dict[str, object]:
+    return {"delivery_date": "2026-11-30"}
+
+def check_if_late(order_ID: str, delivery_date: str) -> dict[str, object]:
+    return {"is_late": delivery_date < "2026-12-01"}
+"""
+
+
+def answer(messages: list[Message], info: FunctionInfo) -> str | ToolCall:
+    """``call TOOL {json}`` from the user calls that tool when offered; anything else is text."""
+    last = messages[-1] if messages else None
+    if last is not None and last.role == "user" and last.content.startswith("call "):
+        name, _, args = last.content[5:].partition(" ")
+        if name in info.tool_names:  # an id of its own: two servers have two models
+            return ToolCall(f"call_{len(messages)}", name, json.loads(args or "{}"))
+    if last is not None and last.role == "tool":
+        return f"done: {last.content[:40]}"
+    return f"ok: {last.content if last else ''}"
+
+
+NOTES_TURNS = [
+    "hello",
+    'call note {"text": "milk"}',
+    'call note {"text": "eggs"}',
+    "what did I save?",
+    'call note {"text": "bread"}',
+]
+ORDER_TURNS = [
+    "call go_to_orders {}",
+    'call get_delivery_date {"order_ID": "1234"}',
+    "thanks",
+    'call check_if_late {"order_ID": "1234", "delivery_date": "2026-12-01"}',
+]
+BANK_TURNS = [
+    "hi",
+    'call activate_skill {"skill": "authenticate"}',
+    "my name is Ada",
+    "call cannot_help {}",
+    "bye",
+]
+CONVERSATIONS = [("Notes", NOTES, NOTES_TURNS), ("card-bank", CARD_BANK, BANK_TURNS)]
+
+
+@asynccontextmanager
+async def server(store_url: str, path: str, live: int) -> AsyncIterator[httpx.AsyncClient]:
+    agents = load_agents([path])
+    served = serve_agents(agents, {a.name: FunctionModel(answer) for a in agents})
+    config = ServerConfig(rate_limit=0, live_sessions=live)
+    app = create_app(served, store_from_url(store_url), config=config, purge_every=None)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        yield client
+
+
+def live_of(client: httpx.AsyncClient) -> LiveSessions:
+    live: LiveSessions = client._transport.app.state.service.live  # type: ignore[attr-defined]
+    return live
+
+
+def comparable(data: Any, session_id: str) -> Any:
+    """``data`` without what differs between two runs of one conversation: timings, ids."""
+    if isinstance(data, dict):
+        return {
+            key: comparable(value, session_id)
+            for key, value in data.items()
+            if not key.endswith(("Ms", "_ms", "_at")) and key not in ("sessionId", "planId")
+        }
+    if isinstance(data, list):
+        return [comparable(item, session_id) for item in data]
+    if isinstance(data, str):
+        return data.replace(session_id, "<session>")
+    return data
+
+
+async def converse(clients: list[httpx.AsyncClient], agent: str, turns: list[str]) -> list[Any]:
+    """Create a session, send ``turns`` (client by client in turn), and return everything
+    the API says about it: each turn, each trace, the session and its turn list."""
+    created = await clients[0].post(f"/v1/agents/{agent}/sessions", json={"variables": {}})
+    assert created.status_code == 201, created.text
+    sid = created.json()["session_id"]
+    seen: list[Any] = [created.json()["messages"]]
+    for number, text in enumerate(turns, start=1):
+        client = clients[(number - 1) % len(clients)]
+        reply = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+        assert reply.status_code == 200, reply.text
+        trace = await client.get(f"/v1/sessions/{sid}/turns/{number}/trace")
+        seen += [reply.json(), trace.json()]
+    seen.append((await clients[0].get(f"/v1/sessions/{sid}")).json())
+    seen.append((await clients[0].get(f"/v1/sessions/{sid}/turns")).json())
+    return comparable(seen, sid)
+
+
+def run_three_ways(store_url: str, agent: str, path: str, turns: list[str]) -> None:
+    async def main() -> None:
+        async with server(store_url, path, live=0) as restoring:
+            restored = await converse([restoring], agent, turns)
+            assert live_of(restoring).hits == 0
+        async with server(store_url, path, live=1000) as keeping:
+            kept = await converse([keeping], agent, turns)
+            assert live_of(keeping).hits == len(turns) and live_of(keeping).misses == 0
+            metrics = (await keeping.get("/metrics")).text
+            assert f'agentscript_session_loads_total{{source="kept"}} {len(turns)}' in metrics
+            assert 'agentscript_session_loads_total{source="restored"} 0' in metrics
+            assert "agentscript_kept_sessions 1" in metrics
+        async with AsyncExitStack() as stack:
+            one = await stack.enter_async_context(server(store_url, path, live=1000))
+            two = await stack.enter_async_context(server(store_url, path, live=1000))
+            alternating = await converse([one, two], agent, turns)
+            # Each server's kept session is one turn behind the store every time but the first.
+            assert live_of(one).hits + live_of(two).hits == 1
+        assert kept == restored
+        assert alternating == restored
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("agent", "path", "turns"), CONVERSATIONS, ids=["agentscript", "mantle"])
+def test_kept_session_runs_the_turn_a_restore_would(
+    api_store: str, agent: str, path: str, turns: list[str]
+) -> None:
+    run_three_ways(api_store, agent, path, turns)
+
+
+def test_kept_session_with_transitions_and_actions(tmp_path: Path) -> None:
+    text = SEED.read_text()
+    for name, function in (
+        ("Get_Delivery_Date", "get_delivery_date"),
+        ("Check_If_Late", "check_if_late"),
+    ):
+        text = text.replace(f"flow://{name}", f"python://orders:{function}")
+    (tmp_path / "orders.py").write_text(ORDERS)
+    (tmp_path / "order_status.agent").write_text(text)
+    agent = str(tmp_path / "order_status.agent")
+    run_three_ways(f"sqlite:///{tmp_path}/s.db", "Order_Status", agent, ORDER_TURNS)
+
+
+def test_turn_whose_commit_failed_leaves_no_kept_session(tmp_path: Path) -> None:
+    """The session object ran the failed turn; the next turn must not see any of it."""
+
+    async def main() -> None:
+        async with server(f"sqlite:///{tmp_path}/s.db", NOTES, live=1000) as client:
+            sid = (await client.post("/v1/agents/Notes/sessions", json={})).json()["session_id"]
+            ok = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "first"})
+            assert ok.json()["turn"] == 1
+            store = client._transport.app.state.service.store  # type: ignore[attr-defined]
+            real = store.lock_session
+
+            @asynccontextmanager
+            async def failing(session_id: str, wait: float) -> AsyncIterator[Any]:
+                async with real(session_id, wait) as lock:
+
+                    class Refusing:
+                        session = lock.session
+
+                        async def commit(self, outcome: Any) -> None:
+                            raise StoreError("the disk is full")
+
+                    yield Refusing()
+
+            store.lock_session = failing
+            lost = await client.post(
+                f"/v1/sessions/{sid}/messages", json={"text": 'call note {"text": "lost"}'}
+            )
+            assert lost.status_code == 503
+            store.lock_session = real
+            assert len(live_of(client)) == 0
+            again = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "second"})
+            assert again.json()["turn"] == 2 and again.json()["variables"]["count"] == 0
+            trace = (await client.get(f"/v1/sessions/{sid}/turns/2/trace")).json()
+            llm = next(s for s in trace["planTrace"]["steps"] if s["type"] == "LLM_STEP")
+            sent = [m["content"] for m in llm["input"]["messages"]]
+            assert llm["input"]["messagesFrom"] == 0
+            assert sent == ["first", "ok: first", "second"], sent
+
+    asyncio.run(main())
+
+
+def test_deleted_session_is_not_kept(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with server(f"sqlite:///{tmp_path}/s.db", NOTES, live=1000) as client:
+            sid = (await client.post("/v1/agents/Notes/sessions", json={})).json()["session_id"]
+            assert len(live_of(client)) == 1
+            assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+            assert len(live_of(client)) == 0
+
+    asyncio.run(main())
+
+
+def record(session_id: str, turns: int, version: str = "v1") -> SessionRecord:
+    return SessionRecord(session_id, "A", "owner", version, {}, turns=turns)
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.resumed = 0
+
+    def resume(self) -> None:
+        self.resumed += 1
+
+
+def test_live_sessions_match_turn_count_and_version_and_forget_the_oldest() -> None:
+    live = LiveSessions(2)
+    a, b, c = FakeSession(), FakeSession(), FakeSession()
+    live.keep("a", 3, "v1", a)  # type: ignore[arg-type]
+    assert live.take(record("a", 4)) is None  # another worker ran turn 4
+    live.keep("a", 3, "v1", a)  # type: ignore[arg-type]
+    assert live.take(record("a", 3, "v2")) is None  # another version of the agent
+    live.keep("a", 3, "v1", a)  # type: ignore[arg-type]
+    assert live.take(record("a", 3)) is a and a.resumed == 1
+    assert live.take(record("a", 3)) is None  # taken: out until kept again
+    live.keep("a", 4, "v1", a)  # type: ignore[arg-type]
+    live.keep("b", 1, "v1", b)  # type: ignore[arg-type]
+    live.keep("a", 5, "v1", a)  # a is now the most recent
+    live.keep("c", 1, "v1", c)  # type: ignore[arg-type]
+    assert len(live) == 2 and live.take(record("b", 1)) is None
+    assert (live.hits, live.misses) == (1, 4)
+    nothing = LiveSessions(0)
+    nothing.keep("a", 1, "v1", a)  # type: ignore[arg-type]
+    assert len(nothing) == 0
