@@ -17,6 +17,7 @@ from tests.fakes.tour import AGENT, TURNS
 import agentscript
 from agentscript.models.scripted import ScriptedModel
 from agentscript.server.config import ServerConfig
+from agentscript.server.heap import YOUNG_THRESHOLD
 from agentscript.store import MemoryStore
 
 from .harness import NOTES, api, new_session
@@ -74,7 +75,7 @@ def test_served_turns_leave_no_reference_cycles(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_freeze_heap_exempts_start_up_objects_from_the_collector_only_when_asked() -> None:
+def test_freeze_heap_exempts_start_up_objects_and_spaces_young_collections() -> None:
     from agentscript.server.agents import load_agents, serve_agents
     from agentscript.server.app import create_app
     from agentscript.server.standin import StandInModel
@@ -91,8 +92,12 @@ def test_freeze_heap_exempts_start_up_objects_from_the_collector_only_when_asked
             assert (await client.get("/healthz")).status_code == 200
             return gc.get_freeze_count()
 
+    thresholds = gc.get_threshold()
     try:
         assert asyncio.run(start(False)) == 0
+        assert gc.get_threshold() == thresholds
         assert asyncio.run(start(True)) > 10_000  # the app, FastAPI, pydantic, the agents
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *thresholds[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
