@@ -14,9 +14,13 @@ For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
    minus the model's fixed delay per LLM call (strict), and minus the model time the server
    recorded in the turn's trace (``traced``; the stand-in's timer overshoot and wake-up, which
    a bare client measures at the top of the report, then count as the model's);
-2. closed loop, ``--sessions`` x 5 turns (``--full``: 1,000) with ``--clients`` concurrent clients: turns per
-   second at saturation, server CPU per turn (all worker processes, store commit and trace
-   included), errors;
+2. closed loop, ``--sessions`` x 5 turns (``--full``: 1,000) with ``--clients`` concurrent
+   clients: turns per second at saturation, server CPU per turn (all worker processes, store
+   commit and trace included), errors. A turn waits 2 x 50 ms for the model, so 64 clients
+   offer at most about 600 turns/s: enough to saturate the peer, not a server that needs
+   under 1.6 ms of CPU a turn. By default SQLite rows use 128 clients (and our server
+   ``--max-concurrent-turns 128``); PostgreSQL rows use 64, because each turn in flight holds
+   a database connection and the database's default ``max_connections`` is 100;
 3. open loop (Poisson arrivals) at half the measured capacity: p50/p99 overhead.
 
 Reference measured in the same run: the CPU per turn of in-process ``Session.send_async`` for
@@ -160,9 +164,16 @@ class Server:
 
 
 def server_command(
-    kind: str, agent: Path, store: str, workers: int, model_url: str | None, port: int
+    kind: str,
+    agent: Path,
+    store: str,
+    workers: int,
+    model_url: str | None,
+    port: int,
+    max_turns: int = 64,
 ) -> list[str]:
-    """The command line of the server measured for model ``kind``."""
+    """The command line of the server measured for model ``kind`` (``max_turns``: our
+    server's ``--max-concurrent-turns``; the peer has no such cap)."""
     common = ["--port", str(port), "--store", store, "--workers", str(workers)]
     if kind == "langgraph":
         assert model_url
@@ -170,7 +181,17 @@ def server_command(
     model = (
         ["--model", SPECS[kind], "--base-url", model_url] if model_url else ["--model", "standin"]
     )
-    return [str(BIN / "agentscript"), "serve", str(agent), *common, *model, "--rate-limit", "0"]
+    return [
+        str(BIN / "agentscript"),
+        "serve",
+        str(agent),
+        *common,
+        *model,
+        "--rate-limit",
+        "0",
+        "--max-concurrent-turns",
+        str(max_turns),
+    ]
 
 
 def start_server(
@@ -180,13 +201,14 @@ def start_server(
     workers: int,
     model_url: str | None,
     cpus: set[int] | None = None,
+    max_turns: int = 64,
 ) -> tuple[Server, float]:
     """``model_url`` None: the in-process stand-in model (no model client, no delay);
     ``cpus``: the cores the server may run on (None: any)."""
     port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen(
-        server_command(kind, agent, store, workers, model_url, port),
+        server_command(kind, agent, store, workers, model_url, port, max_turns),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -526,7 +548,12 @@ def main() -> None:
         help="the issue's full closed loop: 1,000 sessions x 5 turns (default: --sessions)",
     )
     parser.add_argument("--sessions", type=int, default=200)
-    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=None,
+        help="closed-loop clients (default: 128 on SQLite, 64 on PostgreSQL)",
+    )
     parser.add_argument("--delay", type=float, default=0.05)
     parser.add_argument("--sequential", type=int, default=200, help="turns one at a time")
     parser.add_argument("--stores", default="sqlite,postgresql")
@@ -565,7 +592,8 @@ def main() -> None:
         SERVER_CPUS.add(min(usable))
         os.sched_setaffinity(0, usable - SERVER_CPUS)  # inherited by the stand-in model
     if args.quick:
-        args.sessions, args.clients, args.sequential = 40, 16, 30
+        args.sessions, args.sequential = 40, 30
+        args.clients = args.clients or 16
     if args.full:
         args.sessions = 1000
     if args.inprocess_model:
@@ -595,7 +623,8 @@ def main() -> None:
 
     print(f"# bench/serve.py — {machine()}")
     print(
-        f"# closed loop: {args.sessions} sessions x 5 turns, {args.clients} clients; "
+        f"# closed loop: {args.sessions} sessions x 5 turns, "
+        f"{args.clients or '128 (SQLite) or 64 (PostgreSQL)'} clients; "
         f"overhead = latency - LLM calls x delay"
     )
     for kind in kinds:
@@ -807,6 +836,7 @@ def run_one(
 ) -> dict[str, float]:
     """One server (model kind, store, workers): sequential, closed loop, open loop."""
     variant = f"{kind.replace('-', '_')}_{agent.parent.name}_{workers}"  # its own store
+    clients = args.clients or (128 if store_kind == "sqlite" else 64)
     name = f"agentscript_bench_{os.getpid()}_{variant}"
     if store_kind == "sqlite":
         store = f"sqlite:///{tmp}/bench-{variant}.db"
@@ -820,12 +850,11 @@ def run_one(
             workers,
             model_url if kind in REMOTE else None,
             SERVER_CPUS if args.pin and workers == 1 else ALL_CPUS,
+            max_turns=max(64, clients),
         )
         try:
             seq = asyncio.run(sequential(server.url, args.sequential, delay))
-            closed = asyncio.run(
-                closed_loop(server.url, args.sessions, args.clients, server.proc.pid)
-            )
+            closed = asyncio.run(closed_loop(server.url, args.sessions, clients, server.proc.pid))
             rate = closed["tps"] / 2
             n_open = max(20, int(rate * (10 if not args.quick else 3)))
             opened = asyncio.run(open_loop(server.url, rate, n_open, delay))

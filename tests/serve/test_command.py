@@ -80,6 +80,17 @@ def test_serve_folder_finds_agent_files_and_mantle_projects_below_it() -> None:
     assert str(examples / "order_status" / "order_status.agent") in text
 
 
+def test_serve_max_concurrent_turns_reaches_the_service() -> None:
+    app, _lines = build_app(
+        ServeOptions(paths=[NOTES], model="standin", store="memory://", max_concurrent_turns=5)
+    )
+    assert app.state.service.config.max_concurrent_turns == 5
+    app, _lines = build_app(ServeOptions(paths=[NOTES], model="standin", store="memory://"))
+    assert app.state.service.config.max_concurrent_turns == 64
+    code, out = serve(NOTES, "--model", "standin", "--max-concurrent-turns", "0")
+    assert code == 2 and "--max-concurrent-turns" in out and "Traceback" not in out
+
+
 def test_serve_session_ttl_units() -> None:
     assert parse_ttl("90") == 90 and parse_ttl("30m") == 1800 and parse_ttl("2d") == 172800
     assert parse_ttl(None) is None

@@ -46,6 +46,13 @@ from agentscript.cli.common import exit_with
     type=click.IntRange(min=0),
     help="Sessions kept in memory after a turn so their next turn skips the restore (0: none).",
 )
+@click.option(
+    "--max-concurrent-turns",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Turns running at once in each worker; one more gets 503 with Retry-After.",
+)
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
 @click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")
 def serve(paths: tuple[str, ...], **options: Any) -> None:

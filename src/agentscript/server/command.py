@@ -39,6 +39,7 @@ class ServeOptions:
     lock_wait: float = 30.0
     rate_limit: float = 20.0
     live_sessions: int = 1000
+    max_concurrent_turns: int = 64
     cors_origins: list[str] = field(default_factory=list)
     # The playground page (agentscript.server.playground), its --stubs file and --var values.
     playground: bool = False
@@ -104,6 +105,7 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         lock_wait=options.lock_wait,
         rate_limit=options.rate_limit,
         live_sessions=options.live_sessions,
+        max_concurrent_turns=options.max_concurrent_turns,
         cors_origins=list(options.cors_origins),
     )
     app = create_app(served, store, config=config, keys=keys, freeze_heap=freeze_heap)
