@@ -87,6 +87,15 @@ def test_serve_max_concurrent_turns_reaches_the_service() -> None:
     assert app.state.service.config.max_concurrent_turns == 5
     app, _lines = build_app(ServeOptions(paths=[NOTES], model="standin", store="memory://"))
     assert app.state.service.config.max_concurrent_turns == 64
+    # A PostgreSQL store keeps a connection per turn that may run at once (nothing connects
+    # before start-up, so no database is needed here).
+    url = "postgresql://nobody@127.0.0.1:9/none"
+    app, _lines = build_app(
+        ServeOptions(paths=[NOTES], model="standin", store=url, max_concurrent_turns=100)
+    )
+    assert app.state.service.store.max_idle == 100
+    app, _lines = build_app(ServeOptions(paths=[NOTES], model="standin", store=url))
+    assert app.state.service.store.max_idle == 64
     code, out = serve(NOTES, "--model", "standin", "--max-concurrent-turns", "0")
     assert code == 2 and "--max-concurrent-turns" in out and "Traceback" not in out
 

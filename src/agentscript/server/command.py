@@ -84,7 +84,7 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
             "listen on 127.0.0.1"
         )
     try:
-        store = store_from_url(options.store)
+        store = store_from_url(options.store, max_idle_connections=options.max_concurrent_turns)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     if options.workers > 1 and store.url == "memory://":

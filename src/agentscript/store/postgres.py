@@ -29,9 +29,9 @@ from agentscript.store.base import (
     TurnRecord,
 )
 
-# Idle connections kept for reuse; more are opened on demand (one per running turn). As many
-# as the server runs turns at once (ServerConfig.max_concurrent_turns): with fewer, a busy
-# worker closes and reopens connections all the time, and each new one costs a PostgreSQL
+# Idle connections kept for reuse by default; more are opened on demand (one per running
+# turn). `serve` keeps as many as it runs turns at once (--max-concurrent-turns): with fewer, a
+# busy worker closes and reopens connections all the time, and each new one costs a PostgreSQL
 # backend process and ~1 ms of CPU here.
 MAX_IDLE = 64
 _MIGRATION_LOCK = 7_146_937_311  # any constant shared by every agentscript worker
@@ -53,8 +53,9 @@ def _import_psycopg() -> Any:
 class PostgresStore:
     """Sessions in PostgreSQL; see :class:`agentscript.store.base.Store`."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, max_idle: int = MAX_IDLE) -> None:
         self.dsn = dsn
+        self.max_idle = max_idle
         self.url = _PASSWORD.sub(r"\1***@", dsn)  # never print a password
         self._idle: list[Any] = []
         # The lock_timeout each open connection has (by id), so it is set once, not per turn.
@@ -71,7 +72,7 @@ class PostgresStore:
             raise StoreError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
     async def _release(self, conn: Any) -> None:
-        if not conn.closed and len(self._idle) < MAX_IDLE and self._open:
+        if not conn.closed and len(self._idle) < self.max_idle and self._open:
             self._idle.append(conn)
         else:
             await self._discard(conn)
