@@ -18,9 +18,9 @@ For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
    clients: turns per second at saturation, server CPU per turn (all worker processes, store
    commit and trace included), errors. A turn waits 2 x 50 ms for the model, so 64 clients
    offer at most about 600 turns/s: enough to saturate the peer, not a server that needs
-   under 1.6 ms of CPU a turn. By default SQLite rows use 128 clients (and our server
-   ``--max-concurrent-turns 128``); PostgreSQL rows use 64, because each turn in flight holds
-   a database connection and the database's default ``max_connections`` is 100;
+   under 1.6 ms of CPU a turn. By default SQLite rows use 128 clients and PostgreSQL rows
+   90 (each turn in flight holds a database connection, and the database's default
+   ``max_connections`` is 100); our server gets ``--max-concurrent-turns`` to match;
 3. open loop (Poisson arrivals) at half the measured capacity: p50/p99 overhead.
 
 Reference measured in the same run: the CPU per turn of in-process ``Session.send_async`` for
@@ -552,7 +552,7 @@ def main() -> None:
         "--clients",
         type=int,
         default=None,
-        help="closed-loop clients (default: 128 on SQLite, 64 on PostgreSQL)",
+        help="closed-loop clients (default: 128 on SQLite, 90 on PostgreSQL)",
     )
     parser.add_argument("--delay", type=float, default=0.05)
     parser.add_argument("--sequential", type=int, default=200, help="turns one at a time")
@@ -624,7 +624,7 @@ def main() -> None:
     print(f"# bench/serve.py — {machine()}")
     print(
         f"# closed loop: {args.sessions} sessions x 5 turns, "
-        f"{args.clients or '128 (SQLite) or 64 (PostgreSQL)'} clients; "
+        f"{args.clients or '128 (SQLite) or 90 (PostgreSQL)'} clients; "
         f"overhead = latency - LLM calls x delay"
     )
     for kind in kinds:
@@ -836,7 +836,7 @@ def run_one(
 ) -> dict[str, float]:
     """One server (model kind, store, workers): sequential, closed loop, open loop."""
     variant = f"{kind.replace('-', '_')}_{agent.parent.name}_{workers}"  # its own store
-    clients = args.clients or (128 if store_kind == "sqlite" else 64)
+    clients = args.clients or (128 if store_kind == "sqlite" else 90)
     name = f"agentscript_bench_{os.getpid()}_{variant}"
     if store_kind == "sqlite":
         store = f"sqlite:///{tmp}/bench-{variant}.db"
