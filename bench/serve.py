@@ -76,6 +76,10 @@ PEER_SERVER = Path(__file__).with_name("langgraph_server.py")
 BIN = Path(sys.executable).parent
 PG = os.environ.get("AGENTSCRIPT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 MESSAGE = "/go_to_orders"
+# Closed-loop clients per store unless --clients says otherwise: enough to saturate our server
+# (2 x 50 ms of model time a turn), and on PostgreSQL under its default max_connections of 100,
+# since each turn in flight holds a connection.
+CLIENTS = {"sqlite": 128, "postgresql": 90}
 
 BACKEND = """
 def get_delivery_date(order_ID: str) -> dict[str, object]:
@@ -552,7 +556,7 @@ def main() -> None:
         "--clients",
         type=int,
         default=None,
-        help="closed-loop clients (default: 128 on SQLite, 90 on PostgreSQL)",
+        help=f"closed-loop clients (default, by store: {CLIENTS})",
     )
     parser.add_argument("--delay", type=float, default=0.05)
     parser.add_argument("--sequential", type=int, default=200, help="turns one at a time")
@@ -624,7 +628,7 @@ def main() -> None:
     print(f"# bench/serve.py — {machine()}")
     print(
         f"# closed loop: {args.sessions} sessions x 5 turns, "
-        f"{args.clients or '128 (SQLite) or 90 (PostgreSQL)'} clients; "
+        f"{args.clients or CLIENTS} clients; "
         f"overhead = latency - LLM calls x delay"
     )
     for kind in kinds:
@@ -836,7 +840,7 @@ def run_one(
 ) -> dict[str, float]:
     """One server (model kind, store, workers): sequential, closed loop, open loop."""
     variant = f"{kind.replace('-', '_')}_{agent.parent.name}_{workers}"  # its own store
-    clients = args.clients or (128 if store_kind == "sqlite" else 90)
+    clients = args.clients or CLIENTS[store_kind]
     name = f"agentscript_bench_{os.getpid()}_{variant}"
     if store_kind == "sqlite":
         store = f"sqlite:///{tmp}/bench-{variant}.db"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -337,3 +338,35 @@ def test_postgres_store_keeps_its_connection_after_a_busy_or_missing_session(
         assert got is not None and got.turns == 3 and closed == []
 
     run(pg_dsn, body)
+
+
+def test_postgres_store_keeps_as_many_idle_connections_as_it_was_given(pg_dsn: str) -> None:
+    # serve passes --max-concurrent-turns: turns beyond what is kept reconnect every time.
+    pg_reset(pg_dsn)
+
+    async def main() -> tuple[int, int]:
+        store = store_from_url(pg_dsn, max_idle_connections=2)
+        await store.open()
+        try:
+            closed: list[object] = []
+            discard = store._discard  # type: ignore[attr-defined]
+
+            async def counting(conn: object) -> None:
+                closed.append(conn)
+                await discard(conn)
+
+            store._discard = counting  # type: ignore[attr-defined]
+            for n in range(4):
+                await store.create_session(record(f"s{n}"))
+            async with contextlib.AsyncExitStack() as held:  # four turns running at once
+                locks = [
+                    await held.enter_async_context(store.lock_session(f"s{n}", 1.0))
+                    for n in range(4)
+                ]
+                for n, lock in enumerate(locks):
+                    await lock.commit(outcome(1, 1, sid=f"s{n}"))
+            return len(closed), len(store._idle)  # type: ignore[attr-defined]
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == (2, 2)
