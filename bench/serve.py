@@ -18,9 +18,9 @@ For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
    clients: turns per second at saturation, server CPU per turn (all worker processes, store
    commit and trace included), errors. A turn waits 2 x 50 ms for the model, so 64 clients
    offer at most about 600 turns/s: enough to saturate the peer, not a server that needs
-   under 1.6 ms of CPU a turn. By default SQLite rows use 128 clients and PostgreSQL rows
-   90 (each turn in flight holds a database connection, and the database's default
-   ``max_connections`` is 100); our server gets ``--max-concurrent-turns`` to match;
+   under 1.6 ms of CPU a turn. By default rows use 128 clients (a turn waiting on its model
+   holds no database connection, so PostgreSQL's default ``max_connections`` of 100 does
+   not bound them); our server gets ``--max-concurrent-turns`` to match;
 3. open loop (Poisson arrivals) at half the measured capacity: p50/p99 overhead.
 
 Reference measured in the same run: the CPU per turn of in-process ``Session.send_async`` for
@@ -76,10 +76,9 @@ PEER_SERVER = Path(__file__).with_name("langgraph_server.py")
 BIN = Path(sys.executable).parent
 PG = os.environ.get("AGENTSCRIPT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 MESSAGE = "/go_to_orders"
-# Closed-loop clients per store unless --clients says otherwise: enough to saturate our server
-# (2 x 50 ms of model time a turn), and on PostgreSQL under its default max_connections of 100,
-# since each turn in flight holds a connection.
-CLIENTS = {"sqlite": 128, "postgresql": 90}
+# Closed-loop clients unless --clients says otherwise: enough to saturate our server (2 x 50 ms
+# of model time a turn).
+CLIENTS = 128
 
 BACKEND = """
 def get_delivery_date(order_ID: str) -> dict[str, object]:
@@ -556,7 +555,7 @@ def main() -> None:
         "--clients",
         type=int,
         default=None,
-        help=f"closed-loop clients (default, by store: {CLIENTS})",
+        help=f"closed-loop clients (default: {CLIENTS})",
     )
     parser.add_argument("--delay", type=float, default=0.05)
     parser.add_argument("--sequential", type=int, default=200, help="turns one at a time")
@@ -840,7 +839,7 @@ def run_one(
 ) -> dict[str, float]:
     """One server (model kind, store, workers): sequential, closed loop, open loop."""
     variant = f"{kind.replace('-', '_')}_{agent.parent.name}_{workers}"  # its own store
-    clients = args.clients or CLIENTS[store_kind]
+    clients = args.clients or CLIENTS
     name = f"agentscript_bench_{os.getpid()}_{variant}"
     if store_kind == "sqlite":
         store = f"sqlite:///{tmp}/bench-{variant}.db"

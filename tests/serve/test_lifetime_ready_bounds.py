@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -270,9 +271,10 @@ def test_postgresql_restart_between_requests_fails_at_most_one_request(pg_dsn: s
     asyncio.run(main())
 
 
-def test_sqlite_keeps_no_lock_for_sessions_no_turn_is_running(tmp_path: Path) -> None:
-    """The in-process lock of a session is forgotten once its turn ends (or fails to start):
-    a long-running server does not keep one per session it ever served."""
+def test_sql_stores_keep_no_lock_for_sessions_no_turn_is_running(api_store: str) -> None:
+    """The in-process lock of a session is forgotten once its turn ends (or fails to start),
+    and so is its lease row: a long-running server does not keep one per session it ever
+    served."""
     from agentscript.store import (
         SessionBusy,
         SessionGone,
@@ -283,7 +285,7 @@ def test_sqlite_keeps_no_lock_for_sessions_no_turn_is_running(tmp_path: Path) ->
     )
 
     async def main() -> None:
-        store = store_from_url(f"sqlite:///{tmp_path}/s.db")
+        store = store_from_url(api_store)
         await store.open()
         try:
             for sid in ("a", "b", "c"):
@@ -308,9 +310,9 @@ def test_sqlite_keeps_no_lock_for_sessions_no_turn_is_running(tmp_path: Path) ->
                     )
                 )
             assert (await store.get_session("b")).turns == 1  # type: ignore[union-attr]
-            assert store._locks == {}  # type: ignore[attr-defined]
-            leases = store.db.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()  # type: ignore[attr-defined]
-            assert leases == (0,)  # released by each turn, and never written for "missing"
+            assert store.leases.queued == 0  # type: ignore[attr-defined]
+            # released by each turn, and never written for "missing"
+            assert await asyncio.to_thread(lease_rows, api_store) == 0
         finally:
             await store.close()
 
@@ -396,3 +398,15 @@ def test_without_httptools_serve_falls_back_to_h11(monkeypatch: pytest.MonkeyPat
         lambda name, *a: None if name == "httptools" else real(name, *a),
     )
     assert nodelay.protocol() == nodelay.H11
+
+
+def lease_rows(url: str) -> int:
+    """How many lease rows a SQL store holds, read on a connection of its own."""
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
+            return int(db.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()[0])
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()
+        return int(row[0]) if row else -1

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -148,6 +151,140 @@ def test_store_commit_against_a_moved_session_is_a_conflict(store_url: str) -> N
         assert [t.turn for t in await store.list_turns("s1")] == [1]
 
     run(store_url, body)
+
+
+HOLD_AND_DIE = """
+import asyncio, os, signal, sys
+from agentscript.store import store_from_url
+
+async def main():
+    store = store_from_url(sys.argv[1])
+    await store.open()
+    async with store.lock_session("s1", 5.0):
+        print("held", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # mid-turn, as a crashed worker
+
+asyncio.run(main())
+"""
+
+
+def test_store_lease_of_a_killed_worker_is_taken_over_at_once(api_store: str) -> None:
+    """A worker killed mid-turn leaves its lease row behind; the next turn takes it over at
+    once (its holder is gone), not after the lease's time, and finds the session as before."""
+
+    async def create(store: Store) -> None:
+        await store.create_session(record())
+
+    run(api_store, create)
+    worker = subprocess.run(
+        [sys.executable, "-c", HOLD_AND_DIE, api_store], capture_output=True, text=True, timeout=60
+    )
+    assert worker.returncode == -signal.SIGKILL and worker.stdout == "held\n", worker.stderr
+
+    async def next_turn(store: Store) -> int:
+        async with store.lock_session("s1", 5.0) as lock:  # well below the lease's 600 s
+            assert lock.session.turns == 0
+            await lock.commit(outcome(1, 1))
+        got = await store.get_session("s1")
+        assert got is not None
+        return got.turns
+
+    assert run(api_store, next_turn) == 1
+
+
+def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None:
+    """Two stores on one database (two workers): a live holder's lease is respected; one whose
+    time ran out is taken over, and the slow holder's late commit is then a conflict, so no
+    update is lost."""
+
+    async def main() -> None:
+        first, second = store_from_url(api_store), store_from_url(api_store)
+        await first.open()
+        await second.open()
+        try:
+            await first.create_session(record())
+            async with first.lock_session("s1", 1.0) as slow:
+                with pytest.raises(SessionBusy):
+                    async with second.lock_session("s1", 0.1):
+                        pass
+                await asyncio.to_thread(
+                    sql, api_store, "UPDATE agentscript_locks SET until = 0"
+                )  # the lease ran out
+                async with second.lock_session("s1", 0.1) as fast:
+                    await fast.commit(outcome(1, 10))
+                with pytest.raises(TurnConflict):
+                    await slow.commit(outcome(1, 20))
+            got = await second.get_session("s1")
+            assert got is not None and got.turns == 1 and got.state["n"] == 10
+            assert (
+                await asyncio.to_thread(sql, api_store, "SELECT COUNT(*) FROM agentscript_locks")
+                == 0
+            )
+        finally:
+            await first.close()
+            await second.close()
+
+    asyncio.run(main())
+
+
+def test_store_takes_back_its_own_lease_whose_give_back_failed(
+    api_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn that did not commit and could not give its lease back (the connection failed
+    just then) ends with its own error, and the session's next turn in the same store runs at
+    once; another store still waits for the lease."""
+
+    async def main() -> None:
+        store, other = store_from_url(api_store), store_from_url(api_store)
+        await store.open()
+        await other.open()
+        try:
+            await store.create_session(record())
+            drop = store.drop_lease  # type: ignore[attr-defined]
+
+            async def failing(session_id: str, holder: str) -> None:
+                raise StoreError("connection lost")
+
+            monkeypatch.setattr(store, "drop_lease", failing)
+            with pytest.raises(RuntimeError, match="the turn failed"):
+                async with store.lock_session("s1", 1.0):
+                    raise RuntimeError("the turn failed")
+            monkeypatch.setattr(store, "drop_lease", drop)
+            assert (
+                await asyncio.to_thread(sql, api_store, "SELECT COUNT(*) FROM agentscript_locks")
+                == 1
+            )
+            with pytest.raises(SessionBusy):
+                async with other.lock_session("s1", 0.05):
+                    pass
+            async with store.lock_session("s1", 0.05) as lock:
+                await lock.commit(outcome(1, 1))
+            assert (
+                await asyncio.to_thread(sql, api_store, "SELECT COUNT(*) FROM agentscript_locks")
+                == 0
+            )
+        finally:
+            await store.close()
+            await other.close()
+
+    asyncio.run(main())
+
+
+def sql(url: str, statement: str) -> Any:
+    """Run one statement on a SQL store's database over a connection of its own; the first
+    value of its first row, if it returns any."""
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db, db:
+            found = db.execute(statement).fetchone()
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            cur = conn.execute(statement)
+            found = cur.fetchone() if cur.description else None
+    return found[0] if found else None
 
 
 def test_store_delete_removes_session_and_turns(store_url: str) -> None:
@@ -341,7 +478,7 @@ def test_postgres_store_keeps_its_connection_after_a_busy_or_missing_session(
 
 
 def test_postgres_store_keeps_as_many_idle_connections_as_it_was_given(pg_dsn: str) -> None:
-    # serve passes --max-concurrent-turns: turns beyond what is kept reconnect every time.
+    # serve passes --max-concurrent-turns: statements beyond what is kept reconnect every time.
     pg_reset(pg_dsn)
 
     async def main() -> tuple[int, int]:
@@ -358,15 +495,76 @@ def test_postgres_store_keeps_as_many_idle_connections_as_it_was_given(pg_dsn: s
             store._discard = counting  # type: ignore[attr-defined]
             for n in range(4):
                 await store.create_session(record(f"s{n}"))
-            async with contextlib.AsyncExitStack() as held:  # four turns running at once
-                locks = [
-                    await held.enter_async_context(store.lock_session(f"s{n}", 1.0))
-                    for n in range(4)
-                ]
-                for n, lock in enumerate(locks):
-                    await lock.commit(outcome(1, 1, sid=f"s{n}"))
+            # four statements at once: one connection each
+            await asyncio.gather(*(store.get_session(f"s{n}") for n in range(4)))
             return len(closed), len(store._idle)  # type: ignore[attr-defined]
         finally:
             await store.close()
 
     assert asyncio.run(main()) == (2, 2)
+
+
+def test_postgres_turns_hold_no_connection_or_transaction_while_they_run(pg_dsn: str) -> None:
+    """A running turn holds a lease row, not a connection: many turns waiting on their models
+    need neither many connections nor open transactions (which would also hold back VACUUM)."""
+    pg_reset(pg_dsn)
+    import psycopg
+
+    def in_transaction() -> int:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%'"
+            ).fetchone()
+            return int(row[0]) if row else -1
+
+    async def main() -> tuple[int, int, int]:
+        store = store_from_url(pg_dsn)
+        await store.open()
+        try:
+            for n in range(8):
+                await store.create_session(record(f"s{n}"))
+            async with contextlib.AsyncExitStack() as held:  # eight turns running at once
+                locks = [
+                    await held.enter_async_context(store.lock_session(f"s{n}", 1.0))
+                    for n in range(8)
+                ]
+                opened = len(store._idle)  # type: ignore[attr-defined]
+                waiting = await asyncio.to_thread(in_transaction)
+                for n, lock in enumerate(locks):
+                    await lock.commit(outcome(1, 1, sid=f"s{n}"))
+            return opened, waiting, len(store._idle)  # type: ignore[attr-defined]
+        finally:
+            await store.close()
+
+    opened, waiting, after = asyncio.run(main())
+    assert opened == 1 and after == 1  # every turn's statements ran on the one connection
+    assert waiting == 0
+
+
+def test_postgres_store_takes_a_new_presence_when_its_connection_drops(pg_dsn: str) -> None:
+    """The presence lock dies with its connection (a database restart, a failover, an admin's
+    pg_terminate_backend): the next readiness check takes a new one, so the store's later
+    leases are respected by other workers again instead of looking abandoned."""
+    pg_reset(pg_dsn)
+
+    async def main() -> None:
+        store, other = store_from_url(pg_dsn), store_from_url(pg_dsn)
+        await store.open()
+        await other.open()
+        try:
+            await store.create_session(record())
+            before = await store.worker()  # type: ignore[attr-defined]
+            pid = store._presence.info.backend_pid  # type: ignore[attr-defined]
+            await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid})")
+            await store.ping()
+            assert await store.worker() != before  # type: ignore[attr-defined]
+            async with store.lock_session("s1", 1.0):
+                with pytest.raises(SessionBusy):
+                    async with other.lock_session("s1", 0.1):
+                        pass
+        finally:
+            await store.close()
+            await other.close()
+
+    asyncio.run(main())

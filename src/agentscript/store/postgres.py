@@ -1,40 +1,69 @@
 """The shared store for several workers and machines: PostgreSQL through psycopg 3 (async).
 
-Same schema and behaviour as the SQLite store. A turn holds its session's row lock
-(``SELECT ... FOR UPDATE``) in a transaction for the whole turn and commits the new state, the
-turn record and its trace in that same transaction: a worker killed mid-turn drops its
-connection, PostgreSQL rolls the transaction back and releases the lock, and the session is
-exactly as before the turn. A second turn waits for the row up to ``wait`` seconds
-(``lock_timeout``), then gets :class:`SessionBusy`. Migrations run at start-up under an
-advisory lock, so workers starting together migrate once.
+Same schema and behaviour as the SQLite store. Turns of one session are serialised by leases
+(:mod:`.lease`): a turn takes its lease and reads the session in one round trip, runs with no
+connection, transaction or row lock held (a worker's running turns need no database connection
+each, however long the model takes), and commits the new state, the turn record, its trace and
+the give-back of its lease in one statement. A worker killed mid-turn never committed, so the
+session is exactly as before the turn, and its lease is taken over at once: each store holds a
+session-level advisory lock (its *presence*) on a connection of its own for as long as it runs,
+PostgreSQL releases it when that connection drops, and a lease whose holder's presence is gone
+is free. Migrations run at start-up under an advisory lock, so workers starting together
+migrate once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from agentscript.store import schema
 from agentscript.store.base import (
-    SessionBusy,
-    SessionGone,
     SessionRecord,
     StoreError,
     TurnConflict,
     TurnOutcome,
     TurnRecord,
 )
+from agentscript.store.lease import LEASE_SECONDS, Lease, Leases
 
-# Idle connections kept for reuse by default; more are opened on demand (one per running
-# turn). `serve` keeps as many as it runs turns at once (--max-concurrent-turns): with fewer, a
-# busy worker closes and reopens connections all the time, and each new one costs a PostgreSQL
+# Idle connections kept for reuse by default; more are opened on demand (one per statement
+# running at that moment). `serve` passes its cap on turns running at once
+# (--max-concurrent-turns), the most it could ever need: a new connection costs a PostgreSQL
 # backend process and ~1 ms of CPU here.
 MAX_IDLE = 64
 _MIGRATION_LOCK = 7_146_937_311  # any constant shared by every agentscript worker
+# The first key of every presence lock (the second is the store's token), so that they are
+# told apart from any other advisory lock in the database.
+PRESENCE_LOCKS = 1_634_165_603
+
+# Take a session's lease unless a live holder of another store has it: written only for a
+# session that exists; taken over when it timed out, when its holder is this store (whose
+# give-back failed) or when its holder's presence lock is no longer held. The liveness check
+# reads pg_locks, and only when a lease is there. Times are the database's clock, which every
+# worker shares.
+TAKE_LEASE = f"""
+INSERT INTO agentscript_locks (session_id, holder, until)
+SELECT %(session)s, %(holder)s, extract(epoch FROM clock_timestamp()) + {LEASE_SECONDS}
+WHERE EXISTS (
+    SELECT 1 FROM agentscript_sessions WHERE session_id = %(session)s
+    AND (expires_at IS NULL OR expires_at > %(now)s))
+ON CONFLICT (session_id) DO UPDATE SET holder = EXCLUDED.holder, until = EXCLUDED.until
+WHERE agentscript_locks.until <= extract(epoch FROM clock_timestamp())
+    OR split_part(agentscript_locks.holder, ':', 1) = %(worker)s
+    OR NOT EXISTS (
+        SELECT 1 FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 2
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND classid = {PRESENCE_LOCKS}
+        AND objid = split_part(agentscript_locks.holder, ':', 1)::bigint::oid)
+RETURNING holder"""
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 
 Q = schema.pyformat
@@ -58,10 +87,14 @@ class PostgresStore:
         self.max_idle = max_idle
         self.url = _PASSWORD.sub(r"\1***@", dsn)  # never print a password
         self._idle: list[Any] = []
-        # The lock_timeout each open connection has (by id), so it is set once, not per turn.
-        self._lock_timeouts: dict[int, str] = {}
         self._psycopg: Any = None
         self._open = False
+        self.leases = Leases(self)
+        # This store's presence: a connection of its own holding (PRESENCE_LOCKS, token).
+        self._presence: Any = None
+        self._token = 0
+        self._presence_doubtful = False  # a connection failed: check the presence's too
+        self._presence_guard = asyncio.Lock()
 
     async def _connect(self) -> Any:
         if self._idle:
@@ -84,7 +117,6 @@ class PostgresStore:
                 await self._discard(conn)
 
     async def _discard(self, conn: Any) -> None:
-        self._lock_timeouts.pop(id(conn), None)
         await conn.close()
 
     @asynccontextmanager
@@ -97,6 +129,7 @@ class PostgresStore:
             # The server went away (restarted, failed over): the other idle connections are
             # as dead as this one, and each would fail one more request.
             await self._flush()
+            self._presence_doubtful = True
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
         except BaseException:
             await self._discard(conn)  # its state is unknown; never hand it out again
@@ -123,12 +156,46 @@ class PostgresStore:
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                 (schema.SCHEMA_VERSION_KEY, str(len(schema.MIGRATIONS))),
             )
+        await self.worker()
 
     async def close(self) -> None:
         self._open = False
         idle, self._idle = self._idle, []
         for conn in idle:
             await self._discard(conn)
+        if self._presence is not None:
+            presence, self._presence = self._presence, None
+            with contextlib.suppress(Exception):  # it may have died with the server
+                await presence.close()
+
+    async def worker(self) -> str:
+        """This store's presence token, taking a new presence when the last one is lost (its
+        connection dropped: other workers may have taken over its leases by now)."""
+        async with self._presence_guard:
+            if self._presence is not None and self._presence_doubtful:
+                self._presence_doubtful = False
+                try:
+                    await self._presence.execute("SELECT 1")
+                except self._psycopg.Error:
+                    with contextlib.suppress(Exception):
+                        await self._presence.close()
+            if self._presence is None or self._presence.closed:
+                self._presence, self._token = await self._present()
+            return str(self._token)
+
+    async def _present(self) -> tuple[Any, int]:
+        try:
+            conn = await self._psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            while True:  # a token no running store holds (a clash is unlikely but possible)
+                token = 1 + secrets.randbelow(2**31 - 2)
+                cur = await conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", (PRESENCE_LOCKS, token)
+                )
+                row = await cur.fetchone()
+                if row and row[0]:
+                    return conn, token
+        except self._psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
 
     async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
@@ -145,6 +212,9 @@ class PostgresStore:
             # That connection may have been the only stale one left: the pool is flushed now,
             # so a second try tells whether the server itself answers.
             await self._fetch("SELECT 1")
+        # Readiness probes come often: they notice a lost presence before a turn needs it.
+        self._presence_doubtful = True
+        await self.worker()
 
     async def create_session(self, record: SessionRecord) -> None:
         try:
@@ -175,9 +245,11 @@ class PostgresStore:
     async def delete_session(self, session_id: str) -> bool:
         try:
             async with self._conn() as conn, conn.transaction():
-                await conn.execute(
-                    "DELETE FROM agentscript_turns WHERE session_id = %s", (session_id,)
-                )
+                for table in ("agentscript_turns", "agentscript_locks"):
+                    await conn.execute(
+                        f"DELETE FROM {table} WHERE session_id = %s",
+                        (session_id,),
+                    )
                 cur = await conn.execute(
                     "DELETE FROM agentscript_sessions WHERE session_id = %s", (session_id,)
                 )
@@ -185,50 +257,59 @@ class PostgresStore:
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
 
-    @asynccontextmanager
-    async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_PostgresLock]:
-        psycopg = self._psycopg
-        async with self._conn() as conn:
-            # lock_timeout takes milliseconds; 0 would mean "wait forever". Set for the
-            # connection (not the transaction) and only when it changes: one round trip less
-            # per turn, as a server always waits the same time. Other statements on the
-            # connection (a delete behind a running turn) then wait no longer than that either.
-            timeout = f"{max(1, int(wait * 1000))}ms"
-            if self._lock_timeouts.get(id(conn)) != timeout:
-                await conn.execute("SELECT set_config('lock_timeout', %s, false)", (timeout,))
-                self._lock_timeouts[id(conn)] = timeout
-            # BEGIN and the locking read go in one round trip, and the commit's writes with
-            # the COMMIT in one more (``_PostgresLock.commit``): two round trips a turn, not
-            # five. Any failure inside leaves the transaction open on a connection that
-            # ``_conn`` then closes, and PostgreSQL rolls it back.
-            refused: SessionBusy | SessionGone | None = None
-            lock: _PostgresLock | None = None
-            try:
+    def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
+        return self.leases.hold(session_id, wait)
+
+    async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
+        params = {
+            "session": session_id,
+            "holder": holder,
+            "now": time.time(),
+            "worker": holder.split(":", 1)[0],
+        }
+        try:
+            async with self._conn() as conn:
+                # One round trip: the lease, then the session read after it (a statement of
+                # its own, so it sees the commit of the turn whose lease it just took over).
                 async with conn.pipeline():
-                    await conn.execute("BEGIN")
-                    cur = await conn.execute(
-                        Q(schema.SELECT_SESSION + " FOR UPDATE"), (session_id,)
-                    )
-            except psycopg.errors.LockNotAvailable:
-                refused = SessionBusy(session_id, wait)
-            else:
-                row = await cur.fetchone()
-                record = schema.session_from_row(row) if row else None
-                if record is None or record.expired():
-                    refused = SessionGone(session_id)
-                else:
-                    lock = _PostgresLock(conn, record, psycopg)
-            if lock is not None:
-                yield lock
-                if lock.finished:
-                    return
-            # Nothing was written (a busy or missing session, a replayed key): end the
-            # transaction and keep the connection. Raised through ``_conn``, the refusal would
-            # close it, and a client retrying a busy session (or probing for ids) would cost a
-            # new PostgreSQL backend each time.
-            await conn.execute("ROLLBACK")
-        if refused is not None:
-            raise refused
+                    took = await conn.execute(TAKE_LEASE, params)
+                    read = await conn.execute(Q(schema.SELECT_SESSION), (session_id,))
+                taken = await took.fetchone() is not None
+                row = await read.fetchone()
+        except self._psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+        record = schema.session_from_row(row) if row else None
+        if record is None or record.expired():
+            if taken:  # it expired between the two statements
+                await self.drop_lease(session_id, holder)
+            return True, None
+        return taken, record if taken else None
+
+    async def drop_lease(self, session_id: str, holder: str) -> None:
+        await self._fetch(
+            "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
+            (session_id, holder),
+        )
+
+    async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
+        record = outcome.record
+        params = schema.after_turn_params(outcome, session, time.time())
+        try:
+            # One statement writes the session and the turn and gives the lease back, or
+            # does nothing.
+            async with self._conn() as conn:
+                cur = await conn.execute(
+                    Q(schema.COMMIT_TURN_AND_RELEASE),
+                    (*params, session.session_id, holder, *schema.turn_params(record)),
+                )
+        except self._psycopg.errors.UniqueViolation:
+            raise ValueError(
+                f"Idempotency-Key {record.idempotency_key!r} already used in this session"
+            ) from None
+        except self._psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+        if cur.rowcount != 1:  # the guard did not match: nothing was written
+            raise TurnConflict(session.session_id, session.turns)
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
         rows = await self._fetch(
@@ -257,11 +338,12 @@ class PostgresStore:
         now = time.time()
         try:
             async with self._conn() as conn, conn.transaction():
-                await conn.execute(
-                    "DELETE FROM agentscript_turns WHERE session_id IN (SELECT session_id FROM "
-                    "agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= %s)",
-                    (now,),
-                )
+                for table in ("agentscript_turns", "agentscript_locks"):
+                    await conn.execute(
+                        f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM "
+                        "agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= %s)",
+                        (now,),
+                    )
                 cur = await conn.execute(
                     "DELETE FROM agentscript_sessions "
                     "WHERE expires_at IS NOT NULL AND expires_at <= %s",
@@ -270,34 +352,6 @@ class PostgresStore:
                 return int(cur.rowcount)
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
-
-
-class _PostgresLock:
-    def __init__(self, conn: Any, session: SessionRecord, psycopg: Any) -> None:
-        self._conn = conn
-        self._psycopg = psycopg
-        self.session = session
-        self.finished = False  # the transaction was committed
-
-    async def commit(self, outcome: TurnOutcome) -> None:
-        conn, session = self._conn, self.session
-        record = outcome.record
-        params = schema.after_turn_params(outcome, session, time.time())
-        try:
-            # One statement writes the session and the turn, or neither; on any error the
-            # pipeline skips the COMMIT and the transaction is rolled back with its connection.
-            async with conn.pipeline():
-                cur = await conn.execute(
-                    Q(schema.UPDATE_AND_INSERT_TURN), params + schema.turn_params(record)
-                )
-                await conn.execute("COMMIT")
-        except self._psycopg.errors.UniqueViolation:
-            raise ValueError(
-                f"Idempotency-Key {record.idempotency_key!r} already used in this session"
-            ) from None
-        self.finished = True
-        if cur.rowcount != 1:  # the guard did not match: nothing was written
-            raise TurnConflict(session.session_id, session.turns)
 
 
 def _first_line(exc: BaseException) -> str:

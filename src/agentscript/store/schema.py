@@ -47,7 +47,7 @@ MIGRATIONS: list[list[str]] = [
             ON agentscript_sessions (owner, agent, session_id)""",
         """CREATE INDEX IF NOT EXISTS agentscript_sessions_expiry
             ON agentscript_sessions (expires_at)""",
-        # Per-session leases (SQLite only uses it: PostgreSQL locks the session row).
+        # Per-session leases: who runs a turn of the session now (store/lease.py).
         """CREATE TABLE IF NOT EXISTS agentscript_locks (
             session_id TEXT PRIMARY KEY,
             holder TEXT NOT NULL,
@@ -84,11 +84,12 @@ INSERT_TURN = (
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
-# PostgreSQL only (SQLite has no writes in a WITH clause): both writes of a turn in one
-# statement, so they go in one round trip with the COMMIT. The turn row is written only if the
-# guarded update matched; otherwise the statement writes nothing and reports 0 rows.
-UPDATE_AND_INSERT_TURN = (
-    f"WITH updated AS ({UPDATE_AFTER_TURN} RETURNING session_id) "
+# PostgreSQL only (SQLite has no writes in a WITH clause): a turn's commit as one statement,
+# atomic without a transaction around it. The turn row is written only if the guarded update
+# matched (else the statement reports 0 rows); the lease is given back either way.
+COMMIT_TURN_AND_RELEASE = (
+    f"WITH updated AS ({UPDATE_AFTER_TURN} RETURNING session_id), "
+    "released AS (DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?) "
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
     "SELECT ?, ?, ?, ?, ?, ? FROM updated"
 )

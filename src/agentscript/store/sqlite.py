@@ -1,29 +1,23 @@
 """The embedded default store: one SQLite file in WAL mode, shared by the workers of one machine.
 
-Turns of one session are serialised twice: an ``asyncio.Lock`` inside the process, and a lease
-row in ``agentscript_locks`` across processes. A lease whose holder process is gone (killed
-mid-turn) or whose time ran out is taken over, so a crash never blocks a session. The commit
-still checks the turn count read under the lock, so even a lost lease cannot lose an update.
-Statements are short and run on the event loop's thread; ``busy_timeout`` absorbs the writes
-of other workers. WAL checkpoints run on a thread of their own (:mod:`.checkpoint`).
+Turns of one session are serialised by leases (:mod:`.lease`): a lease whose holder process no
+longer runs (killed mid-turn) is taken over at once. Statements are short and run on the event
+loop's thread; ``busy_timeout`` absorbs the writes of other workers. WAL checkpoints run on a
+thread of their own (:mod:`.checkpoint`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 from agentscript.store import schema
 from agentscript.store.base import (
-    SessionBusy,
-    SessionGone,
     SessionRecord,
     StoreError,
     TurnConflict,
@@ -31,11 +25,7 @@ from agentscript.store.base import (
     TurnRecord,
 )
 from agentscript.store.checkpoint import Checkpointer
-
-# How long a lease lasts without its holder committing; far above any turn's own limits.
-LEASE_SECONDS = 600.0
-# How often a waiting turn looks at another process's lease again.
-POLL_SECONDS = 0.01
+from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, worker_of
 
 
 class SQLiteStore:
@@ -45,8 +35,9 @@ class SQLiteStore:
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self._db: sqlite3.Connection | None = None
-        self._locks: dict[str, _LocalLock] = {}
-        self._pid = os.getpid()
+        self.leases = Leases(self)
+        # This store in this process: the pid is what another process's liveness check reads.
+        self._worker = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
         self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
         self.checkpointer = Checkpointer(self.path)
 
@@ -150,6 +141,7 @@ class SQLiteStore:
         try:
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM agentscript_turns WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM agentscript_locks WHERE session_id = ?", (session_id,))
             cursor = db.execute(
                 "DELETE FROM agentscript_sessions WHERE session_id = ?", (session_id,)
             )
@@ -159,57 +151,14 @@ class SQLiteStore:
             raise StoreError(f"SQLite store: {exc}") from None
         return cursor.rowcount > 0
 
-    @asynccontextmanager
-    async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_SQLiteLock]:
+    def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
         self._check_file()
-        deadline = time.monotonic() + wait
-        local = self._locks.get(session_id)
-        if local is None:
-            local = self._locks[session_id] = _LocalLock()
-        local.users += 1
-        try:
-            try:
-                await asyncio.wait_for(local.lock.acquire(), wait)
-            except TimeoutError:
-                raise SessionBusy(session_id, wait) from None
-            async with self._leased(session_id, deadline, wait, local) as lock:
-                yield lock
-        finally:
-            # Forgotten once nobody holds or awaits it: one entry per running session only.
-            local.users -= 1
-            if not local.users:
-                del self._locks[session_id]
+        return self.leases.hold(session_id, wait)
 
-    @asynccontextmanager
-    async def _leased(
-        self, session_id: str, deadline: float, wait: float, local: _LocalLock
-    ) -> AsyncIterator[_SQLiteLock]:
-        try:
-            holder = f"{self._pid}:{uuid.uuid4().hex}"
-            while True:
-                taken, record = self._take_lease(session_id, holder)
-                if taken:
-                    break
-                if time.monotonic() >= deadline:
-                    raise SessionBusy(session_id, wait)
-                await asyncio.sleep(POLL_SECONDS)
-            if record is None:
-                raise SessionGone(session_id)  # and no lease was written
-            lock = _SQLiteLock(self, record, holder)
-            try:
-                yield lock
-            finally:
-                if not lock.released:  # a committed turn released it in its transaction
-                    self._run(
-                        "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
-                        (session_id, holder),
-                    )
-        finally:
-            local.lock.release()
+    async def worker(self) -> str:
+        return self._worker
 
-    def _take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
-        """In one transaction: whether the lease is free (else another process holds it),
-        and the session read under it; the lease is written only for a session that exists."""
+    async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
         db = self.db
         now = time.time()
         try:
@@ -217,7 +166,7 @@ class SQLiteStore:
             row = db.execute(
                 "SELECT holder, until FROM agentscript_locks WHERE session_id = ?", (session_id,)
             ).fetchone()
-            if row is not None and row[1] > now and _alive(row[0]):
+            if row is not None and row[1] > now and not self._stale(row[0]):
                 db.execute("COMMIT")
                 return False, None
             found = db.execute(schema.SELECT_SESSION, (session_id,)).fetchone()
@@ -236,7 +185,19 @@ class SQLiteStore:
                 db.execute("ROLLBACK")
             raise StoreError(f"SQLite store: {exc}") from None
 
-    def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
+    def _stale(self, holder: str) -> bool:
+        """Whether a lease may be taken over: this store's own (its give-back failed), or one
+        whose process no longer runs."""
+        worker = worker_of(holder)
+        return worker == self._worker or not _alive(worker)
+
+    async def drop_lease(self, session_id: str, holder: str) -> None:
+        self._run(
+            "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
+            (session_id, holder),
+        )
+
+    async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
         """The turn's state and record, and the release of its lease, in one transaction."""
         db = self.db
         record = outcome.record
@@ -296,11 +257,12 @@ class SQLiteStore:
         now = time.time()
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute(
-                "DELETE FROM agentscript_turns WHERE session_id IN (SELECT session_id FROM "
-                "agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?)",
-                (now,),
-            )
+            for table in ("agentscript_turns", "agentscript_locks"):
+                db.execute(
+                    f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM "
+                    "agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?)",
+                    (now,),
+                )
             cursor = db.execute(
                 "DELETE FROM agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?",
                 (now,),
@@ -322,30 +284,11 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
-class _LocalLock:
-    """One session's lock in this process and how many turns hold or await it."""
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
-
-
-class _SQLiteLock:
-    def __init__(self, store: SQLiteStore, session: SessionRecord, holder: str) -> None:
-        self._store = store
-        self._holder = holder
-        self.session = session
-        self.released = False
-
-    async def commit(self, outcome: TurnOutcome) -> None:
-        self._store.commit_turn(self.session, outcome, self._holder)
-        self.released = True
-
-
-def _alive(holder: str) -> bool:
-    """Whether the process named in a lease still runs (SQLite is one machine's store)."""
+def _alive(worker: str) -> bool:
+    """Whether the process of a lease's worker (``pid.instance``, or ``pid`` as written by
+    earlier versions) still runs: SQLite is one machine's store."""
     try:
-        pid = int(holder.split(":", 1)[0])
+        pid = int(worker.split(".", 1)[0])
         os.kill(pid, 0)
     except (ValueError, ProcessLookupError):
         return False

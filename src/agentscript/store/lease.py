@@ -1,0 +1,153 @@
+"""One turn of a session at a time, across processes, without holding the database meanwhile.
+
+Both SQL stores serialise the turns of a session the same way:
+
+- inside a process, an ``asyncio.Lock`` per session queues its turns;
+- across processes, the turn at the head of a queue takes a lease: a row of
+  ``agentscript_locks`` naming its holder, written in one short statement. The turn then runs
+  (the model may take seconds) with no connection, transaction or row lock held, and gives the
+  lease back in its commit's own transaction, or on its way out when it does not commit;
+- a lease whose holder is gone (a worker killed mid-turn) or whose time ran out is taken over,
+  so a crash never blocks a session. Each backend knows what "gone" means: a process that no
+  longer runs for SQLite (one machine), a worker whose presence lock PostgreSQL no longer
+  holds;
+- a lease of this very store is taken back at once: the local lock proves no turn of this
+  store still runs there, so it is one whose give-back failed (a connection lost just then);
+- the commit still checks the turn count read under the lease, so even a lost lease (taken
+  over from a worker that was only slow) cannot lose an update: that turn gets
+  :class:`~agentscript.store.base.TurnConflict`.
+
+A holder is ``"<worker>:<nonce>"``: ``worker`` names this store in this process (what the
+liveness check reads), ``nonce`` this one turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+from agentscript.store.base import (
+    SessionBusy,
+    SessionGone,
+    SessionRecord,
+    StoreError,
+    TurnOutcome,
+)
+
+# How long a lease lasts without its holder committing: a backstop far above any turn's own
+# limits, for a holder that is alive but stuck (a dead one is taken over at once).
+LEASE_SECONDS = 600.0
+# How often a waiting turn looks again at another process's lease.
+POLL_SECONDS = 0.01
+
+
+class LeaseBackend(Protocol):
+    """What a store does with its lease rows; :class:`Leases` does the rest."""
+
+    async def worker(self) -> str:
+        """This store's name in holders (the part its liveness check reads)."""
+
+    async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
+        """In one step: take the lease unless a live holder of another store has it, and read
+        the session after taking it. ``(True, record)``: taken; ``(False, None)``: another
+        holder has it; ``(True, None)``: no such session (and no lease was left written)."""
+
+    async def drop_lease(self, session_id: str, holder: str) -> None:
+        """Give the lease back (a turn that did not commit)."""
+
+    async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
+        """Write the turn and give the lease back, in one transaction (the
+        :meth:`~agentscript.store.base.SessionLock.commit` contract)."""
+
+
+class Lease:
+    """A held lease: the session as read under it, and the one way to commit a turn."""
+
+    def __init__(self, backend: LeaseBackend, session: SessionRecord, holder: str) -> None:
+        self._backend = backend
+        self.session = session
+        self.holder = holder
+        self.released = False
+
+    async def commit(self, outcome: TurnOutcome) -> None:
+        await self._backend.commit_turn(self.session, outcome, self.holder)
+        # On any failure the give-back runs on the way out: it is a no-op for a lease the
+        # failed statement gave back already.
+        self.released = True
+
+
+class _Queue:
+    """One session's lock in this process and how many turns hold or await it."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class Leases:
+    """The lock of every session of one store: local queues, then the backend's lease rows."""
+
+    def __init__(self, backend: LeaseBackend) -> None:
+        self._backend = backend
+        self._queues: dict[str, _Queue] = {}
+
+    @property
+    def queued(self) -> int:
+        """Sessions with a turn running or waiting in this process."""
+        return len(self._queues)
+
+    @asynccontextmanager
+    async def hold(self, session_id: str, wait: float) -> AsyncIterator[Lease]:
+        """The session's lease (:class:`SessionBusy` after ``wait`` seconds,
+        :class:`SessionGone` when it does not exist)."""
+        deadline = time.monotonic() + wait
+        queue = self._queues.get(session_id)
+        if queue is None:
+            queue = self._queues[session_id] = _Queue()
+        queue.users += 1
+        try:
+            try:
+                await asyncio.wait_for(queue.lock.acquire(), wait)
+            except TimeoutError:
+                raise SessionBusy(session_id, wait) from None
+            try:
+                lease = await self._take(session_id, deadline, wait)
+                try:
+                    yield lease
+                finally:
+                    if not lease.released:
+                        # A give-back that fails is not lost: this store takes its own lease
+                        # back on the session's next turn here, and a dead holder's lease is
+                        # taken over; raising now would hide what ended the turn.
+                        with contextlib.suppress(StoreError):
+                            await self._backend.drop_lease(session_id, lease.holder)
+            finally:
+                queue.lock.release()
+        finally:
+            # Forgotten once nobody holds or awaits it: one entry per running session only.
+            queue.users -= 1
+            if not queue.users:
+                del self._queues[session_id]
+
+    async def _take(self, session_id: str, deadline: float, wait: float) -> Lease:
+        holder = f"{await self._backend.worker()}:{uuid.uuid4().hex}"
+        while True:
+            taken, record = await self._backend.take_lease(session_id, holder)
+            if taken:
+                if record is None:
+                    raise SessionGone(session_id)
+                return Lease(self._backend, record, holder)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SessionBusy(session_id, wait)
+            await asyncio.sleep(min(POLL_SECONDS, left))
+
+
+def worker_of(holder: str) -> str:
+    """The worker part of a holder."""
+    return holder.rsplit(":", 1)[0]
