@@ -87,17 +87,33 @@ def test_serve_max_concurrent_turns_reaches_the_service() -> None:
     assert app.state.service.config.max_concurrent_turns == 5
     app, _lines = build_app(ServeOptions(paths=[NOTES], model="standin", store="memory://"))
     assert app.state.service.config.max_concurrent_turns == 64
-    # A PostgreSQL store keeps a connection per turn that may run at once (nothing connects
-    # before start-up, so no database is needed here).
-    url = "postgresql://nobody@127.0.0.1:9/none"
-    app, _lines = build_app(
-        ServeOptions(paths=[NOTES], model="standin", store=url, max_concurrent_turns=100)
-    )
-    assert app.state.service.store.max_idle == 100
-    app, _lines = build_app(ServeOptions(paths=[NOTES], model="standin", store=url))
-    assert app.state.service.store.max_idle == 64
     code, out = serve(NOTES, "--model", "standin", "--max-concurrent-turns", "0")
     assert code == 2 and "--max-concurrent-turns" in out and "Traceback" not in out
+
+
+def test_serve_store_connections_reach_the_postgresql_store() -> None:
+    # Nothing connects before start-up, so no database is needed here.
+    url = "postgresql://nobody@127.0.0.1:9/none"
+    app, _lines = build_app(
+        ServeOptions(paths=[NOTES], model="standin", store=url, store_connections=3)
+    )
+    assert app.state.service.store.max_connections == 3
+    app, _lines = build_app(ServeOptions(paths=[NOTES], model="standin", store=url))
+    assert app.state.service.store.max_connections == 16
+    code, out = serve(NOTES, "--model", "standin", "--store-connections", "0")
+    assert code == 2 and "--store-connections" in out and "Traceback" not in out
+
+
+def test_serve_bounds_default_to_the_server_configs() -> None:
+    """The command line, ServeOptions and ServerConfig agree on every default bound."""
+    from agentscript.cli.serve import serve as command
+    from agentscript.server.config import ServerConfig
+
+    defaults = ServerConfig()
+    by_option = {p.name: p.default for p in command.params}
+    options = ServeOptions(paths=[])
+    for name in ("lock_wait", "rate_limit", "live_sessions", "max_concurrent_turns"):
+        assert by_option[name] == getattr(options, name) == getattr(defaults, name), name
 
 
 def test_serve_session_ttl_units() -> None:

@@ -477,31 +477,44 @@ def test_postgres_store_keeps_its_connection_after_a_busy_or_missing_session(
     run(pg_dsn, body)
 
 
-def test_postgres_store_keeps_as_many_idle_connections_as_it_was_given(pg_dsn: str) -> None:
-    # serve passes --max-concurrent-turns: statements beyond what is kept reconnect every time.
+def test_postgres_store_opens_at_most_its_connections_and_keeps_them(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of statements (hundreds of turns starting at once) waits for the store's
+    connections instead of opening one each: it used to run PostgreSQL out of max_connections
+    ("too many clients already"). A statement that waits too long fails clearly (503)."""
     pg_reset(pg_dsn)
+    from agentscript.store import postgres
 
-    async def main() -> tuple[int, int]:
-        store = store_from_url(pg_dsn, max_idle_connections=2)
+    async def main() -> tuple[int, int, list[str]]:
+        store = store_from_url(pg_dsn, max_connections=2)
         await store.open()
         try:
-            closed: list[object] = []
-            discard = store._discard  # type: ignore[attr-defined]
+            opened: list[object] = []
+            new = store._new_connection  # type: ignore[attr-defined]
 
-            async def counting(conn: object) -> None:
-                closed.append(conn)
-                await discard(conn)
+            async def counting() -> object:
+                opened.append(await new())
+                return opened[-1]
 
-            store._discard = counting  # type: ignore[attr-defined]
-            for n in range(4):
+            store._new_connection = counting  # type: ignore[attr-defined]
+            for n in range(6):
                 await store.create_session(record(f"s{n}"))
-            # four statements at once: one connection each
-            await asyncio.gather(*(store.get_session(f"s{n}") for n in range(4)))
-            return len(closed), len(store._idle)  # type: ignore[attr-defined]
+            found = await asyncio.gather(*(store.get_session(f"s{n}") for n in range(6)))
+            ids = [r.session_id for r in found if r is not None]
+            monkeypatch.setattr(postgres, "CONNECTION_WAIT", 0.05)
+            async with store._conn(), store._conn():  # type: ignore[attr-defined]
+                with pytest.raises(StoreError, match=r"all 2 connections .* stayed busy"):
+                    await store.get_session("s0")
+            assert await store.get_session("s0") is not None  # free again
+            return len(opened), len(store._idle), ids  # type: ignore[attr-defined]
         finally:
             await store.close()
 
-    assert asyncio.run(main()) == (2, 2)
+    opened, idle, ids = asyncio.run(main())
+    # the migration's connection is reused; one more is opened, and both are kept
+    assert opened == 1 and idle == 2
+    assert ids == [f"s{n}" for n in range(6)]
 
 
 def test_postgres_turns_hold_no_connection_or_transaction_while_they_run(pg_dsn: str) -> None:

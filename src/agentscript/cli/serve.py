@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from agentscript.cli.common import exit_with
+from agentscript.server.config import ServerConfig
+from agentscript.store.postgres import MAX_CONNECTIONS
 
 
 @click.command()
@@ -27,31 +29,38 @@ from agentscript.cli.common import exit_with
 )
 @click.option(
     "--lock-wait",
-    default=30.0,
+    default=ServerConfig.lock_wait,
     show_default=True,
     type=float,
     help="Seconds a message waits for another turn of its session before 409.",
 )
 @click.option(
     "--rate-limit",
-    default=20.0,
+    default=ServerConfig.rate_limit,
     show_default=True,
     type=float,
     help="Requests per second per API key (0: no limit).",
 )
 @click.option(
     "--live-sessions",
-    default=1000,
+    default=ServerConfig.live_sessions,
     show_default=True,
     type=click.IntRange(min=0),
     help="Sessions kept in memory after a turn so their next turn skips the restore (0: none).",
 )
 @click.option(
     "--max-concurrent-turns",
-    default=64,
+    default=ServerConfig.max_concurrent_turns,
     show_default=True,
     type=click.IntRange(min=1),
     help="Turns running at once in each worker; one more gets 503 with Retry-After.",
+)
+@click.option(
+    "--store-connections",
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="PostgreSQL connections each worker opens at most (plus one for its presence lock).",
 )
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
 @click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentscript.commands import ExitCode
+from agentscript.server.config import ServerConfig
+from agentscript.store.postgres import MAX_CONNECTIONS
 
 ENV = "AGENTSCRIPT_SERVE"
 STANDIN = "standin"  # --model standin: the built-in stand-in model (demos, tests)
@@ -36,10 +38,12 @@ class ServeOptions:
     model: str | None = None
     base_url: str | None = None
     session_ttl: float | None = None
-    lock_wait: float = 30.0
-    rate_limit: float = 20.0
-    live_sessions: int = 1000
-    max_concurrent_turns: int = 64
+    # The server's bounds default to ServerConfig's, written once there.
+    lock_wait: float = ServerConfig.lock_wait
+    rate_limit: float = ServerConfig.rate_limit
+    live_sessions: int = ServerConfig.live_sessions
+    max_concurrent_turns: int = ServerConfig.max_concurrent_turns
+    store_connections: int = MAX_CONNECTIONS  # PostgreSQL: connections each worker opens at most
     cors_origins: list[str] = field(default_factory=list)
     # The playground page (agentscript.server.playground), its --stubs file and --var values.
     playground: bool = False
@@ -70,7 +74,6 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
             "pip install 'agentscript[serve]'"
         ) from None
     from agentscript.server.auth import ApiKeys, KeyConfigError
-    from agentscript.server.config import ServerConfig
     from agentscript.store import store_from_url
 
     try:
@@ -84,7 +87,7 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
             "listen on 127.0.0.1"
         )
     try:
-        store = store_from_url(options.store, max_idle_connections=options.max_concurrent_turns)
+        store = store_from_url(options.store, max_connections=options.store_connections)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     if options.workers > 1 and store.url == "memory://":

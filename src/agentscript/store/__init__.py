@@ -23,15 +23,15 @@ from agentscript.store.memory import MemoryStore
 DEFAULT_STORE = "sqlite:///.agentscript/sessions.db"
 
 
-def store_from_url(url: str | None, *, max_idle_connections: int | None = None) -> Store:
+def store_from_url(url: str | None, *, max_connections: int | None = None) -> Store:
     """The store a ``--store`` URL names (ValueError for an unknown scheme).
-    ``max_idle_connections``: how many database connections a PostgreSQL store keeps open
-    between turns (its default when None; ``serve`` passes its concurrent-turn cap)."""
+    ``max_connections``: how many database connections a PostgreSQL store opens at most
+    (its default when None; ``serve --store-connections``)."""
     url = url or DEFAULT_STORE
     if url.startswith(("postgresql://", "postgres://")):
-        from agentscript.store.postgres import MAX_IDLE, PostgresStore
+        from agentscript.store.postgres import MAX_CONNECTIONS, PostgresStore
 
-        return PostgresStore(url, max_idle=max_idle_connections or MAX_IDLE)
+        return PostgresStore(url, max_connections=max_connections or MAX_CONNECTIONS)
     if url == "memory://":
         return MemoryStore()
     if url.startswith("sqlite:///"):

@@ -33,11 +33,13 @@ from agentscript.store.base import (
 )
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases
 
-# Idle connections kept for reuse by default; more are opened on demand (one per statement
-# running at that moment). `serve` passes its cap on turns running at once
-# (--max-concurrent-turns), the most it could ever need: a new connection costs a PostgreSQL
-# backend process and ~1 ms of CPU here.
-MAX_IDLE = 64
+# Connections a store opens at most by default (`serve --store-connections`), plus its presence
+# connection. A turn uses one only while its statements run, about 1 ms a turn, so a few serve
+# hundreds of turns in flight; all are kept open once opened (a new one costs a PostgreSQL
+# backend process and ~1 ms of CPU here).
+MAX_CONNECTIONS = 16
+# How long a statement waits for a free connection before it fails (StoreError, 503).
+CONNECTION_WAIT = 30.0
 _MIGRATION_LOCK = 7_146_937_311  # any constant shared by every agentscript worker
 # The first key of every presence lock (the second is the store's token), so that they are
 # told apart from any other advisory lock in the database.
@@ -82,11 +84,15 @@ def _import_psycopg() -> Any:
 class PostgresStore:
     """Sessions in PostgreSQL; see :class:`agentscript.store.base.Store`."""
 
-    def __init__(self, dsn: str, *, max_idle: int = MAX_IDLE) -> None:
+    def __init__(self, dsn: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
         self.dsn = dsn
-        self.max_idle = max_idle
+        self.max_connections = max_connections
         self.url = _PASSWORD.sub(r"\1***@", dsn)  # never print a password
         self._idle: list[Any] = []
+        # One slot per connection that may be open: a burst of statements (hundreds of turns
+        # starting at once) waits for a connection instead of opening one each and running
+        # the database out of max_connections.
+        self._slots = asyncio.Semaphore(max_connections)
         self._psycopg: Any = None
         self._open = False
         self.leases = Leases(self)
@@ -97,15 +103,33 @@ class PostgresStore:
         self._presence_guard = asyncio.Lock()
 
     async def _connect(self) -> Any:
+        """A connection, holding one of the store's slots (given back by ``_conn``)."""
+        if not self._slots.locked():
+            await self._slots.acquire()  # free: taken at once, without a task for the timeout
+        else:
+            try:
+                await asyncio.wait_for(self._slots.acquire(), CONNECTION_WAIT)
+            except TimeoutError:
+                raise StoreError(
+                    f"all {self.max_connections} connections to {self.url} stayed busy for "
+                    f"{CONNECTION_WAIT:g} s"
+                ) from None
         if self._idle:
             return self._idle.pop()
+        try:
+            return await self._new_connection()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def _new_connection(self) -> Any:
         try:
             return await self._psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         except self._psycopg.Error as exc:
             raise StoreError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
     async def _release(self, conn: Any) -> None:
-        if not conn.closed and len(self._idle) < self.max_idle and self._open:
+        if not conn.closed and self._open:
             self._idle.append(conn)
         else:
             await self._discard(conn)
@@ -136,6 +160,8 @@ class PostgresStore:
             raise
         else:
             await self._release(conn)
+        finally:
+            self._slots.release()
 
     async def open(self) -> None:
         self._psycopg = _import_psycopg()
