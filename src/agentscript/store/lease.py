@@ -111,10 +111,13 @@ class Leases:
             queue = self._queues[session_id] = _Queue()
         queue.users += 1
         try:
-            try:
-                await asyncio.wait_for(queue.lock.acquire(), wait)
-            except TimeoutError:
-                raise SessionBusy(session_id, wait) from None
+            if not queue.lock.locked():
+                await queue.lock.acquire()  # free: taken at once, without a task for the timeout
+            else:
+                try:
+                    await asyncio.wait_for(queue.lock.acquire(), wait)
+                except TimeoutError:
+                    raise SessionBusy(session_id, wait) from None
             try:
                 lease = await self._take(session_id, deadline, wait)
                 try:
