@@ -392,7 +392,11 @@ async def closed_loop(url: str, sessions: int, clients: int, pgid: int) -> dict[
                 queue.get_nowait()
                 try:
                     (sid,) = await new_sessions(client, url, 1)
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
+                    status = (
+                        exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else ""
+                    )
+                    FAILURES[f"new session: {type(exc).__name__} {status}".strip()] += 1
                     errors += 1
                     continue
                 for _ in range(5):

@@ -557,8 +557,8 @@ def test_postgres_turns_hold_no_connection_or_transaction_while_they_run(pg_dsn:
 
 def test_postgres_store_takes_a_new_presence_when_its_connection_drops(pg_dsn: str) -> None:
     """The presence lock dies with its connection (a database restart, a failover, an admin's
-    pg_terminate_backend): the next readiness check takes a new one, so the store's later
-    leases are respected by other workers again instead of looking abandoned."""
+    pg_terminate_backend): the next turn or readiness check takes a new one, so the store's
+    later leases are respected by other workers again instead of looking abandoned."""
     pg_reset(pg_dsn)
 
     async def main() -> None:
@@ -570,14 +570,50 @@ def test_postgres_store_takes_a_new_presence_when_its_connection_drops(pg_dsn: s
             before = await store.worker()  # type: ignore[attr-defined]
             pid = store._presence.info.backend_pid  # type: ignore[attr-defined]
             await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid})")
-            await store.ping()
-            assert await store.worker() != before  # type: ignore[attr-defined]
-            async with store.lock_session("s1", 1.0):
+            await asyncio.sleep(0.2)  # the server's goodbye reaches the socket
+            async with store.lock_session("s1", 1.0):  # the turn itself notices
                 with pytest.raises(SessionBusy):
                     async with other.lock_session("s1", 0.1):
                         pass
+            assert await store.worker() != before  # type: ignore[attr-defined]
+            # a readiness check notices too
+            pid = store._presence.info.backend_pid  # type: ignore[attr-defined]
+            renewed = await store.worker()  # type: ignore[attr-defined]
+            await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid})")
+            await asyncio.sleep(0.2)
+            await store.ping()
+            assert store._presence.info.backend_pid != pid  # type: ignore[attr-defined]
+            assert await store.worker() != renewed  # type: ignore[attr-defined]
         finally:
             await store.close()
             await other.close()
+
+    asyncio.run(main())
+
+
+def test_postgres_store_never_hands_out_a_connection_the_server_closed(pg_dsn: str) -> None:
+    """Idle connections closed by the server (a restart, idle_session_timeout, an admin) are
+    dropped when next taken, not handed to a request that would then fail with a 503."""
+    pg_reset(pg_dsn)
+
+    async def main() -> None:
+        store = store_from_url(pg_dsn)
+        await store.open()
+        try:
+            await store.create_session(record())
+            await asyncio.gather(*(store.get_session("s1") for _ in range(3)))
+            pids = [c.info.backend_pid for c in store._idle]  # type: ignore[attr-defined]
+            assert len(pids) >= 2
+            for pid in pids:
+                await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid})")
+            await asyncio.sleep(0.2)
+            got = await store.get_session("s1")  # no StoreError
+            assert got is not None and got.session_id == "s1"
+            async with store.lock_session("s1", 1.0) as lock:
+                await lock.commit(outcome(1, 1))
+            live = [c.info.backend_pid for c in store._idle]  # type: ignore[attr-defined]
+            assert live and not set(live) & set(pids)
+        finally:
+            await store.close()
 
     asyncio.run(main())

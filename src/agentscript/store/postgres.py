@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import re
 import secrets
+import select
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -121,8 +122,12 @@ class PostgresStore:
                     f"all {self.max_connections} connections to {self.url} stayed busy for "
                     f"{CONNECTION_WAIT:g} s"
                 ) from None
-        if self._idle:
-            return self._idle.pop()
+        while self._idle:
+            conn = self._idle.pop()
+            if not _hung_up(conn):
+                return conn
+            with contextlib.suppress(Exception):
+                await self._discard(conn)
         try:
             return await self._new_connection()
         except BaseException:
@@ -205,16 +210,24 @@ class PostgresStore:
         """This store's presence token, taking a new presence when the last one is lost (its
         connection dropped: other workers may have taken over its leases by now)."""
         async with self._presence_guard:
-            if self._presence is not None and self._presence_doubtful:
-                self._presence_doubtful = False
-                try:
-                    await self._presence.execute("SELECT 1")
-                except self._psycopg.Error:
-                    with contextlib.suppress(Exception):
-                        await self._presence.close()
+            presence, doubtful = self._presence, self._presence_doubtful
+            self._presence_doubtful = False
+            if presence is not None and (
+                _hung_up(presence) or (doubtful and not await self._answers(presence))
+            ):
+                self._presence = None
+                with contextlib.suppress(Exception):
+                    await presence.close()
             if self._presence is None or self._presence.closed:
                 self._presence, self._token = await self._present()
             return str(self._token)
+
+    async def _answers(self, conn: Any) -> bool:
+        try:
+            await conn.execute("SELECT 1")
+        except self._psycopg.Error:
+            return False
+        return True
 
     async def _present(self) -> tuple[Any, int]:
         try:
@@ -386,6 +399,21 @@ class PostgresStore:
                 return int(cur.rowcount)
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+
+
+def _hung_up(conn: Any) -> bool:
+    """Whether an idle connection was closed by the server (a restart, a failover,
+    ``idle_session_timeout``, ``pg_terminate_backend``): it then has an error message or the
+    end of the stream to read, while a live idle connection has nothing to say. Checked before
+    a connection is handed out, so that a dead one fails no request."""
+    if conn.closed:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 def _first_line(exc: BaseException) -> str:
