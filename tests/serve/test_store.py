@@ -216,10 +216,7 @@ def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None
                     await slow.commit(outcome(1, 20))
             got = await second.get_session("s1")
             assert got is not None and got.turns == 1 and got.state["n"] == 10
-            assert (
-                await asyncio.to_thread(sql, api_store, "SELECT COUNT(*) FROM agentscript_locks")
-                == 0
-            )
+            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
         finally:
             await first.close()
             await second.close()
@@ -231,8 +228,9 @@ def test_store_takes_back_its_own_lease_whose_give_back_failed(
     api_store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A turn that did not commit and could not give its lease back (the connection failed
-    just then) ends with its own error, and the session's next turn in the same store runs at
-    once; another store still waits for the lease."""
+    just then) ends with its own error; another store waits for the lease, but the session's
+    next turn in the same store runs at once, even while the database still refuses the
+    give-back."""
 
     async def main() -> None:
         store, other = store_from_url(api_store), store_from_url(api_store)
@@ -240,7 +238,6 @@ def test_store_takes_back_its_own_lease_whose_give_back_failed(
         await other.open()
         try:
             await store.create_session(record())
-            drop = store.drop_lease  # type: ignore[attr-defined]
 
             async def failing(session_id: str, holder: str) -> None:
                 raise StoreError("connection lost")
@@ -249,25 +246,56 @@ def test_store_takes_back_its_own_lease_whose_give_back_failed(
             with pytest.raises(RuntimeError, match="the turn failed"):
                 async with store.lock_session("s1", 1.0):
                     raise RuntimeError("the turn failed")
-            monkeypatch.setattr(store, "drop_lease", drop)
-            assert (
-                await asyncio.to_thread(sql, api_store, "SELECT COUNT(*) FROM agentscript_locks")
-                == 1
-            )
+            assert await asyncio.to_thread(sql, api_store, LEASES) == 1
             with pytest.raises(SessionBusy):
                 async with other.lock_session("s1", 0.05):
                     pass
             async with store.lock_session("s1", 0.05) as lock:
                 await lock.commit(outcome(1, 1))
-            assert (
-                await asyncio.to_thread(sql, api_store, "SELECT COUNT(*) FROM agentscript_locks")
-                == 0
-            )
+            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
         finally:
             await store.close()
             await other.close()
 
     asyncio.run(main())
+
+
+def test_store_gives_back_a_failed_give_back_before_its_next_turn(
+    api_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease whose give-back failed is owed: the store drops it before its next turn of any
+    session, so another worker does not wait for it until it times out."""
+
+    async def main() -> None:
+        store, other = store_from_url(api_store), store_from_url(api_store)
+        await store.open()
+        await other.open()
+        try:
+            await store.create_session(record())
+            await store.create_session(record("s2"))
+            drop = store.drop_lease  # type: ignore[attr-defined]
+
+            async def failing(session_id: str, holder: str) -> None:
+                raise StoreError("connection lost")
+
+            monkeypatch.setattr(store, "drop_lease", failing)
+            with pytest.raises(RuntimeError):
+                async with store.lock_session("s1", 1.0):
+                    raise RuntimeError("the turn failed")
+            monkeypatch.setattr(store, "drop_lease", drop)  # the database is back
+            async with store.lock_session("s2", 1.0) as lock:  # another session's turn
+                await lock.commit(outcome(1, 1, sid="s2"))
+            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
+            async with other.lock_session("s1", 0.05) as lock:  # no wait
+                await lock.commit(outcome(1, 1))
+        finally:
+            await store.close()
+            await other.close()
+
+    asyncio.run(main())
+
+
+LEASES = "SELECT COUNT(*) FROM agentscript_locks"
 
 
 def sql(url: str, statement: str) -> Any:

@@ -95,6 +95,9 @@ class Leases:
     def __init__(self, backend: LeaseBackend) -> None:
         self._backend = backend
         self._queues: dict[str, _Queue] = {}
+        # Leases whose give-back failed (session, holder): retried before this store's next
+        # turn, since other workers would otherwise wait for them until they time out.
+        self._owed: set[tuple[str, str]] = set()
 
     @property
     def queued(self) -> int:
@@ -106,6 +109,8 @@ class Leases:
         """The session's lease (:class:`SessionBusy` after ``wait`` seconds,
         :class:`SessionGone` when it does not exist)."""
         deadline = time.monotonic() + wait
+        if self._owed:
+            await self._give_back_owed()
         queue = self._queues.get(session_id)
         if queue is None:
             queue = self._queues[session_id] = _Queue()
@@ -124,11 +129,7 @@ class Leases:
                     yield lease
                 finally:
                     if not lease.released:
-                        # A give-back that fails is not lost: this store takes its own lease
-                        # back on the session's next turn here, and a dead holder's lease is
-                        # taken over; raising now would hide what ended the turn.
-                        with contextlib.suppress(StoreError):
-                            await self._backend.drop_lease(session_id, lease.holder)
+                        await self._give_back(session_id, lease.holder)
             finally:
                 queue.lock.release()
         finally:
@@ -136,6 +137,30 @@ class Leases:
             queue.users -= 1
             if not queue.users:
                 del self._queues[session_id]
+
+    async def _give_back(self, session_id: str, holder: str) -> None:
+        """Drop a lease that no commit gave back. It runs to its end even if the turn is
+        cancelled meanwhile (a shutdown), and a failure is owed, not raised: raising would hide
+        what ended the turn, and the lease is still given back before this store's next turn
+        (or taken over once this worker is gone)."""
+        owed = (session_id, holder)
+        drop = asyncio.ensure_future(self._backend.drop_lease(session_id, holder))
+
+        def settle(done: asyncio.Future[None]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                self._owed.add(owed)
+
+        drop.add_done_callback(settle)
+        with contextlib.suppress(StoreError):
+            await asyncio.shield(drop)
+
+    async def _give_back_owed(self) -> None:
+        for session_id, holder in list(self._owed):
+            try:
+                await self._backend.drop_lease(session_id, holder)
+            except StoreError:
+                return  # the database is still away; the next turn tries again
+            self._owed.discard((session_id, holder))
 
     async def _take(self, session_id: str, deadline: float, wait: float) -> Lease:
         holder = f"{await self._backend.worker()}:{uuid.uuid4().hex}"
