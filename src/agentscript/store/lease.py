@@ -11,8 +11,9 @@ Both SQL stores serialise the turns of a session the same way:
   so a crash never blocks a session. Each backend knows what "gone" means: a process that no
   longer runs for SQLite (one machine), a worker whose presence lock PostgreSQL no longer
   holds;
-- a lease of this very store is taken back at once: the local lock proves no turn of this
-  store still runs there, so it is one whose give-back failed (a connection lost just then);
+- a give-back that fails (a connection lost just then) is owed: the store drops it before its
+  next turn, and a lease of this very store is taken back at once anyway, since the local
+  lock proves no turn of this store still runs there;
 - the commit still checks the turn count read under the lease, so even a lost lease (taken
   over from a worker that was only slow) cannot lose an update: that turn gets
   :class:`~agentscript.store.base.TurnConflict`.
