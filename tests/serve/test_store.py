@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -192,16 +192,31 @@ def test_store_lease_of_a_killed_worker_is_taken_over_at_once(api_store: str) ->
     assert run(api_store, next_turn) == 1
 
 
+@contextlib.asynccontextmanager
+async def two_stores(url: str) -> AsyncIterator[tuple[Store, Store]]:
+    """Two open stores on one database, as two workers would have."""
+    first, second = store_from_url(url), store_from_url(url)
+    await first.open()
+    await second.open()
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def failing_drop(session_id: str, holder: str) -> None:
+    """A lease give-back whose connection failed just then."""
+    raise StoreError("connection lost")
+
+
 def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None:
     """Two stores on one database (two workers): a live holder's lease is respected; one whose
     time ran out is taken over, and the slow holder's late commit is then a conflict, so no
     update is lost."""
 
     async def main() -> None:
-        first, second = store_from_url(api_store), store_from_url(api_store)
-        await first.open()
-        await second.open()
-        try:
+        async with two_stores(api_store) as (first, second):
             await first.create_session(record())
             async with first.lock_session("s1", 1.0) as slow:
                 with pytest.raises(SessionBusy):
@@ -217,9 +232,6 @@ def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None
             got = await second.get_session("s1")
             assert got is not None and got.turns == 1 and got.state["n"] == 10
             assert await asyncio.to_thread(sql, api_store, LEASES) == 0
-        finally:
-            await first.close()
-            await second.close()
 
     asyncio.run(main())
 
@@ -233,16 +245,9 @@ def test_store_takes_back_its_own_lease_whose_give_back_failed(
     give-back."""
 
     async def main() -> None:
-        store, other = store_from_url(api_store), store_from_url(api_store)
-        await store.open()
-        await other.open()
-        try:
+        async with two_stores(api_store) as (store, other):
             await store.create_session(record())
-
-            async def failing(session_id: str, holder: str) -> None:
-                raise StoreError("connection lost")
-
-            monkeypatch.setattr(store, "drop_lease", failing)
+            monkeypatch.setattr(store, "drop_lease", failing_drop)
             with pytest.raises(RuntimeError, match="the turn failed"):
                 async with store.lock_session("s1", 1.0):
                     raise RuntimeError("the turn failed")
@@ -253,9 +258,6 @@ def test_store_takes_back_its_own_lease_whose_give_back_failed(
             async with store.lock_session("s1", 0.05) as lock:
                 await lock.commit(outcome(1, 1))
             assert await asyncio.to_thread(sql, api_store, LEASES) == 0
-        finally:
-            await store.close()
-            await other.close()
 
     asyncio.run(main())
 
@@ -267,18 +269,11 @@ def test_store_gives_back_a_failed_give_back_before_its_next_turn(
     session, so another worker does not wait for it until it times out."""
 
     async def main() -> None:
-        store, other = store_from_url(api_store), store_from_url(api_store)
-        await store.open()
-        await other.open()
-        try:
+        async with two_stores(api_store) as (store, other):
             await store.create_session(record())
             await store.create_session(record("s2"))
             drop = store.drop_lease  # type: ignore[attr-defined]
-
-            async def failing(session_id: str, holder: str) -> None:
-                raise StoreError("connection lost")
-
-            monkeypatch.setattr(store, "drop_lease", failing)
+            monkeypatch.setattr(store, "drop_lease", failing_drop)
             with pytest.raises(RuntimeError):
                 async with store.lock_session("s1", 1.0):
                     raise RuntimeError("the turn failed")
@@ -288,9 +283,6 @@ def test_store_gives_back_a_failed_give_back_before_its_next_turn(
             assert await asyncio.to_thread(sql, api_store, LEASES) == 0
             async with other.lock_session("s1", 0.05) as lock:  # no wait
                 await lock.commit(outcome(1, 1))
-        finally:
-            await store.close()
-            await other.close()
 
     asyncio.run(main())
 
@@ -590,10 +582,7 @@ def test_postgres_store_takes_a_new_presence_when_its_connection_drops(pg_dsn: s
     pg_reset(pg_dsn)
 
     async def main() -> None:
-        store, other = store_from_url(pg_dsn), store_from_url(pg_dsn)
-        await store.open()
-        await other.open()
-        try:
+        async with two_stores(pg_dsn) as (store, other):
             await store.create_session(record())
             before = await store.worker()  # type: ignore[attr-defined]
             pid = store._presence.info.backend_pid  # type: ignore[attr-defined]
@@ -612,9 +601,6 @@ def test_postgres_store_takes_a_new_presence_when_its_connection_drops(pg_dsn: s
             await store.ping()
             assert store._presence.info.backend_pid != pid  # type: ignore[attr-defined]
             assert await store.worker() != renewed  # type: ignore[attr-defined]
-        finally:
-            await store.close()
-            await other.close()
 
     asyncio.run(main())
 

@@ -117,13 +117,8 @@ class Leases:
             queue = self._queues[session_id] = _Queue()
         queue.users += 1
         try:
-            if not queue.lock.locked():
-                await queue.lock.acquire()  # free: taken at once, without a task for the timeout
-            else:
-                try:
-                    await asyncio.wait_for(queue.lock.acquire(), wait)
-                except TimeoutError:
-                    raise SessionBusy(session_id, wait) from None
+            if not await acquire_within(queue.lock, wait):
+                raise SessionBusy(session_id, wait)
             try:
                 lease = await self._take(session_id, deadline, wait)
                 try:
@@ -175,6 +170,19 @@ class Leases:
             if left <= 0:
                 raise SessionBusy(session_id, wait)
             await asyncio.sleep(min(POLL_SECONDS, left))
+
+
+async def acquire_within(lock: asyncio.Lock | asyncio.Semaphore, seconds: float) -> bool:
+    """Acquire ``lock`` within ``seconds``; False if it stayed taken. A free one is taken at
+    once, without the task ``wait_for`` would start for the timeout (one per turn)."""
+    if not lock.locked():
+        await lock.acquire()
+        return True
+    try:
+        await asyncio.wait_for(lock.acquire(), seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 def worker_of(holder: str) -> str:

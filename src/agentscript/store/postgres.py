@@ -32,7 +32,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
-from agentscript.store.lease import LEASE_SECONDS, Lease, Leases
+from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within
 
 # Connections a store opens at most by default (`serve --store-connections`), plus its presence
 # connection. A turn uses one only while its statements run, about 1 ms a turn, so a few serve
@@ -112,16 +112,11 @@ class PostgresStore:
 
     async def _connect(self) -> Any:
         """A connection, holding one of the store's slots (given back by ``_conn``)."""
-        if not self._slots.locked():
-            await self._slots.acquire()  # free: taken at once, without a task for the timeout
-        else:
-            try:
-                await asyncio.wait_for(self._slots.acquire(), CONNECTION_WAIT)
-            except TimeoutError:
-                raise StoreError(
-                    f"all {self.max_connections} connections to {self.url} stayed busy for "
-                    f"{CONNECTION_WAIT:g} s"
-                ) from None
+        if not await acquire_within(self._slots, CONNECTION_WAIT):
+            raise StoreError(
+                f"all {self.max_connections} connections to {self.url} stayed busy for "
+                f"{CONNECTION_WAIT:g} s"
+            )
         while self._idle:
             conn = self._idle.pop()
             if not _hung_up(conn):
