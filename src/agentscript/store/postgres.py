@@ -117,13 +117,13 @@ class PostgresStore:
                 f"all {self.max_connections} connections to {self.url} stayed busy for "
                 f"{CONNECTION_WAIT:g} s"
             )
-        while self._idle:
-            conn = self._idle.pop()
-            if not _hung_up(conn):
-                return conn
-            with contextlib.suppress(Exception):
-                await self._discard(conn)
         try:
+            while self._idle:
+                conn = self._idle.pop()
+                if not _hung_up(conn):
+                    return conn
+                with contextlib.suppress(Exception):
+                    await self._discard(conn)
             return await self._new_connection()
         except BaseException:
             self._slots.release()
@@ -225,8 +225,8 @@ class PostgresStore:
         return True
 
     async def _present(self) -> tuple[Any, int]:
+        conn = await self._new_connection()
         try:
-            conn = await self._psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
             while True:  # a token no running store holds (a clash is unlikely but possible)
                 token = 1 + secrets.randbelow(2**31 - 2)
                 cur = await conn.execute(
@@ -235,8 +235,12 @@ class PostgresStore:
                 row = await cur.fetchone()
                 if row and row[0]:
                     return conn, token
-        except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await conn.close()
+            if isinstance(exc, self._psycopg.Error):
+                raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+            raise
 
     async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
