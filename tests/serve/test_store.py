@@ -631,3 +631,35 @@ def test_postgres_store_never_hands_out_a_connection_the_server_closed(pg_dsn: s
             await store.close()
 
     asyncio.run(main())
+
+
+def test_postgres_lease_writes_skip_the_wal_flush_and_turn_commits_do_not(pg_dsn: str) -> None:
+    """Taking and giving back a lease runs with synchronous_commit off (no lease outlives a
+    database crash, so waiting for its fsync would only slow the turn), while a turn's commit
+    keeps the server's setting: it is durable once the client has its answer."""
+    pg_reset(pg_dsn)
+    import psycopg
+
+    from agentscript.store import postgres, schema
+
+    run(pg_dsn, lambda store: store.create_session(record()))
+    take = {"session": "s1", "holder": "1:x", "now": time.time(), "worker": "1"}
+    commit = (
+        *schema.after_turn_params(outcome(1, 1), record(), time.time()),
+        "s1",
+        "1:x",
+        *schema.turn_params(outcome(1, 1).record),
+    )
+    setting = "SELECT current_setting('synchronous_commit')"
+    seen = []
+    with psycopg.connect(pg_dsn) as conn:  # each statement in a transaction of its own
+        for statement, params in (
+            (postgres.TAKE_LEASE, take),
+            (schema.pyformat(postgres.DROP_LEASE), ("s1", "1:x")),
+            (postgres.TAKE_LEASE, take),
+            (schema.pyformat(schema.COMMIT_TURN_AND_RELEASE), commit),
+        ):
+            assert conn.execute(statement, params).rowcount == 1  # each one wrote
+            seen.append(conn.execute(setting).fetchone()[0])  # type: ignore[index]
+            conn.commit()
+    assert seen == ["off", "off", "off", "on"]

@@ -74,6 +74,9 @@ WHERE agentscript_locks.until <= extract(epoch FROM clock_timestamp())
         AND classid = {PRESENCE_LOCKS}
         AND objid = split_part(agentscript_locks.holder, ':', 1)::bigint::oid)
 RETURNING holder"""
+DROP_LEASE = (
+    f"{NO_FLUSH}DELETE FROM agentscript_locks USING no_flush WHERE session_id = ? AND holder = ?"
+)
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 
 Q = schema.pyformat
@@ -331,11 +334,7 @@ class PostgresStore:
         return taken, record if taken else None
 
     async def drop_lease(self, session_id: str, holder: str) -> None:
-        await self._fetch(
-            NO_FLUSH + "DELETE FROM agentscript_locks USING no_flush "
-            "WHERE session_id = ? AND holder = ?",
-            (session_id, holder),
-        )
+        await self._fetch(DROP_LEASE, (session_id, holder))
 
     async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
         record = outcome.record
