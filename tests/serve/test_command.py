@@ -112,8 +112,28 @@ def test_serve_bounds_default_to_the_server_configs() -> None:
     defaults = ServerConfig()
     by_option = {p.name: p.default for p in command.params}
     options = ServeOptions(paths=[])
-    for name in ("lock_wait", "rate_limit", "live_sessions", "max_concurrent_turns"):
+    for name in (
+        "lock_wait",
+        "rate_limit",
+        "live_sessions",
+        "max_concurrent_turns",
+        "store_connections",
+    ):
         assert by_option[name] == getattr(options, name) == getattr(defaults, name), name
+    from agentscript.store.postgres import MAX_CONNECTIONS
+
+    assert defaults.store_connections == MAX_CONNECTIONS  # the store's own default
+
+
+def test_the_command_line_loads_no_store_until_a_command_needs_one() -> None:
+    """Every `agentscript` command starts by importing the CLI: the stores (and what they
+    import) wait for `serve` to run."""
+    import subprocess
+    import sys
+
+    code = "import sys, agentscript.cli; print(sorted(m for m in sys.modules if m.startswith('agentscript.store')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_serve_session_ttl_units() -> None:

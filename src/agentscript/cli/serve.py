@@ -9,7 +9,6 @@ import click
 
 from agentscript.cli.common import exit_with
 from agentscript.server.config import ServerConfig
-from agentscript.store.postgres import MAX_CONNECTIONS
 
 
 @click.command()
@@ -57,7 +56,7 @@ from agentscript.store.postgres import MAX_CONNECTIONS
 )
 @click.option(
     "--store-connections",
-    default=MAX_CONNECTIONS,
+    default=ServerConfig.store_connections,
     show_default=True,
     type=click.IntRange(min=1),
     help="PostgreSQL connections each worker opens at most (plus one for its presence lock).",

@@ -18,7 +18,6 @@ from typing import Any
 
 from agentscript.commands import ExitCode
 from agentscript.server.config import ServerConfig
-from agentscript.store.postgres import MAX_CONNECTIONS
 
 ENV = "AGENTSCRIPT_SERVE"
 STANDIN = "standin"  # --model standin: the built-in stand-in model (demos, tests)
@@ -43,7 +42,7 @@ class ServeOptions:
     rate_limit: float = ServerConfig.rate_limit
     live_sessions: int = ServerConfig.live_sessions
     max_concurrent_turns: int = ServerConfig.max_concurrent_turns
-    store_connections: int = MAX_CONNECTIONS  # PostgreSQL: connections each worker opens at most
+    store_connections: int = ServerConfig.store_connections
     cors_origins: list[str] = field(default_factory=list)
     # The playground page (agentscript.server.playground), its --stubs file and --var values.
     playground: bool = False

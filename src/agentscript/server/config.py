@@ -24,6 +24,9 @@ class ServerConfig:
     rate_burst: int = 40
     # Sessions expire this many seconds after their last turn; None keeps them.
     session_ttl: float | None = None
+    # PostgreSQL store: connections each worker opens at most (plus one for its presence
+    # lock); the same as agentscript.store.postgres.MAX_CONNECTIONS, which a test pins.
+    store_connections: int = 16
     # Sessions kept in memory after their turn, so that their next turn here skips the
     # restore (server/live.py; the store stays the truth); 0 restores every turn.
     live_sessions: int = 1000

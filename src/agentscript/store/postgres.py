@@ -32,7 +32,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
-from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within
+from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within, worker_of
 
 # Connections a store opens at most by default (`serve --store-connections`), plus its presence
 # connection. A turn uses one only while its statements run, about 1 ms a turn, so a few serve
@@ -313,7 +313,7 @@ class PostgresStore:
             "session": session_id,
             "holder": holder,
             "now": time.time(),
-            "worker": holder.split(":", 1)[0],
+            "worker": worker_of(holder),
         }
         try:
             async with self._conn() as conn:
