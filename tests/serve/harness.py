@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -61,3 +63,15 @@ async def new_session(client: httpx.AsyncClient, agent: str = "Notes", **variabl
     response = await client.post(f"/v1/agents/{agent}/sessions", json={"variables": variables})
     assert response.status_code == 201, response.text
     return str(response.json()["session_id"])
+
+
+def lease_rows(url: str) -> int:
+    """How many lease rows a SQL store holds, read on a connection of its own."""
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
+            return int(db.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()[0])
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()
+        return int(row[0]) if row else -1

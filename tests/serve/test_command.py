@@ -15,7 +15,9 @@ from .harness import CARD_BANK, NOTES
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["serve", *args], env=env or {"AGENTSCRIPT_API_KEYS": ""})
+    # Neither the keys nor the store of the shell running the tests.
+    clean: dict[str, str | None] = {"AGENTSCRIPT_API_KEYS": "", "AGENTSCRIPT_STORE": None}
+    result = CliRunner().invoke(main, ["serve", *args], env={**clean, **(env or {})})
     return result.exit_code, result.output
 
 
@@ -104,6 +106,43 @@ def test_serve_store_connections_reach_the_postgresql_store() -> None:
     assert code == 2 and "--store-connections" in out and "Traceback" not in out
 
 
+def test_serve_shutdown_grace_reaches_the_app_and_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    from agentscript.server import logs
+
+    given: dict[str, object] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: given.update(kwargs))
+    monkeypatch.setattr(logs, "configure", lambda access_log: None)
+    code, _out = serve(NOTES, "--model", "standin", "--store", "memory://", "--shutdown-grace", "7")
+    assert code == 0 and given["timeout_graceful_shutdown"] == 7
+    app, _lines = build_app(
+        ServeOptions(paths=[NOTES], model="standin", store="memory://", shutdown_grace=7)
+    )
+    assert app.state.service.config.shutdown_grace == 7
+    code, out = serve(NOTES, "--model", "standin", "--shutdown-grace", "-1")
+    assert code == 2 and "--shutdown-grace" in out and "Traceback" not in out
+
+
+def test_serve_store_from_the_environment_keeps_the_password_out_of_argv(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uvicorn
+
+    from agentscript.server import logs
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
+    monkeypatch.setattr(logs, "configure", lambda access_log: None)
+    url = "postgresql://app:hunter2@127.0.0.1:9/none"  # nothing connects before start-up
+    code, out = serve(NOTES, "--model", "standin", env={"AGENTSCRIPT_STORE": url})
+    assert code == 0 and "store:  postgresql://app:***@127.0.0.1:9/none" in out
+    assert "hunter2" not in out
+    code, out = serve(
+        NOTES, "--model", "standin", "--store", "memory://", env={"AGENTSCRIPT_STORE": url}
+    )
+    assert code == 0 and "store:  memory://" in out  # the option wins
+
+
 def test_serve_bounds_default_to_the_server_configs() -> None:
     """The command line, ServeOptions and ServerConfig agree on every default bound."""
     from agentscript.cli.serve import serve as command
@@ -118,6 +157,7 @@ def test_serve_bounds_default_to_the_server_configs() -> None:
         "live_sessions",
         "max_concurrent_turns",
         "store_connections",
+        "shutdown_grace",
     ):
         assert by_option[name] == getattr(options, name) == getattr(defaults, name), name
     from agentscript.store.postgres import MAX_CONNECTIONS

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -18,7 +17,7 @@ import pytest
 from agentscript.server.config import ServerConfig
 
 from .conftest import pg_reset
-from .harness import api, new_session, run
+from .harness import api, lease_rows, new_session, run
 
 
 def error_of(response: httpx.Response) -> tuple[int, str]:
@@ -398,15 +397,3 @@ def test_without_httptools_serve_falls_back_to_h11(monkeypatch: pytest.MonkeyPat
         lambda name, *a: None if name == "httptools" else real(name, *a),
     )
     assert nodelay.protocol() == nodelay.H11
-
-
-def lease_rows(url: str) -> int:
-    """How many lease rows a SQL store holds, read on a connection of its own."""
-    if url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
-            return int(db.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()[0])
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()
-        return int(row[0]) if row else -1

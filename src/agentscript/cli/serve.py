@@ -18,7 +18,10 @@ from agentscript.server.config import ServerConfig
 @click.option(
     "--store",
     default=None,
-    help="sqlite:///PATH (default .agentscript/sessions.db), postgresql://... or memory://",
+    envvar="AGENTSCRIPT_STORE",
+    show_envvar=True,
+    help="sqlite:///PATH (default .agentscript/sessions.db), postgresql://... or memory://; "
+    "from the environment, a password stays out of the process list.",
 )
 @click.option("--workers", default=1, show_default=True, type=int, help="Worker processes.")
 @click.option("--model", "model", default=None, help="Model spec, e.g. openai:gpt-4o-mini.")
@@ -60,6 +63,16 @@ from agentscript.server.config import ServerConfig
     show_default=True,
     type=click.IntRange(min=1),
     help="PostgreSQL connections each worker opens at most (plus one for its presence lock).",
+)
+@click.option(
+    "--shutdown-grace",
+    default=ServerConfig.shutdown_grace,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Seconds the turns running at SIGTERM get to finish and commit; then they are cancelled.",
+)
+@click.option(
+    "--access-log", is_flag=True, help="Log one line per request (errors are logged anyway)."
 )
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
 @click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")

@@ -50,10 +50,18 @@ class SendMessage(BaseModel):
     text: str
 
 
+def log_failure(exc: BaseException, code: str, message: str) -> None:
+    """Log what the operator must see: the server's own failures and an unreachable store (the
+    message names the store, its password masked)."""
+    if code == "internal":
+        log.error("internal error: %s: %s", type(exc).__name__, exc)
+    elif code == "store_unavailable":
+        log.error("store unavailable: %s", message)
+
+
 def _error_response(exc: BaseException) -> JSONResponse:
     status, code, message = status_of(exc)
-    if status >= 500 and code == "internal":
-        log.error("internal error: %s: %s", type(exc).__name__, exc)
+    log_failure(exc, code, message)
     headers = exc.headers if isinstance(exc, ApiError) else {}
     return JSONResponse(body(code, message), status_code=status, headers=headers)
 
@@ -241,6 +249,9 @@ def create_app(
             ready["store"] = False
             if purger is not None:
                 purger.cancel()
+            cut = await service.finish_turns(config.shutdown_grace)
+            if cut:
+                log.error("shutdown: %d turn(s) cut after the grace, none committed", cut)
             await store.close()
 
     app = FastAPI(
@@ -401,6 +412,10 @@ def create_app(
         )
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
+    if config.access_log:
+        from agentscript.server.logs import AccessLog
+
+        app.add_middleware(AccessLog)
     return app
 
 
@@ -438,6 +453,7 @@ async def _stream(
             if not started.is_set():
                 raise
             status, code, message = status_of(exc)
+            log_failure(exc, code, message)
             events.put_nowait(
                 sse.event("error", {"status": status, "code": code, "message": message})
             )

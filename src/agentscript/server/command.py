@@ -43,6 +43,8 @@ class ServeOptions:
     live_sessions: int = ServerConfig.live_sessions
     max_concurrent_turns: int = ServerConfig.max_concurrent_turns
     store_connections: int = ServerConfig.store_connections
+    access_log: bool = ServerConfig.access_log
+    shutdown_grace: int = ServerConfig.shutdown_grace
     cors_origins: list[str] = field(default_factory=list)
     # The playground page (agentscript.server.playground), its --stubs file and --var values.
     playground: bool = False
@@ -108,6 +110,8 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         rate_limit=options.rate_limit,
         live_sessions=options.live_sessions,
         max_concurrent_turns=options.max_concurrent_turns,
+        shutdown_grace=options.shutdown_grace,
+        access_log=options.access_log,
         cors_origins=list(options.cors_origins),
     )
     app = create_app(served, store, config=config, keys=keys, freeze_heap=freeze_heap)
@@ -142,7 +146,10 @@ def _model(agent: Any, options: ServeOptions) -> Any:
 
 def worker_app() -> Any:
     """The app of one worker process (uvicorn's factory with ``--workers N``)."""
+    from agentscript.server import logs
+
     options = ServeOptions(**json.loads(os.environ[ENV]))
+    logs.configure(access_log=options.access_log)
     app, _lines = build_app(options, freeze_heap=True)
     return app
 
@@ -162,8 +169,10 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     except ImportError:
         echo("agentscript serve needs uvicorn; install it with: pip install 'agentscript[serve]'")
         return ExitCode.USAGE
+    from agentscript.server import logs
     from agentscript.server.nodelay import protocol
 
+    logs.configure(access_log=options.access_log)
     for line in lines:
         echo(line)
     if options.workers == 1:
@@ -174,6 +183,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
             http=protocol(),
             log_level="warning",
             access_log=False,
+            timeout_graceful_shutdown=options.shutdown_grace,
         )
     else:
         os.environ[ENV] = json.dumps(asdict(options))
@@ -186,6 +196,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
             http=protocol(),
             log_level="warning",
             access_log=False,
+            timeout_graceful_shutdown=options.shutdown_grace,
         )
     return ExitCode.OK
 

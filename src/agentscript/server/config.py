@@ -30,7 +30,13 @@ class ServerConfig:
     # Sessions kept in memory after their turn, so that their next turn here skips the
     # restore (server/live.py; the store stays the truth); 0 restores every turn.
     live_sessions: int = 1000
+    # After SIGTERM, how long turns already running may take to finish and commit (seconds);
+    # those still running then are cancelled, uncommitted. Below Kubernetes' default 30 s
+    # before SIGKILL, so that a rolling update ends every turn cleanly.
+    shutdown_grace: int = 25
     # Largest page of GET /v1/sessions.
     max_page: int = 100
+    # One log line per request (server/logs.py); errors are logged either way.
+    access_log: bool = False
     # Origins allowed by CORS; empty: CORS off (no CORS headers at all).
     cors_origins: list[str] = field(default_factory=list)

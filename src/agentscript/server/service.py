@@ -60,6 +60,10 @@ def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+# Seconds a cancelled turn gets at shutdown to give its lease back (a store round trip).
+GIVE_BACK_WAIT = 5.0
+
+
 class SessionService:
     def __init__(
         self,
@@ -76,6 +80,23 @@ class SessionService:
         self.live = LiveSessions(config.live_sessions)
         # Streamed turns run as tasks; held here so none is dropped before it commits.
         self.background: set[asyncio.Task[None]] = set()
+        # The task of every turn running, so that shutdown can wait for them to end.
+        self.running_turns: set[asyncio.Task[Any]] = set()
+
+    async def finish_turns(self, seconds: float) -> int:
+        """At shutdown, once uvicorn has waited for the requests: let the turns running without
+        a client (a stream whose reader left) commit, for at most ``seconds``, then cancel them;
+        wait until every cancelled turn has given its lease back. How many turns were cut."""
+        late: set[asyncio.Task[Any]] = set()
+        if self.background:
+            _done, late = await asyncio.wait(set(self.background), timeout=seconds)
+            for task in late:
+                task.cancel()
+        # uvicorn cancels the requests past its grace without waiting for them to end.
+        cut = late | {task for task in self.running_turns if not task.done()}
+        if cut:
+            await asyncio.wait(cut, timeout=GIVE_BACK_WAIT)
+        return len(cut)
 
     # ------------------------------------------------------------------ agents
 
@@ -267,11 +288,16 @@ class SessionService:
             )
         self._running += 1
         self.metrics.in_progress += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self.running_turns.add(task)
         try:
             return await self._locked_turn(owner, session_id, text, key, hooks)
         finally:
             self._running -= 1
             self.metrics.in_progress -= 1
+            if task is not None:
+                self.running_turns.discard(task)
 
     async def _locked_turn(
         self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks

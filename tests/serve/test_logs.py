@@ -1,0 +1,94 @@
+"""What the server logs: an unreachable store always, one line per request with --access-log,
+and never a key, a message or a query string."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from agentscript.server.config import ServerConfig
+
+from .harness import NOTES, new_session, run
+from .process import serving
+
+KEY = "sk-live-do-not-log-0123456789"
+SECRET_TEXT = "my card is 4111 1111 1111 1111"
+
+
+def _access_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if "agentscript.access" in line]
+
+
+def test_access_log_has_one_line_per_request_and_no_key_text_or_query(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    args = [NOTES, "--model", "standin", "--store", f"sqlite:///{tmp_path}/s.db", "--access-log"]
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with serving(args, {"AGENTSCRIPT_API_KEYS": KEY}, log) as server:
+        created = httpx.post(f"{server.url}/v1/agents/Notes/sessions", json={}, headers=auth)
+        sid = created.json()["session_id"]
+        sent = httpx.post(
+            f"{server.url}/v1/sessions/{sid}/messages", json={"text": SECRET_TEXT}, headers=auth
+        )
+        assert sent.status_code == 200
+        listed = httpx.get(
+            f"{server.url}/v1/sessions?agent=Notes&cursor=secret-cursor", headers=auth
+        )
+        assert listed.status_code == 200
+        assert httpx.get(f"{server.url}/v1/sessions/{sid}").status_code == 401  # no key
+    lines = _access_lines(log)
+    wanted = [
+        "127.0.0.1 POST /v1/agents/Notes/sessions 201 ",
+        f"127.0.0.1 POST /v1/sessions/{sid}/messages 200 ",
+        "127.0.0.1 GET /v1/sessions 200 ",
+        f"127.0.0.1 GET /v1/sessions/{sid} 401 ",
+    ]
+    for want in wanted:
+        assert [line for line in lines if want in line and line.endswith("ms")], (want, lines)
+    text = log.read_text()
+    assert KEY not in text and "4111" not in text and "secret-cursor" not in text
+
+
+def test_without_access_log_a_server_logs_no_request(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    args = [NOTES, "--model", "standin", "--store", f"sqlite:///{tmp_path}/s.db"]
+    with serving(args, {}, log) as server:
+        sid = httpx.post(f"{server.url}/v1/agents/Notes/sessions", json={}).json()["session_id"]
+        httpx.post(f"{server.url}/v1/sessions/{sid}/messages", json={"text": "hi"})
+    assert _access_lines(log) == []
+
+
+def test_access_log_path_is_logged_as_sent_so_it_cannot_forge_a_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        response = await client.get("/v1/sessions/x%0a2026-12-02%20INFO%20forged")
+        assert response.status_code in (404, 422)
+
+    with caplog.at_level(logging.INFO, logger="agentscript.access"):
+        run(f"sqlite:///{tmp_path}/s.db", scenario, config=ServerConfig(access_log=True))
+    [record] = [r for r in caplog.records if r.name == "agentscript.access"]
+    line = record.getMessage()
+    assert "\n" not in line and "/v1/sessions/x%0a2026-12-02%20INFO%20forged" in line
+
+
+def test_an_unreachable_store_is_logged_naming_the_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "sessions.db"
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        sid = await new_session(client)
+        os.rename(path, tmp_path / "elsewhere.db")
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "lost?"})
+        assert sent.status_code == 503
+
+    with caplog.at_level(logging.ERROR, logger="agentscript.server"):
+        run(f"sqlite:///{path}", scenario)
+    [record] = [r for r in caplog.records if r.name == "agentscript.server"]
+    assert (
+        record.getMessage().startswith("store unavailable: ") and str(path) in record.getMessage()
+    )

@@ -1,0 +1,161 @@
+"""SIGTERM: a real server stops taking connections, lets the turns already running commit
+(a streamed one whose client left included), and cuts those still running after
+``--shutdown-grace``, uncommitted, their leases given back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from .harness import NOTES, lease_rows
+from .process import ServerProcess
+
+NOTE = {"text": '/note {"text": "pay 10"}'}
+STREAM = {"Accept": "text/event-stream"}
+
+
+class BlockedTurn:
+    """A server whose notes action blocks while ``block`` exists, and one turn inside it."""
+
+    def __init__(self, store: str, tmp_path: Path, *extra: str) -> None:
+        self.calls, self.block = tmp_path / "calls.jsonl", tmp_path / "block"
+        self.env = {"NOTES_LOG": str(self.calls), "NOTES_BLOCK": str(self.block)}
+        self.args = [NOTES, "--model", "standin", "--store", store, *extra]
+        self.tmp_path = tmp_path
+        self.server = ServerProcess(self.args, self.env, tmp_path / "server.log")
+        self.server.wait_ready()
+        url = self.server.url
+        self.session = httpx.post(f"{url}/v1/agents/Notes/sessions", json={}).json()["session_id"]
+        self.messages = f"{url}/v1/sessions/{self.session}/messages"
+        self.answer: httpx.Response | None = None
+
+    def send(self) -> None:
+        """Send the note in the background and return once the turn is inside the action."""
+
+        def post() -> None:
+            with contextlib.suppress(httpx.TransportError):
+                self.answer = httpx.post(self.messages, json=NOTE, timeout=60)
+
+        self.block.touch()
+        self.sender = threading.Thread(target=post, daemon=True)
+        self.sender.start()
+        self.wait_for_action()
+
+    def stream_and_leave(self) -> None:
+        """Start the note as a stream, then close the connection while the turn runs."""
+        self.block.touch()
+        with httpx.stream("POST", self.messages, json=NOTE, headers=STREAM, timeout=60) as reply:
+            assert reply.status_code == 200
+            self.wait_for_action()
+
+    def wait_for_action(self) -> None:
+        deadline = time.monotonic() + 30
+        while not self.calls.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.calls.exists(), "the turn never reached the action"
+
+    def terminate(self) -> float:
+        os.killpg(self.server.proc.pid, signal.SIGTERM)
+        return time.monotonic()
+
+    def exited_within(self, seconds: float) -> bool:
+        try:
+            self.server.proc.wait(timeout=seconds)
+        except Exception:
+            return False
+        return True
+
+    def restarted_view(self) -> dict[str, object]:
+        """The session as a new server on the same store reads it."""
+        again = ServerProcess(self.args, self.env, self.tmp_path / "server2.log")
+        try:
+            again.wait_ready()
+            view: dict[str, object] = httpx.get(f"{again.url}/v1/sessions/{self.session}").json()
+            return view
+        finally:
+            again.stop()
+
+    def close(self) -> None:
+        self.block.unlink(missing_ok=True)
+        self.server.kill()
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/healthz", timeout=2)
+    except httpx.TransportError:
+        return True
+    return False
+
+
+def test_sigterm_lets_the_turn_in_flight_finish_and_commit(api_store: str, tmp_path: Path) -> None:
+    turn = BlockedTurn(api_store, tmp_path)
+    try:
+        turn.send()
+        turn.terminate()
+        time.sleep(0.3)
+        assert _refused(turn.server.url)  # no new connection while it drains
+        assert turn.server.proc.poll() is None  # still waiting for the turn
+        turn.block.unlink()
+        turn.sender.join(timeout=30)
+        assert turn.answer is not None and turn.answer.status_code == 200
+        assert turn.answer.json()["turn"] == 1
+        assert turn.exited_within(15)
+    finally:
+        turn.close()
+    view = turn.restarted_view()
+    assert view["turns"] == 1 and view["variables"]["last_note"] == "pay 10"  # type: ignore[index]
+    assert lease_rows(api_store) == 0
+
+
+def test_sigterm_lets_a_streamed_turn_whose_client_left_commit(
+    api_store: str, tmp_path: Path
+) -> None:
+    turn = BlockedTurn(api_store, tmp_path)
+    try:
+        turn.stream_and_leave()
+        time.sleep(0.2)
+        turn.terminate()
+        time.sleep(0.5)
+        assert turn.server.proc.poll() is None  # the turn has no client but is still waited for
+        turn.block.unlink()
+        assert turn.exited_within(15)
+    finally:
+        turn.close()
+    view = turn.restarted_view()
+    assert view["turns"] == 1 and view["variables"]["last_note"] == "pay 10"  # type: ignore[index]
+    assert lease_rows(api_store) == 0
+
+
+@pytest.mark.parametrize("how", ["request", "stream whose client left"])
+def test_sigterm_cuts_a_turn_past_the_shutdown_grace_uncommitted(
+    api_store: str, tmp_path: Path, how: str
+) -> None:
+    turn = BlockedTurn(api_store, tmp_path, "--shutdown-grace", "1")
+    try:
+        if how == "request":
+            turn.send()
+        else:
+            turn.stream_and_leave()
+        sent = turn.terminate()
+        # The action still blocks: the process ends because the grace is over, not the turn.
+        assert turn.exited_within(15)
+        assert time.monotonic() - sent < 10
+        assert turn.block.exists()
+        log = (tmp_path / "server.log").read_text()
+        assert "1 turn(s) cut after the grace, none committed" in log
+    finally:
+        turn.close()
+    view = turn.restarted_view()
+    assert view["turns"] == 0 and view["variables"]["last_note"] == ""  # type: ignore[index]
+    assert lease_rows(api_store) == 0  # the cut turn gave its lease back
+    calls = [json.loads(line) for line in turn.calls.read_text().splitlines()]
+    assert len(calls) == 1  # it ran once and was not retried by anyone
