@@ -27,6 +27,18 @@ from agentscript.store.base import (
 from agentscript.store.checkpoint import Checkpointer
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, worker_of
 
+# Take a lease nobody holds, or one whose time is up; no change when a holder has it.
+TAKE_LEASE = (
+    "INSERT INTO agentscript_locks (session_id, holder, until) VALUES (?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET holder = excluded.holder, until = excluded.until "
+    "WHERE agentscript_locks.until <= ?"
+)
+HOLDER_OF_LEASE = "SELECT holder FROM agentscript_locks WHERE session_id = ?"
+TAKE_STALE_LEASE = (
+    "UPDATE agentscript_locks SET holder = ?, until = ? WHERE session_id = ? AND holder = ?"
+)
+DROP_LEASE = "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?"
+
 
 class SQLiteStore:
     """Sessions in one SQLite file; see :class:`agentscript.store.base.Store`."""
@@ -159,30 +171,29 @@ class SQLiteStore:
         return self._worker
 
     async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
+        # A free or expired lease, the usual case, is taken by one statement; the session is
+        # read after it, under the lease.
         db = self.db
         now = time.time()
+        until = now + LEASE_SECONDS
         try:
-            db.execute("BEGIN IMMEDIATE")
-            row = db.execute(
-                "SELECT holder, until FROM agentscript_locks WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is not None and row[1] > now and not self._stale(row[0]):
-                db.execute("COMMIT")
-                return False, None
+            if not db.execute(TAKE_LEASE, (session_id, holder, until, now)).rowcount:
+                row = db.execute(HOLDER_OF_LEASE, (session_id,)).fetchone()
+                if row is None:  # given back between the two statements
+                    return await self.take_lease(session_id, holder)
+                # Taken over if its holder is this store or a process that is gone, unless
+                # another store took it over first.
+                if not self._stale(row[0]):
+                    return False, None
+                if not db.execute(TAKE_STALE_LEASE, (holder, until, session_id, row[0])).rowcount:
+                    return False, None
             found = db.execute(schema.SELECT_SESSION, (session_id,)).fetchone()
             record = schema.session_from_row(found) if found else None
             if record is None or record.expired():
-                db.execute("COMMIT")
+                db.execute(DROP_LEASE, (session_id, holder))
                 return True, None
-            db.execute(
-                "INSERT OR REPLACE INTO agentscript_locks (session_id, holder, until) VALUES (?, ?, ?)",
-                (session_id, holder, now + LEASE_SECONDS),
-            )
-            db.execute("COMMIT")
             return True, record
         except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
             raise StoreError(f"SQLite store: {exc}") from None
 
     def _stale(self, holder: str) -> bool:
@@ -192,10 +203,7 @@ class SQLiteStore:
         return worker == self._worker or not _alive(worker)
 
     async def drop_lease(self, session_id: str, holder: str) -> None:
-        self._run(
-            "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
-            (session_id, holder),
-        )
+        self._run(DROP_LEASE, (session_id, holder))
 
     async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
         """The turn's state and record, and the release of its lease, in one transaction."""
@@ -210,10 +218,7 @@ class SQLiteStore:
             if cursor.rowcount != 1:
                 raise TurnConflict(session.session_id, session.turns)
             db.execute(schema.INSERT_TURN, schema.turn_params(record))
-            db.execute(
-                "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?",
-                (session.session_id, holder),
-            )
+            db.execute(DROP_LEASE, (session.session_id, holder))
             db.execute("COMMIT")
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
