@@ -27,7 +27,7 @@ from agentscript.server.agents import ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, body, status_of
-from agentscript.server.fastpath import MessageFastPath
+from agentscript.server.fastpath import MessageFastPath, TurnAnswer
 from agentscript.server.heap import freeze_startup_heap
 from agentscript.server.metrics import Metrics
 from agentscript.server.ratelimit import RateLimiter, retry_after
@@ -392,7 +392,7 @@ def create_app(
         if accept and "text/event-stream" in accept:
             return await _stream(service, who, session_id, message.text, idempotency_key)
         result = await service.send(who, session_id, message.text, idempotency_key)
-        return JSONResponse(result)
+        return TurnAnswer(result)
 
     # add_middleware wraps what is there: the fast path goes inside CORS and the body limit.
     app.add_middleware(

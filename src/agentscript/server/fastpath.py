@@ -26,6 +26,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentscript import jsontext
 from agentscript.server.service import SessionService
 
 MESSAGE_PATH = re.compile(r"/v1/sessions/([A-Za-z0-9_-]{1,64})/messages")
@@ -36,6 +37,13 @@ READ = frozenset({b"content-type", b"accept", b"authorization", b"idempotency-ke
 # The owner id for a request's Authorization header (None when absent), or an ApiError.
 Authenticate = Callable[[str | None], str]
 ErrorResponse = Callable[[BaseException], Response]
+
+
+class TurnAnswer(JSONResponse):
+    """A turn's JSON answer (both paths): written like the stored result (``jsontext``)."""
+
+    def render(self, content: Any) -> bytes:
+        return jsontext.dumps_bytes(content)
 
 
 class MessageFastPath:
@@ -66,7 +74,7 @@ class MessageFastPath:
             owner = self.authenticate(headers.get(b"authorization"))
             key = headers.get(b"idempotency-key")
             result = await self.service.send(owner, match, text, key)
-            response: Response = JSONResponse(result)
+            response: Response = TurnAnswer(result)
         except Exception as exc:
             response = self.error_response(exc)
         await response(scope, receive, send)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from agentscript import jsontext
 from agentscript.store.base import SessionRecord, StoreError, TurnOutcome, TurnRecord
 
 SCHEMA_VERSION_KEY = "schema_version"
@@ -170,7 +171,7 @@ def turn_from_row(row: Sequence[Any]) -> TurnRecord:
 
 def dumps(value: Any) -> str:
     # Host objects in state are shown, not serialised (as in trace files).
-    return json.dumps(value, separators=(",", ":"), default=repr)
+    return jsontext.dumps(value)
 
 
 def pyformat(sql: str) -> str:
