@@ -62,8 +62,13 @@ class BlockedTurn:
             time.sleep(0.02)
         assert self.calls.exists(), "the turn never reached the action"
 
-    def terminate(self) -> float:
-        os.killpg(self.server.proc.pid, signal.SIGTERM)
+    def terminate(self, *, group: bool = True) -> float:
+        """SIGTERM to every process of the server, or (``group=False``) to the first alone,
+        as an orchestrator signals a container's main process."""
+        if group:
+            os.killpg(self.server.proc.pid, signal.SIGTERM)
+        else:
+            os.kill(self.server.proc.pid, signal.SIGTERM)
         return time.monotonic()
 
     def exited_within(self, seconds: float) -> bool:
@@ -159,3 +164,23 @@ def test_sigterm_cuts_a_turn_past_the_shutdown_grace_uncommitted(
     assert lease_rows(api_store) == 0  # the cut turn gave its lease back
     calls = [json.loads(line) for line in turn.calls.read_text().splitlines()]
     assert len(calls) == 1  # it ran once and was not retried by anyone
+
+
+def test_sigterm_to_the_supervisor_of_two_workers_gives_each_the_grace(
+    api_store: str, tmp_path: Path
+) -> None:
+    turn = BlockedTurn(api_store, tmp_path, "--workers", "2", "--shutdown-grace", "1")
+    try:
+        turn.send()
+        sent = turn.terminate(group=False)
+        assert turn.exited_within(20)
+        assert time.monotonic() - sent < 15
+        assert turn.block.exists()  # cut by the grace, not ended by the action
+        assert (
+            "1 turn(s) cut after the grace, none committed" in (tmp_path / "server.log").read_text()
+        )
+    finally:
+        turn.close()
+    view = turn.restarted_view()
+    assert view["turns"] == 0
+    assert lease_rows(api_store) == 0
