@@ -361,8 +361,10 @@ def create_app(
         return Response(status_code=204)
 
     @app.get("/v1/sessions/{session_id}/turns")
-    async def list_turns(session_id: SessionId, who: Owner) -> dict[str, Any]:
-        return await service.turns(who, session_id)
+    async def list_turns(request: Request, session_id: SessionId, who: Owner) -> dict[str, Any]:
+        listed = await service.turns(who, session_id)
+        root = request.scope.get("root_path", "")
+        return {**listed, "turns": [mounted(root, turn) for turn in listed["turns"]]}
 
     @app.get("/v1/sessions/{session_id}/turns/{turn}/trace")
     async def get_trace(
@@ -381,6 +383,7 @@ def create_app(
         },
     )
     async def send_message(
+        request: Request,
         session_id: SessionId,
         message: SendMessage,
         who: Owner,
@@ -389,10 +392,11 @@ def create_app(
         ] = None,
         accept: Annotated[str | None, Header()] = None,
     ) -> Response:
+        root = request.scope.get("root_path", "")
         if accept and "text/event-stream" in accept:
-            return await _stream(service, who, session_id, message.text, idempotency_key)
+            return await _stream(service, who, session_id, message.text, idempotency_key, root)
         result = await service.send(who, session_id, message.text, idempotency_key)
-        return TurnAnswer(result)
+        return TurnAnswer(mounted(root, result))
 
     # add_middleware wraps what is there: the fast path goes inside CORS and the body limit.
     app.add_middleware(
@@ -419,8 +423,21 @@ def create_app(
     return app
 
 
+def mounted(root: str, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its ``trace_url`` below ``root``, the path the app is mounted at (stored
+    results hold it from the app's own root)."""
+    if root and "trace_url" in result:
+        return {**result, "trace_url": root + result["trace_url"]}
+    return result
+
+
 async def _stream(
-    service: SessionService, who: str, session_id: str, text: str, key: str | None
+    service: SessionService,
+    who: str,
+    session_id: str,
+    text: str,
+    key: str | None,
+    root: str = "",
 ) -> Response:
     """Start the turn; once it holds its lock, stream its events. Errors before that are
     ordinary statuses (404, 409, ...); errors after it are an ``error`` event."""
@@ -448,7 +465,7 @@ async def _stream(
             )
             if pending:
                 events.put_nowait(sse.event("step", pending.pop()))
-            events.put_nowait(sse.event("turn", result))
+            events.put_nowait(sse.event("turn", mounted(root, result)))
         except Exception as exc:
             if not started.is_set():
                 raise

@@ -1,0 +1,82 @@
+"""The serve app built from Python and mounted inside an application's own, as docs/serve.md
+shows ("From Python"): its store opens with the host's lifespan and every route works under
+the mount's prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx2 as httpx
+from fastapi import FastAPI
+
+from agentscript.server.agents import load_agents, serve_agents
+from agentscript.server.app import create_app
+from agentscript.server.auth import ApiKeys
+from agentscript.server.config import ServerConfig
+from agentscript.server.standin import StandInModel
+from agentscript.store import store_from_url
+
+from .harness import NOTES
+
+
+def test_serve_app_mounted_in_a_host_app_runs_turns_under_its_prefix(tmp_path: Path) -> None:
+    agents = load_agents([NOTES])
+    served = serve_agents(agents, {agent.name: StandInModel() for agent in agents})
+    agent_app = create_app(
+        served,
+        store_from_url(f"sqlite:///{tmp_path}/sessions.db"),
+        config=ServerConfig(session_ttl=3600),
+        keys=ApiKeys.of("secret-key"),
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with agent_app.router.lifespan_context(agent_app):  # opens and closes the store
+            yield
+
+    host = FastAPI(lifespan=lifespan)
+    host.mount("/agents", agent_app)
+
+    @host.get("/")
+    def home() -> dict[str, str]:
+        return {"app": "host"}
+
+    async def main() -> None:
+        auth = {"Authorization": "Bearer secret-key"}
+        async with (
+            host.router.lifespan_context(host),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=host), base_url="http://app", headers=auth
+            ) as client,
+        ):
+            assert (await client.get("/")).json() == {"app": "host"}
+            assert (await client.get("/agents/readyz")).status_code == 200
+            created = await client.post("/agents/v1/agents/Notes/sessions", json={})
+            assert created.status_code == 201, created.text
+            sid = created.json()["session_id"]
+            sent = await client.post(f"/agents/v1/sessions/{sid}/messages", json={"text": "hi"})
+            assert sent.status_code == 200, sent.text
+            assert sent.json()["turn"] == 1 and sent.json()["response"] == "You said: hi"
+            # Links lead below the mount: in the answer, the turn list and the stream.
+            trace_url = sent.json()["trace_url"]
+            assert trace_url == f"/agents/v1/sessions/{sid}/turns/1/trace"
+            assert (await client.get(trace_url)).json()["turn"] == 1
+            listed = (await client.get(f"/agents/v1/sessions/{sid}/turns")).json()["turns"]
+            assert [t["trace_url"] for t in listed] == [trace_url]
+            streamed = await client.post(
+                f"/agents/v1/sessions/{sid}/messages",
+                json={"text": "again"},
+                headers={"Accept": "text/event-stream"},
+            )
+            assert f'"trace_url":"/agents/v1/sessions/{sid}/turns/2/trace"' in streamed.text
+            view = (await client.get(f"/agents/v1/sessions/{sid}")).json()
+            assert view["turns"] == 2 and view["expires_at"] is not None
+            anonymous = await client.get(
+                f"/agents/v1/sessions/{sid}", headers={"Authorization": ""}
+            )
+            assert anonymous.status_code == 401
+
+    asyncio.run(main())
