@@ -30,6 +30,7 @@ class BlockedTurn:
         self.env = {"NOTES_LOG": str(self.calls), "NOTES_BLOCK": str(self.block)}
         self.args = [NOTES, "--model", "standin", "--store", store, *extra]
         self.tmp_path = tmp_path
+        self.store = store
         self.server = ServerProcess(self.args, self.env, tmp_path / "server.log")
         self.server.wait_ready()
         url = self.server.url
@@ -78,15 +79,17 @@ class BlockedTurn:
             return False
         return True
 
-    def restarted_view(self) -> dict[str, object]:
-        """The session as a new server on the same store reads it."""
+    def check_after_restart(self, turns: int, last_note: str) -> None:
+        """A new server on the same store reads the session with ``turns`` turns and
+        ``last_note``, and no lease row is left."""
         again = ServerProcess(self.args, self.env, self.tmp_path / "server2.log")
         try:
             again.wait_ready()
-            view: dict[str, object] = httpx.get(f"{again.url}/v1/sessions/{self.session}").json()
-            return view
+            view = httpx.get(f"{again.url}/v1/sessions/{self.session}").json()
         finally:
             again.stop()
+        assert view["turns"] == turns and view["variables"]["last_note"] == last_note
+        assert lease_rows(self.store) == 0
 
     def close(self) -> None:
         self.block.unlink(missing_ok=True)
@@ -116,9 +119,7 @@ def test_sigterm_lets_the_turn_in_flight_finish_and_commit(api_store: str, tmp_p
         assert turn.exited_within(15)
     finally:
         turn.close()
-    view = turn.restarted_view()
-    assert view["turns"] == 1 and view["variables"]["last_note"] == "pay 10"  # type: ignore[index]
-    assert lease_rows(api_store) == 0
+    turn.check_after_restart(1, "pay 10")
 
 
 def test_sigterm_lets_a_streamed_turn_whose_client_left_commit(
@@ -135,9 +136,7 @@ def test_sigterm_lets_a_streamed_turn_whose_client_left_commit(
         assert turn.exited_within(15)
     finally:
         turn.close()
-    view = turn.restarted_view()
-    assert view["turns"] == 1 and view["variables"]["last_note"] == "pay 10"  # type: ignore[index]
-    assert lease_rows(api_store) == 0
+    turn.check_after_restart(1, "pay 10")
 
 
 @pytest.mark.parametrize("how", ["request", "stream whose client left"])
@@ -159,9 +158,7 @@ def test_sigterm_cuts_a_turn_past_the_shutdown_grace_uncommitted(
         assert "1 turn(s) cut after the grace, none committed" in log
     finally:
         turn.close()
-    view = turn.restarted_view()
-    assert view["turns"] == 0 and view["variables"]["last_note"] == ""  # type: ignore[index]
-    assert lease_rows(api_store) == 0  # the cut turn gave its lease back
+    turn.check_after_restart(0, "")  # the cut turn gave its lease back
     calls = [json.loads(line) for line in turn.calls.read_text().splitlines()]
     assert len(calls) == 1  # it ran once and was not retried by anyone
 
@@ -181,6 +178,4 @@ def test_sigterm_to_the_supervisor_of_two_workers_gives_each_the_grace(
         )
     finally:
         turn.close()
-    view = turn.restarted_view()
-    assert view["turns"] == 0
-    assert lease_rows(api_store) == 0
+    turn.check_after_restart(0, "")

@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from agentscript.cli.common import exit_with
 from agentscript.server.config import ServerConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
+    """An integer bound of the server, its default read from ServerConfig (written once there)."""
+    default = getattr(ServerConfig, flag.removeprefix("--").replace("-", "_"))
+    return click.option(
+        flag, default=default, show_default=True, type=click.IntRange(min=minimum), help=text
+    )
 
 
 @click.command()
@@ -43,33 +54,25 @@ from agentscript.server.config import ServerConfig
     type=float,
     help="Requests per second per API key (0: no limit).",
 )
-@click.option(
+@_count(
     "--live-sessions",
-    default=ServerConfig.live_sessions,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Sessions kept in memory after a turn so their next turn skips the restore (0: none).",
+    0,
+    "Sessions kept in memory after a turn so their next turn skips the restore (0: none).",
 )
-@click.option(
+@_count(
     "--max-concurrent-turns",
-    default=ServerConfig.max_concurrent_turns,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Turns running at once in each worker; one more gets 503 with Retry-After.",
+    1,
+    "Turns running at once in each worker; one more gets 503 with Retry-After.",
 )
-@click.option(
+@_count(
     "--store-connections",
-    default=ServerConfig.store_connections,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="PostgreSQL connections each worker opens at most (plus one for its presence lock).",
+    1,
+    "PostgreSQL connections each worker opens at most (plus one for its presence lock).",
 )
-@click.option(
+@_count(
     "--shutdown-grace",
-    default=ServerConfig.shutdown_grace,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Seconds the turns running at SIGTERM get to finish and commit; then they are cancelled.",
+    0,
+    "Seconds the turns running at SIGTERM get to finish and commit; then they are cancelled.",
 )
 @click.option(
     "--access-log", is_flag=True, help="Log one line per request (errors are logged anyway)."
