@@ -57,7 +57,8 @@ def test_without_access_log_a_server_logs_no_request(tmp_path: Path) -> None:
     args = [NOTES, "--model", "standin", "--store", f"sqlite:///{tmp_path}/s.db"]
     with serving(args, {}, log) as server:
         sid = httpx.post(f"{server.url}/v1/agents/Notes/sessions", json={}).json()["session_id"]
-        httpx.post(f"{server.url}/v1/sessions/{sid}/messages", json={"text": "hi"})
+        sent = httpx.post(f"{server.url}/v1/sessions/{sid}/messages", json={"text": "hi"})
+        assert sent.status_code == 200
     assert _access_lines(log) == []
 
 

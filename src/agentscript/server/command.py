@@ -175,28 +175,23 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     logs.configure(access_log=options.access_log)
     for line in lines:
         echo(line)
+    common: dict[str, Any] = {
+        "host": options.host,
+        "port": options.port,
+        "http": protocol(),
+        "log_level": "warning",
+        "access_log": False,  # our own, if asked for (server/logs.py)
+        "timeout_graceful_shutdown": options.shutdown_grace,
+    }
     if options.workers == 1:
-        uvicorn.run(
-            app,
-            host=options.host,
-            port=options.port,
-            http=protocol(),
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=options.shutdown_grace,
-        )
+        uvicorn.run(app, **common)
     else:
         os.environ[ENV] = json.dumps(asdict(options))
         uvicorn.run(
             "agentscript.server.command:worker_app",
             factory=True,
-            host=options.host,
-            port=options.port,
             workers=options.workers,
-            http=protocol(),
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=options.shutdown_grace,
+            **common,
         )
     return ExitCode.OK
 

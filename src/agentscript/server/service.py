@@ -76,11 +76,11 @@ class SessionService:
         self.store = store
         self.config = config
         self.metrics = metrics
-        self._running = 0
         self.live = LiveSessions(config.live_sessions)
         # Streamed turns run as tasks; held here so none is dropped before it commits.
         self.background: set[asyncio.Task[None]] = set()
-        # The task of every turn running, so that shutdown can wait for them to end.
+        # The task of every turn running: the max_concurrent_turns count, and what shutdown
+        # waits for.
         self.running_turns: set[asyncio.Task[Any]] = set()
 
     async def finish_turns(self, seconds: float) -> int:
@@ -279,25 +279,25 @@ class SessionService:
             if hooks.on_start:
                 hooks.on_start()
             return stored
-        if self._running >= self.config.max_concurrent_turns:
+        running = len(self.running_turns)
+        if running >= self.config.max_concurrent_turns:
             raise ApiError(
                 503,
                 "too_many_turns",
-                f"{self._running} turns are running (max_concurrent_turns); retry shortly",
+                f"{running} turns are running (max_concurrent_turns); retry shortly",
                 headers={"Retry-After": "1"},
             )
-        self._running += 1
-        self.metrics.in_progress += 1
+        # Every turn runs in a task of its own (a request's, or a stream's background task).
         task = asyncio.current_task()
-        if task is not None:
-            self.running_turns.add(task)
+        if task is None:
+            raise RuntimeError("SessionService.send runs in an asyncio task")
+        self.running_turns.add(task)
+        self.metrics.in_progress += 1
         try:
             return await self._locked_turn(owner, session_id, text, key, hooks)
         finally:
-            self._running -= 1
             self.metrics.in_progress -= 1
-            if task is not None:
-                self.running_turns.discard(task)
+            self.running_turns.discard(task)
 
     async def _locked_turn(
         self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks

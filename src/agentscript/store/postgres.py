@@ -293,14 +293,8 @@ class PostgresStore:
     async def delete_session(self, session_id: str) -> bool:
         try:
             async with self._conn() as conn, conn.transaction():
-                for table in ("agentscript_turns", "agentscript_locks"):
-                    await conn.execute(
-                        f"DELETE FROM {table} WHERE session_id = %s",
-                        (session_id,),
-                    )
-                cur = await conn.execute(
-                    "DELETE FROM agentscript_sessions WHERE session_id = %s", (session_id,)
-                )
+                for sql in schema.DELETE_SESSION:
+                    cur = await conn.execute(Q(sql), (session_id,))
                 return bool(cur.rowcount > 0)
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
@@ -383,17 +377,8 @@ class PostgresStore:
         now = time.time()
         try:
             async with self._conn() as conn, conn.transaction():
-                for table in ("agentscript_turns", "agentscript_locks"):
-                    await conn.execute(
-                        f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM "
-                        "agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= %s)",
-                        (now,),
-                    )
-                cur = await conn.execute(
-                    "DELETE FROM agentscript_sessions "
-                    "WHERE expires_at IS NOT NULL AND expires_at <= %s",
-                    (now,),
-                )
+                for sql in schema.PURGE_EXPIRED:
+                    cur = await conn.execute(Q(sql), (now,))
                 return int(cur.rowcount)
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None

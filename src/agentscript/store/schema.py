@@ -94,6 +94,20 @@ COMMIT_TURN_AND_RELEASE = (
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
     "SELECT ?, ?, ?, ?, ?, ? FROM updated"
 )
+# Deleting a session, or every expired one: its turns and lease first, the session row last
+# (whose row count is the answer). Parameters: the session id / the current time.
+_ROWS_OF_SESSIONS = ("agentscript_turns", "agentscript_locks")
+DELETE_SESSION = (
+    *(f"DELETE FROM {table} WHERE session_id = ?" for table in _ROWS_OF_SESSIONS),
+    "DELETE FROM agentscript_sessions WHERE session_id = ?",
+)
+_EXPIRED = (
+    "SELECT session_id FROM agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?"
+)
+PURGE_EXPIRED = (
+    *(f"DELETE FROM {table} WHERE session_id IN ({_EXPIRED})" for table in _ROWS_OF_SESSIONS),
+    "DELETE FROM agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?",
+)
 TURN_COLUMNS = "session_id, turn, idempotency_key, result, trace, created_at"
 TURN_SUMMARY_COLUMNS = "session_id, turn, idempotency_key, result, '{}', created_at"
 

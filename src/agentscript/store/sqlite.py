@@ -152,11 +152,8 @@ class SQLiteStore:
         db = self.db
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute("DELETE FROM agentscript_turns WHERE session_id = ?", (session_id,))
-            db.execute("DELETE FROM agentscript_locks WHERE session_id = ?", (session_id,))
-            cursor = db.execute(
-                "DELETE FROM agentscript_sessions WHERE session_id = ?", (session_id,)
-            )
+            for sql in schema.DELETE_SESSION:
+                cursor = db.execute(sql, (session_id,))
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             db.execute("ROLLBACK")
@@ -262,16 +259,8 @@ class SQLiteStore:
         now = time.time()
         try:
             db.execute("BEGIN IMMEDIATE")
-            for table in ("agentscript_turns", "agentscript_locks"):
-                db.execute(
-                    f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM "
-                    "agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?)",
-                    (now,),
-                )
-            cursor = db.execute(
-                "DELETE FROM agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?",
-                (now,),
-            )
+            for sql in schema.PURGE_EXPIRED:
+                cursor = db.execute(sql, (now,))
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             if db.in_transaction:
