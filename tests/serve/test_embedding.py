@@ -10,12 +10,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2 as httpx
+import pytest
 from fastapi import FastAPI
+from starlette._utils import get_route_path
+from starlette.types import Receive, Scope, Send
 
 from agentscript.server.agents import load_agents, serve_agents
 from agentscript.server.app import create_app
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
+from agentscript.server.fastpath import MessageFastPath, route_path
 from agentscript.server.standin import StandInModel
 from agentscript.store import store_from_url
 
@@ -54,12 +58,14 @@ def test_serve_app_mounted_in_a_host_app_runs_turns_under_its_prefix(tmp_path: P
         ):
             assert (await client.get("/")).json() == {"app": "host"}
             assert (await client.get("/agents/readyz")).status_code == 200
+            handed_on = watch_fast_path(agent_app)
             created = await client.post("/agents/v1/agents/Notes/sessions", json={})
             assert created.status_code == 201, created.text
             sid = created.json()["session_id"]
             sent = await client.post(f"/agents/v1/sessions/{sid}/messages", json={"text": "hi"})
             assert sent.status_code == 200, sent.text
             assert sent.json()["turn"] == 1 and sent.json()["response"] == "You said: hi"
+            assert handed_on == ["/agents/v1/agents/Notes/sessions"]  # not the message
             # Links lead below the mount: in the answer, the turn list and the stream.
             trace_url = sent.json()["trace_url"]
             assert trace_url == f"/agents/v1/sessions/{sid}/turns/1/trace"
@@ -80,3 +86,37 @@ def test_serve_app_mounted_in_a_host_app_runs_turns_under_its_prefix(tmp_path: P
             assert anonymous.status_code == 401
 
     asyncio.run(main())
+
+
+def watch_fast_path(app: FastAPI) -> list[str]:
+    """The paths of the requests the message fast path hands on to the routes from now on."""
+    layer = app.middleware_stack
+    while not isinstance(layer, MessageFastPath):
+        layer = layer.app  # type: ignore[union-attr]
+    inner = layer.app
+    handed_on: list[str] = []
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        handed_on.append(scope["path"])
+        await inner(scope, receive, send)
+
+    layer.app = recording
+    return handed_on
+
+
+@pytest.mark.parametrize(
+    ("root_path", "path", "below"),
+    [
+        ("", "/v1/sessions/s1/messages", "/v1/sessions/s1/messages"),
+        ("/agents", "/agents/v1/sessions/s1/messages", "/v1/sessions/s1/messages"),
+        ("/a/b", "/a/b/v1/sessions/s1/messages", "/v1/sessions/s1/messages"),
+        # A server that stripped the prefix already; a prefix that is not a whole segment.
+        ("/agents", "/v1/sessions/s1/messages", "/v1/sessions/s1/messages"),
+        ("/agents", "/agentsx/v1/sessions/s1/messages", "/agentsx/v1/sessions/s1/messages"),
+    ],
+)
+def test_fast_path_reads_the_path_below_the_mount_as_starlette_does(
+    root_path: str, path: str, below: str
+) -> None:
+    scope = {"type": "http", "path": path, "root_path": root_path}
+    assert route_path(scope) == below == get_route_path(scope)

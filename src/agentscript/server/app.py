@@ -27,10 +27,11 @@ from agentscript.server.agents import ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, body, status_of
-from agentscript.server.fastpath import MessageFastPath, TurnAnswer
+from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
 from agentscript.server.heap import freeze_startup_heap
 from agentscript.server.metrics import Metrics
 from agentscript.server.ratelimit import RateLimiter, retry_after
+from agentscript.server.requestid import RequestId
 from agentscript.server.service import SessionService, TurnHooks
 from agentscript.store import Store
 
@@ -412,7 +413,14 @@ def create_app(
             CORSMiddleware,
             allow_origins=config.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Accept"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Idempotency-Key",
+                "Accept",
+                "X-Request-ID",
+            ],
+            expose_headers=["X-Request-ID", "Retry-After"],
         )
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
@@ -420,15 +428,9 @@ def create_app(
         from agentscript.server.logs import AccessLog
 
         app.add_middleware(AccessLog)
+    # Outermost: the access line and every response (413s and 500s included) carry the id.
+    app.add_middleware(RequestId)
     return app
-
-
-def mounted(root: str, result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` with its ``trace_url`` below ``root``, the path the app is mounted at (stored
-    results hold it from the app's own root)."""
-    if root and "trace_url" in result:
-        return {**result, "trace_url": root + result["trace_url"]}
-    return result
 
 
 async def _stream(

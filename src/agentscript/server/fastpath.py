@@ -74,18 +74,37 @@ class MessageFastPath:
             owner = self.authenticate(headers.get(b"authorization"))
             key = headers.get(b"idempotency-key")
             result = await self.service.send(owner, match, text, key)
-            response: Response = TurnAnswer(result)
+            response: Response = TurnAnswer(mounted(scope.get("root_path", ""), result))
         except Exception as exc:
             response = self.error_response(exc)
         await response(scope, receive, send)
 
 
+def mounted(root: str, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its ``trace_url`` below ``root``, the path the app is mounted at (stored
+    results hold it from the app's own root)."""
+    if root and "trace_url" in result:
+        return {**result, "trace_url": root + result["trace_url"]}
+    return result
+
+
 def _message_route(scope: Scope) -> str | None:
     """The session id if ``scope`` is a POST to a session's messages, else None."""
-    if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
+    if scope["type"] != "http" or scope["method"] != "POST":
         return None
-    match = MESSAGE_PATH.fullmatch(scope["path"])
+    match = MESSAGE_PATH.fullmatch(route_path(scope))
     return match.group(1) if match is not None else None
+
+
+def route_path(scope: Scope) -> str:
+    """The path below the app's mount, as Starlette's router reads it: a Starlette ``Mount``
+    (and an ASGI server run with a root path) puts the prefix both in ``root_path`` and at the
+    head of ``path``; an older server may have stripped it from ``path`` already."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        return path[len(root) :]
+    return path
 
 
 def _plain_headers(scope: Scope) -> dict[bytes, str] | None:

@@ -1,7 +1,9 @@
 """What the server writes to its log: errors always, one line per request with ``--access-log``.
 
-Lines go to stderr, one per event, prefixed with the time, level and logger, so that a process
-manager or a log collector (journald, Docker, Kubernetes) can take them as they are. A request
+Lines go to stderr, one per event, prefixed with the time, level, logger and the id of the
+request being handled (``-`` outside one; :mod:`.requestid`), so that a process manager or a
+log collector (journald, Docker, Kubernetes) can take them as they are, and a response's
+``X-Request-ID`` finds its lines. A request
 line names the client address, method, path, status (0 when no response was sent: the client
 left or the server cut the request at shutdown) and the time until the response ended (a
 streamed turn: until its last event). Never a header, a body or a query string: a key or
@@ -19,9 +21,19 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentscript.server import requestid
+
 access = logging.getLogger("agentscript.access")
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMAT = "%(asctime)s %(levelname)s %(name)s %(request_id)s: %(message)s"
+
+
+class WithRequestId(logging.Filter):
+    """Gives each record the id of the request being handled (``%(request_id)s``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = requestid.current.get()
+        return True
 
 
 def configure(*, access_log: bool) -> None:
@@ -30,6 +42,7 @@ def configure(*, access_log: bool) -> None:
     if not any(getattr(handler, "agentscript", False) for handler in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(FORMAT))
+        handler.addFilter(WithRequestId())
         handler.agentscript = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(logging.INFO if access_log else logging.WARNING)
