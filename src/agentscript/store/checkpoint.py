@@ -10,6 +10,19 @@ sessions, deletions, leases). A passive checkpoint waits for no reader or writer
 nothing when the log holds nothing new, and Python's sqlite3 releases the GIL while SQLite
 works, so requests go on meanwhile.
 
+A checkpoint also has to catch up with the log, not only copy most of it. A passive one
+copies the frames the log held when it began (and reports that log as all copied); under
+steady load more have arrived by the time it ends, and SQLite starts the log again from its
+beginning only when a write begins while all of it is in the database file. One pass every
+quarter second never got there: at 850 turns/s the log grew by 47 MB a second (1.9 GB after
+40 s, the disk's to fill) and turns got slower as it grew. Each round now repeats the
+checkpoint until a pass finds nothing new since the one before (a few passes at most; each
+copies only what arrived during the one before), which lets the next write restart the log.
+A server so busy that its writes never leave such a gap gets a RESTART checkpoint once its log
+passes ``RESTART_FRAMES`` (writes wait for it, a few ms). The store's connection cuts the log
+file back to ``journal_size_limit`` when it restarts, so a burst that grew it does not keep
+the disk space.
+
 Durability is unchanged: with ``synchronous=NORMAL`` a commit is in the WAL, and a crash of
 the process loses nothing; the file is synced at each checkpoint.
 """
@@ -24,6 +37,18 @@ from pathlib import Path
 # Seconds between checkpoints: at a few hundred turns a second, about SQLite's own 1,000-page
 # threshold of log.
 DEFAULT_INTERVAL = 0.25
+# Passes of one round at most: enough to catch up with what a busy server writes meanwhile
+# (each pass is much shorter than the one before), few enough that a writer that never pauses
+# (nothing real) cannot keep the thread copying forever.
+CATCH_UP_PASSES = 5
+# Bytes of log file kept when a write restarts the log (``journal_size_limit``): far above
+# what a quarter second of turns writes, so a steady server never cuts and regrows it.
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
+# A log this long (frames of 4 KiB pages: 64 MiB) that the passive passes could not catch up
+# with gets one RESTART checkpoint: new writes wait while it copies what the passes left
+# (1-9 ms measured), and the next write starts the log again. Only a server saturated with
+# writes gets there; below that the passive passes catch up.
+RESTART_FRAMES = WAL_SIZE_LIMIT // 4096
 
 
 class Checkpointer:
@@ -33,7 +58,10 @@ class Checkpointer:
         self.path = path
         self.interval = interval
         self.frames = 0  # log frames copied into the database file so far
+        self.caught_up = 0  # rounds that ended with the whole log in the database file
+        self.restarts = 0  # rounds that had to make writers wait (RESTART_FRAMES)
         self.failed = 0  # checkpoints that raised (the next one tries again)
+        self._backfilled = 0  # frames of the current log copied when last seen
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -57,11 +85,35 @@ class Checkpointer:
             db.execute("PRAGMA busy_timeout=1000")
             while not self._stop.wait(self.interval):
                 try:
-                    _busy, _log, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.checkpoint(db)
                 except sqlite3.Error:
                     self.failed += 1
-                    continue
-                self.frames += max(0, copied)
         finally:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
+
+    def checkpoint(self, db: sqlite3.Connection) -> None:
+        """One round: passive checkpoints until the whole log is in the database file (or
+        ``CATCH_UP_PASSES`` ran)."""
+        seen = -1
+        for _ in range(CATCH_UP_PASSES):
+            log = self._pass(db, "PASSIVE")
+            # A pass reports the log as it was when the pass began, so "all copied" means
+            # something only when nothing arrived since the pass before began either.
+            if log == seen:
+                self.caught_up += 1
+                return
+            seen = log
+        if seen >= RESTART_FRAMES:
+            # Writes never paused long enough: make them wait for the rest of this one.
+            self._pass(db, "RESTART")
+            self.restarts += 1
+
+    def _pass(self, db: sqlite3.Connection, mode: str) -> int:
+        """One checkpoint; the frames the log held when it began."""
+        _busy, log, backfilled = db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        if backfilled < self._backfilled:  # the log started again since the last pass
+            self._backfilled = 0
+        self.frames += max(0, backfilled - self._backfilled)
+        self._backfilled = max(0, backfilled)
+        return int(log)

@@ -24,7 +24,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
-from agentscript.store.checkpoint import Checkpointer
+from agentscript.store.checkpoint import WAL_SIZE_LIMIT, Checkpointer
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, worker_of
 
 # Take a lease nobody holds, or one whose time is up; no change when a holder has it.
@@ -68,6 +68,8 @@ class SQLiteStore:
             db.execute("PRAGMA busy_timeout=5000")
             # Checkpoints run on the checkpointer's thread, never in a turn's commit.
             db.execute("PRAGMA wal_autocheckpoint=0")
+            # When a write restarts the log, a log file that a burst grew is cut back to this.
+            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._db = db
             self._migrate()
             self._file = _identity(self.path)
