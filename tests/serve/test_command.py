@@ -113,7 +113,7 @@ def test_serve_shutdown_grace_reaches_the_app_and_uvicorn(monkeypatch: pytest.Mo
 
     given: dict[str, object] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: given.update(kwargs))
-    monkeypatch.setattr(logs, "configure", lambda access_log: None)
+    monkeypatch.setattr(logs, "configure", lambda **options: None)
     code, _out = serve(NOTES, "--model", "standin", "--store", "memory://", "--shutdown-grace", "7")
     assert code == 0 and given["timeout_graceful_shutdown"] == 7
     app, _lines = build_app(
@@ -132,7 +132,7 @@ def test_serve_store_from_the_environment_keeps_the_password_out_of_argv(
     from agentscript.server import logs
 
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
-    monkeypatch.setattr(logs, "configure", lambda access_log: None)
+    monkeypatch.setattr(logs, "configure", lambda **options: None)
     url = "postgresql://app:hunter2@127.0.0.1:9/none"  # nothing connects before start-up
     code, out = serve(NOTES, "--model", "standin", env={"AGENTSCRIPT_STORE": url})
     assert code == 0 and "store:  postgresql://app:***@127.0.0.1:9/none" in out
@@ -163,6 +163,12 @@ def test_serve_bounds_default_to_the_server_configs() -> None:
     from agentscript.store.postgres import MAX_CONNECTIONS
 
     assert defaults.store_connections == MAX_CONNECTIONS  # the store's own default
+    assert by_option["log_format"] == options.log_format == "text"
+
+
+def test_serve_refuses_an_unknown_log_format() -> None:
+    code, out = serve(NOTES, "--model", "standin", "--log-format", "xml")
+    assert code == 2 and "--log-format" in out and "Traceback" not in out
 
 
 def test_the_command_line_loads_no_store_until_a_command_needs_one() -> None:

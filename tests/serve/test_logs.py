@@ -3,8 +3,10 @@ and never a key, a message or a query string."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import socket
 from pathlib import Path
 
 import httpx2 as httpx
@@ -93,3 +95,44 @@ def test_an_unreachable_store_is_logged_naming_the_store(
     assert (
         record.getMessage().startswith("store unavailable: ") and str(path) in record.getMessage()
     )
+
+
+def test_json_log_format_writes_every_stderr_line_as_one_json_object(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    db = tmp_path / "s.db"
+    args = [NOTES, "--model", "standin", "--store", f"sqlite:///{db}", "--access-log"]
+    args += ["--log-format", "json"]
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with serving(args, {"AGENTSCRIPT_API_KEYS": KEY}, log) as server:
+        created = httpx.post(f"{server.url}/v1/agents/Notes/sessions", json={}, headers=auth)
+        sid = created.json()["session_id"]
+        sent = httpx.post(
+            f"{server.url}/v1/sessions/{sid}/messages",
+            json={"text": SECRET_TEXT},
+            headers={**auth, "X-Request-ID": "json-42"},
+        )
+        assert sent.status_code == 200
+        os.rename(db, tmp_path / "elsewhere.db")
+        lost = httpx.post(
+            f"{server.url}/v1/sessions/{sid}/messages", json={"text": "x"}, headers=auth
+        )
+        assert lost.status_code == 503
+        # Not HTTP at all: uvicorn's own warning, which must come as JSON too.
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(b"NOT HTTP\x00\r\n\r\n")
+            raw.recv(1000)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert [line for line in lines if line["logger"].startswith("uvicorn")]
+    assert lines[0]["logger"] == "agentscript.serve"
+    assert lines[0]["message"].startswith("agentscript serve: listening on http://127.0.0.1:")
+    [access] = [line for line in lines if line.get("request_id") == "json-42"]
+    assert access["logger"] == "agentscript.access" and access["level"] == "INFO"
+    assert access["method"] == "POST" and access["status"] == 200
+    assert access["path"] == f"/v1/sessions/{sid}/messages" and access["client"] == "127.0.0.1"
+    assert isinstance(access["duration_ms"], float) and access["time"].endswith("+00:00")
+    [failure] = [line for line in lines if line["level"] == "ERROR"]
+    assert failure["message"].startswith("store unavailable: ")
+    assert failure["request_id"] == lost.headers["x-request-id"]
+    text = log.read_text()
+    assert KEY not in text and "4111" not in text

@@ -77,6 +77,13 @@ def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
 @click.option(
     "--access-log", is_flag=True, help="Log one line per request (errors are logged anyway)."
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines as text or as one JSON object each.",
+)
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
 @click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")
 def serve(paths: tuple[str, ...], **options: Any) -> None:

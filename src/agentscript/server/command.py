@@ -44,6 +44,7 @@ class ServeOptions:
     max_concurrent_turns: int = ServerConfig.max_concurrent_turns
     store_connections: int = ServerConfig.store_connections
     access_log: bool = ServerConfig.access_log
+    log_format: str = "text"  # or "json" (server/logs.py)
     shutdown_grace: int = ServerConfig.shutdown_grace
     cors_origins: list[str] = field(default_factory=list)
     # The playground page (agentscript.server.playground), its --stubs file and --var values.
@@ -149,7 +150,7 @@ def worker_app() -> Any:
     from agentscript.server import logs
 
     options = ServeOptions(**json.loads(os.environ[ENV]))
-    logs.configure(access_log=options.access_log)
+    logs.configure(access_log=options.access_log, log_format=options.log_format)
     app, _lines = build_app(options, freeze_heap=True)
     return app
 
@@ -172,8 +173,8 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     from agentscript.server import logs
     from agentscript.server.nodelay import protocol
 
-    logs.configure(access_log=options.access_log)
-    for line in lines:
+    logs.configure(access_log=options.access_log, log_format=options.log_format)
+    for line in logs.banner(lines, options.log_format):
         echo(line)
     common: dict[str, Any] = {
         "host": options.host,
@@ -181,6 +182,8 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         "http": protocol(),
         "log_level": "warning",
         "access_log": False,  # our own, if asked for (server/logs.py)
+        # JSON lines: uvicorn's loggers keep the handler logs.configure gave them.
+        **({"log_config": None} if options.log_format == "json" else {}),
         "timeout_graceful_shutdown": options.shutdown_grace,
     }
     if options.workers == 1:

@@ -11,6 +11,11 @@ anything a user typed cannot reach the log this way.
 
 Off by default: the line costs a few microseconds of a turn's CPU, and a proxy in front
 usually keeps its own access log.
+
+``--log-format json`` writes each line as one JSON object instead (``time`` in UTC, ``level``,
+``logger``, ``request_id``, ``message``, and an access line's ``client``, ``method``, ``path``,
+``status`` and ``duration_ms`` as fields of their own), for collectors that index fields; the
+start-up banner and uvicorn's own warnings come the same way, so every line of stderr parses.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from datetime import UTC, datetime
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentscript import jsontext
 from agentscript.server import requestid
 
 access = logging.getLogger("agentscript.access")
@@ -36,16 +44,53 @@ class WithRequestId(logging.Filter):
         return True
 
 
-def configure(*, access_log: bool) -> None:
-    """Send the ``agentscript`` loggers to stderr (errors; requests too with ``access_log``)."""
-    root = logging.getLogger("agentscript")
-    if not any(getattr(handler, "agentscript", False) for handler in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(FORMAT))
-        handler.addFilter(WithRequestId())
-        handler.agentscript = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-    root.setLevel(logging.INFO if access_log else logging.WARNING)
+class JsonLines(logging.Formatter):
+    """A record as one line of JSON (``--log-format json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", requestid.current.get()),
+            "message": record.getMessage(),
+        }
+        line.update(getattr(record, "fields", None) or {})
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return jsontext.dumps(line)
+
+
+def configure(*, access_log: bool, log_format: str = "text") -> None:
+    """Send the ``agentscript`` loggers to stderr (errors; requests too with ``access_log``),
+    as text or JSON lines; with JSON, uvicorn's loggers too (started with ``log_config=None``)."""
+    formatter = JsonLines() if log_format == "json" else logging.Formatter(FORMAT)
+    names = ["agentscript", "uvicorn"] if log_format == "json" else ["agentscript"]
+    for name in names:
+        logger = logging.getLogger(name)
+        ours = [h for h in logger.handlers if getattr(h, "agentscript", False)]
+        if not ours:
+            added = logging.StreamHandler(sys.stderr)
+            added.addFilter(WithRequestId())
+            added.agentscript = True  # type: ignore[attr-defined]
+            logger.addHandler(added)
+            ours = [added]
+        for handler in ours:
+            handler.setFormatter(formatter)
+    logging.getLogger("agentscript").setLevel(logging.INFO if access_log else logging.WARNING)
+
+
+def banner(lines: list[str], log_format: str) -> list[str]:
+    """The start-up lines as printed: themselves, or JSON lines with ``--log-format json``."""
+    if log_format != "json":
+        return lines
+    formatter = JsonLines()
+    return [
+        formatter.format(
+            logging.LogRecord("agentscript.serve", logging.INFO, "", 0, line, None, None)
+        )
+        for line in lines
+    ]
 
 
 class AccessLog:
@@ -73,11 +118,15 @@ class AccessLog:
             client = scope.get("client")
             # As it came on the wire (percent-encoded): a decoded %0a would forge a line.
             path = (scope.get("raw_path") or scope["path"].encode("utf-8")).split(b"?", 1)[0]
+            fields = {
+                "client": client[0] if client else "-",
+                "method": scope["method"],
+                "path": path.decode("ascii", "backslashreplace"),
+                "status": status,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+            }
             access.info(
                 "%s %s %s %d %.1fms",
-                client[0] if client else "-",
-                scope["method"],
-                path.decode("ascii", "backslashreplace"),
-                status,
-                (time.perf_counter() - started) * 1000,
+                *fields.values(),
+                extra={"fields": fields},
             )
