@@ -30,6 +30,7 @@ from agentscript.server.errors import ApiError, body, status_of
 from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
 from agentscript.server.heap import freeze_startup_heap
 from agentscript.server.metrics import Metrics
+from agentscript.server.middleware import HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, retry_after
 from agentscript.server.requestid import RequestId
 from agentscript.server.service import SessionService, TurnHooks
@@ -67,18 +68,15 @@ def _error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(body(code, message), status_code=status, headers=headers)
 
 
-class CountRequests:
+class CountRequests(HttpMiddleware):
     """Counts responses by method and status for ``/metrics``; an exception that escaped the
     routes becomes an error response here (never a traceback to the client)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         status = 500
         started = False
 
@@ -100,7 +98,7 @@ class CountRequests:
             self.metrics.http[(str(scope.get("method", "")), status)] += 1
 
 
-class BodyLimit:
+class BodyLimit(HttpMiddleware):
     """Refuses request bodies over ``limit`` bytes with 413, before a route reads them.
 
     A declared Content-Length over the limit is refused at once. A body without one (chunked
@@ -110,13 +108,10 @@ class BodyLimit:
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.limit = limit
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
             await self._refuse(scope, receive, send)

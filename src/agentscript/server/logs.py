@@ -26,10 +26,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from agentscript import jsontext
 from agentscript.server import requestid
+from agentscript.server.middleware import HttpMiddleware
 
 access = logging.getLogger("agentscript.access")
 
@@ -93,16 +94,10 @@ def banner(lines: list[str], log_format: str) -> list[str]:
     ]
 
 
-class AccessLog:
+class AccessLog(HttpMiddleware):
     """One ``agentscript.access`` line per HTTP request, once its response has ended."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 0
 

@@ -18,7 +18,9 @@ import re
 import uuid
 from contextvars import ContextVar
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from agentscript.server.middleware import HttpMiddleware
 
 HEADER = b"x-request-id"
 WELL_FORMED = re.compile(rb"[A-Za-z0-9._:/+=@-]{1,128}")
@@ -36,16 +38,10 @@ def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
     return uuid.uuid4().hex
 
 
-class RequestId:
+class RequestId(HttpMiddleware):
     """Sets :data:`current` for the request and adds ``X-Request-ID`` to its response."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id = request_id_of(scope["headers"])
         header = (HEADER, request_id.encode("ascii"))
 
