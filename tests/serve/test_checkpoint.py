@@ -37,27 +37,41 @@ class ScriptedLog:
         return 0, seen, seen
 
 
-def test_a_checkpoint_round_ends_once_a_pass_finds_nothing_new() -> None:
-    quiet = ScriptedLog(start=500, growth=0)
+def test_a_short_log_gets_one_pass_a_round() -> None:
+    short = ScriptedLog(start=checkpoint.CATCH_UP_FRAMES - 10, growth=5)
     checkpointer = Checkpointer(Path("unused.db"))
+    checkpointer.checkpoint(short)  # type: ignore[arg-type]
+    assert short.modes == ["PASSIVE"]
+    checkpointer.checkpoint(short)  # type: ignore[arg-type]
+    assert short.modes == ["PASSIVE"] * 2
+    assert checkpointer.frames == checkpoint.CATCH_UP_FRAMES - 5
+
+
+def test_a_long_log_round_ends_once_a_pass_finds_nothing_new() -> None:
+    quiet = ScriptedLog(start=checkpoint.CATCH_UP_FRAMES, growth=0)
+    checkpointer = Checkpointer(Path("unused.db"))
+    checkpointer.checkpoint(quiet)  # type: ignore[arg-type]  # learns how long the log is
     checkpointer.checkpoint(quiet)  # type: ignore[arg-type]
-    assert quiet.modes == ["PASSIVE", "PASSIVE"]
+    assert quiet.modes == ["PASSIVE"] * 3
     assert checkpointer.caught_up == 1 and checkpointer.restarts == 0
-    assert checkpointer.frames == 500
+    assert checkpointer.frames == checkpoint.CATCH_UP_FRAMES
 
 
 def test_a_checkpoint_round_that_never_catches_up_restarts_a_long_log_only() -> None:
-    short = ScriptedLog(start=100, growth=10)
+    below = ScriptedLog(start=checkpoint.CATCH_UP_FRAMES, growth=10)
     checkpointer = Checkpointer(Path("unused.db"))
-    checkpointer.checkpoint(short)  # type: ignore[arg-type]
-    assert short.modes == ["PASSIVE"] * checkpoint.CATCH_UP_PASSES
+    checkpointer.checkpoint(below)  # type: ignore[arg-type]
+    checkpointer.checkpoint(below)  # type: ignore[arg-type]
+    assert below.modes == ["PASSIVE"] * (1 + checkpoint.CATCH_UP_PASSES)
     assert checkpointer.restarts == 0 and checkpointer.caught_up == 0
 
     long = ScriptedLog(start=checkpoint.RESTART_FRAMES, growth=10)
     checkpointer = Checkpointer(Path("unused.db"))
     checkpointer.checkpoint(long)  # type: ignore[arg-type]
-    assert long.modes == ["PASSIVE"] * checkpoint.CATCH_UP_PASSES + ["RESTART"]
-    assert checkpointer.restarts == 1
+    assert long.modes == ["PASSIVE", "RESTART"]  # a log found that long: no passes to try
+    checkpointer.checkpoint(long)  # type: ignore[arg-type]
+    assert long.modes[2:] == ["PASSIVE"] * checkpoint.CATCH_UP_PASSES + ["RESTART"]
+    assert checkpointer.restarts == 2
 
 
 def _outcome(sid: str, turn: int) -> TurnOutcome:
@@ -90,9 +104,11 @@ def _run(tmp_path: Path, turns: int, pause: float, **settings: Any) -> tuple[int
         await store.open()
         try:
             await _steady_turns(store, turns, pause)
+            store.checkpointer.stop()  # a checkpoint running meanwhile would make ours busy
             # How long the log is now (a passive checkpoint reports it, copying what is left).
             with contextlib.closing(sqlite3.connect(path)) as db:
-                (_busy, log, _copied) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                (busy, log, _copied) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            assert busy == 0 and log >= 0
             return log, store.checkpointer.frames, store.checkpointer
         finally:
             await store.close()
@@ -100,10 +116,13 @@ def _run(tmp_path: Path, turns: int, pause: float, **settings: Any) -> tuple[int
     return asyncio.run(body())
 
 
-def test_sqlite_log_restarts_under_steady_turns_instead_of_growing(tmp_path: Path) -> None:
+def test_sqlite_log_restarts_under_steady_turns_instead_of_growing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With a round every 10 ms and a turn every millisecond or so, a single passive pass per
     round never had the whole log copied when the next write began: the log held every frame
     ever written. Now it holds a small part of them."""
+    monkeypatch.setattr(checkpoint, "CATCH_UP_FRAMES", 100)  # a short log, for a short test
     log, frames, checkpointer = _run(tmp_path, turns=1500, pause=0.001)
     assert checkpointer.caught_up > 0 and checkpointer.failed == 0
     assert frames > 20 * log, (frames, log)

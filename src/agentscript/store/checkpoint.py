@@ -15,9 +15,10 @@ copies the frames the log held when it began (and reports that log as all copied
 steady load more have arrived by the time it ends, and SQLite starts the log again from its
 beginning only when a write begins while all of it is in the database file. One pass every
 quarter second never got there: at 850 turns/s the log grew by 47 MB a second (1.9 GB after
-40 s, the disk's to fill) and turns got slower as it grew. Each round now repeats the
-checkpoint until a pass finds nothing new since the one before (a few passes at most; each
-copies only what arrived during the one before), which lets the next write restart the log.
+40 s, the disk's to fill) and turns got slower as it grew. Once the log passes
+``CATCH_UP_FRAMES``, a round repeats the checkpoint until a pass finds nothing new since the
+one before (a few passes at most; each copies only what arrived during the one before), which
+lets the next write restart the log.
 A server so busy that its writes never leave such a gap gets a RESTART checkpoint once its log
 passes ``RESTART_FRAMES`` (writes wait for it, a few ms). The store's connection cuts the log
 file back to ``journal_size_limit`` when it restarts, so a burst that grew it does not keep
@@ -49,6 +50,10 @@ WAL_SIZE_LIMIT = 64 * 1024 * 1024
 # (1-9 ms measured), and the next write starts the log again. Only a server saturated with
 # writes gets there; below that the passive passes catch up.
 RESTART_FRAMES = WAL_SIZE_LIMIT // 4096
+# A round repeats its pass only once the log is this long (frames of 4 KiB: 16 MiB), so the
+# log restarts every few seconds under load rather than every round: each pass that copies
+# something syncs both files, and restarting costs writes some speed (docs/performance.md).
+CATCH_UP_FRAMES = 4096
 
 
 class Checkpointer:
@@ -96,7 +101,8 @@ class Checkpointer:
         """One round: passive checkpoints until the whole log is in the database file (or
         ``CATCH_UP_PASSES`` ran)."""
         seen = -1
-        for _ in range(CATCH_UP_PASSES):
+        passes = CATCH_UP_PASSES if self._backfilled >= CATCH_UP_FRAMES else 1
+        for _ in range(passes):
             log = self._pass(db, "PASSIVE")
             # A pass reports the log as it was when the pass began, so "all copied" means
             # something only when nothing arrived since the pass before began either.
