@@ -5,7 +5,8 @@ builds up: a log that is never restarted (SQLite's WAL grew by 47 MB a second at
 until session 10, and turns got slower as it grew), tables that bloat, caches that fill. This
 script keeps one server busy for ``--seconds`` with ``--clients`` clients, each making a session
 and sending it 5 turns, again and again, and prints every ``--window`` seconds the turns/s of
-that window and the size of the store on disk (SQLite: the database file and its WAL;
+that window, the server's CPU per turn (every thread of it, the SQLite checkpointer's
+included) and the size of the store on disk (SQLite: the database file and its WAL;
 PostgreSQL: the database). The reference is the run's own first window: the last line gives
 the last window's turns/s as a ratio of the first's.
 
@@ -45,7 +46,9 @@ def store_bytes(store: str) -> dict[str, int]:
     return {"db": int(row[0]) if row else 0}
 
 
-async def hold(url: str, store: str, seconds: float, clients: int, window: float) -> list[float]:
+async def hold(
+    url: str, store: str, seconds: float, clients: int, window: float, pgid: int
+) -> list[float]:
     """Turns/s of each window while ``clients`` keep the server busy; prints a line each."""
     poster = bench.TurnPoster(url)
     stop = time.monotonic() + seconds
@@ -65,14 +68,18 @@ async def hold(url: str, store: str, seconds: float, clients: int, window: float
         async def report() -> None:
             started = time.monotonic()
             done = 0
+            cpu = bench.group_cpu(pgid)
             while time.monotonic() < stop:
                 await asyncio.sleep(window)
                 rates.append((turns - done) / window)
+                used, cpu = bench.group_cpu(pgid) - cpu, bench.group_cpu(pgid)
+                cpu_ms = used / max(1, turns - done) * 1000
                 done = turns
                 sizes = await asyncio.to_thread(store_bytes, store)
                 shown = "  ".join(f"{name} {size / 1e6:7.1f} MB" for name, size in sizes.items())
                 print(
-                    f"| {time.monotonic() - started:5.0f} s | {rates[-1]:6.0f} | {errors} | {shown} |",
+                    f"| {time.monotonic() - started:5.0f} s | {rates[-1]:6.0f} | {cpu_ms:.2f} "
+                    f"| {errors} | {shown} |",
                     flush=True,
                 )
 
@@ -119,7 +126,14 @@ def main() -> None:
                 )
                 try:
                     rates = asyncio.run(
-                        hold(server.url, store, args.seconds, args.clients, args.window)
+                        hold(
+                            server.url,
+                            store,
+                            args.seconds,
+                            args.clients,
+                            args.window,
+                            server.proc.pid,
+                        )
                     )
                 finally:
                     server.stop()
