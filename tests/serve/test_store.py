@@ -236,6 +236,34 @@ def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None
     asyncio.run(main())
 
 
+def test_store_waiter_for_another_stores_lease_polls_less_often_as_it_waits(
+    api_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn waiting out another worker's turn looks again 5 ms later, then twice as long
+    each time up to 100 ms: about 14 statements in a second where a fixed 10 ms made 100."""
+
+    async def main() -> int:
+        async with two_stores(api_store) as (first, second):
+            await first.create_session(record())
+            looks = 0
+            take = second.take_lease  # type: ignore[attr-defined]
+
+            async def counted(*args: Any) -> Any:
+                nonlocal looks
+                looks += 1
+                return await take(*args)
+
+            monkeypatch.setattr(second, "take_lease", counted)
+            async with first.lock_session("s1", 1.0):
+                with pytest.raises(SessionBusy):
+                    async with second.lock_session("s1", 1.0):
+                        pass
+            return looks
+
+    looks = asyncio.run(main())
+    assert 5 <= looks <= 25, looks
+
+
 def test_store_takes_back_its_own_lease_whose_give_back_failed(
     api_store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

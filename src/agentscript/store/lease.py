@@ -43,8 +43,12 @@ from agentscript.store.base import (
 # How long a lease lasts without its holder committing: a backstop far above any turn's own
 # limits, for a holder that is alive but stuck (a dead one is taken over at once).
 LEASE_SECONDS = 600.0
-# How often a waiting turn looks again at another process's lease.
-POLL_SECONDS = 0.01
+# How often a waiting turn looks again at another process's lease: soon at first (most turns
+# are short), then half as often each time, down to once every POLL_MAX_SECONDS, so a turn that
+# waits out another worker's long model call costs the database about 50 statements in 5 s
+# rather than 500.
+POLL_SECONDS = 0.005
+POLL_MAX_SECONDS = 0.1
 
 
 class LeaseBackend(Protocol):
@@ -160,6 +164,7 @@ class Leases:
 
     async def _take(self, session_id: str, deadline: float, wait: float) -> Lease:
         holder = f"{await self._backend.worker()}:{uuid.uuid4().hex}"
+        pause = POLL_SECONDS
         while True:
             taken, record = await self._backend.take_lease(session_id, holder)
             if taken:
@@ -169,7 +174,8 @@ class Leases:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SessionBusy(session_id, wait)
-            await asyncio.sleep(min(POLL_SECONDS, left))
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_MAX_SECONDS)
 
 
 async def acquire_within(lock: asyncio.Lock | asyncio.Semaphore, seconds: float) -> bool:
