@@ -14,7 +14,8 @@ the last window's turns/s as a ratio of the first's.
     .venv/bin/python bench/sustained.py --stores sqlite --seconds 120
 
 The model is the in-process stand-in (no model client, no delay), so the server and its store
-are what saturates; the server gets core 0 and this load generator the others, as in
+are what saturates: a cheaper turn than a deployment's, whose model client adds CPU per turn,
+so there the log grows more slowly than here; the server gets core 0 and this load generator the others, as in
 ``bench/serve.py``.
 """
 

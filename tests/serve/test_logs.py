@@ -51,7 +51,12 @@ def test_access_log_has_one_line_per_request_and_no_key_text_or_query(tmp_path: 
     for want in wanted:
         assert [line for line in lines if want in line and line.endswith("ms")], (want, lines)
     text = log.read_text()
-    assert KEY not in text and "4111" not in text and "secret-cursor" not in text
+    assert (
+        KEY not in text
+        and SECRET_TEXT not in text
+        and "4111 1111" not in text
+        and "secret-cursor" not in text
+    )
 
 
 def test_without_access_log_a_server_logs_no_request(tmp_path: Path) -> None:
@@ -135,4 +140,4 @@ def test_json_log_format_writes_every_stderr_line_as_one_json_object(tmp_path: P
     assert failure["message"].startswith("store unavailable: ")
     assert failure["request_id"] == lost.headers["x-request-id"]
     text = log.read_text()
-    assert KEY not in text and "4111" not in text
+    assert KEY not in text and SECRET_TEXT not in text and "4111 1111" not in text

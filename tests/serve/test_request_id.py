@@ -116,11 +116,23 @@ def test_a_line_written_outside_any_request_says_so() -> None:
 
 
 def test_cors_lets_a_browser_read_the_request_id_and_retry_after(tmp_path: Path) -> None:
-    async def scenario(client: httpx.AsyncClient) -> httpx.Response:
-        return await client.get("/v1/agents", headers={"Origin": "https://app.example.com"})
+    async def scenario(client: httpx.AsyncClient) -> tuple[httpx.Response, httpx.Response]:
+        preflight = await client.options(
+            "/v1/agents/Notes/sessions",
+            headers={
+                "Origin": "https://app.example.com",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "x-request-id",
+            },
+        )
+        got = await client.get("/v1/agents", headers={"Origin": "https://app.example.com"})
+        return preflight, got
 
     config = ServerConfig(cors_origins=["https://app.example.com"])
-    response = run(f"sqlite:///{tmp_path}/s.db", scenario, config=config)
+    preflight, response = run(f"sqlite:///{tmp_path}/s.db", scenario, config=config)
+    # A browser may send the id of its own request too.
+    assert preflight.status_code == 200
+    assert "x-request-id" in preflight.headers["access-control-allow-headers"].lower()
     exposed = {
         h.strip().lower() for h in response.headers["access-control-expose-headers"].split(",")
     }

@@ -14,13 +14,13 @@ A checkpoint also has to catch up with the log, not only copy most of it. A pass
 copies the frames the log held when it began (and reports that log as all copied); under
 steady load more have arrived by the time it ends, and SQLite starts the log again from its
 beginning only when a write begins while all of it is in the database file. One pass every
-quarter second never got there: at 850 turns/s the log grew by 47 MB a second (1.9 GB after
-40 s, the disk's to fill) and turns got slower as it grew. Once the log passes
-``CATCH_UP_FRAMES``, a round repeats the checkpoint until a pass finds nothing new since the
-one before (a few passes at most; each copies only what arrived during the one before), which
-lets the next write restart the log.
-A server so busy that its writes never leave such a gap gets a RESTART checkpoint once its log
-passes ``RESTART_FRAMES`` (writes wait for it, a few ms). The store's connection cuts the log
+quarter second never got there: at saturation the log grew by about 40 MB a second (4.9 GB
+after 120 s, the disk's to fill) and the server's CPU per turn rose about 30 % as it grew.
+Once the log passes ``CATCH_UP_FRAMES``, a round repeats the checkpoint until a pass finds
+nothing new since the one before (a few passes at most; each copies only what arrived during
+the one before), which lets the next write restart the log. A server so busy that its writes
+never leave such a gap gets a RESTART checkpoint once its log passes ``RESTART_FRAMES``
+(writes wait for it, a few ms). The store's connection cuts the log
 file back to ``journal_size_limit`` when it restarts, so a burst that grew it does not keep
 the disk space.
 
@@ -52,7 +52,7 @@ WAL_SIZE_LIMIT = 64 * 1024 * 1024
 RESTART_FRAMES = WAL_SIZE_LIMIT // 4096
 # A round repeats its pass only once the log is this long (frames of 4 KiB: 16 MiB), so the
 # log restarts every few seconds under load rather than every round: each pass that copies
-# something syncs both files, and restarting costs writes some speed (docs/performance.md).
+# something syncs both files.
 CATCH_UP_FRAMES = 4096
 
 
