@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from tests.fakes.tour import AGENT, TURNS
 import agentscript
 from agentscript.models.scripted import ScriptedModel
 from agentscript.server.config import ServerConfig
-from agentscript.server.heap import YOUNG_THRESHOLD
+from agentscript.server.heap import YOUNG_THRESHOLD, SurvivorFreezer
 from agentscript.store import MemoryStore
 
 from .harness import NOTES, api, new_session
@@ -98,6 +99,93 @@ def test_freeze_heap_exempts_start_up_objects_and_spaces_young_collections() -> 
         assert gc.get_threshold() == thresholds
         assert asyncio.run(start(True)) > 10_000  # the app, FastAPI, pydantic, the agents
         assert gc.get_threshold() == (YOUNG_THRESHOLD, *thresholds[1:])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+@contextmanager
+def collector_held() -> Iterator[None]:
+    """No automatic collection while the test looks at generations; nothing left frozen after."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def in_generations(obj: object) -> bool:
+    return any(o is obj for generation in range(3) for o in gc.get_objects(generation))
+
+
+def test_survivor_freezer_freezes_the_heap_every_n_kept_sessions() -> None:
+    freezer = SurvivorFreezer(every=3, check_every=1_000)
+    with collector_held():
+        survivor: list[object] = []  # a tracked object, in the young generation
+        assert in_generations(survivor)
+        freezer.kept()
+        freezer.kept()
+        assert in_generations(survivor) and freezer.freezes == 0
+        freezer.kept()
+        # Frozen: no collection walks it again.
+        assert not in_generations(survivor) and freezer.freezes == 1
+        freezer.kept()
+        assert freezer.freezes == 1
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the cycle collector frees it
+
+
+def test_survivor_freezer_reclaims_frozen_cycles_once_the_frozen_heap_grows() -> None:
+    freezer = SurvivorFreezer(every=1, check_every=1, growth=10.0)
+    with collector_held():
+        freezer.kept()  # the first look: the baseline
+        node = Node()
+        gone = weakref.ref(node)
+        del node
+        freezer.kept()  # frozen with the rest: under the growth, no full pass
+        gc.collect()
+        assert gone() is not None and freezer.full_passes == 0
+        held = [[] for _ in range(100)]  # the frozen heap grows
+        freezer.growth = 0.0
+        freezer.kept()
+        assert gone() is None and freezer.full_passes == 1
+        assert len(held) == 100
+
+
+def test_serve_freezes_kept_sessions_and_an_embedded_app_does_not() -> None:
+    from agentscript.server.agents import load_agents, serve_agents
+    from agentscript.server.app import create_app
+    from agentscript.server.standin import StandInModel
+
+    async def run(freeze: bool) -> SurvivorFreezer | None:
+        agents = load_agents([NOTES])
+        served = serve_agents(agents, {a.name: StandInModel() for a in agents})
+        config = ServerConfig(rate_limit=0)
+        app = create_app(served, MemoryStore(), config=config, purge_every=None, freeze_heap=freeze)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+        ):
+            freezer: SurvivorFreezer | None = app.state.service.live.freezer
+            if freezer is not None:
+                freezer.every = 4
+            sid = await new_session(client)  # kept: 1
+            for n in range(7):  # kept: 8
+                r = await client.post(f"/v1/sessions/{sid}/messages", json={"text": f"m{n}"})
+                assert r.status_code == 200 and r.json()["error"] is None, r.text
+            return freezer
+
+    thresholds = gc.get_threshold()
+    try:
+        assert asyncio.run(run(False)) is None
+        freezer = asyncio.run(run(True))
+        assert freezer is not None and freezer.freezes == 2
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)

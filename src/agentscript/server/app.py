@@ -28,7 +28,7 @@ from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, body, status_of
 from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
-from agentscript.server.heap import freeze_startup_heap
+from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
 from agentscript.server.metrics import Metrics
 from agentscript.server.middleware import HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, retry_after
@@ -200,14 +200,17 @@ def create_app(
 ) -> FastAPI:
     """The server for ``agents`` over ``store`` (opened at start-up, closed at shutdown).
 
-    ``freeze_heap``: once started, exempt every object then alive from the cycle collector
-    (:mod:`.heap`), as ``agentscript serve`` does. Off by default: it keeps those objects for
-    the life of the process, which a test run or an application embedding this one may not want.
+    ``freeze_heap``: once started, exempt every object then alive from the cycle collector,
+    and freeze the sessions kept between turns as they accumulate (:mod:`.heap`), as
+    ``agentscript serve`` does. Off by default: it changes how the whole process collects
+    garbage, which a test run or an application embedding this one may not want.
     """
     config = config or ServerConfig()
     keys = keys or ApiKeys()
     metrics = Metrics()
     service = SessionService(agents, store, config, metrics)
+    if freeze_heap:
+        service.live.freezer = SurvivorFreezer()
     limiter = RateLimiter(config.rate_limit, config.rate_burst)
     ready = {"store": False}
     warming: dict[str, asyncio.Task[list[str]]] = {}

@@ -14,6 +14,17 @@ to older generations that later full passes walked again: 5 % of the server's CP
 turns/s. Collecting the young generation every 10,000 allocations instead cut the CPU per turn
 of ``bench/serve.py`` (``openai-lean:``, SQLite) by 8-9 % (docs/performance.md, session 7).
 Garbage in cycles, if any, still goes; it waits a little longer.
+
+What a busy server keeps alive after start-up is mostly the sessions it keeps for their next
+turn (:mod:`.live`, about 25 tracked objects each). CPython counts a young collection from
+allocations *minus* deallocations, and every kept session that replaces an older one frees
+about as much as it allocates, so the young generation filled with kept sessions until a
+collection walked 15,000-65,000 objects at once: 5-60 ms, which every turn in flight waited
+out (``docs/performance.md``, session 11). :class:`SurvivorFreezer` freezes the heap every
+``FREEZE_EVERY`` kept sessions instead, which costs nothing (it links lists), so no generation
+ever holds more than that many sessions' objects. Frozen objects are still freed by
+reference counting as usual; only garbage in cycles among them waits, for a full pass that
+runs once the frozen heap has grown by ``FULL_PASS_GROWTH`` since the last one.
 """
 
 from __future__ import annotations
@@ -22,6 +33,16 @@ import gc
 
 # Net container allocations between two collections of the young generation (CPython: 700).
 YOUNG_THRESHOLD = 10_000
+# Sessions kept between two freezes: a young collection then walks a few thousand objects at
+# most (about 1 ms), whatever the traffic.
+FREEZE_EVERY = 64
+# Freezes between two looks at the frozen heap's size (counting it walks the whole list, a
+# few hundred thousand objects: about a millisecond).
+CHECK_EVERY = 16
+# A full pass (unfreeze, collect everything, freeze again) once the frozen heap holds this
+# fraction more objects than after the last one: the rule CPython applies to its own full
+# collections, so garbage in cycles is reclaimed as late as it would be without freezing.
+FULL_PASS_GROWTH = 0.25
 
 
 def freeze_startup_heap() -> int:
@@ -32,3 +53,46 @@ def freeze_startup_heap() -> int:
     _young, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
     return gc.get_freeze_count()
+
+
+class SurvivorFreezer:
+    """Freezes the heap every ``every`` sessions kept between turns (:meth:`kept`), and runs a
+    full pass when the frozen heap has grown by ``growth`` since the last one (or since the
+    first look, after start-up)."""
+
+    def __init__(
+        self,
+        every: int = FREEZE_EVERY,
+        check_every: int = CHECK_EVERY,
+        growth: float = FULL_PASS_GROWTH,
+    ) -> None:
+        self.every = every
+        self.check_every = check_every
+        self.growth = growth
+        self.freezes = 0
+        self.full_passes = 0
+        self._kept = 0
+        self._baseline: int | None = None  # frozen objects after the last full pass
+
+    def kept(self) -> None:
+        """One more session kept alive: freeze once ``every`` of them were."""
+        self._kept += 1
+        if self._kept < self.every:
+            return
+        self._kept = 0
+        gc.freeze()
+        self.freezes += 1
+        if self.freezes % self.check_every == 0:
+            frozen = gc.get_freeze_count()
+            if self._baseline is None:
+                self._baseline = frozen
+            elif frozen > self._baseline * (1 + self.growth):
+                self.full_pass()
+
+    def full_pass(self) -> None:
+        """Collect every generation, frozen objects included, then freeze what is left."""
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        self.full_passes += 1
+        self._baseline = gc.get_freeze_count()

@@ -23,14 +23,17 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from agentscript.engine.session import Session
+from agentscript.server.heap import SurvivorFreezer
 from agentscript.store import SessionRecord
 
 
 class LiveSessions:
     """At most ``capacity`` sessions, the least recently used dropped first (0: none kept)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, freezer: SurvivorFreezer | None = None) -> None:
         self.capacity = capacity
+        # ``agentscript serve``'s: kept sessions are what outlives start-up (server/heap.py).
+        self.freezer = freezer
         self._kept: OrderedDict[str, tuple[int, str, Session]] = OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -58,6 +61,8 @@ class LiveSessions:
         self._kept.move_to_end(session_id)
         while len(self._kept) > self.capacity:
             self._kept.popitem(last=False)
+        if self.freezer is not None:
+            self.freezer.kept()
 
     def drop(self, session_id: str) -> None:
         self._kept.pop(session_id, None)
