@@ -30,10 +30,11 @@ from agentscript.store import SessionRecord
 class LiveSessions:
     """At most ``capacity`` sessions, the least recently used dropped first (0: none kept)."""
 
-    def __init__(self, capacity: int, freezer: SurvivorFreezer | None = None) -> None:
+    def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        # ``agentscript serve``'s: kept sessions are what outlives start-up (server/heap.py).
-        self.freezer = freezer
+        # Set by ``agentscript serve`` (create_app's freeze_heap): kept sessions are most of
+        # what outlives start-up (server/heap.py).
+        self.freezer: SurvivorFreezer | None = None
         self._kept: OrderedDict[str, tuple[int, str, Session]] = OrderedDict()
         self.hits = 0
         self.misses = 0
