@@ -13,12 +13,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2 as httpx
+import pytest
 from tests.fakes.tour import AGENT, TURNS
 
 import agentscript
 from agentscript.models.scripted import ScriptedModel
 from agentscript.server.config import ServerConfig
-from agentscript.server.heap import YOUNG_THRESHOLD, SurvivorFreezer
+from agentscript.server.heap import (
+    COUNT_EVERY,
+    YOUNG_THRESHOLD,
+    SurvivorFreezer,
+    memory_gauge,
+    resident_memory,
+)
 from agentscript.store import MemoryStore
 
 from .harness import NOTES, api, new_session
@@ -121,7 +128,7 @@ def in_generations(obj: object) -> bool:
 
 
 def test_survivor_freezer_freezes_the_heap_every_n_kept_sessions() -> None:
-    freezer = SurvivorFreezer(every=3, check_every=1_000)
+    freezer = SurvivorFreezer(every=3, measure=lambda: 0)
     with collector_held():
         survivor: list[object] = []  # a tracked object, in the young generation
         assert in_generations(survivor)
@@ -140,21 +147,46 @@ class Node:
         self.me = self  # a reference cycle: only the cycle collector frees it
 
 
-def test_survivor_freezer_reclaims_frozen_cycles_once_the_frozen_heap_grows() -> None:
-    freezer = SurvivorFreezer(every=1, check_every=1, growth=10.0)
+def test_survivor_freezer_reclaims_frozen_cycles_once_memory_grows_by_the_growth() -> None:
+    memory = [1_000]
+    freezer = SurvivorFreezer(every=1, growth=0.25, measure=lambda: memory[0])
     with collector_held():
-        freezer.kept()  # the first look: the baseline
+        freezer.kept()  # the first look: the baseline, 1,000
         node = Node()
         gone = weakref.ref(node)
         del node
-        freezer.kept()  # frozen with the rest: under the growth, no full pass
+        memory[0] = 1_250  # grown, but not by more than a quarter: no full pass
+        freezer.kept()  # frozen with the rest
         gc.collect()
         assert gone() is not None and freezer.full_passes == 0
-        held = [[] for _ in range(100)]  # the frozen heap grows
-        freezer.growth = 0.0
+        memory[0] = 1_251
         freezer.kept()
         assert gone() is None and freezer.full_passes == 1
-        assert len(held) == 100
+        # The next pass waits for a quarter more than what was read after this one.
+        memory[0] = 1_500
+        freezer.kept()
+        assert freezer.full_passes == 1
+        memory[0] = 1_600
+        freezer.kept()
+        assert freezer.full_passes == 2
+
+
+def test_survivor_freezer_reads_memory_once_a_freeze_and_counts_only_as_a_fallback() -> None:
+    freezer = SurvivorFreezer(every=1)
+    assert freezer.measure is memory_gauge() and freezer.check_every == 1
+    counting = SurvivorFreezer(every=1, measure=gc.get_freeze_count)
+    assert counting.check_every == COUNT_EVERY
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc (Linux)")
+def test_resident_memory_is_the_memory_held_now() -> None:
+    assert memory_gauge() is resident_memory
+    before = resident_memory()
+    block = bytearray(b"x" * (64 << 20))  # written, so resident
+    held = resident_memory()
+    assert held - before >= 48 << 20
+    del block
+    assert resident_memory() < held - (32 << 20)  # a large block goes back to the system
 
 
 def test_serve_freezes_kept_sessions_and_an_embedded_app_does_not() -> None:

@@ -24,25 +24,64 @@ out (``docs/performance.md``, session 11). :class:`SurvivorFreezer` freezes the 
 ``FREEZE_EVERY`` kept sessions instead, which costs nothing (it links lists), so no generation
 ever holds more than that many sessions' objects. Frozen objects are still freed by
 reference counting as usual; only garbage in cycles among them waits, for a full pass that
-runs once the frozen heap has grown by ``FULL_PASS_GROWTH`` since the last one.
+runs once the process's memory has grown by ``FULL_PASS_GROWTH`` since the last one.
+
+Why memory and not the number of frozen objects: counting them (``gc.get_freeze_count``)
+walks the frozen list, and once kept sessions come and go that list is scattered across the
+heap: 18-25 ms for about 117,000 objects in a served run, every turn in flight waiting, where
+the compact start-up heap took 0.65 ms for 55,000 (``docs/performance.md``, session 12). The
+resident memory is one small read, and garbage in cycles that nothing reclaims shows in it the
+same way: the process holds more memory.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+from collections.abc import Callable
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
+STATM = "/proc/self/statm"
 
 # Net container allocations between two collections of the young generation (CPython: 700).
 YOUNG_THRESHOLD = 10_000
 # Sessions kept between two freezes: a young collection then walks a few thousand objects at
 # most (about 1 ms), whatever the traffic.
 FREEZE_EVERY = 64
-# Freezes between two looks at the frozen heap's size (counting it walks the whole list:
-# 0.65 ms for the 55,000 objects of a bare server, a few ms for a few hundred thousand).
-CHECK_EVERY = 16
-# A full pass (unfreeze, collect everything, freeze again) once the frozen heap holds this
-# fraction more objects than after the last one: the rule CPython applies to its own full
-# collections, so garbage in cycles is reclaimed as late as it would be without freezing.
+# A full pass (unfreeze, collect everything, freeze again) once the process's memory is
+# this fraction above what it was after the last one: the growth CPython waits for before its
+# own full collections, so garbage in cycles is reclaimed about as late as without freezing.
 FULL_PASS_GROWTH = 0.25
+# Where memory cannot be read (neither /proc nor ``resource``), the frozen objects are counted
+# instead, which walks them: only every this many freezes.
+COUNT_EVERY = 16
+
+
+def resident_memory() -> int:
+    """The memory the process holds resident now, in bytes (Linux: one read of
+    ``/proc/self/statm``, about 6 µs whatever the size of the heap)."""
+    with open(STATM, "rb") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_memory() -> int:
+    """The most memory the process has held resident so far (kB, bytes on macOS): where there
+    is no /proc. Not used on Linux, where a process starts with its parent's peak."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def memory_gauge() -> Callable[[], int]:
+    """How this platform reads the process's memory: resident now, else its peak, else (no
+    ``resource`` module) the number of frozen objects."""
+    if os.path.exists(STATM):
+        return resident_memory
+    if resource is not None:
+        return peak_memory
+    return gc.get_freeze_count
 
 
 def freeze_startup_heap() -> int:
@@ -57,22 +96,31 @@ def freeze_startup_heap() -> int:
 
 class SurvivorFreezer:
     """Freezes the heap every ``every`` sessions kept between turns (:meth:`kept`), and runs a
-    full pass when the frozen heap has grown by ``growth`` since the last one (or since the
-    first look, after start-up)."""
+    full pass when ``measure`` (the process's memory by default, :func:`memory_gauge`) has
+    grown by ``growth`` since the last one (or since the first look, after start-up).
+
+    ``measure`` is read after every ``check_every``-th freeze: each one by default, every
+    ``COUNT_EVERY``-th where it has to count the frozen objects."""
 
     def __init__(
         self,
         every: int = FREEZE_EVERY,
-        check_every: int = CHECK_EVERY,
         growth: float = FULL_PASS_GROWTH,
+        measure: Callable[[], int] | None = None,
+        check_every: int | None = None,
     ) -> None:
+        if measure is None:
+            measure = memory_gauge()
+        if check_every is None:
+            check_every = COUNT_EVERY if measure is gc.get_freeze_count else 1
         self.every = every
-        self.check_every = check_every
         self.growth = growth
+        self.measure = measure
+        self.check_every = check_every
         self.freezes = 0
         self.full_passes = 0
         self._kept = 0
-        self._baseline: int | None = None  # frozen objects after the last full pass
+        self._baseline: int | None = None  # what measure read after the last full pass
 
     def kept(self) -> None:
         """One more session kept alive: freeze once ``every`` of them were."""
@@ -83,10 +131,10 @@ class SurvivorFreezer:
         gc.freeze()
         self.freezes += 1
         if self.freezes % self.check_every == 0:
-            frozen = gc.get_freeze_count()
+            size = self.measure()
             if self._baseline is None:
-                self._baseline = frozen
-            elif frozen > self._baseline * (1 + self.growth):
+                self._baseline = size
+            elif size > self._baseline * (1 + self.growth):
                 self.full_pass()
 
     def full_pass(self) -> None:
@@ -95,4 +143,4 @@ class SurvivorFreezer:
         gc.collect()
         gc.freeze()
         self.full_passes += 1
-        self._baseline = gc.get_freeze_count()
+        self._baseline = self.measure()
