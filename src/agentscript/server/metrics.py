@@ -8,7 +8,7 @@ latency is split into model time (the LLM calls of the turn, from its trace) and
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,7 +58,9 @@ class Metrics:
         # How each turn got its session: kept in memory since its last turn, or restored.
         self.session_loads: Counter[str] = Counter()
         self.kept_sessions = 0
-        self._last_turn: dict[str, float] = {}
+        # Each session's last turn, oldest first: forgotten after ACTIVE_WINDOW as turns come, so
+        # a server nobody scrapes does not keep every session it ever served.
+        self._last_turn: OrderedDict[str, float] = OrderedDict()
 
     def turn(self, agent: str, session_id: str, seconds: float, trace: dict[str, Any]) -> None:
         usage = trace.get("usage") or {}
@@ -81,13 +83,19 @@ class Metrics:
             elif kind == StepType.ERROR_STEP:
                 failed = True
         self.turns[(agent, "error" if failed else "ok")] += 1
-        self._last_turn[session_id] = time.monotonic()
+        now = time.monotonic()
+        self._last_turn[session_id] = now
+        self._last_turn.move_to_end(session_id)
+        self._forget_before(now - ACTIVE_WINDOW)
 
     def active_sessions(self) -> int:
-        cutoff = time.monotonic() - ACTIVE_WINDOW
-        for sid in [s for s, at in self._last_turn.items() if at < cutoff]:
-            del self._last_turn[sid]
+        self._forget_before(time.monotonic() - ACTIVE_WINDOW)
         return len(self._last_turn)
+
+    def _forget_before(self, cutoff: float) -> None:
+        last = self._last_turn
+        while last and last[next(iter(last))] < cutoff:
+            last.popitem(last=False)
 
     def render(self) -> str:
         out: list[str] = []
