@@ -119,7 +119,7 @@ def main() -> None:
                 else bench.pg_database(name, True)
             )
             print(
-                f"\n## {store_kind}\n\n| time | turns/s | errors | store on disk |\n|---|---|---|---|"
+                f"\n## {store_kind}\n\n| time | turns/s | CPU ms/turn | errors | store on disk |\n|---|---|---|---|---|"
             )
             try:
                 server, _start = bench.start_server(
