@@ -11,11 +11,17 @@ from agentscript.server.metrics import ACTIVE_WINDOW, Metrics
 TRACE = {"usage": {"llm_ms": 5.0, "llm_calls": 1}}
 
 
-def test_active_sessions_are_forgotten_as_turns_come_without_a_scrape(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    now = [1_000.0]
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The metrics' monotonic clock, set by the test through ``clock[0]``."""
+    now = [0.0]
     monkeypatch.setattr(metrics_module.time, "monotonic", lambda: now[0])
+    return now
+
+
+def test_active_sessions_are_forgotten_as_turns_come_without_a_scrape(clock: list[float]) -> None:
+    now = clock
+    now[0] = 1_000.0
     metrics = Metrics()
     for n in range(1_000):
         metrics.turn("A", f"s{n}", 0.01, TRACE)
@@ -28,11 +34,8 @@ def test_active_sessions_are_forgotten_as_turns_come_without_a_scrape(
     assert metrics.active_sessions() == 1
 
 
-def test_a_session_with_a_new_turn_stays_active_while_older_ones_go(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    now = [0.0]
-    monkeypatch.setattr(metrics_module.time, "monotonic", lambda: now[0])
+def test_a_session_with_a_new_turn_stays_active_while_older_ones_go(clock: list[float]) -> None:
+    now = clock
     metrics = Metrics()
     metrics.turn("A", "first", 0.01, TRACE)
     now[0] = 100.0
