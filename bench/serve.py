@@ -504,8 +504,8 @@ def cpu_per_turn(one_session: Callable[[int], Awaitable[int]], turns: int, clien
     """CPU ms per turn of ``one_session`` (a session's turns, returning how many) run by
     ``clients`` at a time until ``turns`` are done. Concurrently, like the servers it is the
     reference for: turns one at a time, each after an idle 50 ms, run from cold caches and
-    cost this VM several times the CPU (3.8 ms against 1.0 for the same turns back to back,
-    session 12)."""
+    cost this VM several times the CPU (7.6 ms a turn against 1.3 for the same turns 128 at a
+    time, docs/performance.md, session 12)."""
 
     async def main() -> float:
         for n in range(2):  # warm: the SDK import, the client and its connections
