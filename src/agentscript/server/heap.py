@@ -84,14 +84,13 @@ def memory_gauge() -> Callable[[], int]:
     return gc.get_freeze_count
 
 
-def freeze_startup_heap() -> int:
+def freeze_startup_heap() -> None:
     """Collect once, then exempt everything alive now from later collections, and collect the
-    young generation less often (``YOUNG_THRESHOLD``); how many objects were frozen."""
+    young generation less often (``YOUNG_THRESHOLD``)."""
     gc.collect()
     gc.freeze()
     _young, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
-    return gc.get_freeze_count()
 
 
 class SurvivorFreezer:

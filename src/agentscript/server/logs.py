@@ -5,8 +5,9 @@ request being handled (``-`` outside one; :mod:`.requestid`), so that a process 
 log collector (journald, Docker, Kubernetes) can take them as they are, and a response's
 ``X-Request-ID`` finds its lines. A request line names the client address, method, path,
 status (0 when no response was sent: the client left or the server cut the request at
-shutdown) and the time until the response ended (a streamed turn: until its last event). Never a header, a body or a query string: a key or
-anything a user typed cannot reach the log this way.
+shutdown) and the time until the response ended (a streamed turn: until its last event).
+Never a header, a body or a query string: a key or anything a user typed cannot reach the
+log this way.
 
 Off by default: the line costs a few microseconds of a turn's CPU, and a proxy in front
 usually keeps its own access log.

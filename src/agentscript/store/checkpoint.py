@@ -20,9 +20,9 @@ Once the log passes ``CATCH_UP_FRAMES``, a round repeats the checkpoint until a 
 nothing new since the one before (a few passes at most; each copies only what arrived during
 the one before), which lets the next write restart the log. A server so busy that its writes
 never leave such a gap gets a RESTART checkpoint once its log passes ``RESTART_FRAMES``
-(writes wait for it, a few ms). The store's connection cuts the log
-file back to ``journal_size_limit`` when it restarts, so a burst that grew it does not keep
-the disk space.
+(writes wait for it, a few ms). The store's connection cuts the log file back to
+``journal_size_limit`` when it restarts, so a burst that grew it does not keep the disk
+space.
 
 Durability is unchanged: with ``synchronous=NORMAL`` a commit is in the WAL, and a crash of
 the process loses nothing; the file is synced at each checkpoint.
