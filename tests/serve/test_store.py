@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from agentscript.store import (
     TurnRecord,
     store_from_url,
 )
+from agentscript.store import lease as lease_module
 
 from .conftest import pg_reset
 
@@ -240,7 +242,18 @@ def test_store_waiter_for_another_stores_lease_polls_less_often_as_it_waits(
     api_store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A turn waiting out another worker's turn looks again 5 ms later, then twice as long
-    each time up to 100 ms: about 14 statements in a second where a fixed 10 ms made 100."""
+    each time up to 100 ms, and its last pause ends at its deadline: 15 statements in a
+    second where a fixed 10 ms made 100. The waiter's clock is a fake one that its pauses
+    advance, so the count does not depend on how fast this machine runs the statements."""
+    clock = [0.0]
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(round(seconds, 6))
+        clock[0] += seconds
+
+    waiter_clock = SimpleNamespace(monotonic=lambda: clock[0])
+    waiter_asyncio = SimpleNamespace(**{**vars(asyncio), "sleep": pause})
 
     async def main() -> int:
         async with two_stores(api_store) as (first, second):
@@ -255,13 +268,18 @@ def test_store_waiter_for_another_stores_lease_polls_less_often_as_it_waits(
 
             monkeypatch.setattr(second, "take_lease", counted)
             async with first.lock_session("s1", 1.0):
+                monkeypatch.setattr(lease_module, "time", waiter_clock)
+                monkeypatch.setattr(lease_module, "asyncio", waiter_asyncio)
                 with pytest.raises(SessionBusy):
                     async with second.lock_session("s1", 1.0):
                         pass
+                monkeypatch.undo()
             return looks
 
     looks = asyncio.run(main())
-    assert 5 <= looks <= 25, looks
+    assert pauses[:6] == [0.005, 0.01, 0.02, 0.04, 0.08, 0.1]
+    assert set(pauses[5:-1]) == {0.1} and sum(pauses) == pytest.approx(1.0)
+    assert looks == len(pauses) + 1 == 15
 
 
 def test_store_takes_back_its_own_lease_whose_give_back_failed(
