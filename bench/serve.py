@@ -139,6 +139,30 @@ def group_cpu(pgid: int) -> float:
     return total
 
 
+def database_cpu(database: str | None) -> float:
+    """CPU seconds (user + system) of the PostgreSQL backend processes now serving
+    ``database`` (their command line names it), 0 for None. Not part of the server's figure:
+    PostgreSQL runs them, and a deployment's database usually has a machine of its own; the
+    report gives them beside it, since on this machine they share its cores."""
+    if database is None:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    needle = f" {database} ".encode()
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if not command.startswith(b"postgres:") or needle not in command.replace(b"\0", b" "):
+                continue
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def quiet_collector() -> None:
     """Keep this load generator's own full collections (10-20 ms with the objects a run
     accumulates) out of the latencies it measures: a pause here delays reading answers that
@@ -377,7 +401,9 @@ async def sequential(url: str, turns: int, delay: float) -> dict[str, float]:
     return overheads(measured, delay)
 
 
-async def closed_loop(url: str, sessions: int, clients: int, pgid: int) -> dict[str, float]:
+async def closed_loop(
+    url: str, sessions: int, clients: int, pgid: int, database: str | None = None
+) -> dict[str, float]:
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     poster = TurnPoster(url)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
@@ -405,15 +431,17 @@ async def closed_loop(url: str, sessions: int, clients: int, pgid: int) -> dict[
                     turns += ok
                     errors += not ok
 
-        cpu0, t0 = group_cpu(pgid), time.perf_counter()
+        cpu0, db0, t0 = group_cpu(pgid), database_cpu(database), time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
         wall, cpu = time.perf_counter() - t0, group_cpu(pgid) - cpu0
+        db = database_cpu(database) - db0
     poster.close()
     return {
         "turns": turns,
         "errors": errors,
         "tps": turns / wall,
         "cpu_ms": cpu / max(1, turns) * 1000,
+        "db_cpu_ms": db / max(1, turns) * 1000,
     }
 
 
@@ -704,11 +732,12 @@ def main() -> None:
             print()
             header = (
                 "| model | store | workers | start s | seq p50 ms | seq p99 ms | turns/s "
-                "| CPU ms/turn | x in-process | errors | open-loop rate | open p50 ms "
+                "| CPU ms/turn | PostgreSQL CPU ms/turn | x in-process | errors | open-loop rate "
+                "| open p50 ms "
                 "| open p99 ms | traced: seq p50 / p99 | traced: open p50 / p99 |"
             )
             print(header)
-            print("|---" * 15 + "|")
+            print("|---" * 16 + "|")
             rows: dict[tuple[str, str, int], dict[str, float]] = {}
             for label, kind, iso in variants:
                 delay = args.delay if kind in REMOTE else 0.0
@@ -729,7 +758,8 @@ def main() -> None:
                         print(
                             f"| {label} | {store_kind} | {workers} | {row['start']:.2f} "
                             f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
-                            f"| {row['cpu_ms']:.2f} | {row['cpu_ms'] / references[label]:.1f} "
+                            f"| {row['cpu_ms']:.2f} | {database_column(row, store_kind)} "
+                            f"| {row['cpu_ms'] / references[label]:.1f} "
                             f"| {row['errors']:.0f} | {row['rate']:.0f}/s "
                             f"| {row['open_p50']:.1f} | {row['open_p99']:.1f} "
                             f"| {row['traced_p50']:.1f} / {row['traced_p99']:.1f} "
@@ -760,11 +790,12 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
     print("Same run, LangGraph peer / agentscript (how many times better agentscript is):")
     print()
     print(
-        "| agentscript model | store | workers | CPU/turn ms: peer, as, x | turns/s: peer, as, x "
+        "| agentscript model | store | workers | CPU/turn ms: peer, as, x "
+        "| with PostgreSQL's CPU: peer, as, x | turns/s: peer, as, x "
         "| seq p50 strict ms: peer, as, x | seq p50 traced ms: peer, as, x "
         "| open p99 strict ms: peer, as | open p99 traced ms: peer, as |"
     )
-    print("|---" * 9 + "|")
+    print("|---" * 10 + "|")
 
     def times(peer_value: float, ours: float) -> str:
         return f"{peer_value:.1f}, {ours:.1f}, {peer_value / max(ours, 1e-9):.1f}x"
@@ -773,6 +804,7 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
         print(
             f"| {kind} | {store_kind} | {workers} "
             f"| {times(peer['cpu_ms'], row['cpu_ms'])} "
+            f"| {with_database(peer, row, store_kind, times)} "
             f"| {peer['tps']:.0f}, {row['tps']:.0f}, {row['tps'] / peer['tps']:.1f}x "
             f"| {times(peer['p50'], row['p50'])} "
             f"| {times(peer['traced_p50'], row['traced_p50'])} "
@@ -780,6 +812,24 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
             f"| {peer['open_traced_p99']:.1f}, {row['open_traced_p99']:.1f} |",
             flush=True,
         )
+
+
+def database_column(row: dict[str, float], store_kind: str) -> str:
+    """The PostgreSQL backends' CPU per turn; SQLite runs in the server, counted already."""
+    return f"{row['db_cpu_ms']:.2f}" if store_kind == "postgresql" else "(in server)"
+
+
+def with_database(
+    peer: dict[str, float],
+    row: dict[str, float],
+    store_kind: str,
+    times: Callable[[float, float], str],
+) -> str:
+    """CPU per turn of each server plus its PostgreSQL backends (SQLite: the same as the
+    server's own figure)."""
+    if store_kind != "postgresql":
+        return "(same)"
+    return times(peer["cpu_ms"] + peer["db_cpu_ms"], row["cpu_ms"] + row["db_cpu_ms"])
 
 
 def standin_overshoot(port: int, delay: float, calls: int = 60) -> float:
@@ -877,7 +927,10 @@ def run_one(
         )
         try:
             seq = asyncio.run(sequential(server.url, args.sequential, delay))
-            closed = asyncio.run(closed_loop(server.url, args.sessions, clients, server.proc.pid))
+            database = name if store_kind == "postgresql" else None
+            closed = asyncio.run(
+                closed_loop(server.url, args.sessions, clients, server.proc.pid, database)
+            )
             rate = closed["tps"] / 2
             n_open = max(20, int(rate * (10 if not args.quick else 3)))
             opened = asyncio.run(open_loop(server.url, rate, n_open, delay))
@@ -895,6 +948,7 @@ def run_one(
         "p99": seq["p99"],
         "tps": closed["tps"],
         "cpu_ms": closed["cpu_ms"],
+        "db_cpu_ms": closed["db_cpu_ms"],
         "errors": closed["errors"] + opened["errors"],
         "rate": rate,
         "open_p50": opened["p50"],
