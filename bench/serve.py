@@ -796,15 +796,11 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
         "| open p99 strict ms: peer, as | open p99 traced ms: peer, as |"
     )
     print("|---" * 10 + "|")
-
-    def times(peer_value: float, ours: float) -> str:
-        return f"{peer_value:.1f}, {ours:.1f}, {peer_value / max(ours, 1e-9):.1f}x"
-
     for (kind, store_kind, workers), row, peer in pairs:
         print(
             f"| {kind} | {store_kind} | {workers} "
             f"| {times(peer['cpu_ms'], row['cpu_ms'])} "
-            f"| {with_database(peer, row, store_kind, times)} "
+            f"| {with_database(peer, row, store_kind)} "
             f"| {peer['tps']:.0f}, {row['tps']:.0f}, {row['tps'] / peer['tps']:.1f}x "
             f"| {times(peer['p50'], row['p50'])} "
             f"| {times(peer['traced_p50'], row['traced_p50'])} "
@@ -814,17 +810,17 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
         )
 
 
+def times(peer_value: float, ours: float) -> str:
+    """A ratio cell: the peer's figure, ours, and how many times the first is the second."""
+    return f"{peer_value:.1f}, {ours:.1f}, {peer_value / max(ours, 1e-9):.1f}x"
+
+
 def database_column(row: dict[str, float], store_kind: str) -> str:
     """The PostgreSQL backends' CPU per turn; SQLite runs in the server, counted already."""
     return f"{row['db_cpu_ms']:.2f}" if store_kind == "postgresql" else "(in server)"
 
 
-def with_database(
-    peer: dict[str, float],
-    row: dict[str, float],
-    store_kind: str,
-    times: Callable[[float, float], str],
-) -> str:
+def with_database(peer: dict[str, float], row: dict[str, float], store_kind: str) -> str:
     """CPU per turn of each server plus its PostgreSQL backends (SQLite: the same as the
     server's own figure)."""
     if store_kind != "postgresql":
