@@ -123,8 +123,9 @@ def wait_http(url: str, seconds: float = 30.0) -> None:
     raise RuntimeError(f"{url} did not answer")
 
 
-def group_cpu(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in process group ``pgid``."""
+def processes_cpu(wanted: Callable[[str, list[str]], bool]) -> float:
+    """CPU seconds (user + system) of every live process that ``wanted`` accepts, given its
+    pid and the fields of its ``/proc/PID/stat`` after the command name."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for entry in os.listdir("/proc"):
@@ -132,35 +133,32 @@ def group_cpu(pgid: int) -> float:
             continue
         try:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            if wanted(entry, fields):
+                total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:  # it ended meanwhile
             continue
-        if int(fields[2]) == pgid:  # field 5 of stat: pgrp
-            total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds of every live process in process group ``pgid``."""
+    return processes_cpu(lambda _pid, fields: int(fields[2]) == pgid)  # field 5 of stat: pgrp
 
 
 def database_cpu(database: str | None) -> float:
-    """CPU seconds (user + system) of the PostgreSQL backend processes now serving
-    ``database`` (their command line names it), 0 for None. Not part of the server's figure:
-    PostgreSQL runs them, and a deployment's database usually has a machine of its own; the
-    report gives them beside it, since on this machine they share its cores."""
+    """CPU seconds of the PostgreSQL backend processes now serving ``database`` (their command
+    line names it), 0 for None. Not part of the server's figure: PostgreSQL runs them, and a
+    deployment's database usually has a machine of its own; the report gives them beside it,
+    since on this machine they share its cores."""
     if database is None:
         return 0.0
-    tick = os.sysconf("SC_CLK_TCK")
     needle = f" {database} ".encode()
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            command = Path(f"/proc/{entry}/cmdline").read_bytes()
-            if not command.startswith(b"postgres:") or needle not in command.replace(b"\0", b" "):
-                continue
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+
+    def serves(pid: str, _fields: list[str]) -> bool:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return command.startswith(b"postgres:") and needle in command.replace(b"\0", b" ")
+
+    return processes_cpu(serves)
 
 
 def quiet_collector() -> None:
