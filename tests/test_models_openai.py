@@ -122,6 +122,25 @@ def test_text_answer_and_request_shape() -> None:
     assert "stream" not in body
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["café, 東京, 🙂", 'line\u2028separator, NUL \x00, quote " and \\', "lone \ud800 surrogate"],
+)
+def test_every_character_of_the_conversation_reaches_the_server(
+    text: str, client_kind: str
+) -> None:
+    with OpenAIServer([Reply(text="ok")]) as server:
+        if client_kind == "sdk" and "\ud800" in text:
+            # The official SDK cannot encode it: the call fails as a model error, no traceback.
+            with pytest.raises(ModelError, match="surrogates not allowed"):
+                complete(make(server), request(messages=[Message("user", text)]))
+            return
+        # The lean client writes its body with orjson, which refuses a lone surrogate: that
+        # body falls back to the standard library's escapes instead of failing the call.
+        complete(make(server), request(messages=[Message("user", text)]))
+    assert server.last.body["messages"][-1] == {"role": "user", "content": text}
+
+
 def test_history_with_tool_calls_and_results() -> None:
     history = [
         Message("user", "Weather in Paris and Rome?"),

@@ -1,5 +1,5 @@
 """Compact JSON text for what a server writes on every turn: the stored state, turn and trace,
-and the turn's HTTP answer.
+the turn's HTTP answer, and the lean OpenAI-compatible client's requests.
 
 orjson writes it when installed (``agentscript[serve]`` brings it): a turn's trace of about
 5 kB took 80 µs with the standard library on the benchmark machine and 6 µs with orjson, about

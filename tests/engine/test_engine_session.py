@@ -106,6 +106,23 @@ def test_session_to_json_and_restore_mid_conversation() -> None:
     assert model.requests[0].messages[0].content == "I need an appointment"
 
 
+def test_session_to_json_is_a_copy_unless_asked_not_to_detach() -> None:
+    first = Scripted("collect")
+    first.send(MOVES[0][0], *MOVES[0][1])
+    first.session.state.extra["note"] = {"seen": [1]}
+    detached = first.session.to_json()
+    shared = first.session.to_json(detached=False)
+    assert shared == detached
+    first.send(MOVES[1][0], *MOVES[1][1])
+    first.session.state.extra["note"]["seen"].append(2)
+    # The default copy keeps the state it was taken at; the shared one follows the session
+    # (for a caller that writes it out at once, as the server's commit does).
+    assert detached["variables"] == {"patient_name": None, "city": None}
+    assert detached["extra"]["note"] == {"seen": [1]}
+    assert shared["variables"] == {"patient_name": "Ann Lee", "city": None}
+    assert shared["extra"]["note"] == {"seen": [1, 2]}
+
+
 def test_restore_rejects_data_that_is_not_a_saved_session() -> None:
     agent = agentscript.load(Path(__file__).parent / "agents" / "collect.agent")
     with pytest.raises(ValueError, match="not a saved session"):

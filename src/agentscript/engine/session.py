@@ -474,10 +474,15 @@ class Session:
             buttons=list(result.buttons),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, detached: bool = True) -> dict[str, Any]:
         """The session's state as JSON-compatible data (see :meth:`AgentBase.restore`), with
-        the agent's identity, signed when ``AGENTSCRIPT_SESSION_KEY`` is set."""
+        the agent's identity, signed when ``AGENTSCRIPT_SESSION_KEY`` is set.
+
+        The result is a copy the session never changes. ``detached=False`` skips deep-copying
+        the variables and extension state (about 40 µs a turn in ``agentscript serve``), so the
+        result shares them with the session: for a caller that writes it out before the
+        session runs again, as the server's commit does."""
         self.state.stub_usage = self.runner.stubs.state()
-        data = self.state.to_json()
+        data = self.state.to_json(detached=detached)
         data["agent"] = self.agent.identity()
         return sign(data)

@@ -46,11 +46,15 @@ class SessionState:
     # Engine-specific extension state (the Mantle skill stack lives here).
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, detached: bool = True) -> dict[str, Any]:
+        """The state as JSON-compatible data. ``detached=False`` shares the containers of
+        ``variables`` and ``extra`` with this state instead of deep-copying them: only for a
+        caller that serialises the result before the session runs again."""
+        clone = copy.deepcopy if detached else _same
         return {
             "format": STATE_FORMAT,
             "session_id": self.session_id,
-            "variables": copy.deepcopy(self.variables),
+            "variables": clone(self.variables),
             "history": [m.to_json() for m in self.history],
             "current_node": self.current_node,
             "resume_node": self.resume_node,
@@ -60,7 +64,7 @@ class SessionState:
             "turn": self.turn,
             "ended": self.ended,
             "stub_usage": dict(self.stub_usage),
-            "extra": copy.deepcopy(self.extra),
+            "extra": clone(self.extra),
         }
 
     @staticmethod
@@ -80,3 +84,7 @@ class SessionState:
             stub_usage=dict(data.get("stub_usage") or {}),
             extra=dict(data.get("extra") or {}),
         )
+
+
+def _same(value: Any) -> Any:
+    return value

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentscript import jsontext
 from agentscript.models.base import ModelError
 from agentscript.models.openai_provider import OpenAIModel
 from agentscript.models.retry import (
@@ -181,7 +182,9 @@ class LeanClient:
 
     async def post(self, path: str, payload: dict[str, Any], *, stream: bool) -> _Response:
         """Send the request; the response with its head read (the body is the caller's)."""
-        data = self._request(path, json.dumps(payload).encode(), stream)
+        # jsontext: orjson when installed (a request of a few kB took 40 µs with the standard
+        # library, about 2 % of a served turn's CPU, 2-3 requests a turn).
+        data = self._request(path, jsontext.dumps_bytes(payload), stream)
         while True:
             reused = bool(self._idle)
             conn = self._idle.pop() if reused else await self._open()

@@ -333,7 +333,9 @@ class SessionService:
             result["turn"] = number
             result["trace_url"] = trace_url(session_id, number)
             outcome = TurnOutcome(
-                state=session.to_json(),
+                # Not detached: the commit below writes it out before the session runs again
+                # (the memory store copies it).
+                state=session.to_json(detached=False),
                 record=TurnRecord(session_id, number, result, reply.trace, key),
                 ended=reply.ended,
                 escalated=reply.escalated or record.escalated,

@@ -97,7 +97,9 @@ class TurnRecord:
 
 @dataclass
 class TurnOutcome:
-    """What a turn changes on its session, handed to :meth:`SessionLock.commit`."""
+    """What a turn changes on its session, handed to :meth:`SessionLock.commit`. ``state``
+    may share containers with the live session (``Session.to_json(detached=False)``): a store
+    writes it out or copies it during the commit, and keeps no reference to it."""
 
     state: dict[str, Any]
     record: TurnRecord
