@@ -65,13 +65,16 @@ async def new_session(client: httpx.AsyncClient, agent: str = "Notes", **variabl
     return str(response.json()["session_id"])
 
 
+LEASES = "SELECT COUNT(*) FROM agentscript_sessions WHERE lease_holder IS NOT NULL"
+
+
 def lease_rows(url: str) -> int:
-    """How many lease rows a SQL store holds, read on a connection of its own."""
+    """How many leases a SQL store holds, read on a connection of its own."""
     if url.startswith("sqlite:///"):
         with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
-            return int(db.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()[0])
+            return int(db.execute(LEASES).fetchone()[0])
     import psycopg
 
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT COUNT(*) FROM agentscript_locks").fetchone()
+        row = conn.execute(LEASES).fetchone()
         return int(row[0]) if row else -1

@@ -225,7 +225,7 @@ def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None
                     async with second.lock_session("s1", 0.1):
                         pass
                 await asyncio.to_thread(
-                    sql, api_store, "UPDATE agentscript_locks SET until = 0"
+                    sql, api_store, "UPDATE agentscript_sessions SET lease_until = 0"
                 )  # the lease ran out
                 async with second.lock_session("s1", 0.1) as fast:
                     await fast.commit(outcome(1, 10))
@@ -233,6 +233,37 @@ def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None
                     await slow.commit(outcome(1, 20))
             got = await second.get_session("s1")
             assert got is not None and got.turns == 1 and got.state["n"] == 10
+            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
+
+    asyncio.run(main())
+
+
+def test_store_late_commit_of_a_taken_over_turn_leaves_the_takers_lease(api_store: str) -> None:
+    """A slow turn whose lease ran out and was taken over may still commit first (its turn
+    count still matches): its commit must not give back the lease it no longer holds, or a
+    third turn could run beside the taker's. The taker then gets TurnConflict."""
+
+    async def main() -> None:
+        async with two_stores(api_store) as (first, second):
+            await first.create_session(record())
+            async with first.lock_session("s1", 1.0) as slow:
+                await asyncio.to_thread(
+                    sql, api_store, "UPDATE agentscript_sessions SET lease_until = 0"
+                )
+                async with second.lock_session("s1", 0.1) as fast:
+                    await slow.commit(outcome(1, 20))
+                    assert await asyncio.to_thread(sql, api_store, LEASES) == 1  # fast's
+                    holder = await asyncio.to_thread(
+                        sql, api_store, "SELECT lease_holder FROM agentscript_sessions"
+                    )
+                    assert holder == fast.holder
+                    with pytest.raises(SessionBusy):
+                        async with first.lock_session("s1", 0.05):
+                            pass
+                    with pytest.raises(TurnConflict):
+                        await fast.commit(outcome(1, 10))
+            got = await first.get_session("s1")
+            assert got is not None and got.turns == 1 and got.state["n"] == 20
             assert await asyncio.to_thread(sql, api_store, LEASES) == 0
 
     asyncio.run(main())
@@ -333,7 +364,7 @@ def test_store_gives_back_a_failed_give_back_before_its_next_turn(
     asyncio.run(main())
 
 
-LEASES = "SELECT COUNT(*) FROM agentscript_locks"
+LEASES = "SELECT COUNT(*) FROM agentscript_sessions WHERE lease_holder IS NOT NULL"
 
 
 def sql(url: str, statement: str) -> Any:
@@ -451,6 +482,41 @@ def test_a_store_written_by_a_newer_agentscript_is_refused_naming_it(
     with pytest.raises(StoreError, match="newer than this agentscript") as caught:
         run(api_store, lambda store: asyncio.sleep(0))
     assert "upgrade agentscript" in str(caught.value)
+
+
+def test_a_store_of_schema_version_1_is_migrated_with_its_sessions(api_store: str) -> None:
+    """Version 2 moved leases from their own table onto the session's row: a store written by
+    an agentscript at version 1 opens with its sessions and turns intact, its old lease table
+    dropped (an older worker still running then fails loudly instead of taking leases nobody
+    reads), and its sessions take turns again."""
+    from agentscript.store import schema
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+
+        async def at_version_1(store: Store) -> None:
+            await store.create_session(record())
+
+        run(api_store, at_version_1)
+    # A lease left behind in the old table by a worker of that version.
+    sql(
+        api_store,
+        "INSERT INTO agentscript_locks (session_id, holder, until) VALUES ('s1', 'x:y', 1e12)",
+    )
+    assert sql(api_store, "SELECT value FROM agentscript_meta") == "1"
+
+    async def upgraded(store: Store) -> int:
+        async with store.lock_session("s1", 0.5) as lock:
+            await lock.commit(outcome(1, 5))
+        got = await store.get_session("s1")
+        assert got is not None and got.state["n"] == 5
+        return got.turns
+
+    assert run(api_store, upgraded) == 1
+    assert sql(api_store, "SELECT value FROM agentscript_meta") == str(len(schema.MIGRATIONS))
+    assert sql(api_store, LEASES) == 0
+    with pytest.raises(Exception, match="agentscript_locks"):
+        sql(api_store, "SELECT COUNT(*) FROM agentscript_locks")
 
 
 def test_sqlite_checkpoints_run_on_their_own_thread_not_in_a_requests_commit(
@@ -691,9 +757,7 @@ def test_postgres_lease_writes_skip_the_wal_flush_and_turn_commits_do_not(pg_dsn
     run(pg_dsn, lambda store: store.create_session(record()))
     take = {"session": "s1", "holder": "1:x", "now": time.time(), "worker": "1"}
     commit = (
-        *schema.after_turn_params(outcome(1, 1), record(), time.time()),
-        "s1",
-        "1:x",
+        *schema.after_turn_params(outcome(1, 1), record(), "1:x", time.time()),
         *schema.turn_params(outcome(1, 1).record),
     )
     setting = "SELECT current_setting('synchronous_commit')"
@@ -703,7 +767,7 @@ def test_postgres_lease_writes_skip_the_wal_flush_and_turn_commits_do_not(pg_dsn
             (postgres.TAKE_LEASE, take),
             (schema.pyformat(postgres.DROP_LEASE), ("s1", "1:x")),
             (postgres.TAKE_LEASE, take),
-            (schema.pyformat(schema.COMMIT_TURN_AND_RELEASE), commit),
+            (schema.pyformat(schema.COMMIT_TURN), commit),
         ):
             assert conn.execute(statement, params).rowcount == 1  # each one wrote
             seen.append(conn.execute(setting).fetchone()[0])  # type: ignore[index]

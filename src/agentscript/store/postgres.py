@@ -1,7 +1,7 @@
 """The shared store for several workers and machines: PostgreSQL through psycopg 3 (async).
 
 Same schema and behaviour as the SQLite store. Turns of one session are serialised by leases
-(:mod:`.lease`): a turn takes its lease and reads the session in one round trip, runs with no
+(:mod:`.lease`): a turn takes its lease and reads the session in one statement, runs with no
 connection, transaction or row lock held (a worker's running turns need no database connection
 each, however long the model takes), and commits the new state, the turn record, its trace and
 the give-back of its lease in one statement. A worker killed mid-turn never committed, so the
@@ -52,30 +52,36 @@ PRESENCE_LOCKS = 1_634_165_603
 # later durable commit flushes them with it.
 NO_FLUSH = "WITH no_flush AS (SELECT set_config('synchronous_commit', 'off', true)) "
 
-# Take a session's lease unless a live holder of another store has it: written only for a
-# session that exists; taken over when it timed out, when its holder is this store (whose
-# give-back failed) or when its holder's presence lock is no longer held. The liveness check
-# reads pg_locks, and only when a lease is there. Times are the database's clock, which every
-# worker shares.
+# Take a session's lease unless a live holder of another store has it, and read the session in
+# the same statement: taken when nobody holds it, when its time ran out, when its holder is
+# this store (whose give-back failed) or when its holder's presence lock is no longer held;
+# only for a session that exists and has not expired. The liveness check reads pg_locks, and
+# only when a lease is there. Times are the database's clock, which every worker shares. A
+# turn's commit updates the same row: this update waits for it and then reads the row as
+# committed, so the session returned is never older than its last commit.
 TAKE_LEASE = f"""{NO_FLUSH}
-INSERT INTO agentscript_locks (session_id, holder, until)
-SELECT %(session)s, %(holder)s, extract(epoch FROM clock_timestamp()) + {LEASE_SECONDS}
+UPDATE agentscript_sessions
+SET lease_holder = %(holder)s, lease_until = extract(epoch FROM clock_timestamp()) + {LEASE_SECONDS}
 FROM no_flush
-WHERE EXISTS (
-    SELECT 1 FROM agentscript_sessions WHERE session_id = %(session)s
-    AND (expires_at IS NULL OR expires_at > %(now)s))
-ON CONFLICT (session_id) DO UPDATE SET holder = EXCLUDED.holder, until = EXCLUDED.until
-WHERE agentscript_locks.until <= extract(epoch FROM clock_timestamp())
-    OR split_part(agentscript_locks.holder, ':', 1) = %(worker)s
+WHERE session_id = %(session)s AND (expires_at IS NULL OR expires_at > %(now)s)
+AND (lease_holder IS NULL
+    OR lease_until <= extract(epoch FROM clock_timestamp())
+    OR split_part(lease_holder, ':', 1) = %(worker)s
     OR NOT EXISTS (
         SELECT 1 FROM pg_locks
         WHERE locktype = 'advisory' AND granted AND objsubid = 2
         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
         AND classid = {PRESENCE_LOCKS}
-        AND objid = split_part(agentscript_locks.holder, ':', 1)::bigint::oid)
-RETURNING holder"""
+        AND objid = split_part(lease_holder, ':', 1)::bigint::oid))
+RETURNING {schema.SESSION_COLUMNS}"""
+# Whether a session whose lease was not taken exists (its lease is held) or not.
+SESSION_LIVE = (
+    "SELECT 1 FROM agentscript_sessions "
+    "WHERE session_id = ? AND (expires_at IS NULL OR expires_at > ?)"
+)
 DROP_LEASE = (
-    f"{NO_FLUSH}DELETE FROM agentscript_locks USING no_flush WHERE session_id = ? AND holder = ?"
+    f"{NO_FLUSH}UPDATE agentscript_sessions SET lease_holder = NULL FROM no_flush "
+    "WHERE session_id = ? AND lease_holder = ?"
 )
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 
@@ -311,35 +317,28 @@ class PostgresStore:
         }
         try:
             async with self._conn() as conn:
-                # One round trip: the lease, then the session read after it (a statement of
-                # its own, so it sees the commit of the turn whose lease it just took over).
-                async with conn.pipeline():
-                    took = await conn.execute(TAKE_LEASE, params)
-                    read = await conn.execute(Q(schema.SELECT_SESSION), (session_id,))
-                taken = await took.fetchone() is not None
-                row = await read.fetchone()
+                cur = await conn.execute(TAKE_LEASE, params)
+                row = await cur.fetchone()
+                if row is None:  # held by another live store, or no such session
+                    cur = await conn.execute(Q(SESSION_LIVE), (session_id, params["now"]))
+                    gone = await cur.fetchone() is None
+                    return gone, None
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
-        record = schema.session_from_row(row) if row else None
-        if record is None or record.expired():
-            if taken:  # it expired between the two statements
-                await self.drop_lease(session_id, holder)
-            return True, None
-        return taken, record if taken else None
+        return True, schema.session_from_row(row)
 
     async def drop_lease(self, session_id: str, holder: str) -> None:
         await self._fetch(DROP_LEASE, (session_id, holder))
 
     async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
         record = outcome.record
-        params = schema.after_turn_params(outcome, session, time.time())
+        params = schema.after_turn_params(outcome, session, holder, time.time())
         try:
             # One statement writes the session and the turn and gives the lease back, or
-            # does nothing.
+            # does nothing (the lease is then dropped on the way out).
             async with self._conn() as conn:
                 cur = await conn.execute(
-                    Q(schema.COMMIT_TURN_AND_RELEASE),
-                    (*params, session.session_id, holder, *schema.turn_params(record)),
+                    Q(schema.COMMIT_TURN), (*params, *schema.turn_params(record))
                 )
         except self._psycopg.errors.UniqueViolation:
             raise ValueError(

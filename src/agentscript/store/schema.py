@@ -48,12 +48,23 @@ MIGRATIONS: list[list[str]] = [
             ON agentscript_sessions (owner, agent, session_id)""",
         """CREATE INDEX IF NOT EXISTS agentscript_sessions_expiry
             ON agentscript_sessions (expires_at)""",
-        # Per-session leases: who runs a turn of the session now (store/lease.py).
+        # Per-session leases (version 1; replaced by version 2).
         """CREATE TABLE IF NOT EXISTS agentscript_locks (
             session_id TEXT PRIMARY KEY,
             holder TEXT NOT NULL,
             until DOUBLE PRECISION NOT NULL
         )""",
+    ],
+    [
+        # A session's lease (store/lease.py: who runs a turn of it now, and until when) is
+        # on its own row: taking it reads the session in the same statement, and the turn's
+        # commit gives it back in the update it makes anyway, instead of writing and
+        # deleting a row of a table of its own each turn. The old table is dropped, so that
+        # a worker of an older agentscript still running on this store fails its turns
+        # loudly instead of taking leases nobody else reads.
+        "ALTER TABLE agentscript_sessions ADD COLUMN lease_holder TEXT",
+        "ALTER TABLE agentscript_sessions ADD COLUMN lease_until DOUBLE PRECISION",
+        "DROP TABLE IF EXISTS agentscript_locks",
     ],
 ]
 
@@ -77,9 +88,12 @@ SESSION_COLUMNS = (
 
 INSERT_SESSION = f"INSERT INTO agentscript_sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM agentscript_sessions WHERE session_id = ?"
+# The turn's commit, guarded by the turn count read under the lease; it gives the lease back
+# when it is still the committing turn's (a lease taken over meanwhile stays its taker's).
 UPDATE_AFTER_TURN = (
     "UPDATE agentscript_sessions SET state = ?, turns = turns + 1, ended = ?, escalated = ?, "
-    "updated_at = ?, expires_at = ? WHERE session_id = ? AND turns = ?"
+    "updated_at = ?, expires_at = ?, lease_holder = NULLIF(lease_holder, ?) "
+    "WHERE session_id = ? AND turns = ?"
 )
 INSERT_TURN = (
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
@@ -87,16 +101,15 @@ INSERT_TURN = (
 )
 # PostgreSQL only (SQLite has no writes in a WITH clause): a turn's commit as one statement,
 # atomic without a transaction around it. The turn row is written only if the guarded update
-# matched (else the statement reports 0 rows); the lease is given back either way.
-COMMIT_TURN_AND_RELEASE = (
-    f"WITH updated AS ({UPDATE_AFTER_TURN} RETURNING session_id), "
-    "released AS (DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?) "
+# matched (else the statement reports 0 rows, and the lease is given back on the way out).
+COMMIT_TURN = (
+    f"WITH updated AS ({UPDATE_AFTER_TURN} RETURNING session_id) "
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
     "SELECT ?, ?, ?, ?, ?, ? FROM updated"
 )
-# Deleting a session, or every expired one: its turns and lease first, the session row last
-# (whose row count is the answer). Parameters: the session id / the current time.
-_ROWS_OF_SESSIONS = ("agentscript_turns", "agentscript_locks")
+# Deleting a session, or every expired one: its turns first, the session row last (whose row
+# count is the answer). Parameters: the session id / the current time.
+_ROWS_OF_SESSIONS = ("agentscript_turns",)
 DELETE_SESSION = (
     *(f"DELETE FROM {table} WHERE session_id = ?" for table in _ROWS_OF_SESSIONS),
     "DELETE FROM agentscript_sessions WHERE session_id = ?",
@@ -147,15 +160,18 @@ def session_from_row(row: Sequence[Any]) -> SessionRecord:
     )
 
 
-def after_turn_params(outcome: TurnOutcome, session: SessionRecord, now: float) -> tuple[Any, ...]:
-    """The parameters of ``UPDATE_AFTER_TURN`` (both backends): the new state, guarded by the
-    turn count the turn started from."""
+def after_turn_params(
+    outcome: TurnOutcome, session: SessionRecord, holder: str, now: float
+) -> tuple[Any, ...]:
+    """The parameters of ``UPDATE_AFTER_TURN`` (both backends): the new state, the lease
+    given back if ``holder`` still has it, guarded by the turn count the turn started from."""
     return (
         dumps(outcome.state),
         int(outcome.ended),
         int(outcome.escalated),
         now,
         outcome.expires_at,
+        holder,
         session.session_id,
         session.turns,
     )

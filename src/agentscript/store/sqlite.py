@@ -27,17 +27,23 @@ from agentscript.store.base import (
 from agentscript.store.checkpoint import WAL_SIZE_LIMIT, Checkpointer
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, worker_of
 
-# Take a lease nobody holds, or one whose time is up; no change when a holder has it.
+# Take a session's lease when nobody holds it or its time is up; no change when a holder has
+# it, or when the session is gone or expired.
 TAKE_LEASE = (
-    "INSERT INTO agentscript_locks (session_id, holder, until) VALUES (?, ?, ?) "
-    "ON CONFLICT (session_id) DO UPDATE SET holder = excluded.holder, until = excluded.until "
-    "WHERE agentscript_locks.until <= ?"
+    "UPDATE agentscript_sessions SET lease_holder = ?, lease_until = ? WHERE session_id = ? "
+    "AND (expires_at IS NULL OR expires_at > ?) AND (lease_holder IS NULL OR lease_until <= ?)"
 )
-HOLDER_OF_LEASE = "SELECT holder FROM agentscript_locks WHERE session_id = ?"
+HOLDER_OF_LEASE = (
+    "SELECT lease_holder FROM agentscript_sessions "
+    "WHERE session_id = ? AND (expires_at IS NULL OR expires_at > ?)"
+)
 TAKE_STALE_LEASE = (
-    "UPDATE agentscript_locks SET holder = ?, until = ? WHERE session_id = ? AND holder = ?"
+    "UPDATE agentscript_sessions SET lease_holder = ?, lease_until = ? "
+    "WHERE session_id = ? AND lease_holder = ?"
 )
-DROP_LEASE = "DELETE FROM agentscript_locks WHERE session_id = ? AND holder = ?"
+DROP_LEASE = (
+    "UPDATE agentscript_sessions SET lease_holder = NULL WHERE session_id = ? AND lease_holder = ?"
+)
 
 
 class SQLiteStore:
@@ -176,9 +182,11 @@ class SQLiteStore:
         now = time.time()
         until = now + LEASE_SECONDS
         try:
-            if not db.execute(TAKE_LEASE, (session_id, holder, until, now)).rowcount:
-                row = db.execute(HOLDER_OF_LEASE, (session_id,)).fetchone()
-                if row is None:  # given back between the two statements
+            if not db.execute(TAKE_LEASE, (holder, until, session_id, now, now)).rowcount:
+                row = db.execute(HOLDER_OF_LEASE, (session_id, now)).fetchone()
+                if row is None:  # no such session, or it expired
+                    return True, None
+                if row[0] is None:  # given back between the two statements
                     return await self.take_lease(session_id, holder)
                 # Taken over if its holder is this store or a process that is gone, unless
                 # another store took it over first.
@@ -210,14 +218,14 @@ class SQLiteStore:
         record = outcome.record
         try:
             db.execute("BEGIN IMMEDIATE")
+            # The update gives the lease back; on a conflict it is dropped on the way out.
             cursor = db.execute(
                 schema.UPDATE_AFTER_TURN,
-                schema.after_turn_params(outcome, session, time.time()),
+                schema.after_turn_params(outcome, session, holder, time.time()),
             )
             if cursor.rowcount != 1:
                 raise TurnConflict(session.session_id, session.turns)
             db.execute(schema.INSERT_TURN, schema.turn_params(record))
-            db.execute(DROP_LEASE, (session.session_id, holder))
             db.execute("COMMIT")
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
