@@ -212,10 +212,14 @@ async def failing_drop(session_id: str, holder: str) -> None:
     raise StoreError("connection lost")
 
 
-def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None:
+@pytest.mark.parametrize("slow_commits_first", [False, True], ids=["taker-first", "slow-first"])
+def test_store_lease_of_another_live_store_is_waited_for(
+    api_store: str, slow_commits_first: bool
+) -> None:
     """Two stores on one database (two workers): a live holder's lease is respected; one whose
-    time ran out is taken over, and the slow holder's late commit is then a conflict, so no
-    update is lost."""
+    time ran out is taken over. Whichever of the slow holder and the taker commits second gets
+    TurnConflict, so no update is lost. A slow holder that commits first leaves the taker's
+    lease in place: giving it back would let a third turn run beside the taker's."""
 
     async def main() -> None:
         async with two_stores(api_store) as (first, second):
@@ -228,42 +232,28 @@ def test_store_lease_of_another_live_store_is_waited_for(api_store: str) -> None
                     sql, api_store, "UPDATE agentscript_sessions SET lease_until = 0"
                 )  # the lease ran out
                 async with second.lock_session("s1", 0.1) as fast:
-                    await fast.commit(outcome(1, 10))
-                with pytest.raises(TurnConflict):
-                    await slow.commit(outcome(1, 20))
-            got = await second.get_session("s1")
-            assert got is not None and got.turns == 1 and got.state["n"] == 10
-            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
-
-    asyncio.run(main())
-
-
-def test_store_late_commit_of_a_taken_over_turn_leaves_the_takers_lease(api_store: str) -> None:
-    """A slow turn whose lease ran out and was taken over may still commit first (its turn
-    count still matches): its commit must not give back the lease it no longer holds, or a
-    third turn could run beside the taker's. The taker then gets TurnConflict."""
-
-    async def main() -> None:
-        async with two_stores(api_store) as (first, second):
-            await first.create_session(record())
-            async with first.lock_session("s1", 1.0) as slow:
-                await asyncio.to_thread(
-                    sql, api_store, "UPDATE agentscript_sessions SET lease_until = 0"
-                )
-                async with second.lock_session("s1", 0.1) as fast:
-                    await slow.commit(outcome(1, 20))
-                    assert await asyncio.to_thread(sql, api_store, LEASES) == 1  # fast's
-                    holder = await asyncio.to_thread(
-                        sql, api_store, "SELECT lease_holder FROM agentscript_sessions"
-                    )
-                    assert holder == fast.holder
-                    with pytest.raises(SessionBusy):
-                        async with first.lock_session("s1", 0.05):
-                            pass
-                    with pytest.raises(TurnConflict):
+                    if slow_commits_first:
+                        await slow.commit(outcome(1, 20))
+                        holder = "SELECT lease_holder FROM agentscript_sessions"
+                        assert await asyncio.to_thread(sql, api_store, holder) == fast.holder
+                        third = store_from_url(api_store)
+                        await third.open()
+                        try:
+                            with pytest.raises(SessionBusy):
+                                async with third.lock_session("s1", 0.05):
+                                    pass
+                        finally:
+                            await third.close()
+                        with pytest.raises(TurnConflict):
+                            await fast.commit(outcome(1, 10))
+                    else:
                         await fast.commit(outcome(1, 10))
-            got = await first.get_session("s1")
-            assert got is not None and got.turns == 1 and got.state["n"] == 20
+                if not slow_commits_first:
+                    with pytest.raises(TurnConflict):
+                        await slow.commit(outcome(1, 20))
+            got = await second.get_session("s1")
+            assert got is not None and got.turns == 1
+            assert got.state["n"] == (20 if slow_commits_first else 10)
             assert await asyncio.to_thread(sql, api_store, LEASES) == 0
 
     asyncio.run(main())
