@@ -1,0 +1,101 @@
+"""The arithmetic of ``bench/serve.py``'s report: percentiles, the two overhead readings, the
+peer ratios and the CPU it reads from /proc. A wrong figure here would go into
+docs/performance.md unnoticed: the bench itself has no expected output to check."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import sys
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    # Loaded under a name of its own: ``serve`` is also this test suite's package.
+    sys.path.insert(0, str(BENCH))  # for its ``from common import ...``
+    try:
+        spec = importlib.util.spec_from_file_location("bench_serve", BENCH / "serve.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+def test_bench_percentile_is_the_value_at_its_rank(bench: ModuleType) -> None:
+    values = [float(v) for v in range(100, 0, -1)]  # unsorted on purpose
+    assert bench.pct(values, 0.5) == 51.0
+    assert bench.pct(values, 0.99) == 100.0
+    assert bench.pct([7.0], 0.99) == 7.0
+
+
+def test_bench_overheads_charge_the_delay_strictly_and_the_traced_wait_otherwise(
+    bench: ModuleType,
+) -> None:
+    # 105 ms turns with two 50 ms model calls that the server saw take 101 ms in all.
+    measured = [(0.105, 2, 0.101)] * 10 + [(0.125, 2, 0.101)]
+    got = bench.overheads(measured, 0.05)
+    assert got["p50"] == pytest.approx(5.0)
+    assert got["traced_p50"] == pytest.approx(4.0)
+    assert got["p99"] == pytest.approx(25.0)  # the slow turn
+    assert got["traced_p99"] == pytest.approx(24.0)
+
+
+def row(cpu: float, db: float, tps: float, p50: float, traced: float) -> dict[str, float]:
+    return {
+        "cpu_ms": cpu,
+        "db_cpu_ms": db,
+        "tps": tps,
+        "p50": p50,
+        "traced_p50": traced,
+        "open_p99": 2 * p50,
+        "open_traced_p99": 2 * traced,
+    }
+
+
+def test_bench_peer_ratios_divide_the_peers_figures_by_ours(bench: ModuleType) -> None:
+    rows = {
+        ("langgraph", "sqlite", 1): row(22.0, 0.0, 40, 30.0, 12.0),
+        ("openai-lean", "sqlite", 1): row(2.0, 0.0, 400, 6.0, 3.0),
+        ("langgraph", "postgresql", 1): row(24.0, 3.0, 30, 30.0, 12.0),
+        ("openai-lean", "postgresql", 1): row(2.5, 0.5, 330, 7.5, 4.0),
+        # The in-process stand-in does less work than the peer: never in the ratios.
+        ("standin", "sqlite", 1): row(1.0, 0.0, 900, 1.0, 1.0),
+    }
+    out = io.StringIO()
+    with redirect_stdout(out):
+        bench.print_peer_ratios(rows)
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("| openai")]
+    assert len(lines) == 2
+    sqlite, postgresql = (line.split(" | ") for line in lines)
+    assert sqlite[3:6] == ["22.0, 2.0, 11.0x", "(same)", "40, 400, 10.0x"]
+    assert sqlite[6:8] == ["30.0, 6.0, 5.0x", "12.0, 3.0, 4.0x"]
+    # PostgreSQL: the second cell adds each side's database CPU (27 / 3).
+    assert postgresql[3:6] == ["24.0, 2.5, 9.6x", "27.0, 3.0, 9.0x", "30, 330, 11.0x"]
+    assert postgresql[8:] == ["60.0, 15.0", "24.0, 8.0 |"]
+    assert "standin" not in out.getvalue()
+
+
+def test_bench_reads_the_cpu_of_the_processes_it_asks_for(bench: ModuleType) -> None:
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # some CPU of this process to read
+        pass
+    mine = os.times()
+    read = bench.processes_cpu(lambda pid, _fields: pid == str(os.getpid()))
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert read == pytest.approx(mine.user + mine.system, abs=3 * tick)
+    assert bench.group_cpu(os.getpgrp()) >= read
+    # No database, or one no backend serves: nothing to count.
+    assert bench.database_cpu(None) == 0.0
+    assert bench.database_cpu("agentscript_no_such_database") == 0.0
