@@ -4,33 +4,20 @@ docs/performance.md unnoticed: the bench itself has no expected output to check.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
-import sys
 import time
 from contextlib import redirect_stdout
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from fakes.bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    # Loaded under a name of its own: ``serve`` is also this test suite's package.
-    sys.path.insert(0, str(BENCH))  # for its ``from common import ...``
-    try:
-        spec = importlib.util.spec_from_file_location("bench_serve", BENCH / "serve.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return load_bench_script("serve.py", "bench_serve")
 
 
 def test_bench_percentile_is_the_value_at_its_rank(bench: ModuleType) -> None:

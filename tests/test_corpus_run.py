@@ -33,6 +33,7 @@ from agentscript.engine.program import json_schema_of
 from agentscript.engine.session import Agent, Reply
 from agentscript.models.base import ModelRequest, ModelResponse, TextSink, ToolCall
 from conformance import FIXTURES_DIR, fixture_files
+from fakes.bench_scripts import load_bench_script
 
 FIXTURES = fixture_files()
 pytestmark = pytest.mark.skipif(not FIXTURES, reason="conformance corpus not available")
@@ -245,17 +246,10 @@ def test_most_start_agents_offer_a_tool() -> None:
 
 def test_turn_benchmark_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     """bench/turn.py runs (its agents play their turns without error); no timing is checked."""
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
     try:
-        spec = importlib.util.spec_from_file_location("_bench_turn", bench / "turn.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up by name
-        spec.loader.exec_module(module)
+        module = load_bench_script("turn.py", "_bench_turn")
         assert module.main(["--quick"]) == 0
     finally:
-        sys.path.remove(str(bench))
         sys.modules.pop("_bench_turn", None)
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
     assert rows["seed002"][1] == "2"  # LLM iterations per turn
