@@ -28,6 +28,7 @@ from agentscript.store import (
 from agentscript.store import lease as lease_module
 
 from .conftest import pg_reset
+from .harness import LEASES
 
 
 def run(url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
@@ -354,9 +355,6 @@ def test_store_gives_back_a_failed_give_back_before_its_next_turn(
     asyncio.run(main())
 
 
-LEASES = "SELECT COUNT(*) FROM agentscript_sessions WHERE lease_holder IS NOT NULL"
-
-
 def sql(url: str, statement: str) -> Any:
     """Run one statement on a SQL store's database over a connection of its own; the first
     value of its first row, if it returns any."""
@@ -488,7 +486,13 @@ def test_a_store_of_schema_version_1_is_migrated_with_its_sessions(api_store: st
             await store.create_session(record())
 
         run(api_store, at_version_1)
-    # A lease left behind in the old table by a worker of that version.
+    # A turn that version committed, and a lease it left behind in its own table.
+    sql(
+        api_store,
+        "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, "
+        "created_at) VALUES ('s1', 1, 'k', '{\"turn\": 1}', '{\"steps\": [1]}', 0)",
+    )
+    sql(api_store, "UPDATE agentscript_sessions SET turns = 1")
     sql(
         api_store,
         "INSERT INTO agentscript_locks (session_id, holder, until) VALUES ('s1', 'x:y', 1e12)",
@@ -496,13 +500,16 @@ def test_a_store_of_schema_version_1_is_migrated_with_its_sessions(api_store: st
     assert sql(api_store, "SELECT value FROM agentscript_meta") == "1"
 
     async def upgraded(store: Store) -> int:
+        first = await store.find_turn("s1", "k")
+        assert first is not None and first.trace == {"steps": [1]}
         async with store.lock_session("s1", 0.5) as lock:
-            await lock.commit(outcome(1, 5))
+            await lock.commit(outcome(2, 5))
         got = await store.get_session("s1")
         assert got is not None and got.state["n"] == 5
+        assert [t.turn for t in await store.list_turns("s1")] == [1, 2]
         return got.turns
 
-    assert run(api_store, upgraded) == 1
+    assert run(api_store, upgraded) == 2
     assert sql(api_store, "SELECT value FROM agentscript_meta") == str(len(schema.MIGRATIONS))
     assert sql(api_store, LEASES) == 0
     with pytest.raises(Exception, match="agentscript_locks"):
