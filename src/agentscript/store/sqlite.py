@@ -225,7 +225,7 @@ class SQLiteStore:
             )
             if cursor.rowcount != 1:
                 raise TurnConflict(session.session_id, session.turns)
-            db.execute(schema.INSERT_TURN, schema.turn_params(record))
+            db.execute(schema.INSERT_TURN, schema.turn_params(record, packed_trace=True))
             db.execute("COMMIT")
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
