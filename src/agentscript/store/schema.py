@@ -17,6 +17,9 @@ from agentscript import jsontext
 from agentscript.store.base import SessionRecord, StoreError, TurnOutcome, TurnRecord
 
 SCHEMA_VERSION_KEY = "schema_version"
+# zlib's fastest level for a packed trace (``pack_trace``): about 14 us for a 2 kB trace, within
+# 5 % of the size the default level gives.
+TRACE_PACK_LEVEL = 1
 
 MIGRATIONS: list[list[str]] = [
     [
@@ -211,19 +214,15 @@ def turn_from_row(row: Sequence[Any]) -> TurnRecord:
 
 def pack_trace(trace: dict[str, Any]) -> bytes:
     """A trace as the SQLite store keeps it: its JSON, deflated. A trace is the bulk of a turn
-    row and is written once and seldom read; packed, a typical one takes a third of its text's
-    bytes, and its row then shares a page with others instead of filling one or spilling over
-    (PostgreSQL compresses a large value itself, so it gets the text)."""
+    row and is written once and seldom read; packed, a typical one takes about 40 % of its
+    text's bytes, and its row then shares a page with others instead of filling one or
+    spilling over (PostgreSQL compresses a large value itself, so it gets the text)."""
     return zlib.compress(jsontext.dumps_bytes(trace), TRACE_PACK_LEVEL)
 
 
 def unpack_trace(stored: str | bytes) -> str | bytes:
     """A stored trace's JSON: text as it is, a packed one (bytes) inflated."""
     return zlib.decompress(stored) if isinstance(stored, bytes) else stored
-
-
-# zlib's fastest level: about 14 us for a 2 kB trace, within 5 % of the size of the default's.
-TRACE_PACK_LEVEL = 1
 
 
 def dumps(value: Any) -> str:
