@@ -8,7 +8,8 @@ and sending it 5 turns, again and again, and prints every ``--window`` seconds t
 that window, the server's CPU per turn (every thread of it, the SQLite checkpointer's
 included) and the size of the store on disk (SQLite: the database file and its WAL;
 PostgreSQL: the database). The reference is the run's own first window: the last line gives
-the last window's turns/s as a ratio of the first's.
+the last window's turns/s as a ratio of the first's. After the run it prints the store's size a
+turn at rest (its logs folded in): the disk a deployment needs per turn it keeps.
 
     .venv/bin/python bench/sustained.py                       # SQLite and PostgreSQL, 40 s each
     .venv/bin/python bench/sustained.py --stores sqlite --seconds 120
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import tempfile
 import time
@@ -45,6 +47,37 @@ def store_bytes(store: str) -> dict[str, int]:
     with psycopg.connect(store) as conn:
         row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
     return {"db": int(row[0]) if row else 0}
+
+
+def at_rest(store: str) -> str:
+    """What the store holds a turn once the run is over and its logs are folded in (SQLite: a
+    checkpoint that empties the WAL; PostgreSQL: a VACUUM, then its tables, indexes and TOAST):
+    the disk a deployment needs per turn it keeps."""
+    if store.startswith("sqlite:///"):
+        import sqlite3
+
+        path = store.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            turns = db.execute("SELECT COUNT(*) FROM agentscript_turns").fetchone()[0]
+        size = Path(path).stat().st_size
+        where = "the database file after a checkpoint"
+    else:
+        import psycopg
+
+        with psycopg.connect(store, autocommit=True) as conn:
+            conn.execute("VACUUM")
+            turns = conn.execute("SELECT COUNT(*) FROM agentscript_turns").fetchone()[0]
+            row = conn.execute(
+                "SELECT SUM(pg_total_relation_size(oid)) FROM pg_class "
+                "WHERE relkind = 'r' AND relname LIKE 'agentscript%'"
+            ).fetchone()
+        size = int(row[0] or 0)
+        where = "its tables, indexes and TOAST after a VACUUM"
+    return (
+        f"at rest: {size / 1e6:.1f} MB for {turns:,} turns, {size / max(1, turns) / 1e3:.2f} kB "
+        f"a turn ({where})"
+    )
 
 
 async def hold(
@@ -138,6 +171,7 @@ def main() -> None:
                     )
                 finally:
                     server.stop()
+                print(f"\n{at_rest(store)}")
             finally:
                 if store_kind == "postgresql":
                     bench.pg_database(name, False)
