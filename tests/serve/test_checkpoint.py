@@ -16,6 +16,10 @@ from agentscript.store.base import SessionRecord, TurnOutcome, TurnRecord
 from agentscript.store.checkpoint import Checkpointer
 from agentscript.store.sqlite import SQLiteStore
 
+# The thresholds in frames of the pages of a store SQLite creates (a checkpointer's default).
+CATCH_UP_FRAMES = checkpoint.CATCH_UP_BYTES // checkpoint.PAGE_SIZE
+RESTART_FRAMES = checkpoint.RESTART_BYTES // checkpoint.PAGE_SIZE
+
 
 class ScriptedLog:
     """A connection whose checkpoints report a log that grows by ``growth`` frames between
@@ -37,34 +41,34 @@ class ScriptedLog:
 
 
 def test_a_short_log_gets_one_pass_a_round() -> None:
-    short = ScriptedLog(start=checkpoint.CATCH_UP_FRAMES - 10, growth=5)
+    short = ScriptedLog(start=CATCH_UP_FRAMES - 10, growth=5)
     checkpointer = Checkpointer(Path("unused.db"))
     checkpointer.checkpoint(short)  # type: ignore[arg-type]
     assert short.modes == ["PASSIVE"]
     checkpointer.checkpoint(short)  # type: ignore[arg-type]
     assert short.modes == ["PASSIVE"] * 2
-    assert checkpointer.frames == checkpoint.CATCH_UP_FRAMES - 5
+    assert checkpointer.frames == CATCH_UP_FRAMES - 5
 
 
 def test_a_long_log_round_ends_once_a_pass_finds_nothing_new() -> None:
-    quiet = ScriptedLog(start=checkpoint.CATCH_UP_FRAMES, growth=0)
+    quiet = ScriptedLog(start=CATCH_UP_FRAMES, growth=0)
     checkpointer = Checkpointer(Path("unused.db"))
     checkpointer.checkpoint(quiet)  # type: ignore[arg-type]  # learns how long the log is
     checkpointer.checkpoint(quiet)  # type: ignore[arg-type]
     assert quiet.modes == ["PASSIVE"] * 3
     assert checkpointer.caught_up == 1 and checkpointer.restarts == 0
-    assert checkpointer.frames == checkpoint.CATCH_UP_FRAMES
+    assert checkpointer.frames == CATCH_UP_FRAMES
 
 
 def test_a_checkpoint_round_that_never_catches_up_restarts_a_long_log_only() -> None:
-    below = ScriptedLog(start=checkpoint.CATCH_UP_FRAMES, growth=10)
+    below = ScriptedLog(start=CATCH_UP_FRAMES, growth=10)
     checkpointer = Checkpointer(Path("unused.db"))
     checkpointer.checkpoint(below)  # type: ignore[arg-type]
     checkpointer.checkpoint(below)  # type: ignore[arg-type]
     assert below.modes == ["PASSIVE"] * (1 + checkpoint.CATCH_UP_PASSES)
     assert checkpointer.restarts == 0 and checkpointer.caught_up == 0
 
-    long = ScriptedLog(start=checkpoint.RESTART_FRAMES, growth=10)
+    long = ScriptedLog(start=RESTART_FRAMES, growth=10)
     checkpointer = Checkpointer(Path("unused.db"))
     checkpointer.checkpoint(long)  # type: ignore[arg-type]
     assert long.modes == ["PASSIVE", "RESTART"]  # a log found that long: no passes to try
@@ -129,7 +133,7 @@ def test_sqlite_log_restarts_though_writes_arrived_during_a_pass(
     """A pass reports the log it began with as all copied, so one pass a round (``passes=1``,
     the old checkpointer) left the frames written meanwhile uncopied and the log never
     restarted under steady load. The round goes on until a pass finds nothing new."""
-    monkeypatch.setattr(checkpoint, "CATCH_UP_FRAMES", 0)  # whatever the log's length
+    monkeypatch.setattr(checkpoint, "CATCH_UP_BYTES", 0)  # whatever the log's length
     monkeypatch.setattr(checkpoint, "CATCH_UP_PASSES", passes)
     path = tmp_path / "s.db"
     with (
@@ -161,7 +165,7 @@ def test_sqlite_restart_checkpoint_makes_the_next_write_start_the_log_again(
 ) -> None:
     """What a round falls back on when writes never leave a gap: its RESTART checkpoint, run
     here against real SQLite with the passes unable to tell they caught up (one a round)."""
-    monkeypatch.setattr(checkpoint, "RESTART_FRAMES", 50)
+    monkeypatch.setattr(checkpoint, "RESTART_BYTES", 50 * checkpoint.PAGE_SIZE)  # 50 frames
     monkeypatch.setattr(checkpoint, "CATCH_UP_PASSES", 1)
     path = tmp_path / "s.db"
 
@@ -194,3 +198,37 @@ async def _steady_turns_of(store: SQLiteStore, sid: str, turns: int) -> None:
     for turn in range(1, turns + 1):
         async with store.lock_session(sid, 1.0) as lock:
             await lock.commit(_outcome(sid, turn))
+
+
+@pytest.mark.parametrize("made_with", [None, 4096], ids=["new", "made-with-4-KiB-pages"])
+def test_sqlite_store_pages_are_8_kib_when_new_and_its_own_when_older(
+    tmp_path: Path, made_with: int | None
+) -> None:
+    """A store SQLite creates gets 8 KiB pages (a 2-3 kB turn row no longer takes a 4 KiB page
+    of its own); a store made before keeps its page size, turns go on in it, and its
+    checkpointer counts the log in frames of that size."""
+    path = tmp_path / "s.db"
+    if made_with is not None:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute(f"PRAGMA page_size={made_with}")
+            db.execute("CREATE TABLE made_before (id INTEGER)")
+
+    expected = made_with or checkpoint.PAGE_SIZE
+
+    async def body() -> int:
+        store = SQLiteStore(path)
+        await store.open()
+        try:
+            await _steady_turns_of(store, "s", 3)
+            for _ in range(100):  # the checkpointer's thread reads the page size as it starts
+                if store.checkpointer.page_size == expected:
+                    break
+                await asyncio.sleep(0.01)
+            return store.checkpointer.frames_of(checkpoint.CATCH_UP_BYTES)
+        finally:
+            await store.close()
+
+    assert asyncio.run(body()) == checkpoint.CATCH_UP_BYTES // expected
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA page_size").fetchone()[0] == expected
+        assert db.execute("SELECT COUNT(*) FROM agentscript_turns").fetchone()[0] == 3

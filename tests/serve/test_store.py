@@ -518,9 +518,9 @@ def test_a_store_of_schema_version_1_is_migrated_with_its_sessions(api_store: st
 
 
 def test_store_trace_is_kept_packed_in_sqlite_and_as_text_in_postgresql(api_store: str) -> None:
-    """SQLite keeps a trace deflated (schema version 3: a turn row a third of the size, so it
-    shares its page instead of filling one); PostgreSQL keeps the JSON text, which it
-    compresses itself. Either way the trace reads back exactly, every character included."""
+    """SQLite keeps a trace deflated (schema version 3: the bulk of a turn row, packed to about
+    40 % of its text); PostgreSQL keeps the JSON text, which it compresses itself. Either way
+    the trace reads back exactly, every character included."""
     steps = [
         {"kind": "llm", "text": f"Bonjour {n} \u2014 caf\u00e9 \u2615 \ud800 \U0001f600"}
         for n in range(60)

@@ -16,10 +16,10 @@ steady load more have arrived by the time it ends, and SQLite starts the log aga
 beginning only when a write begins while all of it is in the database file. One pass every
 quarter second never got there: at saturation the log grew by about 40 MB a second (4.9 GB
 after 120 s, the disk's to fill) and the server's CPU per turn rose about 30 % as it grew.
-Once the log passes ``CATCH_UP_FRAMES``, a round repeats the checkpoint until a pass finds
+Once the log passes ``CATCH_UP_BYTES``, a round repeats the checkpoint until a pass finds
 nothing new since the one before (a few passes at most; each copies only what arrived during
 the one before), which lets the next write restart the log. A server so busy that its writes
-never leave such a gap gets a RESTART checkpoint once its log passes ``RESTART_FRAMES``
+never leave such a gap gets a RESTART checkpoint once its log passes ``RESTART_BYTES``
 (writes wait for it, a few ms). The store's connection cuts the log file back to
 ``journal_size_limit`` when it restarts, so a burst that grew it does not keep the disk
 space.
@@ -45,15 +45,20 @@ CATCH_UP_PASSES = 5
 # Bytes of log file kept when a write restarts the log (``journal_size_limit``): far above
 # what a quarter second of turns writes, so a steady server never cuts and regrows it.
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
-# A log this long (frames of 4 KiB pages: 64 MiB) that the passive passes could not catch up
-# with gets one RESTART checkpoint: new writes wait while it copies what the passes left
-# (1-9 ms measured), and the next write starts the log again. Only a server saturated with
-# writes gets there; below that the passive passes catch up.
-RESTART_FRAMES = WAL_SIZE_LIMIT // 4096
-# A round repeats its pass only once the log is this long (frames of 4 KiB: 16 MiB), so the
-# log restarts every few seconds under load rather than every round: each pass that copies
-# something syncs both files.
-CATCH_UP_FRAMES = 4096
+# A log this long (64 MiB of frames) that the passive passes could not catch up with gets one
+# RESTART checkpoint: new writes wait while it copies what the passes left (1-9 ms measured),
+# and the next write starts the log again. Only a server saturated with writes gets there;
+# below that the passive passes catch up.
+RESTART_BYTES = WAL_SIZE_LIMIT
+# A round repeats its pass only once the log is this long (16 MiB), so the log restarts every
+# few seconds under load rather than every round: each pass that copies something syncs both
+# files.
+CATCH_UP_BYTES = 16 * 1024 * 1024
+# The page size of a store SQLite creates (sqlite.py; a store keeps the one it was made with,
+# and the checkpointer counts its log in frames of that size). A turn row holds 2-3 kB: two
+# never fit a 4 KiB page, so each took a page of its own, half of it empty; 8 KiB pages hold
+# three (docs/performance.md, session 15).
+PAGE_SIZE = 8192
 
 
 class Checkpointer:
@@ -62,9 +67,10 @@ class Checkpointer:
     def __init__(self, path: Path, interval: float = DEFAULT_INTERVAL) -> None:
         self.path = path
         self.interval = interval
+        self.page_size = PAGE_SIZE  # the file's own, read when the thread connects
         self.frames = 0  # log frames copied into the database file so far
         self.caught_up = 0  # rounds that ended with the whole log in the database file
-        self.restarts = 0  # rounds that had to make writers wait (RESTART_FRAMES)
+        self.restarts = 0  # rounds that had to make writers wait (RESTART_BYTES)
         self.failed = 0  # checkpoints that raised (the next one tries again)
         self._backfilled = 0  # frames of the current log copied when last seen
         self._stop = threading.Event()
@@ -88,6 +94,7 @@ class Checkpointer:
         db = sqlite3.connect(self.path, isolation_level=None)
         try:
             db.execute("PRAGMA busy_timeout=1000")
+            self.page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
             while not self._stop.wait(self.interval):
                 try:
                     self.checkpoint(db)
@@ -101,7 +108,7 @@ class Checkpointer:
         """One round: passive checkpoints until the whole log is in the database file (or
         ``CATCH_UP_PASSES`` ran)."""
         seen = -1
-        passes = CATCH_UP_PASSES if self._backfilled >= CATCH_UP_FRAMES else 1
+        passes = CATCH_UP_PASSES if self._backfilled >= self.frames_of(CATCH_UP_BYTES) else 1
         for _ in range(passes):
             log = self._pass(db, "PASSIVE")
             # A pass reports the log as it was when the pass began, so "all copied" means
@@ -110,10 +117,14 @@ class Checkpointer:
                 self.caught_up += 1
                 return
             seen = log
-        if seen >= RESTART_FRAMES:
+        if seen >= self.frames_of(RESTART_BYTES):
             # Writes never paused long enough: make them wait for the rest of this one.
             self._pass(db, "RESTART")
             self.restarts += 1
+
+    def frames_of(self, size: int) -> int:
+        """How many frames of this store's log hold ``size`` bytes of pages."""
+        return size // self.page_size
 
     def _pass(self, db: sqlite3.Connection, mode: str) -> int:
         """One checkpoint; the frames the log held when it began."""

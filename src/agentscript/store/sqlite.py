@@ -24,7 +24,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
-from agentscript.store.checkpoint import WAL_SIZE_LIMIT, Checkpointer
+from agentscript.store.checkpoint import PAGE_SIZE, WAL_SIZE_LIMIT, Checkpointer
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, worker_of
 
 # Take a session's lease when nobody holds it or its time is up; no change when a holder has
@@ -69,6 +69,8 @@ class SQLiteStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # Takes effect on a new file only (a store keeps the page size it was made with).
+            db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # durable at each WAL checkpoint; see docs
             db.execute("PRAGMA busy_timeout=5000")
