@@ -94,7 +94,9 @@ class Checkpointer:
         db = sqlite3.connect(self.path, isolation_level=None)
         try:
             db.execute("PRAGMA busy_timeout=1000")
-            self.page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+            # Unreadable (it never was so far): the default, rather than a thread that died.
+            with contextlib.suppress(sqlite3.Error):
+                self.page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
             while not self._stop.wait(self.interval):
                 try:
                     self.checkpoint(db)
