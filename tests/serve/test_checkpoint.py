@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,41 @@ def test_sqlite_store_pages_are_8_kib_when_new_and_its_own_when_older(
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA page_size").fetchone()[0] == expected
         assert db.execute("SELECT COUNT(*) FROM agentscript_turns").fetchone()[0] == 3
+
+
+def test_checkpointer_that_cannot_read_the_page_size_still_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page size is read as the thread connects; a failure there keeps the default instead
+    of ending the thread, whose checkpoints keep the log bounded."""
+    connect = sqlite3.connect
+
+    class NoPageSize:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db = db
+
+        def execute(self, sql: str) -> sqlite3.Cursor:
+            if sql == "PRAGMA page_size":
+                raise sqlite3.OperationalError("disk I/O error")
+            return self.db.execute(sql)
+
+        def close(self) -> None:
+            self.db.close()
+
+    monkeypatch.setattr(checkpoint.sqlite3, "connect", lambda *a, **k: NoPageSize(connect(*a, **k)))
+    path = tmp_path / "s.db"
+    with contextlib.closing(connect(path, isolation_level=None)) as writer:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("CREATE TABLE t (body TEXT)")
+        writer.execute("INSERT INTO t VALUES (?)", ("x" * 5000,))
+        checkpointer = Checkpointer(path, interval=0.01)
+        checkpointer.start()
+        try:
+            for _ in range(300):
+                if checkpointer.frames:
+                    break
+                time.sleep(0.01)
+        finally:
+            checkpointer.stop()
+    assert checkpointer.frames > 0 and checkpointer.page_size == checkpoint.PAGE_SIZE
