@@ -53,12 +53,14 @@ class SendMessage(BaseModel):
 
 
 def log_failure(exc: BaseException, code: str, message: str) -> None:
-    """Log what the operator must see: the server's own failures and an unreachable store (the
-    message names the store, its password masked)."""
+    """Log what the operator must see: the server's own failures, an unreachable store (the
+    message names the store, its password masked) and a stored row that cannot be read."""
     if code == "internal":
         log.error("internal error: %s: %s", type(exc).__name__, exc)
     elif code == "store_unavailable":
         log.error("store unavailable: %s", message)
+    elif code == "session_damaged":
+        log.error("damaged record: %s", message)
 
 
 def _error_response(exc: BaseException) -> JSONResponse:

@@ -7,7 +7,7 @@ Every error body is ``{"error": {"code": ..., "message": ...}}``. Routes raise
 
 from __future__ import annotations
 
-from agentscript.store import SessionBusy, SessionGone, StoreError, TurnConflict
+from agentscript.store import DamagedRecord, SessionBusy, SessionGone, StoreError, TurnConflict
 
 
 class ApiError(Exception):
@@ -39,6 +39,8 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
     IncompatibleSession: (409, "session_incompatible"),
     DuplicateKey: (409, "idempotency_key_reused"),
     StoreError: (503, "store_unavailable"),
+    # The server's own data, not the caller's mistake: a 500, but one that says which row.
+    DamagedRecord: (500, "session_damaged"),
 }
 
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from agentscript.actions.context import IDEMPOTENCY_KEY
 from agentscript.engine.session import Session
@@ -30,6 +30,7 @@ from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSessio
 from agentscript.server.live import LiveSessions
 from agentscript.server.metrics import Metrics
 from agentscript.store import (
+    DamagedRecord,
     SessionGone,
     SessionRecord,
     Store,
@@ -160,9 +161,11 @@ class SessionService:
         return record
 
     def view(self, record: SessionRecord) -> dict[str, Any]:
+        readable(record)
         state = record.state
         pending = state.get("pending_confirmation")
-        mantle = (state.get("extra") or {}).get("mantle") or {}
+        extra = state.get("extra")
+        mantle = (extra.get("mantle") if isinstance(extra, dict) else None) or {}
         stack = mantle.get("stack") if isinstance(mantle, dict) else None
         return {
             "session_id": record.session_id,
@@ -170,7 +173,11 @@ class SessionService:
             "turns": record.turns,
             "variables": state.get("variables") or {},
             "node": state.get("current_node"),
-            "skill_stack": [f.get("skill") for f in stack] if isinstance(stack, list) else None,
+            "skill_stack": (
+                [f.get("skill") if isinstance(f, dict) else None for f in stack]
+                if isinstance(stack, list)
+                else None
+            ),
             "ended": record.ended,
             "escalated": record.escalated,
             "pending_confirmation": pending,
@@ -216,18 +223,7 @@ class SessionService:
         turns = await self.store.list_turns(session_id)
         return {
             "session_id": session_id,
-            "turns": [
-                {
-                    "turn": t.turn,
-                    "user": t.result.get("user"),
-                    "response": t.result.get("response"),
-                    "node": t.result.get("node"),
-                    "error": t.result.get("error"),
-                    "created_at": t.created_at,
-                    "trace_url": trace_url(session_id, t.turn),
-                }
-                for t in turns
-            ],
+            "turns": [turn_line(t) for t in turns],
         }
 
     async def trace(self, owner: str, session_id: str, turn: int) -> dict[str, Any]:
@@ -235,7 +231,7 @@ class SessionService:
         found = await self.store.get_turn(session_id, turn)
         if found is None:
             raise ApiError(404, "turn_not_found", f"session {session_id} has no turn {turn}")
-        return found.trace
+        return readable(found, "trace").trace
 
     # ------------------------------------------------------------------ turns
 
@@ -310,9 +306,15 @@ class SessionService:
                 # Another worker may have committed this key while we waited for the lock.
                 found = await self.store.find_turn(session_id, key)
                 if found is not None:
+                    result = _result(found)
                     if hooks.on_start:
                         hooks.on_start()
-                    return _result(found)
+                    return result
+            if record.damaged:
+                # Refused on every worker alike, even one that still keeps the session live:
+                # the row stays as found until the operator repairs or deletes it.
+                self.live.drop(session_id)
+                readable(record)
             session = self.live.take(record)
             self.metrics.session_loads["restored" if session is None else "kept"] += 1
             if session is None:
@@ -403,7 +405,41 @@ def trace_url(session_id: str, turn: int) -> str:
 
 
 def _result(found: TurnRecord) -> dict[str, Any]:
-    return dict(found.result)
+    return dict(readable(found, "result").result)
+
+
+def turn_line(turn: TurnRecord) -> dict[str, Any]:
+    """A turn's line in ``GET /v1/sessions/{id}/turns``; a turn whose stored result cannot be
+    read is listed with ``damaged`` saying why, so the other turns stay listed."""
+    line = {
+        "turn": turn.turn,
+        "user": turn.result.get("user"),
+        "response": turn.result.get("response"),
+        "node": turn.result.get("node"),
+        "error": turn.result.get("error"),
+        "created_at": turn.created_at,
+        "trace_url": trace_url(turn.session_id, turn.turn),
+    }
+    if "result" in turn.damaged:
+        line["damaged"] = str(damage(turn, "result"))
+    return line
+
+
+@overload
+def readable(record: SessionRecord, column: str = "state") -> SessionRecord: ...
+@overload
+def readable(record: TurnRecord, column: str) -> TurnRecord: ...
+def readable(record: SessionRecord | TurnRecord, column: str = "state") -> Any:
+    """``record``, unless the part of it the caller uses (``column``) could not be read from
+    the store: then :class:`DamagedRecord`, which names the session, turn and reason."""
+    if column in record.damaged:
+        raise damage(record, column)
+    return record
+
+
+def damage(record: SessionRecord | TurnRecord, column: str) -> DamagedRecord:
+    turn = record.turn if isinstance(record, TurnRecord) else None
+    return DamagedRecord(record.session_id, column, record.damaged[column], turn)
 
 
 async def purge_loop(store: Store, every: float) -> None:  # pragma: no cover - timing loop

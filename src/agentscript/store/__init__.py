@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agentscript.store.base import (
     STORE_FORMAT,
+    DamagedRecord,
     SessionBusy,
     SessionGone,
     SessionLock,
@@ -52,6 +53,7 @@ def store_from_url(url: str | None, *, max_connections: int | None = None) -> St
 __all__ = [
     "DEFAULT_STORE",
     "STORE_FORMAT",
+    "DamagedRecord",
     "MemoryStore",
     "SessionBusy",
     "SessionGone",

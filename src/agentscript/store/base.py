@@ -60,6 +60,30 @@ class TurnConflict(Exception):
 
 
 @dataclass
+class DamagedRecord(Exception):
+    """A stored row whose JSON (or packed trace) cannot be read: damaged on disk or written by
+    hand. Stores never raise it; they mark the record (``damaged``) and the service refuses to
+    use the damaged part, so the rest of the session (its listing, other turns, its deletion)
+    keeps working and the row stays as it was found."""
+
+    def __init__(self, session_id: str, column: str, reason: str, turn: int | None = None) -> None:
+        if turn is None:  # the session cannot go on
+            message = (
+                f"session {session_id}: its stored state cannot be read ({reason}); it is kept "
+                "as found for the operator; start a new session, or delete this one"
+            )
+        else:  # one turn's record; the session goes on
+            message = (
+                f"session {session_id}: the stored {column} of turn {turn} cannot be read "
+                f"({reason}); it is kept as found for the operator"
+            )
+        super().__init__(message)
+        self.session_id = session_id
+        self.column = column
+        self.turn = turn
+
+
+@dataclass
 class SessionRecord:
     """One stored session. ``state`` is ``Session.to_json()`` (tagged with its own format)."""
 
@@ -78,6 +102,8 @@ class SessionRecord:
     # ``state`` as the store holds it (JSON text), when read from a store: restoring from the
     # text needs no walk of the parsed copy (engine/restore.py ``decode``).
     state_text: str | None = field(default=None, compare=False, repr=False)
+    # Columns of the stored row that could not be read, with why (``state`` is then ``{}``).
+    damaged: dict[str, str] = field(default_factory=dict, compare=False)
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or time.time())
@@ -93,6 +119,9 @@ class TurnRecord:
     trace: dict[str, Any]
     idempotency_key: str | None = None
     created_at: float = field(default_factory=time.time)
+    # Columns of the stored row that could not be read (``result``, ``trace``: then ``{}``),
+    # with why.
+    damaged: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass

@@ -167,7 +167,15 @@ class Leases:
         holder = f"{await self._backend.worker()}:{uuid.uuid4().hex}"
         pause = POLL_SECONDS
         while True:
-            taken, record = await self._backend.take_lease(session_id, holder)
+            try:
+                taken, record = await self._backend.take_lease(session_id, holder)
+            except StoreError:
+                raise  # the database failed; this store takes its own lease back at once
+            except BaseException:
+                # Perhaps taken, then the row could not be read or the turn was cancelled (a
+                # shutdown): no turn will run under it, so it goes back now, not when it expires.
+                await self._give_back(session_id, holder)
+                raise
             if taken:
                 if record is None:
                     raise SessionGone(session_id)

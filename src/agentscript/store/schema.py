@@ -154,14 +154,17 @@ def session_params(record: SessionRecord) -> tuple[Any, ...]:
 
 
 def session_from_row(row: Sequence[Any]) -> SessionRecord:
+    damaged: dict[str, str] = {}
     return SessionRecord(
         session_id=row[0],
         agent=row[1],
         owner=row[2],
         agent_version=row[3],
         format=row[4],
-        state=json.loads(row[5]),
-        state_text=row[5],
+        state=json_object(row[5], "state", damaged),
+        # Restoring reads the text itself; a value stored as bytes is restored from ``state``.
+        state_text=row[5] if type(row[5]) is str and not damaged else None,
+        damaged=damaged,
         turns=int(row[6]),
         ended=bool(row[7]),
         escalated=bool(row[8]),
@@ -202,14 +205,49 @@ def turn_params(record: TurnRecord, *, packed_trace: bool = False) -> tuple[Any,
 
 
 def turn_from_row(row: Sequence[Any]) -> TurnRecord:
+    damaged: dict[str, str] = {}
+    try:
+        trace_text: str | bytes = unpack_trace(row[4])
+    except zlib.error as exc:
+        damaged["trace"] = f"not a deflated trace: {exc}"
+        trace_text = "{}"
     return TurnRecord(
         session_id=row[0],
         turn=int(row[1]),
         idempotency_key=row[2],
-        result=json.loads(row[3]),
-        trace=json.loads(unpack_trace(row[4])),
+        result=json_object(row[3], "result", damaged),
+        trace=json_object(trace_text, "trace", damaged),
         created_at=float(row[5]),
+        damaged=damaged,
     )
+
+
+def json_object(text: str | bytes, column: str, damaged: dict[str, str]) -> dict[str, Any]:
+    """A column's JSON object; ``{}`` when the stored text is not one, with why under
+    ``damaged[column]`` (a row damaged on disk or written by hand must not make the rows
+    around it unreadable). The reason quotes none of the text: it reaches API clients."""
+    try:
+        value = json.loads(text)
+    except UnicodeDecodeError:
+        damaged[column] = "not UTF-8 text"
+        return {}
+    except json.JSONDecodeError as exc:
+        damaged[column] = f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        return {}
+    if type(value) is not dict:
+        damaged[column] = f"JSON {JSON_TYPES.get(type(value), 'value')}, not an object"
+        return {}
+    return value
+
+
+JSON_TYPES = {
+    type(None): "null",
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "true/false",
+}
 
 
 def pack_trace(trace: dict[str, Any]) -> bytes:

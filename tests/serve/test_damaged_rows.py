@@ -1,0 +1,192 @@
+"""A stored row that cannot be read (damaged on disk, written by hand) is refused by name, and
+only where its damaged part is needed: the session's listing, its other turns, replays that do
+not need it and its deletion keep working, and the row stays as it was found."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from typing import Any
+
+import pytest
+
+from agentscript.store import DamagedRecord, SessionRecord, TurnRecord, schema
+from agentscript.store import lease as lease_module
+
+from .harness import lease_rows, new_session, run
+from .test_api import error_of
+from .test_store import sql
+
+# Damaged text that would be a leak if an error quoted it.
+TORN_STATE = '{"variables": {"card": "4111-SECRET"'
+
+
+def test_damaged_session_state_is_refused_by_name_and_the_session_can_still_be_deleted(
+    api_store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(client: Any) -> dict[str, Any]:
+        sid = await new_session(client)
+        first = await client.post(
+            f"/v1/sessions/{sid}/messages", json={"text": "hi"}, headers={"Idempotency-Key": "k1"}
+        )
+        assert first.status_code == 200
+        sql(api_store, f"UPDATE agentscript_sessions SET state = '{TORN_STATE}'")
+        seen: dict[str, Any] = {"sid": sid}
+        got = await client.get(f"/v1/sessions/{sid}")
+        seen["get"] = error_of(got), got.json()["error"]["message"]
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+        seen["send"] = error_of(sent)
+        seen["leases"] = lease_rows(api_store)
+        replayed = await client.post(
+            f"/v1/sessions/{sid}/messages",
+            json={"text": "hi"},
+            headers={"Idempotency-Key": "k1"},
+        )
+        seen["replay"] = replayed.status_code, replayed.json().get("turn")
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+        seen["listed"] = [(s["session_id"], s["turns"]) for s in listed]
+        seen["turns"] = (await client.get(f"/v1/sessions/{sid}/turns")).status_code
+        seen["trace"] = (await client.get(f"/v1/sessions/{sid}/turns/1/trace")).status_code
+        seen["delete"] = (await client.delete(f"/v1/sessions/{sid}")).status_code
+        seen["after"] = (await client.get(f"/v1/sessions/{sid}")).status_code
+        return seen
+
+    with caplog.at_level(logging.ERROR, logger="agentscript.server"):
+        seen = run(api_store, scenario)
+    sid = seen["sid"]
+    (status, message) = seen["get"]
+    assert status == (500, "session_damaged")
+    assert sid in message and "stored state cannot be read" in message and "not JSON" in message
+    assert seen["send"] == (500, "session_damaged")
+    assert seen["leases"] == 0  # the refused turn gave its lease back
+    assert seen["replay"] == (200, 1)  # a committed turn's stored result needs no state
+    assert seen["listed"] == [(sid, 1)]
+    assert (seen["turns"], seen["trace"]) == (200, 200)
+    assert (seen["delete"], seen["after"]) == (204, 404)
+    logged = [r.getMessage() for r in caplog.records if "damaged record" in r.getMessage()]
+    assert logged and all(sid in line for line in logged)
+    assert "SECRET" not in message and not any("SECRET" in line for line in logged)
+
+
+def test_damaged_turn_rows_leave_the_session_and_its_other_turns_working(api_store: str) -> None:
+    torn_trace = "X'00ff'" if api_store.startswith("sqlite") else "'{\"steps\": ['"
+
+    async def scenario(client: Any) -> dict[str, Any]:
+        sid = await new_session(client)
+        for n in (1, 2):
+            sent = await client.post(
+                f"/v1/sessions/{sid}/messages",
+                json={"text": f"m{n}"},
+                headers={"Idempotency-Key": f"k{n}"},
+            )
+            assert sent.status_code == 200
+        sql(api_store, "UPDATE agentscript_turns SET result = '[1, 2]' WHERE turn = 1")
+        sql(api_store, f"UPDATE agentscript_turns SET trace = {torn_trace} WHERE turn = 2")
+        seen: dict[str, Any] = {"sid": sid}
+        seen["turns"] = (await client.get(f"/v1/sessions/{sid}/turns")).json()["turns"]
+        trace_1 = await client.get(f"/v1/sessions/{sid}/turns/1/trace")
+        trace_2 = await client.get(f"/v1/sessions/{sid}/turns/2/trace")
+        seen["traces"] = trace_1.status_code, error_of(trace_2), trace_2.json()["error"]["message"]
+        replay = await client.post(
+            f"/v1/sessions/{sid}/messages", json={"text": "m1"}, headers={"Idempotency-Key": "k1"}
+        )
+        seen["replay"] = error_of(replay), replay.json()["error"]["message"]
+        seen["replay_2"] = (
+            await client.post(
+                f"/v1/sessions/{sid}/messages",
+                json={"text": "m2"},
+                headers={"Idempotency-Key": "k2"},
+            )
+        ).json()["turn"]
+        nxt = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "m3"})
+        seen["next"] = nxt.status_code, nxt.json()["turn"]
+        return seen
+
+    seen = run(api_store, scenario)
+    first, second = seen["turns"]
+    assert (first["turn"], first["user"], first["response"]) == (1, None, None)
+    assert "result of turn 1 cannot be read (JSON array, not an object)" in first["damaged"]
+    assert second["user"] == "m2" and "damaged" not in second
+    trace_1, trace_2_error, trace_2_message = seen["traces"]
+    assert trace_1 == 200 and trace_2_error == (500, "session_damaged")
+    assert "trace of turn 2 cannot be read" in trace_2_message
+    assert "start a new session" not in trace_2_message  # the session itself goes on
+    (replay_error, replay_message) = seen["replay"]
+    assert replay_error == (500, "session_damaged") and "result of turn 1" in replay_message
+    assert seen["replay_2"] == 2  # its result is whole; only its trace is damaged
+    assert seen["next"] == (200, 3)  # nothing ran for the refused replay
+
+
+@pytest.mark.parametrize(
+    ("stored", "reason"),
+    [
+        ('{"a": 1', "not JSON: Expecting ',' delimiter at line 1 column 8"),
+        ("[]", "JSON array, not an object"),
+        ("null", "JSON null, not an object"),
+        ('"text"', "JSON string, not an object"),
+        (b"{\xc3\x28}", "not UTF-8 text"),
+    ],
+)
+def test_store_rows_that_cannot_be_read_are_marked_not_raised(
+    stored: str | bytes, reason: str
+) -> None:
+    session = schema.session_from_row(("s1", "A", "k", "v", "f", stored, 3, 0, 0, 1.0, 2.0, None))
+    assert session.damaged == {"state": reason} and session.state == {}
+    assert session.state_text is None and session.turns == 3
+    turn = schema.turn_from_row(("s1", 2, None, stored, zlib.compress(b"\xff"), 1.0))
+    assert turn.damaged == {"result": reason, "trace": "not UTF-8 text"}
+    assert (turn.result, turn.trace) == ({}, {})
+    torn = schema.turn_from_row(("s1", 2, None, "{}", b"\x00\xff", 1.0))
+    assert torn.damaged["trace"].startswith("not a deflated trace: Error -3")
+    whole = schema.turn_from_row(("s1", 2, None, '{"turn": 2}', schema.pack_trace({"a": 1}), 1.0))
+    assert (whole.damaged, whole.result, whole.trace) == ({}, {"turn": 2}, {"a": 1})
+
+
+def test_damaged_record_names_the_session_and_the_part() -> None:
+    state = SessionRecord("s1", "A", "k", "v", {}, damaged={"state": "not JSON"})
+    turn = TurnRecord("s1", 4, {}, {}, damaged={"trace": "not UTF-8 text"})
+    assert state.damaged and turn.damaged
+    assert "session s1: its stored state cannot be read (not JSON)" in str(
+        DamagedRecord("s1", "state", "not JSON")
+    )
+    assert "session s1: the stored trace of turn 4 cannot be read (not UTF-8 text)" in str(
+        DamagedRecord("s1", "trace", "not UTF-8 text", 4)
+    )
+
+
+class TakesThenFails:
+    """A lease backend whose statement takes the lease, then fails before the turn has it
+    (as a row that could not be read once did, or a cancellation)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.held: set[tuple[str, str]] = set()
+
+    async def worker(self) -> str:
+        return "w"
+
+    async def take_lease(self, session_id: str, holder: str) -> tuple[bool, Any]:
+        self.held.add((session_id, holder))
+        raise self.error
+
+    async def drop_lease(self, session_id: str, holder: str) -> None:
+        self.held.discard((session_id, holder))
+
+    async def commit_turn(self, *args: Any) -> None:
+        raise AssertionError("no turn runs")
+
+
+@pytest.mark.parametrize("error", [RuntimeError("unreadable"), asyncio.CancelledError()])
+def test_store_lease_taken_by_a_failed_statement_is_given_back_at_once(
+    error: BaseException,
+) -> None:
+    backend = TakesThenFails(error)
+
+    async def take() -> None:
+        async with lease_module.Leases(backend).hold("s1", 1.0):
+            raise AssertionError("not reached")
+
+    with pytest.raises(type(error)):
+        asyncio.run(take())
+    assert backend.held == set()
