@@ -45,6 +45,11 @@ MAX_DISPLAY_DEPTH: Final = 64
 # Tool-call arguments nested deeper than this are dropped before anything records them:
 # json.dumps (traces, saved sessions, the next request) overflows near 1000 levels.
 MAX_KEPT_ARGUMENT_DEPTH: Final = 64
+# A value a host gives a variable (``session(variables=...)``, a server's new session): the
+# depth a model-written argument may keep, so every saved session reads back.
+MAX_GIVEN_DEPTH: Final = MAX_KEPT_ARGUMENT_DEPTH
+# Names listed in one "unknown variable(s)" message; a client can send thousands.
+MAX_NAMES_SHOWN: Final = 10
 # Bytes read from an http(s):// action's response body.
 MAX_HTTP_RESPONSE_BYTES: Final = 5_000_000
 # Binary operators in one expression. A chain `1 + 1 + ...` is parsed by a loop, but its tree

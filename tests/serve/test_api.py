@@ -101,6 +101,52 @@ def test_api_wrong_typed_variable_is_422_naming_it(api_store: str) -> None:
     run(api_store, scenario)
 
 
+TOOLS_AGENT = str(Path(__file__).parents[1] / "engine" / "agents" / "tools.agent")
+
+
+def test_api_deeply_nested_json_is_a_4xx_never_a_500(api_store: str) -> None:
+    """JSON nested past what a saved session reads back, or past what the parser recurses
+    through, is refused where it enters: a message body (the fast path used to answer 500),
+    a variable at creation (a session 300 levels deep used to be created, then 500 on reading)."""
+
+    def nested(levels: int) -> str:
+        return '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        sid = await new_session(client, "Tools_Test")
+        for levels in (2_000, 30_000):
+            body = '{"text": ' + "[" * levels + "]" * levels + "}"
+            sent = await client.post(
+                f"/v1/sessions/{sid}/messages", content=body, headers=JSON_BODY
+            )
+            assert error_of(sent)[0] == 400, sent.text
+            created = await client.post(
+                "/v1/agents/Tools_Test/sessions",
+                content='{"variables": {"payload": ' + nested(levels) + "}}",
+                headers=JSON_BODY,
+            )
+            assert error_of(created)[0] == 400, created.text
+        too_deep = await client.post(
+            "/v1/agents/Tools_Test/sessions",
+            content='{"variables": {"payload": ' + nested(300) + "}}",
+            headers=JSON_BODY,
+        )
+        assert error_of(too_deep) == (422, "invalid_variable")
+        assert "@variables.payload: nested more than 64 levels deep" in too_deep.text
+        deepest = await client.post(
+            "/v1/agents/Tools_Test/sessions",
+            content='{"variables": {"payload": ' + nested(64) + "}}",
+            headers=JSON_BODY,
+        )
+        assert deepest.status_code == 201
+        sid = deepest.json()["session_id"]
+        assert (await client.get(f"/v1/sessions/{sid}")).status_code == 200
+        turn = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
+        assert turn.status_code == 200 and turn.json()["turn"] == 1
+
+    run(api_store, scenario, paths=(TOOLS_AGENT,))
+
+
 def test_api_message_returns_the_turn_json(api_store: str) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         sid = await new_session(client)

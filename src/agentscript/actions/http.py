@@ -47,7 +47,7 @@ def http_json_handler(
             raise ActionError(f"action '{request.name}': the response of {url} is too large")
         try:
             data = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise ActionError(f"action '{request.name}': {url} did not answer with JSON") from None
         if not isinstance(data, dict):
             raise ActionError(f"action '{request.name}': {url} must answer with a JSON object")

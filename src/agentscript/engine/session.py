@@ -20,6 +20,7 @@ from agentscript.actions.registry import ActionFunction, ActionRunner, Handler, 
 from agentscript.actions.settings import ActionSettings, load_settings
 from agentscript.check.outline import AgentOutline
 from agentscript.engine.budgets import Budget, BudgetMeter, OnExceed, Usage, metering
+from agentscript.engine.given import bounded, some
 from agentscript.engine.history import HistoryLedger, trim_history
 from agentscript.engine.kernel import TurnResult
 from agentscript.engine.loop import run_sync
@@ -184,7 +185,7 @@ class AgentBase(ABC):
         """A new session; ``variables`` override the declared defaults (ValueError for
         unknown or ill-typed ones)."""
         state = SessionState(
-            session_id or uuid.uuid4().hex[:16], self.initial_variables(variables or {})
+            session_id or uuid.uuid4().hex[:16], self.initial_variables(bounded(variables or {}))
         )
         return Session(
             self,
@@ -226,7 +227,7 @@ class AgentBase(ABC):
         check_common(checker, payload, set(STATE_FORMATS), self.name, self.identity()["hash"])
         payload["variables"] = self.check_saved(checker, payload)
         if variables:
-            fresh = self.initial_variables(variables)
+            fresh = self.initial_variables(bounded(variables))
             payload["variables"].update({name: fresh[name] for name in variables})
         history = checker.history(payload.get("history", []))
         state = SessionState.from_json(payload)
@@ -284,7 +285,9 @@ class Agent(AgentBase):
         declared = self.outline.variables
         unknown = sorted(set(given) - set(declared))
         if unknown:
-            raise ValueError(f"unknown variable(s) {unknown}; declared: {sorted(declared)}")
+            raise ValueError(
+                f"unknown variable(s) {some(unknown)}; declared: {some(sorted(declared))}"
+            )
         values: dict[str, Any] = {}
         env = Env({"variables": {}, "knowledge": self.outline.knowledge})
         for name, info in declared.items():

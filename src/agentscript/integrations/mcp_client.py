@@ -348,7 +348,7 @@ def _outputs(result: Any) -> dict[str, Any]:
     if isinstance(structured, dict):
         return dict(structured)
     text = _text(result.content)
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(ValueError, RecursionError):
         parsed = json.loads(text)
         if isinstance(parsed, dict):
             return parsed

@@ -135,6 +135,8 @@ def load_document(config: OpenApiConfig) -> OpenApiDocument:
         data = json.loads(text) if config.spec.endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"{where}: not valid JSON or YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: not valid JSON or YAML: nested too deeply") from None
     if not isinstance(data, dict) or not str(data.get("openapi", "")).startswith("3"):
         raise ConfigError(f"{where}: not an OpenAPI 3 document (no `openapi: 3.x` field)")
     base_url = config.base_url or _first_server(data)
@@ -363,7 +365,7 @@ def call_operation(
         return {}
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise ActionError(f"{where}: the response is not JSON") from None
     problem = schema_mismatch(data, op.response_schema)
     if problem:

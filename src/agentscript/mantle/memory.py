@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from agentscript.engine.given import some
 from agentscript.mantle.model import PROJECT_NAMESPACE, MemoryEntry, Project
 
 
@@ -128,8 +129,8 @@ def seeded_memory(project: Project, given: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(name for name in given if name not in values)
     if unknown:
         raise ValueError(
-            f"unknown memory entr{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
-            f"declared: {sorted(values)}"
+            f"unknown memory entr{'y' if len(unknown) == 1 else 'ies'} {some(unknown)}; "
+            f"declared: {some(sorted(values))}"
         )
     for name, value in given.items():
         entry = project.memory_entry(name)

@@ -409,5 +409,5 @@ class LeanOpenAIModel(OpenAIModel):
 def _json_or_text(raw: bytes) -> Any:
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw.decode("utf-8", "replace")

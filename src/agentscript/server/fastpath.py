@@ -140,7 +140,7 @@ async def _read_text(receive: Receive, received: list[Message]) -> str | None:
             break
     try:
         data: Any = json.loads(b"".join(chunks))
-    except ValueError:
+    except (ValueError, RecursionError):  # FastAPI then words the 4xx
         return None
     if type(data) is not dict or len(data) != 1:
         return None

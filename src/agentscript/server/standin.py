@@ -159,7 +159,7 @@ class StandInServer:
     async def _answer(self, path: str, raw: bytes) -> tuple[int, str, bytes]:
         try:
             body = json.loads(raw or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             body = {}
         if not path.rstrip("/").endswith("/chat/completions") or not isinstance(body, dict):
             return 404, "application/json", b'{"error": {"message": "not found"}}'

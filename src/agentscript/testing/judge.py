@@ -72,7 +72,7 @@ def parse_score(text: str | None) -> tuple[float | None, str]:
     try:
         data = json.loads(match.group())
         score = float(data["score"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError):
         return None, f"the judge's JSON has no numeric 'score': {match.group()!r}"
     return max(0.0, min(1.0, score)), str(data.get("reasoning", ""))
 

@@ -98,6 +98,8 @@ class ReplayStore:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as exc:
                 raise ModelError(f"{path}: cannot read the recording: {exc}") from None
+            except RecursionError:
+                raise ModelError(f"{path}: cannot read the recording: nested too deeply") from None
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ModelError(f"{path}: not a recording (expected format {FORMAT})")
             store.calls = dict(data.get("calls") or {})

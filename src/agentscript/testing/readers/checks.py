@@ -67,7 +67,7 @@ def parse_action_list(value: Any, path: Path, line: int | None) -> list[str]:
         return [text] if text else []
     try:
         parsed = json.loads(text.replace("'", '"'))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise SpecError(
             path, line, f"cannot read the action list {value!r}; write ['A','B']"
         ) from None

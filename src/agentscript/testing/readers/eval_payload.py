@@ -52,6 +52,8 @@ def read_eval_payload(text: str, path: Path) -> Suite:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(path, exc.lineno, f"invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError(path, 1, "invalid JSON: nested too deeply") from None
     find = _line_finder(text)
     if not is_eval_payload(data):
         raise SpecError(path, 1, 'a run-eval payload is {"tests": [{"id": ..., "steps": [...]}]}')
