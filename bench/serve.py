@@ -15,13 +15,17 @@ For each store (SQLite, PostgreSQL when reachable) and 1 and 2 workers:
    recorded in the turn's trace (``traced``; the stand-in's timer overshoot and wake-up, which
    a bare client measures at the top of the report, then count as the model's);
 2. closed loop, ``--sessions`` x 5 turns (``--full``: 1,000) with ``--clients`` concurrent
-   clients: turns per second at saturation, server CPU per turn (all worker processes, store
-   commit and trace included), errors. A turn waits 2 x 50 ms for the model, so 64 clients
+   clients: turns per second over the whole run and at saturation (from the moment every
+   client has finished a turn to the moment the last session is handed out: the ramp of
+   session creations and the drain, as clients run out of sessions, left out; the peer
+   ratios use it), server CPU per turn (all worker processes, store commit and trace
+   included), errors. A turn waits 2 x 50 ms for the model, so 64 clients
    offer at most about 600 turns/s: enough to saturate the peer, not a server that needs
    under 1.6 ms of CPU a turn. By default rows use 128 clients (a turn waiting on its model
    holds no database connection, so PostgreSQL's default ``max_connections`` of 100 does
    not bound them); our server gets ``--max-concurrent-turns`` to match;
-3. open loop (Poisson arrivals) at half the measured capacity: p50/p99 overhead.
+3. open loop (Poisson arrivals) at half the measured capacity (the saturated rate): p50/p99
+   overhead.
 
 Reference measured in the same run: the CPU per turn of in-process ``Session.send_async`` for
 the same turns with the same model client (no HTTP server, no store).
@@ -410,11 +414,23 @@ async def closed_loop(
             queue.put_nowait(i)
         errors = 0
         turns = 0
+        # The saturated stretch: from the moment every client has finished a turn (the ramp of
+        # session creations is over) to the moment the last session is handed out (clients then
+        # drop out one by one, and fewer turns are in flight).
+        ramped: tuple[float, int] | None = None
+        drained: tuple[float, int] | None = None
+
+        def mark_ramp() -> None:
+            nonlocal ramped
+            if ramped is None and turns >= clients:
+                ramped = (time.perf_counter(), turns)
 
         async def worker() -> None:
-            nonlocal errors, turns
+            nonlocal errors, turns, drained
             while not queue.empty():
                 queue.get_nowait()
+                if queue.empty() and drained is None:
+                    drained = (time.perf_counter(), turns)
                 try:
                     (sid,) = await new_sessions(client, url, 1)
                 except httpx.HTTPError as exc:
@@ -428,6 +444,7 @@ async def closed_loop(
                     _elapsed, ok = await one_turn(poster, sid)
                     turns += ok
                     errors += not ok
+                    mark_ramp()
 
         cpu0, db0, t0 = group_cpu(pgid), database_cpu(database), time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
@@ -438,9 +455,21 @@ async def closed_loop(
         "turns": turns,
         "errors": errors,
         "tps": turns / wall,
+        "saturated_tps": saturated_rate(turns / wall, ramped, drained),
         "cpu_ms": cpu / max(1, turns) * 1000,
         "db_cpu_ms": db / max(1, turns) * 1000,
     }
+
+
+def saturated_rate(
+    whole: float, ramped: tuple[float, int] | None, drained: tuple[float, int] | None
+) -> float:
+    """Turns per second between two ``(time, turns done)`` marks: once every client has
+    finished a turn, and when the last session was handed out. ``whole`` (the whole run's
+    rate) when the run was too short to have 0.2 s between them."""
+    if ramped is None or drained is None or drained[0] - ramped[0] < 0.2:
+        return whole
+    return (drained[1] - ramped[1]) / (drained[0] - ramped[0])
 
 
 async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str, float]:
@@ -730,12 +759,12 @@ def main() -> None:
             print()
             header = (
                 "| model | store | workers | start s | seq p50 ms | seq p99 ms | turns/s "
-                "| CPU ms/turn | PostgreSQL CPU ms/turn | x in-process | errors | open-loop rate "
+                "| turns/s saturated | CPU ms/turn | PostgreSQL CPU ms/turn | x in-process | errors | open-loop rate "
                 "| open p50 ms "
                 "| open p99 ms | traced: seq p50 / p99 | traced: open p50 / p99 |"
             )
             print(header)
-            print("|---" * 16 + "|")
+            print("|---" * 17 + "|")
             rows: dict[tuple[str, str, int], dict[str, float]] = {}
             for label, kind, iso in variants:
                 delay = args.delay if kind in REMOTE else 0.0
@@ -756,6 +785,7 @@ def main() -> None:
                         print(
                             f"| {label} | {store_kind} | {workers} | {row['start']:.2f} "
                             f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
+                            f"| {row['saturated_tps']:.0f} "
                             f"| {row['cpu_ms']:.2f} | {database_column(row, store_kind)} "
                             f"| {row['cpu_ms'] / references[label]:.1f} "
                             f"| {row['errors']:.0f} | {row['rate']:.0f}/s "
@@ -789,7 +819,7 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
     print()
     print(
         "| agentscript model | store | workers | CPU/turn ms: peer, as, x "
-        "| with PostgreSQL's CPU: peer, as, x | turns/s: peer, as, x "
+        "| with PostgreSQL's CPU: peer, as, x | turns/s saturated: peer, as, x "
         "| seq p50 strict ms: peer, as, x | seq p50 traced ms: peer, as, x "
         "| open p99 strict ms: peer, as | open p99 traced ms: peer, as |"
     )
@@ -799,7 +829,8 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
             f"| {kind} | {store_kind} | {workers} "
             f"| {times(peer['cpu_ms'], row['cpu_ms'])} "
             f"| {with_database(peer, row, store_kind)} "
-            f"| {peer['tps']:.0f}, {row['tps']:.0f}, {row['tps'] / peer['tps']:.1f}x "
+            f"| {peer['saturated_tps']:.0f}, {row['saturated_tps']:.0f}, "
+            f"{row['saturated_tps'] / peer['saturated_tps']:.1f}x "
             f"| {times(peer['p50'], row['p50'])} "
             f"| {times(peer['traced_p50'], row['traced_p50'])} "
             f"| {peer['open_p99']:.1f}, {row['open_p99']:.1f} "
@@ -925,7 +956,7 @@ def run_one(
             closed = asyncio.run(
                 closed_loop(server.url, args.sessions, clients, server.proc.pid, database)
             )
-            rate = closed["tps"] / 2
+            rate = closed["saturated_tps"] / 2
             n_open = max(20, int(rate * (10 if not args.quick else 3)))
             opened = asyncio.run(open_loop(server.url, rate, n_open, delay))
         finally:
@@ -941,6 +972,7 @@ def run_one(
         "p50": seq["p50"],
         "p99": seq["p99"],
         "tps": closed["tps"],
+        "saturated_tps": closed["saturated_tps"],
         "cpu_ms": closed["cpu_ms"],
         "db_cpu_ms": closed["db_cpu_ms"],
         "errors": closed["errors"] + opened["errors"],

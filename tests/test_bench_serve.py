@@ -43,7 +43,8 @@ def row(cpu: float, db: float, tps: float, p50: float, traced: float) -> dict[st
     return {
         "cpu_ms": cpu,
         "db_cpu_ms": db,
-        "tps": tps,
+        "tps": tps / 2,  # the whole run's rate: not the one the ratios use
+        "saturated_tps": tps,
         "p50": p50,
         "traced_p50": traced,
         "open_p99": 2 * p50,
@@ -72,6 +73,17 @@ def test_bench_peer_ratios_divide_the_peers_figures_by_ours(bench: ModuleType) -
     assert postgresql[3:6] == ["24.0, 2.5, 9.6x", "27.0, 3.0, 9.0x", "30, 330, 11.0x"]
     assert postgresql[8:] == ["60.0, 15.0", "24.0, 8.0 |"]
     assert "standin" not in out.getvalue()
+
+
+def test_bench_saturated_rate_counts_turns_between_the_ramp_and_the_drain(
+    bench: ModuleType,
+) -> None:
+    # 128 turns done 0.3 s in, 2,128 when the last session was handed out 4.3 s in.
+    assert bench.saturated_rate(400.0, (0.3, 128), (4.3, 2_128)) == pytest.approx(500.0)
+    # A run too short for a saturated stretch (or one that never ramped) keeps the whole rate.
+    assert bench.saturated_rate(400.0, (0.3, 128), (0.4, 200)) == 400.0
+    assert bench.saturated_rate(400.0, None, (4.3, 2_128)) == 400.0
+    assert bench.saturated_rate(400.0, (0.3, 128), None) == 400.0
 
 
 def test_bench_reads_the_cpu_of_the_processes_it_asks_for(bench: ModuleType) -> None:
