@@ -30,12 +30,13 @@ class StoreError(Exception):
 
 
 class SessionBusy(Exception):
-    """Another turn of the session held its lock for longer than the caller would wait."""
+    """Another turn of the session held its lock for longer than the caller would wait
+    (``why`` says otherwise when something else held it)."""
 
-    def __init__(self, session_id: str, waited: float) -> None:
-        super().__init__(
-            f"session {session_id} is running another turn (waited {waited:g} s); retry later"
-        )
+    def __init__(
+        self, session_id: str, waited: float, *, why: str = "is running another turn"
+    ) -> None:
+        super().__init__(f"session {session_id} {why} (waited {waited:g} s); retry later")
         self.session_id = session_id
         self.waited = waited
 

@@ -10,6 +10,12 @@ session-level advisory lock (its *presence*) on a connection of its own for as l
 PostgreSQL releases it when that connection drops, and a lease whose holder's presence is gone
 is free. Migrations run at start-up under an advisory lock, so workers starting together
 migrate once.
+
+No statement waits on another client for long: the store's connections bound how long a
+statement waits for a lock (``LOCK_TIMEOUT``) and how long it runs (``STATEMENT_TIMEOUT``). A
+session whose row another client keeps locked (an operator's open ``SELECT ... FOR UPDATE``)
+is busy: its turns and its deletion end with :class:`~agentscript.store.base.SessionBusy`
+instead of holding a connection for as long as that lock lasts.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from agentscript.store import schema
 from agentscript.store.base import (
+    SessionBusy,
     SessionRecord,
     StoreError,
     TurnConflict,
@@ -41,6 +48,18 @@ from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within
 MAX_CONNECTIONS = 16
 # How long a statement waits for a free connection before it fails (StoreError, 503).
 CONNECTION_WAIT = 30.0
+# How long a statement waits for a lock (lock_timeout). A turn's commit and a lease statement
+# hold a session's row for about a millisecond, so only another client's lock (an operator's
+# open transaction) or a stalled server makes one wait this long; much shorter would fail a
+# statement queued behind a commit whose fsync is slow.
+LOCK_TIMEOUT = 2.0
+# How long a statement may run (statement_timeout): a turn's statements take milliseconds, so
+# only a stalled server or a runaway query reaches it, and its connection is then freed after
+# as long as a statement may wait for a connection anyway.
+STATEMENT_TIMEOUT = CONNECTION_WAIT
+# How long one purge may run: sessions that expired during a long outage may mean millions of
+# turn rows to delete in one statement, which STATEMENT_TIMEOUT would roll back every round.
+PURGE_TIMEOUT = 600.0
 _MIGRATION_LOCK = 7_146_937_311  # any constant shared by every agentscript worker
 # The first key of every presence lock (the second is the store's token), so that they are
 # told apart from any other advisory lock in the database.
@@ -82,6 +101,17 @@ SESSION_LIVE = (
 DROP_LEASE = (
     f"{NO_FLUSH}UPDATE agentscript_sessions SET lease_holder = NULL FROM no_flush "
     "WHERE session_id = ? AND lease_holder = ?"
+)
+# Set once on each connection of the pool (not the presence's, which only holds an advisory
+# lock). A SET after connecting rather than libpq's ``options``: PgBouncer refuses startup
+# options it was not configured to ignore, and the round trip is paid once per connection,
+# which the store keeps.
+BOUND_STATEMENTS = (
+    "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)"
+)
+# The same for one transaction only (SET LOCAL); 0 is no bound.
+BOUND_TRANSACTION = (
+    "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
 )
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 
@@ -133,10 +163,23 @@ class PostgresStore:
                     return conn
                 with contextlib.suppress(Exception):
                     await self._discard(conn)
-            return await self._new_connection()
+            return await self._pooled_connection()
         except BaseException:
             self._slots.release()
             raise
+
+    async def _pooled_connection(self) -> Any:
+        """A new connection for the pool, its lock waits and statements bounded in time."""
+        conn = await self._new_connection()
+        try:
+            await conn.execute(BOUND_STATEMENTS, (_ms(LOCK_TIMEOUT), _ms(STATEMENT_TIMEOUT)))
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await conn.close()
+            if isinstance(exc, self._psycopg.Error):
+                raise StoreError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+            raise
+        return conn
 
     async def _new_connection(self) -> Any:
         try:
@@ -145,7 +188,8 @@ class PostgresStore:
             raise StoreError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
     async def _release(self, conn: Any) -> None:
-        if not conn.closed and self._open:
+        idle = conn.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
+        if not conn.closed and idle and self._open:
             self._idle.append(conn)
         else:
             await self._discard(conn)
@@ -164,6 +208,13 @@ class PostgresStore:
         conn = await self._connect()
         try:
             yield conn
+        except (self._psycopg.errors.LockNotAvailable, self._psycopg.errors.QueryCanceled):
+            # A lock or statement timeout (or an operator's pg_cancel_backend) ends the
+            # statement, not the connection: the server answered, and the transaction around
+            # it, if any, was rolled back on the way out. The connection and the pool are kept;
+            # the caller tells what timed out.
+            await self._release(conn)
+            raise
         except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
             await self._discard(conn)
             # The server went away (restarted, failed over): the other idle connections are
@@ -183,6 +234,10 @@ class PostgresStore:
         self._psycopg = _import_psycopg()
         self._open = True
         async with self._conn() as conn, conn.transaction():
+            # Unbounded for this transaction only: the advisory lock waits for another
+            # worker's migration (lock_timeout counts advisory locks too), and a migration
+            # rolled back half-way by a timeout would fail every start-up alike.
+            await conn.execute(BOUND_TRANSACTION, ("0", "0"))
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS agentscript_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -251,13 +306,36 @@ class PostgresStore:
                 raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
             raise
 
-    async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    async def _fetch(
+        self, sql: str, params: tuple[Any, ...] = (), *, session_id: str | None = None
+    ) -> list[Any]:
+        """The rows of one statement (``session_id``: the session it writes, for errors)."""
         try:
             async with self._conn() as conn:
                 cur = await conn.execute(Q(sql), params)
                 return list(await cur.fetchall()) if cur.description else []
         except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+            raise self._failed(exc, session_id) from None
+
+    def _failed(
+        self, exc: Exception, session_id: str | None = None, limit: float | None = None
+    ) -> StoreError:
+        """The StoreError for a failed statement, saying so when it timed out (``limit``: its
+        statement_timeout when not STATEMENT_TIMEOUT)."""
+        errors = self._psycopg.errors
+        if isinstance(exc, errors.LockNotAvailable):
+            what = f"the row of session {session_id}" if session_id else "a row or table"
+            return StoreError(
+                f"PostgreSQL store {self.url}: {what} stayed locked by another client for "
+                f"{LOCK_TIMEOUT:g} s (lock_timeout); retry later"
+            )
+        if isinstance(exc, errors.QueryCanceled):
+            return StoreError(
+                f"PostgreSQL store {self.url}: a statement took longer than "
+                f"{STATEMENT_TIMEOUT if limit is None else limit:g} s (statement_timeout) or "
+                f"was cancelled by an operator: {_first_line(exc)}"
+            )
+        return StoreError(f"PostgreSQL store: {_first_line(exc)}")
 
     async def ping(self) -> None:
         try:
@@ -272,7 +350,9 @@ class PostgresStore:
 
     async def create_session(self, record: SessionRecord) -> None:
         try:
-            await self._fetch(schema.INSERT_SESSION, schema.session_params(record))
+            await self._fetch(
+                schema.INSERT_SESSION, schema.session_params(record), session_id=record.session_id
+            )
         except StoreError:
             if await self.get_session(record.session_id) is not None:
                 raise ValueError(f"session {record.session_id} already exists") from None
@@ -302,8 +382,14 @@ class PostgresStore:
                 for sql in schema.DELETE_SESSION:
                     cur = await conn.execute(Q(sql), (session_id,))
                 return bool(cur.rowcount > 0)
+        except self._psycopg.errors.LockNotAvailable:
+            # Another client keeps the session's row locked (nothing of ours holds it longer
+            # than a commit): busy, like a turn would find it; nothing was deleted.
+            raise SessionBusy(
+                session_id, LOCK_TIMEOUT, why="is locked by another client of the database"
+            ) from None
         except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+            raise self._failed(exc, session_id) from None
 
     def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
         return self.leases.hold(session_id, wait)
@@ -323,12 +409,17 @@ class PostgresStore:
                     cur = await conn.execute(Q(SESSION_LIVE), (session_id, params["now"]))
                     gone = await cur.fetchone() is None
                     return gone, None
+        except self._psycopg.errors.LockNotAvailable:
+            # Another client keeps the session's row locked: as busy as a lease of another
+            # live worker, so the turn polls again until its wait runs out (SessionBusy). A
+            # poll started just before that deadline ends at most LOCK_TIMEOUT after it.
+            return False, None
         except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+            raise self._failed(exc, session_id) from None
         return True, schema.session_from_row(row)
 
     async def drop_lease(self, session_id: str, holder: str) -> None:
-        await self._fetch(DROP_LEASE, (session_id, holder))
+        await self._fetch(DROP_LEASE, (session_id, holder), session_id=session_id)
 
     async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
         record = outcome.record
@@ -345,7 +436,7 @@ class PostgresStore:
                 f"Idempotency-Key {record.idempotency_key!r} already used in this session"
             ) from None
         except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+            raise self._failed(exc, session.session_id) from None
         if cur.rowcount != 1:  # the guard did not match: nothing was written
             raise TurnConflict(session.session_id, session.turns)
 
@@ -376,11 +467,12 @@ class PostgresStore:
         now = time.time()
         try:
             async with self._conn() as conn, conn.transaction():
+                await conn.execute(BOUND_TRANSACTION, (_ms(LOCK_TIMEOUT), _ms(PURGE_TIMEOUT)))
                 for sql in schema.PURGE_EXPIRED:
                     cur = await conn.execute(Q(sql), (now,))
                 return int(cur.rowcount)
         except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
+            raise self._failed(exc, limit=PURGE_TIMEOUT) from None
 
 
 def _hung_up(conn: Any) -> bool:
@@ -396,6 +488,11 @@ def _hung_up(conn: Any) -> bool:
         return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
+
+
+def _ms(seconds: float) -> str:
+    """A duration as a PostgreSQL setting takes it (0: no bound)."""
+    return f"{round(seconds * 1000)}ms"
 
 
 def _first_line(exc: BaseException) -> str:
