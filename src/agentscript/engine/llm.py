@@ -87,9 +87,14 @@ async def call_model(
         },
         request_model=model_name,
     )
+    if stream is not None and max_reply_chars is not None:
+        stream = _bounded_sink(stream, max_reply_chars)
     started = time.perf_counter()
     try:
         response = await model.complete(request, stream=stream)
+    except LimitReached as exc:  # the streamed text outgrew max_reply_chars
+        step["error"] = str(exc)
+        raise
     except ScriptExhausted as exc:
         step["error"] = str(exc)
         raise TurnError(str(exc), exhausted=True) from None
@@ -100,11 +105,7 @@ async def call_model(
     step["durationMs"] = elapsed_ms(started)
     step["modelEvents"] = list(response.events)
     if max_reply_chars is not None and len(response.text or "") > max_reply_chars:
-        error = LimitReached(
-            "max_reply_chars",
-            max_reply_chars,
-            f"the model's reply is longer than {max_reply_chars} characters; it was dropped",
-        )
+        error = _too_long(max_reply_chars)
         step["error"] = str(error)
         step["output"] = {"text": (response.text or "")[:200] + "…", "tool_calls": []}
         raise error
@@ -124,6 +125,30 @@ async def call_model(
         # Charged at the price of the model that answered: a fallback's, when it stood in.
         meter.record(response.answered_by or model_name, input_tokens, output_tokens)
     return response
+
+
+def _bounded_sink(sink: TextSink, most: int) -> TextSink:
+    """``sink`` until the text fed to it passes ``most`` characters, then LimitReached: the
+    stream ends there, before a hostile server's reply reaches the client or fills memory
+    (a whole reply is held to the same bound once it arrives)."""
+    fed = 0
+
+    def bounded(piece: str) -> None:
+        nonlocal fed
+        fed += len(piece)
+        if fed > most:
+            raise _too_long(most)
+        sink(piece)
+
+    return bounded
+
+
+def _too_long(most: int) -> LimitReached:
+    return LimitReached(
+        "max_reply_chars",
+        most,
+        f"the model's reply is longer than {most} characters; it was dropped",
+    )
 
 
 # Arguments nested deeper than this are dropped before anything records them: json.dumps

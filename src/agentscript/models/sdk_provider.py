@@ -33,6 +33,24 @@ from agentscript.models.retry import (
 
 # Local servers ignore the key, but the SDKs (and some servers) insist that one is sent.
 PLACEHOLDER_API_KEY = "agentscript-no-key"
+# A streamed answer may take this many times the model's timeout in all. The timeout itself
+# bounds each wait for the stream's next event, but a server that keeps sending (keep-alive
+# comments, empty deltas) would otherwise hold the turn, and its session's lease, forever.
+WHOLE_STREAM_TIMEOUTS = 10
+
+
+class _SinkFailed(Exception):
+    """What the text sink raised (the reply grew past its limit, the reader went away): it
+    ends the answer as it is, never retried nor reworded as a failure of the model."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class StreamStalled(Exception):
+    """A stream that sent no event for the model's timeout, or outlasted its whole time: a
+    failure of the model, retried like a timeout while none of its text was shown."""
 
 
 def nonempty(value: str | None) -> str | None:
@@ -310,7 +328,7 @@ class SdkModel(ABC):
 
         def transient(exc: BaseException) -> bool:
             # Once text reached the sink, a retry would show it twice.
-            return not shown and self._is_transient(exc)
+            return not shown and (isinstance(exc, StreamStalled) or self._is_transient(exc))
 
         events: list[dict[str, Any]] = []
 
@@ -334,15 +352,22 @@ class SdkModel(ABC):
                 retry_after=self._retry_after,
                 on_retry=note_retry,
             )
+        except _SinkFailed as failed:
+            raise failed.error from None
         except ModelError as exc:
             exc.events = tuple(events)
             raise
         except RetriesExhausted as exc:
-            error = self._model_error(exc.__cause__, attempts=exc.attempts)
+            if isinstance(exc.__cause__, StreamStalled):
+                error = ModelError(f"{exc.__cause__} ({exc.attempts} attempts)")
+            else:
+                error = self._model_error(exc.__cause__, attempts=exc.attempts)
             error.events = tuple(events)
             raise error from None
         except Exception as exc:
-            if received[0] and not self._is_status_error(exc):
+            if isinstance(exc, StreamStalled):
+                error = ModelError(str(exc))
+            elif received[0] and not self._is_status_error(exc):
                 error = self._cut_error(exc, shown)
             else:
                 error = self._model_error(exc, attempts=1)
@@ -402,17 +427,39 @@ class SdkModel(ABC):
         self, events: Any, sink: TextSink, shown: list[str], received: list[int]
     ) -> ModelResponse:
         """Feed a stream's text to ``sink`` (and ``shown``) as it arrives; return the answer.
-        ``received[0]`` counts the events; a stream with none was not a stream at all."""
+        ``received[0]`` counts the events; a stream with none was not a stream at all.
+
+        Each event must come within the model's timeout and the whole stream within
+        ``WHOLE_STREAM_TIMEOUTS`` of them: the clients' own timeouts count single reads, which
+        a server's keep-alive comments renew without sending any of the answer."""
         if isinstance(events, str | bytes | list | dict):
             raise self._not_an_answer("it did not stream (no server-sent events)")
         assembler = self._stream_assembler()
+        loop = asyncio.get_running_loop()
+        whole = self.timeout * WHOLE_STREAM_TIMEOUTS
+        end = loop.time() + whole
+        iterator = aiter(events)
         try:
-            async for event in events:
-                received[0] += 1
-                piece = assembler.add(event)
-                if piece:
-                    shown.append(piece)
-                    sink(piece)
+            # One timeout moved at each event: cheaper than a new one per event.
+            async with asyncio.timeout(None) as deadline:
+                while True:
+                    deadline.reschedule(min(loop.time() + self.timeout, end))
+                    try:
+                        event = await anext(iterator)
+                    except StopAsyncIteration:
+                        break
+                    received[0] += 1
+                    piece = assembler.add(event)
+                    if piece:
+                        shown.append(piece)
+                        try:
+                            sink(piece)
+                        except Exception as exc:
+                            raise _SinkFailed(exc) from None
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # a client's own timeout, worded by _model_error
+            raise self._stalled(whole if loop.time() >= end else self.timeout, shown) from None
         finally:
             await events.close()
         if not received[0]:
@@ -420,6 +467,20 @@ class SdkModel(ABC):
                 "its stream held no events (the body is not server-sent events)"
             )
         return assembler.response(self.model)
+
+    def _stalled(self, seconds: float, shown: list[str]) -> StreamStalled:
+        """A stream that went on too long, or sent nothing of its answer for too long."""
+        where = self.base_url or self.default_host
+        got = sum(len(piece) for piece in shown)
+        what = (
+            f"did not finish its streamed answer within {seconds:g} s"
+            if seconds > self.timeout
+            else f"sent no part of its answer for {seconds:g} s"
+        )
+        return StreamStalled(
+            f"{self.provider} model '{self.model}' at {where} {what} "
+            f"(after {got} character(s) of text); the answer was abandoned"
+        )
 
     def _is_transient(self, exc: BaseException) -> bool:
         sdk = self._sdk
