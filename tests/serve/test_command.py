@@ -143,6 +143,45 @@ def test_serve_store_from_the_environment_keeps_the_password_out_of_argv(
     assert code == 0 and "store:  memory://" in out  # the option wins
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:hunter2@127.0.0.1:9/none", "postgresql://app:***@127.0.0.1:9/none"),
+        # An unencoded @ in the password: the user part runs to the last @.
+        ("postgresql://app:hun@ter2@127.0.0.1:9/none", "postgresql://app:***@127.0.0.1:9/none"),
+        (
+            "postgresql://app@127.0.0.1:9/none?sslmode=disable&password=hunter2",
+            "postgresql://app@127.0.0.1:9/none?sslmode=disable&password=***",
+        ),
+        (
+            "postgresql://127.0.0.1:9/none?PassWord=hunter2&sslpassword=hunter2",
+            "postgresql://127.0.0.1:9/none?PassWord=***&sslpassword=***",
+        ),
+    ],
+    ids=["user-part", "unencoded-at", "query", "query-any-case"],
+)
+def test_serve_masks_every_form_of_store_password(
+    monkeypatch: pytest.MonkeyPatch, url: str, shown: str
+) -> None:
+    import uvicorn
+
+    from agentscript.server import logs
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
+    monkeypatch.setattr(logs, "configure", lambda **options: None)
+    code, out = serve(NOTES, "--model", "standin", "--store", url)
+    assert code == 0 and f"store:  {shown}" in out
+    assert "hunter2" not in out and "ter2" not in out
+
+
+def test_store_url_masking_covers_keyword_connection_strings() -> None:
+    from agentscript.store.postgres import masked
+
+    assert masked("host=db password=hunter2 dbname=x") == "host=db password=*** dbname=x"
+    assert masked("host=db password = 'hun ter2' dbname=x") == "host=db password = *** dbname=x"
+    assert masked("postgresql://app@db/x") == "postgresql://app@db/x"
+
+
 def test_serve_bounds_default_to_the_server_configs() -> None:
     """The command line, ServeOptions and ServerConfig agree on every default bound."""
     from agentscript.cli.serve import serve as command

@@ -321,7 +321,9 @@ def create_app(
                 if isinstance(exc, ApiError)
                 else ApiError(503, "not_ready", f"the store does not answer: {exc}")
             )
-        return JSONResponse({"status": "ready", "store": store.url, "agents": sorted(agents)})
+        # The store's kind only: this answers anyone, and its URL names hosts and users.
+        kind = store.url.split(":", 1)[0]
+        return JSONResponse({"status": "ready", "store": kind, "agents": sorted(agents)})
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics_text() -> PlainTextResponse:

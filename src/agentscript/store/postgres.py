@@ -113,7 +113,9 @@ BOUND_STATEMENTS = (
 BOUND_TRANSACTION = (
     "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
 )
-_PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
+# A password in a query string (``?password=...``, ``sslpassword``) or a key=value DSN.
+_QUERY_PASSWORD = re.compile(r"((?:^|[?&])(?:ssl)?password=)[^&]*", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
 
 Q = schema.pyformat
 
@@ -134,7 +136,7 @@ class PostgresStore:
     def __init__(self, dsn: str, *, max_connections: int = MAX_CONNECTIONS) -> None:
         self.dsn = dsn
         self.max_connections = max_connections
-        self.url = _PASSWORD.sub(r"\1***@", dsn)  # never print a password
+        self.url = masked(dsn)  # never print a password
         self._idle: list[Any] = []
         # One slot per connection that may be open: a burst of statements (hundreds of turns
         # starting at once) waits for a connection instead of opening one each and running
@@ -488,6 +490,21 @@ def _hung_up(conn: Any) -> bool:
         return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
+
+
+def masked(dsn: str) -> str:
+    """``dsn`` with every password in it replaced by ``***``: in the user part of a URL (up to
+    its last ``@``, since a password may hold an unencoded one), in its query string, or in a
+    ``key=value`` connection string."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        return _KEYWORD_PASSWORD.sub(r"\1***", dsn)
+    authority, query_sep, query = rest.partition("?")
+    user, at, host = authority.rpartition("@")
+    if at and ":" in user:
+        authority = f"{user.split(':', 1)[0]}:***@{host}"
+    query = _QUERY_PASSWORD.sub(r"\1***", query)
+    return f"{scheme}{sep}{authority}{query_sep}{query}"
 
 
 def _ms(seconds: float) -> str:
