@@ -155,6 +155,38 @@ def worker_app() -> Any:
     return app
 
 
+# How long the check before listening waits for the store (a host that drops packets would
+# otherwise keep the command silent for minutes).
+STORE_CHECK_SECONDS = 15.0
+
+
+def check_store(options: ServeOptions) -> None:
+    """Open the store once and close it, before anything listens: a store that cannot be
+    opened (PostgreSQL down, a SQLite file that cannot be written) is one line and exit 2, not
+    a traceback from inside uvicorn's start-up (each worker opens it again there, and migrates
+    it the first time)."""
+    import asyncio
+
+    from agentscript.store import StoreError, store_from_url
+
+    store = store_from_url(options.store, max_connections=1)
+
+    async def open_and_close() -> None:
+        try:
+            await store.open()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(open_and_close(), STORE_CHECK_SECONDS))
+    except StoreError as exc:
+        raise ServeError(str(exc)) from None
+    except TimeoutError:
+        raise ServeError(
+            f"the store {store.url} did not answer within {STORE_CHECK_SECONDS:g} s"
+        ) from None
+
+
 def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> ExitCode:
     """Run the server until it is stopped; the exit code."""
     if options.workers < 1:
@@ -169,6 +201,11 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         import uvicorn
     except ImportError:
         echo("agentscript serve needs uvicorn; install it with: pip install 'agentscript[serve]'")
+        return ExitCode.USAGE
+    try:
+        check_store(options)
+    except ServeError as exc:
+        echo(f"agentscript serve: {exc}")
         return ExitCode.USAGE
     from agentscript.server import logs
     from agentscript.server.nodelay import protocol

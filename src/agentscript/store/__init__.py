@@ -32,6 +32,14 @@ def store_from_url(url: str | None, *, max_connections: int | None = None) -> St
     if url.startswith(("postgresql://", "postgres://")):
         from agentscript.store.postgres import MAX_CONNECTIONS, PostgresStore
 
+        if url.split("://", 1)[1].split("/", 1)[0].count("@") > 1:
+            # libpq would end the user part at the first @ and take the rest of the
+            # password for a host name, then print it in its error.
+            raise ValueError(
+                "the store URL has more than one @ before its host: write an @ in the "
+                "password as %40"
+            )
+
         return PostgresStore(url, max_connections=max_connections or MAX_CONNECTIONS)
     if url == "memory://":
         return MemoryStore()

@@ -48,6 +48,9 @@ from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within
 MAX_CONNECTIONS = 16
 # How long a statement waits for a free connection before it fails (StoreError, 503).
 CONNECTION_WAIT = 30.0
+# Seconds to wait for a new connection to PostgreSQL (libpq's connect_timeout), unless the
+# store URL sets its own.
+CONNECT_TIMEOUT = 10
 # How long a statement waits for a lock (lock_timeout). A turn's commit and a lease statement
 # hold a session's row for about a millisecond, so only another client's lock (an operator's
 # open transaction) or a stalled server makes one wait this long; much shorter would fail a
@@ -185,7 +188,10 @@ class PostgresStore:
 
     async def _new_connection(self) -> Any:
         try:
-            return await self._psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            # libpq waits for a host that drops packets as long as the OS does (minutes),
+            # holding a slot meanwhile: bounded unless the URL sets its own connect_timeout.
+            bound = {} if "connect_timeout" in self.dsn else {"connect_timeout": CONNECT_TIMEOUT}
+            return await self._psycopg.AsyncConnection.connect(self.dsn, autocommit=True, **bound)
         except self._psycopg.Error as exc:
             raise StoreError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
