@@ -26,14 +26,20 @@ space.
 
 Durability is unchanged: with ``synchronous=NORMAL`` a commit is in the WAL, and a crash of
 the process loses nothing; the file is synced at each checkpoint.
+
+A :class:`FileWatch` tells the thread, and each operation of the store, whether the path still
+names the file opened; the thread's rounds also see a file replaced or removed while no
+request comes (see there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Literal
 
 # Seconds between checkpoints: at a few hundred turns a second, about SQLite's own 1,000-page
 # threshold of log.
@@ -61,12 +67,77 @@ CATCH_UP_BYTES = 16 * 1024 * 1024
 PAGE_SIZE = 8192
 
 
-class Checkpointer:
-    """Runs ``PRAGMA wal_checkpoint(PASSIVE)`` on ``path`` every ``interval`` seconds."""
+Change = Literal["removed", "replaced"]
 
-    def __init__(self, path: Path, interval: float = DEFAULT_INTERVAL) -> None:
+
+class FileWatch:
+    """Whether ``path`` still names the database file opened, and what to do once it does not.
+
+    A file replaced under the server (a backup restored with ``mv``) or removed: the open
+    connections go on with the file they opened, and its log is still ``<path>-wal``. A WAL
+    names no database file, so the next process to open whatever ``path`` names then replays
+    the old file's frames into it; and SQLite's close checkpoints and deletes the log only of a
+    file that has not moved (``SQLITE_FCNTL_HAS_MOVED``), so closing leaves them there too.
+    The first time a connection of the store sees the change, the whole log therefore goes
+    into the file opened (``wal_checkpoint(TRUNCATE)``), leaving ``<path>-wal`` empty. Once
+    only: a process that opened the new file since shares that log (and ``<path>-shm``), and a
+    later checkpoint from here would move its commits into the old file. The checkpointer's
+    rounds look every ``interval`` seconds, so the log is emptied that soon even when no
+    request comes; a process that opens the new file before then finds the old frames
+    whatever this store does.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = os.fspath(path)  # a str: a little less per stat
+        self.opened: tuple[int, int] | None = None  # (device, inode) of the file opened
+        self.emptied = False  # the log went into the file opened since it left the path
+        # Held by the checkpointer's rounds: the log is emptied between two rounds, and no
+        # round of this store checkpoints once the file has left the path.
+        self.lock = threading.RLock()
+
+    def start(self) -> None:
+        """Take the file ``path`` names now as the one opened."""
+        self.opened = identity(self.path)
+        self.emptied = False
+
+    def changed(self, db: sqlite3.Connection) -> Change | None:
+        """None while ``path`` names the file opened (one ``stat``); otherwise how it changed,
+        the log emptied into the file opened the first time (``db``: a connection to it)."""
+        if self.opened is None:  # not open
+            return None
+        found = identity(self.path)
+        if found == self.opened:
+            if self.emptied:  # it came back (renamed away and back): a next change empties
+                self.emptied = False
+            return None
+        with self.lock:
+            if not self.emptied:
+                self.emptied = True  # even if it fails: never a later try (see above)
+                # A failure leaves the log as it was; refusing the operation matters more.
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return "removed" if found is None else "replaced"
+
+
+def identity(path: str | Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, or None when there is no such file."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+class Checkpointer:
+    """Runs ``PRAGMA wal_checkpoint(PASSIVE)`` on ``path`` every ``interval`` seconds, while
+    ``watch`` (if given) finds the file opened there."""
+
+    def __init__(
+        self, path: Path, interval: float = DEFAULT_INTERVAL, *, watch: FileWatch | None = None
+    ) -> None:
         self.path = path
         self.interval = interval
+        self.watch = watch
         self.page_size = PAGE_SIZE  # the file's own, read when the thread connects
         self.frames = 0  # log frames copied into the database file so far
         self.caught_up = 0  # rounds that ended with the whole log in the database file
@@ -77,10 +148,25 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start the thread (again, after :meth:`stop`, when the store is reopened)."""
+        """Connect and start the thread (again, after :meth:`stop`, when the store is reopened).
+
+        The connection is made here, just after the store's own, and to an existing file only:
+        a thread connecting later would open whatever the path names by then, or create an
+        empty file there, and checkpoint the store's log into it."""
+        db = sqlite3.connect(
+            f"{Path(self.path).absolute().as_uri()}?mode=rw",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,  # made here, used on the thread
+        )
+        if self.watch is not None and identity(self.watch.path) != self.watch.opened:
+            # Another file already: no checkpoint of it from here (nothing read yet, so the
+            # close touches no log); the store's next operation says what happened.
+            db.close()
+            return
         self._stop.clear()
         self._thread = threading.Thread(
-            target=self._run, name="agentscript-sqlite-checkpoint", daemon=True
+            target=self._run, args=(db,), name="agentscript-sqlite-checkpoint", daemon=True
         )
         self._thread.start()
 
@@ -90,8 +176,7 @@ class Checkpointer:
             self._thread.join(timeout=10)
             self._thread = None
 
-    def _run(self) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None)
+    def _run(self, db: sqlite3.Connection) -> None:
         try:
             db.execute("PRAGMA busy_timeout=1000")
             # Unreadable (it never was so far): the default, rather than a thread that died.
@@ -99,12 +184,22 @@ class Checkpointer:
                 self.page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
             while not self._stop.wait(self.interval):
                 try:
-                    self.checkpoint(db)
+                    self.round(db)
                 except sqlite3.Error:
                     self.failed += 1
         finally:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
+
+    def round(self, db: sqlite3.Connection) -> None:
+        """A checkpoint, unless the file opened has left the path (then its log is emptied
+        into it once, and nothing more: see :class:`FileWatch`)."""
+        if self.watch is None:
+            self.checkpoint(db)
+            return
+        with self.watch.lock:
+            if self.watch.changed(db) is None:
+                self.checkpoint(db)
 
     def checkpoint(self, db: sqlite3.Connection) -> None:
         """One round: passive checkpoints until the whole log is in the database file (or

@@ -4,17 +4,24 @@ Turns of one session are serialised by leases (:mod:`.lease`): a lease whose hol
 longer runs (killed mid-turn) is taken over at once. Statements are short and run on the event
 loop's thread; ``busy_timeout`` absorbs the writes of other workers. WAL checkpoints run on a
 thread of their own (:mod:`.checkpoint`).
+
+Every operation first checks (one ``stat``) that the path still names the file opened. A file
+removed or renamed away is refused until it comes back; a file replaced by another (a backup
+restored with ``mv``) is let go of for good: the store empties its log into the file it opened
+and closes, and answers :class:`StoreError` until the server restarts, rather than serve and
+write sessions nobody will read, or leave the old log to be replayed into the new file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
 import uuid
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agentscript.store import schema
 from agentscript.store.base import (
@@ -24,7 +31,13 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
-from agentscript.store.checkpoint import PAGE_SIZE, WAL_SIZE_LIMIT, Checkpointer
+from agentscript.store.checkpoint import (
+    PAGE_SIZE,
+    WAL_SIZE_LIMIT,
+    Change,
+    Checkpointer,
+    FileWatch,
+)
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, worker_of
 
 # Take a session's lease when nobody holds it or its time is up; no change when a holder has
@@ -56,13 +69,15 @@ class SQLiteStore:
         self.leases = Leases(self)
         # This store in this process: the pid is what another process's liveness check reads.
         self._worker = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
-        self.checkpointer = Checkpointer(self.path)
+        self.watch = FileWatch(self.path)
+        self.checkpointer = Checkpointer(self.path, watch=self.watch)
+        # Why the store no longer answers: its file was replaced while it ran.
+        self._lost: str | None = None
 
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            raise StoreError("the store is not open")
+            raise StoreError(self._lost or "the store is not open")
         return self._db
 
     async def open(self) -> None:
@@ -80,7 +95,8 @@ class SQLiteStore:
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._db = db
             self._migrate()
-            self._file = _identity(self.path)
+            self.watch.start()
+            self._lost = None
             self.checkpointer.start()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from None
@@ -103,38 +119,71 @@ class SQLiteStore:
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _end_transaction(db)
             raise
 
     async def close(self) -> None:
         self.checkpointer.stop()
-        if self._db is not None:
-            self._db.close()  # the last connection to close checkpoints what is left
-            self._db = None
+        db, self._db = self._db, None
+        if db is not None:
+            # The last connection to close checkpoints what is left, but only into a file
+            # still at the path: one that left it gets its log first (FileWatch).
+            self.watch.changed(db)
+            db.close()
 
     async def ping(self) -> None:
-        self._check_file()
         self._run("SELECT 1 FROM agentscript_meta LIMIT 1")
 
-    def _check_file(self) -> None:
-        """StoreError if the database file was removed or replaced since it was opened: the
-        open connection would go on writing to a file nobody will read again."""
-        if self._file is not None and _identity(self.path) != self._file:
+    def _checked(self) -> sqlite3.Connection:
+        """The connection, once ``path`` is found to name the file opened; StoreError if it
+        does not: the connection would go on with a file nobody will read again."""
+        db = self.db
+        change = self.watch.changed(db)
+        if change is not None:
+            self._refuse(change)
+        return db
+
+    def _refuse(self, change: Change) -> NoReturn:
+        if change == "removed":  # it may come back (renamed away and back): keep the file
             raise StoreError(
-                f"the SQLite file {self.path} was removed or replaced while the server ran; "
+                f"the SQLite file {self.path} was removed or renamed while the server ran; "
                 "sessions written now would be lost: put the file back or restart the server"
             )
+        self._lost = (
+            f"the SQLite file {self.path} was replaced by another file while the server ran; "
+            "this server wrote its sessions to the file it had opened and no longer uses the "
+            "path: restart it to serve the file there now"
+        )
+        self._detach()
+        raise StoreError(self._lost)
+
+    def _detach(self) -> None:
+        """Let go of a file that another one replaced at the path, its log already emptied into
+        it (FileWatch). The checkpointer stops first: no checkpoint from here may run once the
+        log was emptied (a process serving the new file may be writing to it by now). Then the
+        connection closes, with nothing left to write. SQLite's close checkpoints, then deletes
+        ``<path>-wal`` and ``<path>-shm`` by name, only when its file has not moved
+        (SQLITE_FCNTL_HAS_MOVED): both stay, the log empty, and whoever opens the new file
+        rebuilds the shared memory from that. Leaving WAL mode instead (``journal_mode=DELETE``)
+        would delete them by name with no such check, under a process that may be using them;
+        keeping the log on close (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE) needs Python 3.12."""
+        self.checkpointer.stop()
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
 
     def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        db = self._checked()
         try:
-            return self.db.execute(sql, params).fetchall()
+            return db.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store: {exc}") from None
 
     async def create_session(self, record: SessionRecord) -> None:
-        self._check_file()
+        db = self._checked()
         try:
-            self.db.execute(schema.INSERT_SESSION, schema.session_params(record))
+            db.execute(schema.INSERT_SESSION, schema.session_params(record))
         except sqlite3.IntegrityError:
             raise ValueError(f"session {record.session_id} already exists") from None
         except sqlite3.Error as exc:
@@ -159,19 +208,19 @@ class SQLiteStore:
         return [schema.session_from_row(r) for r in rows]
 
     async def delete_session(self, session_id: str) -> bool:
-        db = self.db
+        db = self._checked()
         try:
             db.execute("BEGIN IMMEDIATE")
             for sql in schema.DELETE_SESSION:
                 cursor = db.execute(sql, (session_id,))
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            db.execute("ROLLBACK")
+            _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
         return cursor.rowcount > 0
 
     def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
-        self._check_file()
+        # Its statements (take_lease, commit_turn, drop_lease) check the file.
         return self.leases.hold(session_id, wait)
 
     async def worker(self) -> str:
@@ -180,7 +229,7 @@ class SQLiteStore:
     async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
         # A free or expired lease, the usual case, is taken by one statement; the session is
         # read after it, under the lease.
-        db = self.db
+        db = self._checked()
         now = time.time()
         until = now + LEASE_SECONDS
         try:
@@ -216,7 +265,7 @@ class SQLiteStore:
 
     async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
         """The turn's state and record, and the release of its lease, in one transaction."""
-        db = self.db
+        db = self._checked()
         record = outcome.record
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -230,17 +279,15 @@ class SQLiteStore:
             db.execute(schema.INSERT_TURN, schema.turn_params(record, packed_trace=True))
             db.execute("COMMIT")
         except sqlite3.IntegrityError:
-            db.execute("ROLLBACK")
+            _end_transaction(db)
             raise ValueError(
                 f"Idempotency-Key {record.idempotency_key!r} already used in this session"
             ) from None
         except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _end_transaction(db)
             raise
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
@@ -267,7 +314,7 @@ class SQLiteStore:
         return [schema.turn_from_row(r) for r in rows]
 
     async def purge_expired(self) -> int:
-        db = self.db
+        db = self._checked()
         now = time.time()
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -275,19 +322,20 @@ class SQLiteStore:
                 cursor = db.execute(sql, (now,))
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
         return cursor.rowcount
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of ``path``, or None when there is no such file."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
+def _end_transaction(db: sqlite3.Connection) -> None:
+    """Roll back a failed transaction if SQLite has not ended it itself: a commit that fails
+    writing (a full disk, an I/O error) rolls the whole transaction back, and a ROLLBACK then
+    fails with "no transaction is active". A ROLLBACK that fails is not raised either: the
+    failure being reported says more, and a transaction left open fails the next BEGIN with a
+    StoreError (whose ROLLBACK then ends it), never with a 500."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 def _alive(worker: str) -> bool:
