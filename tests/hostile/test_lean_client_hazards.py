@@ -5,6 +5,7 @@ well-behaved cases run in tests/test_models_openai.py, with the SDK and with thi
 from __future__ import annotations
 
 import asyncio
+import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -149,3 +150,22 @@ def test_the_key_is_sent_and_never_shown() -> None:
 def test_a_bad_base_url_is_a_model_error() -> None:
     with pytest.raises(ModelError, match="not an http:// or https:// URL"):
         complete("ftp://example.com/v1", streaming=False)
+
+
+def error_at_200(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    """A gateway passing on a failed upstream call as a successful answer."""
+    error = {"error": {"message": "upstream model overloaded", "code": 502}}
+    send(handler, 200, "application/json", json.dumps(error).encode())
+
+
+@pytest.mark.parametrize("sdk", [False, True], ids=["lean", "sdk"])
+def test_an_error_answered_with_status_200_is_reported_with_its_message(sdk: bool) -> None:
+    from agentscript.models.openai_provider import OpenAIModel
+
+    with RawServer(error_at_200) as server, pytest.raises(ModelError) as caught:
+        cls = OpenAIModel if sdk else LeanOpenAIModel
+        model = cls("gpt-test", api_key="sk-test", base_url=server.url, max_retries=0)
+        asyncio.run(model.complete(REQUEST))
+    assert str(caught.value) == (
+        "OpenAI model 'gpt-test' answered with an error: upstream model overloaded"
+    )

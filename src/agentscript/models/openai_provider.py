@@ -20,6 +20,7 @@ from agentscript.models.base import (
     ToolSpec,
     Usage,
 )
+from agentscript.models.retry import server_message
 from agentscript.models.sdk_provider import (
     PLACEHOLDER_API_KEY,
     SdkModel,
@@ -101,6 +102,12 @@ class OpenAIModel(SdkModel):
     def _parse_response(self, completion: Any) -> ModelResponse:
         choices = getattr(completion, "choices", None) or []
         if not choices:
+            # Some gateways answer 200 with the error body of a failed upstream call.
+            reported = _error_text(getattr(completion, "error", None))
+            if reported:
+                raise ModelError(
+                    f"{self.provider} model '{self.model}' answered with an error: {reported}"
+                )
             raise ModelError(
                 f"{self.provider} model '{self.model}' returned no answer (no choices)"
             )
@@ -283,3 +290,14 @@ class _StreamAssembler:
             usage=self.usage,
             model=self.model or model,
         )
+
+
+def _error_text(error: Any) -> str:
+    """The message of an ``error`` member of an answer (an object, a mapping or a string), or
+    "" when there is none; at most 500 characters, as for an error status."""
+    if error is None:
+        return ""
+    if isinstance(error, str):
+        return server_message(error, "")
+    message = error.get("message") if isinstance(error, dict) else getattr(error, "message", None)
+    return server_message(str(message), "") if message else ""
