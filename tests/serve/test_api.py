@@ -486,6 +486,9 @@ def test_api_health_ready_metrics_openapi(api_store: str) -> None:
         # The store's kind, never its URL (anyone may ask; a URL names hosts and users).
         kind = api_store.split(":", 1)[0]
         assert ready == {"status": "ready", "store": kind, "agents": ["Notes"]}
+        for path in ("/healthz", "/readyz"):  # load balancers' checks often send HEAD
+            head = await client.head(path)
+            assert head.status_code == 200 and head.content == b""
         sid = await new_session(client)
         await client.post(f"/v1/sessions/{sid}/messages", json={"text": '/note {"text": "x"}'})
         text = (await client.get("/metrics")).text

@@ -298,12 +298,13 @@ def create_app(
     async def any_error(_request: Request, exc: Exception) -> JSONResponse:
         return _error_response(exc)
 
-    @app.get("/healthz")
+    # HEAD too: load balancers' health checks often send it.
+    @app.api_route("/healthz", methods=["GET", "HEAD"])
     async def healthz() -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.api_route("/readyz", methods=["GET", "HEAD"])
     async def readyz() -> JSONResponse:
         """The store answers and the agents are loaded."""
         try:
