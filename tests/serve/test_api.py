@@ -214,6 +214,32 @@ def test_api_idempotency_key_returns_stored_result_without_running(
     run(api_store, scenario)
 
 
+def test_api_idempotency_key_sent_again_with_another_message_is_409(api_store: str) -> None:
+    """A key reused for the next message is a client's bug: answering that message with the
+    previous turn's result would lose it silently."""
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        sid = await new_session(client)
+        headers = {"Idempotency-Key": "msg-1"}
+        url = f"/v1/sessions/{sid}/messages"
+        first = await client.post(url, json={"text": "hello"}, headers=headers)
+        assert first.status_code == 200
+        reused = await client.post(url, json={"text": "goodbye"}, headers=headers)
+        assert error_of(reused) == (409, "idempotency_key_reused")
+        assert "turn 1" in reused.json()["error"]["message"]
+        streamed = await client.post(
+            url,
+            json={"text": "goodbye"},
+            headers={**headers, "Accept": "text/event-stream"},
+        )
+        assert error_of(streamed) == (409, "idempotency_key_reused")
+        assert (await client.get(f"/v1/sessions/{sid}")).json()["turns"] == 1
+        retried = await client.post(url, json={"text": "hello"}, headers=headers)
+        assert retried.json() == first.json()  # the same message still replays
+
+    run(api_store, scenario)
+
+
 def test_api_sse_streams_tokens_steps_then_turn(api_store: str) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         sid = await new_session(client)

@@ -235,13 +235,16 @@ class SessionService:
 
     # ------------------------------------------------------------------ turns
 
-    async def replay(self, owner: str, session_id: str, key: str | None) -> dict[str, Any] | None:
-        """The stored result of the committed turn that carried ``key``, if any."""
+    async def replay(
+        self, owner: str, session_id: str, key: str | None, text: str
+    ) -> dict[str, Any] | None:
+        """The stored result of the committed turn that carried ``key``, if any
+        (:class:`DuplicateKey` if that turn's message was not ``text``)."""
         await self.record(owner, session_id)
         if key is None:
             return None
         found = await self.store.find_turn(session_id, key)
-        return None if found is None else _result(found)
+        return None if found is None else _replayed(found, key, text)
 
     async def send(
         self,
@@ -270,7 +273,7 @@ class SessionService:
             )
         # Without a key there is nothing to replay, and the lock reads the session (404 for a
         # missing one or another key's): no read before it.
-        stored = await self.replay(owner, session_id, key) if key is not None else None
+        stored = await self.replay(owner, session_id, key, text) if key is not None else None
         if stored is not None:
             if hooks.on_start:
                 hooks.on_start()
@@ -306,7 +309,7 @@ class SessionService:
                 # Another worker may have committed this key while we waited for the lock.
                 found = await self.store.find_turn(session_id, key)
                 if found is not None:
-                    result = _result(found)
+                    result = _replayed(found, key, text)
                     if hooks.on_start:
                         hooks.on_start()
                     return result
@@ -404,8 +407,18 @@ def trace_url(session_id: str, turn: int) -> str:
     return f"/v1/sessions/{session_id}/turns/{turn}/trace"
 
 
-def _result(found: TurnRecord) -> dict[str, Any]:
-    return dict(readable(found, "result").result)
+def _replayed(found: TurnRecord, key: str, text: str) -> dict[str, Any]:
+    """The stored result of a committed turn found by its Idempotency-Key, for a retry of the
+    same message. A key sent again with another message is a client's bug (a key reused
+    for the next message would silently answer it with the previous turn): refused."""
+    result = dict(readable(found, "result").result)
+    user = result.get("user")
+    if isinstance(user, str) and user != text:
+        raise DuplicateKey(
+            f"Idempotency-Key {key!r} was used by turn {found.turn} of this session for another "
+            "message; send a new key with each new message"
+        )
+    return result
 
 
 def turn_line(turn: TurnRecord) -> dict[str, Any]:
