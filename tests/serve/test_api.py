@@ -119,13 +119,13 @@ def test_api_deeply_nested_json_is_a_4xx_never_a_500(api_store: str) -> None:
             sent = await client.post(
                 f"/v1/sessions/{sid}/messages", content=body, headers=JSON_BODY
             )
-            assert error_of(sent)[0] == 400, sent.text
+            assert error_of(sent) == (400, "invalid_body"), sent.text
             created = await client.post(
                 "/v1/agents/Tools_Test/sessions",
                 content='{"variables": {"payload": ' + nested(levels) + "}}",
                 headers=JSON_BODY,
             )
-            assert error_of(created)[0] == 400, created.text
+            assert error_of(created) == (400, "invalid_body"), created.text
         too_deep = await client.post(
             "/v1/agents/Tools_Test/sessions",
             content='{"variables": {"payload": ' + nested(300) + "}}",
@@ -351,6 +351,12 @@ def test_api_bad_requests_are_4xx_with_error_body(api_store: str) -> None:
             url, content=b"{", headers={"Content-Type": "application/json"}
         )
         assert error_of(not_json) == (422, "invalid_request")
+        for bad_bytes in (b'{"text": "\xff\xfe"}', b"\xef\xbb"):  # not UTF-8
+            not_utf8 = await client.post(
+                url, content=bad_bytes, headers={"Content-Type": "application/json"}
+            )
+            assert error_of(not_utf8) == (400, "invalid_body")
+            assert "UTF-8" in not_utf8.json()["error"]["message"]
         no_text = await client.post(url, json={"txt": "hi"})
         assert error_of(no_text) == (422, "invalid_request")
         assert "text" in no_text.json()["error"]["message"]

@@ -280,11 +280,13 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {404: "not_found", 405: "method_not_allowed"}
+        codes = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}
         code = codes.get(exc.status_code, "http_error")
-        return JSONResponse(
-            body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
-        )
+        detail = str(exc.detail)
+        if exc.status_code == 400:
+            # FastAPI's only 400: a body its JSON parser could not read at all.
+            detail = "the body is not JSON in UTF-8 (or nests deeper than a parser can read)"
+        return JSONResponse(body(code, detail), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
