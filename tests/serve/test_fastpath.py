@@ -152,11 +152,11 @@ CASES = [
     ("key", MESSAGES, b'{"text": "hi"}', {**AUTH, **JSON, "idempotency-key": "k1"}, 200, True),
     ("same key", MESSAGES, b'{"text": "hi"}', {**AUTH, **JSON, "idempotency-key": "k1"}, 200, True),
     (
-        "key, other text: the stored turn",
+        "key, other text: refused",
         MESSAGES,
         b'{"text": "ho"}',
         {**AUTH, **JSON, "idempotency-key": "k1"},
-        200,
+        409,
         True,
     ),
     ("no key", MESSAGES, b'{"text": "hi"}', JSON, 401, True),
