@@ -1,16 +1,113 @@
-"""uvicorn's httptools protocol with TCP_NODELAY (see ``nodelay``); a module of its own
-because importing it needs httptools, which only the ``serve`` extra installs."""
+"""uvicorn's httptools protocol with TCP_NODELAY (see ``nodelay``) and a bound on each request's
+head; a module of its own because importing it needs httptools, which only the ``serve`` extra
+installs.
+
+uvicorn's h11 protocol refuses a head past 16 KiB; its httptools one takes any size and any
+time: httptools gathers a header's value until its end, so a client sending one 100 MB header
+held 470 MB of the worker's memory, and one sending a byte every few seconds held its
+connection forever (the keep-alive timeout counts only the wait between requests). Here a head
+(request line and headers) may take ``MAX_HEAD_BYTES`` and ``HEAD_SECONDS``; past either the
+connection is answered ``431`` or closed. A proxy in front bounds both too.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentscript.server.nodelay import set_nodelay
 
+# Bytes of one request's head (request line and headers): four times nginx's default, far
+# above any real client's.
+MAX_HEAD_BYTES = 64 * 1024
+# Seconds a request's head may take to arrive, from its first byte (nginx waits 60 s).
+HEAD_SECONDS = 30.0
+# Seconds a refused client's further bytes are read and dropped before the connection closes:
+# closing with bytes unread resets it, and the client could lose the 431 before reading it.
+LINGER_SECONDS = 2.0
+
+_TOO_LARGE = json.dumps(
+    {
+        "error": {
+            "code": "headers_too_large",
+            "message": f"the request line and headers are over {MAX_HEAD_BYTES} bytes",
+        }
+    }
+).encode()
+
 
 class NoDelayHttpToolsProtocol(HttpToolsProtocol):
+    # Bytes counted of the head being read; None while a request's body is being read.
+    _head_bytes: int | None = 0
+    _heads = 0  # heads begun on this connection: tells a chunk that ended one from the next
+    _head_timer: asyncio.TimerHandle | None = None
+    _refused = False
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         set_nodelay(transport)
         super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        # A chunk counts when the same head was being read before and after it: exact for a
+        # head that takes many reads, and a chunk where a head ends or begins (the end of the
+        # last body, pipelined requests) never counts, so no real request is refused; the
+        # parser holds at most one read (256 KiB) more than the bound.
+        head = self._heads if self._head_bytes is not None else None
+        super().data_received(data)
+        if self._head_bytes is None or self.transport.is_closing():
+            return
+        if head == self._heads:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse_head()
+
+    def on_message_begin(self) -> None:
+        # The head's time runs from its first byte: not while a response is being computed
+        # (a turn may take minutes), nor between requests (uvicorn's keep-alive timeout).
+        self._stop_head_timer()
+        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_too_slow)
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._head_bytes = None
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._head_bytes = 0  # what comes next is the next request's head
+        self._heads += 1
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if self._head_bytes is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _refuse_head(self) -> None:
+        self._stop_head_timer()
+        self._head_bytes = None
+        self._refused = True
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/json\r\n"
+            b"content-length: " + str(len(_TOO_LARGE)).encode() + b"\r\n"
+            b"connection: close\r\n\r\n" + _TOO_LARGE
+        )
+        # The answer, then the end of what this side sends; what the client still sends is
+        # read and dropped for a while (a lingering close, as nginx does).
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)
