@@ -2,8 +2,16 @@
 
 Turns of one session are serialised by leases (:mod:`.lease`): a lease whose holder process no
 longer runs (killed mid-turn) is taken over at once. Statements are short and run on the event
-loop's thread; ``busy_timeout`` absorbs the writes of other workers. WAL checkpoints run on a
-thread of their own (:mod:`.checkpoint`).
+loop's thread. WAL checkpoints run on a thread of their own (:mod:`.checkpoint`).
+
+Waiting for another process's lock never blocks the loop for long. SQLite's own busy handler
+waits at most ``BUSY_TIMEOUT_MS`` on the loop's thread: enough for another worker's commit,
+which holds the write lock well under a millisecond. A lock held longer (an operator's shell
+left in ``BEGIN IMMEDIATE``, a checkpoint that makes writers wait) is waited out asleep on the
+loop, the statement tried again every few ms, for up to ``BUSY_WAIT`` seconds in all; then the
+operation fails with :class:`StoreError` (a 503). Meanwhile the worker serves its other
+requests. A purge deletes in batches of ``PURGE_BATCH`` sessions, one transaction each, so it
+never holds the write lock for long itself.
 
 Every operation first checks (one ``stat``) that the path still names the file opened. A file
 removed or renamed away is refused until it comes back; a file replaced by another (a backup
@@ -14,6 +22,7 @@ write sessions nobody will read, or leave the old log to be replayed into the ne
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
@@ -21,7 +30,7 @@ import time
 import uuid
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from agentscript.store import schema
 from agentscript.store.base import (
@@ -57,6 +66,31 @@ TAKE_STALE_LEASE = (
 DROP_LEASE = (
     "UPDATE agentscript_sessions SET lease_holder = NULL WHERE session_id = ? AND lease_holder = ?"
 )
+# Up to ? sessions expired at a time (the expiry index finds them): one batch of a purge.
+EXPIRED_BATCH = (
+    "SELECT session_id FROM agentscript_sessions "
+    "WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?"
+)
+
+# How long SQLite's busy handler may wait for another connection's lock, on the event loop's
+# thread (busy_timeout, ms): another worker's commit holds the write lock well under a
+# millisecond, and is waited out here at no cost the loop sees. Anything held longer is waited
+# out asleep (``_wait_out``).
+BUSY_TIMEOUT_MS = 5
+# How long an operation waits in all for another process's lock before it fails (StoreError,
+# a 503): the busy_timeout the store's statements had when they waited on the loop's thread.
+# Opening the store (its migrations) still waits that long there: workers starting together
+# wait on each other, and nothing is served yet.
+BUSY_WAIT = 5.0
+# The pauses between tries of a statement that found a lock taken: short at first (a RESTART
+# checkpoint holds writers 1-9 ms), doubling up to BUSY_PAUSE_MAX, so a long hold costs a try
+# every 50 ms.
+BUSY_PAUSE = 0.002
+BUSY_PAUSE_MAX = 0.05
+# Expired sessions deleted per transaction of a purge: sessions left to expire during a long
+# outage would otherwise go in one transaction, holding the write lock of every worker for as
+# long as that takes; a batch of 500 holds it about 5 ms (sessions of five turns, measured).
+PURGE_BATCH = 500
 
 
 class SQLiteStore:
@@ -70,6 +104,8 @@ class SQLiteStore:
         # This store in this process: the pid is what another process's liveness check reads.
         self._worker = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
         self.watch = FileWatch(self.path)
+        # The connection as the watch is handed it (see _Patient).
+        self._patient: sqlite3.Connection | None = None
         self.checkpointer = Checkpointer(self.path, watch=self.watch)
         # Why the store no longer answers: its file was replaced while it ran.
         self._lost: str | None = None
@@ -83,18 +119,22 @@ class SQLiteStore:
     async def open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # Until the schema is migrated, a lock is waited for on this thread (BUSY_WAIT).
+            db = sqlite3.connect(
+                self.path, timeout=BUSY_WAIT, isolation_level=None, check_same_thread=False
+            )
             # Takes effect on a new file only (a store keeps the page size it was made with).
             db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # durable at each WAL checkpoint; see docs
-            db.execute("PRAGMA busy_timeout=5000")
             # Checkpoints run on the checkpointer's thread, never in a turn's commit.
             db.execute("PRAGMA wal_autocheckpoint=0")
             # When a write restarts the log, a log file that a burst grew is cut back to this.
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._db = db
+            self._patient = cast(sqlite3.Connection, _Patient(db))
             self._migrate()
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self.watch.start()
             self._lost = None
             self.checkpointer.start()
@@ -125,20 +165,21 @@ class SQLiteStore:
     async def close(self) -> None:
         self.checkpointer.stop()
         db, self._db = self._db, None
+        patient, self._patient = self._patient, None
         if db is not None:
             # The last connection to close checkpoints what is left, but only into a file
             # still at the path: one that left it gets its log first (FileWatch).
-            self.watch.changed(db)
+            self.watch.changed(patient or db)
             db.close()
 
     async def ping(self) -> None:
-        self._run("SELECT 1 FROM agentscript_meta LIMIT 1")
+        await self._run("SELECT 1 FROM agentscript_meta LIMIT 1")
 
     def _checked(self) -> sqlite3.Connection:
         """The connection, once ``path`` is found to name the file opened; StoreError if it
         does not: the connection would go on with a file nobody will read again."""
         db = self.db
-        change = self.watch.changed(db)
+        change = self.watch.changed(self._patient or db)
         if change is not None:
             self._refuse(change)
         return db
@@ -169,28 +210,68 @@ class SQLiteStore:
         keeping the log on close (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE) needs Python 3.12."""
         self.checkpointer.stop()
         db, self._db = self._db, None
+        self._patient = None
         if db is not None:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
 
-    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """One statement's rows (a read, or a write of one statement), failures as StoreError."""
         db = self._checked()
         try:
-            return db.execute(sql, params).fetchall()
+            return (await self._execute(db, sql, params)).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store: {exc}") from None
+
+    async def _execute(
+        self, db: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()
+    ) -> sqlite3.Cursor:
+        """``db.execute``, once another process's lock lets it run (``_wait_out``). A
+        statement that finds a lock taken did nothing, so trying it again is always safe; in
+        a transaction only its ``BEGIN IMMEDIATE`` finds one: once it has run, the transaction
+        holds the write lock, and in WAL mode no statement of it waits for another."""
+        try:
+            return db.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise
+        return await self._wait_out(db, sql, params)
+
+    async def _wait_out(
+        self, db: sqlite3.Connection, sql: str, params: tuple[Any, ...]
+    ) -> sqlite3.Cursor:
+        """Try again a statement that found another process's lock taken, asleep between
+        tries so that the loop serves other requests, until it runs or BUSY_WAIT seconds
+        passed (StoreError)."""
+        deadline = time.monotonic() + BUSY_WAIT
+        pause = BUSY_PAUSE
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, BUSY_PAUSE_MAX)
+            # The file may have left the path, or the store closed, while this slept.
+            self._checked()
+            try:
+                return db.execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+        raise StoreError(
+            f"another process held the write lock of the SQLite file {self.path} for "
+            f"{BUSY_WAIT:g} s (an open transaction: a sqlite3 shell, a backup or a long "
+            "write); retry later"
+        )
 
     async def create_session(self, record: SessionRecord) -> None:
         db = self._checked()
         try:
-            db.execute(schema.INSERT_SESSION, schema.session_params(record))
+            await self._execute(db, schema.INSERT_SESSION, schema.session_params(record))
         except sqlite3.IntegrityError:
             raise ValueError(f"session {record.session_id} already exists") from None
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store: {exc}") from None
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        rows = self._run(schema.SELECT_SESSION, (session_id,))
+        rows = await self._run(schema.SELECT_SESSION, (session_id,))
         if not rows:
             return None
         record = schema.session_from_row(rows[0])
@@ -199,7 +280,7 @@ class SQLiteStore:
     async def list_sessions(
         self, *, owner: str, agent: str | None, limit: int, after: str | None
     ) -> list[SessionRecord]:
-        rows = self._run(
+        rows = await self._run(
             f"SELECT {schema.SESSION_COLUMNS} FROM agentscript_sessions WHERE owner = ? "
             "AND (? IS NULL OR agent = ?) AND session_id > ? "
             "AND (expires_at IS NULL OR expires_at > ?) ORDER BY session_id LIMIT ?",
@@ -210,7 +291,7 @@ class SQLiteStore:
     async def delete_session(self, session_id: str) -> bool:
         db = self._checked()
         try:
-            db.execute("BEGIN IMMEDIATE")
+            await self._execute(db, "BEGIN IMMEDIATE")
             for sql in schema.DELETE_SESSION:
                 cursor = db.execute(sql, (session_id,))
             db.execute("COMMIT")
@@ -228,13 +309,19 @@ class SQLiteStore:
 
     async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
         # A free or expired lease, the usual case, is taken by one statement; the session is
-        # read after it, under the lease.
+        # read after it, under the lease. Each statement commits on its own, and one that
+        # waits for another process's lock (_execute) is tried again alone: it did nothing,
+        # and the steps around it already allow for any other process acting between two of
+        # them. Trying the whole method again instead would find the lease taken by its first
+        # step as this store's own, so stale, and take it over: the same lease; but a lease
+        # taken on a session found expired meanwhile would stay written.
         db = self._checked()
         now = time.time()
         until = now + LEASE_SECONDS
         try:
-            if not db.execute(TAKE_LEASE, (holder, until, session_id, now, now)).rowcount:
-                row = db.execute(HOLDER_OF_LEASE, (session_id, now)).fetchone()
+            taken = await self._execute(db, TAKE_LEASE, (holder, until, session_id, now, now))
+            if not taken.rowcount:
+                row = (await self._execute(db, HOLDER_OF_LEASE, (session_id, now))).fetchone()
                 if row is None:  # no such session, or it expired
                     return True, None
                 if row[0] is None:  # given back between the two statements
@@ -243,12 +330,13 @@ class SQLiteStore:
                 # another store took it over first.
                 if not self._stale(row[0]):
                     return False, None
-                if not db.execute(TAKE_STALE_LEASE, (holder, until, session_id, row[0])).rowcount:
+                stale = (holder, until, session_id, row[0])
+                if not (await self._execute(db, TAKE_STALE_LEASE, stale)).rowcount:
                     return False, None
-            found = db.execute(schema.SELECT_SESSION, (session_id,)).fetchone()
+            found = (await self._execute(db, schema.SELECT_SESSION, (session_id,))).fetchone()
             record = schema.session_from_row(found) if found else None
             if record is None or record.expired():
-                db.execute(DROP_LEASE, (session_id, holder))
+                await self._execute(db, DROP_LEASE, (session_id, holder))
                 return True, None
             return True, record
         except sqlite3.Error as exc:
@@ -261,14 +349,14 @@ class SQLiteStore:
         return worker == self._worker or not _alive(worker)
 
     async def drop_lease(self, session_id: str, holder: str) -> None:
-        self._run(DROP_LEASE, (session_id, holder))
+        await self._run(DROP_LEASE, (session_id, holder))
 
     async def commit_turn(self, session: SessionRecord, outcome: TurnOutcome, holder: str) -> None:
         """The turn's state and record, and the release of its lease, in one transaction."""
         db = self._checked()
         record = outcome.record
         try:
-            db.execute("BEGIN IMMEDIATE")
+            await self._execute(db, "BEGIN IMMEDIATE")
             # The update gives the lease back; on a conflict it is dropped on the way out.
             cursor = db.execute(
                 schema.UPDATE_AFTER_TURN,
@@ -291,7 +379,7 @@ class SQLiteStore:
             raise
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
-        rows = self._run(
+        rows = await self._run(
             f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns "
             "WHERE session_id = ? AND idempotency_key = ?",
             (session_id, idempotency_key),
@@ -299,14 +387,14 @@ class SQLiteStore:
         return schema.turn_from_row(rows[0]) if rows else None
 
     async def get_turn(self, session_id: str, turn: int) -> TurnRecord | None:
-        rows = self._run(
+        rows = await self._run(
             f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns WHERE session_id = ? AND turn = ?",
             (session_id, turn),
         )
         return schema.turn_from_row(rows[0]) if rows else None
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
-        rows = self._run(
+        rows = await self._run(
             f"SELECT {schema.TURN_SUMMARY_COLUMNS} FROM agentscript_turns "
             "WHERE session_id = ? ORDER BY turn",
             (session_id,),
@@ -314,17 +402,32 @@ class SQLiteStore:
         return [schema.turn_from_row(r) for r in rows]
 
     async def purge_expired(self) -> int:
-        db = self._checked()
+        # Sessions expired by now only: ones expiring during the purge wait for the next.
         now = time.time()
+        purged = 0
+        while True:
+            found, deleted = await self._purge_batch(now)
+            purged += deleted
+            if found < PURGE_BATCH:
+                return purged
+            await asyncio.sleep(0)  # requests waiting on the loop go first
+
+    async def _purge_batch(self, now: float) -> tuple[int, int]:
+        """Up to PURGE_BATCH sessions expired at ``now`` deleted with their rows, in one
+        transaction: how many were found, and how many deleted."""
+        db = self._checked()
         try:
-            db.execute("BEGIN IMMEDIATE")
-            for sql in schema.PURGE_EXPIRED:
-                cursor = db.execute(sql, (now,))
+            await self._execute(db, "BEGIN IMMEDIATE")
+            found = db.execute(EXPIRED_BATCH, (now, PURGE_BATCH)).fetchall()
+            # A session's rows as a deletion deletes them (the same statements), one session
+            # after another: the rows found above are the parameters.
+            for sql in schema.DELETE_SESSION:
+                cursor = db.executemany(sql, found)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
-        return cursor.rowcount
+        return len(found), cursor.rowcount
 
 
 def _end_transaction(db: sqlite3.Connection) -> None:
@@ -336,6 +439,30 @@ def _end_transaction(db: sqlite3.Connection) -> None:
     if db.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             db.execute("ROLLBACK")
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether a statement failed because another connection held a lock (SQLITE_BUSY or one
+    of its extended codes), rather than for good."""
+    return exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+
+
+class _Patient:
+    """The store's connection as its :class:`FileWatch` is handed it. The watch's one
+    checkpoint, emptying the log into a file that left the path, waits for other processes'
+    locks up to BUSY_WAIT on the loop's thread as every statement of the store once did: it
+    runs once, the store lets go of the file after it, and a log left partly copied would be
+    replayed into the file now at the path."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def execute(self, sql: str) -> sqlite3.Cursor:
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_WAIT * 1000:.0f}")
+        try:
+            return self._db.execute(sql)
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def _alive(worker: str) -> bool:
