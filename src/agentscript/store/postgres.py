@@ -176,15 +176,22 @@ class PostgresStore:
     async def _pooled_connection(self) -> Any:
         """A new connection for the pool, its lock waits and statements bounded in time."""
         conn = await self._new_connection()
-        try:
+        async with self._closed_on_failure(conn, f"cannot connect to {self.url}"):
             await conn.execute(BOUND_STATEMENTS, (_ms(LOCK_TIMEOUT), _ms(STATEMENT_TIMEOUT)))
+        return conn
+
+    @asynccontextmanager
+    async def _closed_on_failure(self, conn: Any, failed: str) -> AsyncIterator[None]:
+        """Close ``conn`` if the block fails (it is not handed out); a database error becomes
+        a StoreError worded ``failed: <error>``."""
+        try:
+            yield
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await conn.close()
             if isinstance(exc, self._psycopg.Error):
-                raise StoreError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+                raise StoreError(f"{failed}: {_first_line(exc)}") from None
             raise
-        return conn
 
     async def _new_connection(self) -> Any:
         try:
@@ -298,7 +305,7 @@ class PostgresStore:
 
     async def _present(self) -> tuple[Any, int]:
         conn = await self._new_connection()
-        try:
+        async with self._closed_on_failure(conn, "PostgreSQL store"):
             while True:  # a token no running store holds (a clash is unlikely but possible)
                 token = 1 + secrets.randbelow(2**31 - 2)
                 cur = await conn.execute(
@@ -307,12 +314,6 @@ class PostgresStore:
                 row = await cur.fetchone()
                 if row and row[0]:
                     return conn, token
-        except BaseException as exc:
-            with contextlib.suppress(Exception):
-                await conn.close()
-            if isinstance(exc, self._psycopg.Error):
-                raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
-            raise
 
     async def _fetch(
         self, sql: str, params: tuple[Any, ...] = (), *, session_id: str | None = None
