@@ -19,7 +19,9 @@ from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentscript.server import sse
@@ -29,7 +31,7 @@ from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, body, status_of
 from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
-from agentscript.server.metrics import Metrics
+from agentscript.server.metrics import Metrics, method_label
 from agentscript.server.middleware import HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, retry_after
 from agentscript.server.requestid import RequestId
@@ -61,6 +63,15 @@ def log_failure(exc: BaseException, code: str, message: str) -> None:
         log.error("store unavailable: %s", message)
     elif code == "session_damaged":
         log.error("damaged record: %s", message)
+
+
+def _json_media(request: Request) -> bool:
+    """Whether the request's Content-Type is one FastAPI reads as JSON (``application/json``
+    or ``application/*+json``)."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 def _error_response(exc: BaseException) -> JSONResponse:
@@ -97,7 +108,31 @@ class CountRequests(HttpMiddleware):
             status = response.status_code
             await response(scope, receive, send)
         finally:
-            self.metrics.http[(str(scope.get("method", "")), status)] += 1
+            self.metrics.http[(method_label(str(scope.get("method", ""))), status)] += 1
+
+
+class JsonCorsMiddleware(CORSMiddleware):
+    """Starlette's CORS, with a refused preflight answered like every other error: a JSON
+    ``400 cors_refused`` naming what was refused, rather than a plain-text body."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        message = bytes(response.body).decode("utf-8", "replace")
+        refused = message.removeprefix("Disallowed CORS ")
+        headers = {
+            name: value
+            for name, value in response.headers.items()
+            if name not in ("content-length", "content-type")
+        }
+        return JSONResponse(
+            body(
+                "cors_refused", f"this preflight request is refused by CORS: {refused} not allowed"
+            ),
+            status_code=400,
+            headers=headers,
+        )
 
 
 class BodyLimit(HttpMiddleware):
@@ -289,11 +324,19 @@ def create_app(
         return JSONResponse(body(code, detail), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
         for err in exc.errors()[:5]:
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
             problems.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+            if tuple(err.get("loc", ())) == ("body",) and not _json_media(request):
+                # FastAPI reads a body as JSON only when its Content-Type says so: say that,
+                # rather than that the JSON the client sent is not an object.
+                sent = request.headers.get("content-type")
+                problems[-1] = (
+                    "body: send it as JSON with 'Content-Type: application/json' "
+                    f"({'no Content-Type was sent' if sent is None else f'got {sent[:100]!r}'})"
+                )
         return JSONResponse(body("invalid_request", "; ".join(problems)), status_code=422)
 
     @app.exception_handler(Exception)
@@ -301,12 +344,14 @@ def create_app(
         return _error_response(exc)
 
     # HEAD too: load balancers' health checks often send it.
-    @app.api_route("/healthz", methods=["GET", "HEAD"])
+    @app.get("/healthz")
+    @app.head("/healthz", include_in_schema=False)  # one operation id per route
     async def healthz() -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
-    @app.api_route("/readyz", methods=["GET", "HEAD"])
+    @app.get("/readyz")
+    @app.head("/readyz", include_in_schema=False)  # one operation id per route
     async def readyz() -> JSONResponse:
         """The store answers and the agents are loaded."""
         try:
@@ -399,7 +444,7 @@ def create_app(
         accept: Annotated[str | None, Header()] = None,
     ) -> Response:
         root = request.scope.get("root_path", "")
-        if accept and "text/event-stream" in accept:
+        if sse.wants_stream(accept):
             return await _stream(service, who, session_id, message.text, idempotency_key, root)
         result = await service.send(who, session_id, message.text, idempotency_key)
         return TurnAnswer(mounted(root, result))
@@ -412,10 +457,8 @@ def create_app(
         error_response=_error_response,
     )
     if config.cors_origins:
-        from fastapi.middleware.cors import CORSMiddleware
-
         app.add_middleware(
-            CORSMiddleware,
+            JsonCorsMiddleware,
             allow_origins=config.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=[

@@ -47,7 +47,9 @@ class ApiKeys:
         path = Path(raw)
         if "," not in raw and (raw.startswith(("/", ".", "~")) or path.is_file()):
             try:
-                text = path.expanduser().read_text(encoding="utf-8")
+                # utf-8-sig: a byte-order mark (Notepad writes one) must not become part of
+                # the first key, which would then never match.
+                text = path.expanduser().read_text(encoding="utf-8-sig")
             except OSError as exc:
                 raise KeyConfigError(f"{ENV}: cannot read {raw}: {exc.strerror or exc}") from None
             entries = [line.split("#", 1)[0].strip() for line in text.splitlines()]

@@ -118,7 +118,7 @@ def _plain_headers(scope: Scope) -> dict[bytes, str] | None:
             found[name] = value.decode("latin-1")
     if found.get(b"content-type", "").lower() not in JSON_MEDIA_TYPES:
         return None
-    if "text/event-stream" in found.get(b"accept", ""):
+    if "text/event-stream" in found.get(b"accept", "").lower():
         return None
     key = found.get(b"idempotency-key")
     if key is not None and IDEMPOTENCY_KEY.fullmatch(key) is None:

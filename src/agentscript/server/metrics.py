@@ -17,6 +17,14 @@ from agentscript.trace_steps import Source, StepType
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A session counts as active for this long after its last turn.
 ACTIVE_WINDOW = 300.0
+# The methods counted by name in agentscript_http_requests_total; any other (a client can send
+# any token, and h11 passes it on) is counted as "other", so a client cannot add label values.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
+
+
+def method_label(method: str) -> str:
+    """The ``method`` label of a request: its method if a standard one, else ``other``."""
+    return method if method in HTTP_METHODS else "other"
 
 
 class Histogram:

@@ -167,6 +167,10 @@ class SessionService:
         extra = state.get("extra")
         mantle = (extra.get("mantle") if isinstance(extra, dict) else None) or {}
         stack = mantle.get("stack") if isinstance(mantle, dict) else None
+        if pending is None and isinstance(mantle, dict):
+            # A Mantle session keeps the call that waits for a yes/no in its skill stack's
+            # state (``extra.mantle.pending``), never in ``pending_confirmation``.
+            pending = mantle.get("pending")
         return {
             "session_id": record.session_id,
             "agent": record.agent,

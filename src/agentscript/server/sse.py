@@ -12,6 +12,31 @@ import json
 from typing import Any
 
 
+def wants_stream(accept: str | None) -> bool:
+    """Whether an ``Accept`` header asks for the turn as a stream: it names
+    ``text/event-stream`` with a quality above 0 and at least that of JSON (``application/json``,
+    ``application/*`` or ``*/*``). So ``text/event-stream;q=0.5, application/json`` (JSON
+    preferred) and ``text/event-stream;q=0`` (refused) get JSON."""
+    if not accept or "text/event-stream" not in accept.lower():
+        return False
+    stream = json_q = 0.0
+    for item in accept.lower().split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+        if media == "text/event-stream":
+            stream = max(stream, q)
+        elif media in ("application/json", "application/*", "*/*"):
+            json_q = max(json_q, q)
+    return stream > 0 and stream >= json_q
+
+
 def event(name: str, data: Any) -> str:
     """One SSE event; the JSON payload is on one ``data:`` line (JSON never holds a newline)."""
     return f"event: {name}\ndata: {json.dumps(data, default=repr, separators=(',', ':'))}\n\n"
