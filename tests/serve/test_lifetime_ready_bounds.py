@@ -56,6 +56,49 @@ def test_each_turn_pushes_the_session_expiry_back(api_store: str) -> None:
     run(api_store, scenario, config=ServerConfig(session_ttl=ttl))
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+def test_a_session_whose_turn_runs_past_its_expiry_is_not_purged_under_it(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The purge skips a session with a turn running (begun before it expired): that turn
+    commits and pushes the expiry back. Purged under it, the client got 409 turn_conflict and
+    the session and all its turns were gone."""
+    ttl = 0.5
+    block, calls = tmp_path / "block", tmp_path / "calls.jsonl"
+    monkeypatch.setenv("NOTES_BLOCK", str(block))
+    monkeypatch.setenv("NOTES_LOG", str(calls))
+    if kind == "postgresql":
+        url: str = request.getfixturevalue("pg_dsn")
+        pg_reset(url)
+    else:
+        url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path}/sessions.db"
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        store = client._transport.app.state.service.store  # type: ignore[attr-defined]
+        sid = await new_session(client)
+        block.touch()
+        turn = asyncio.create_task(
+            client.post(f"/v1/sessions/{sid}/messages", json={"text": '/note {"text": "a"}'})
+        )
+        for _ in range(1000):  # until the turn waits inside its action
+            if calls.exists():
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(ttl + 0.3)  # the session expired while its turn runs
+        assert await store.purge_expired() == 0
+        block.unlink()
+        answer = await turn
+        assert answer.status_code == 200, answer.text
+        view = await client.get(f"/v1/sessions/{sid}")
+        assert view.status_code == 200 and view.json()["turns"] == 1
+        # Idle past its expiry with no turn running: purged, turns and all.
+        await asyncio.sleep(ttl + 0.3)
+        assert await store.purge_expired() == 1
+        assert await store.list_turns(sid) == []
+
+    run(url, scenario, config=ServerConfig(session_ttl=ttl, rate_limit=0))
+
+
 def test_reading_a_session_does_not_push_its_expiry_back(api_store: str) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         sid = await new_session(client)

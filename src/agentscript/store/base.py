@@ -54,7 +54,8 @@ class TurnConflict(Exception):
 
     def __init__(self, session_id: str, expected: int) -> None:
         super().__init__(
-            f"session {session_id} changed while turn {expected + 1} ran; retry the message"
+            f"session {session_id} changed or was deleted while turn {expected + 1} ran; "
+            "nothing of that turn was written: send the message again (404 if it was deleted)"
         )
         self.session_id = session_id
         self.expected = expected

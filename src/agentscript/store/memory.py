@@ -101,7 +101,13 @@ class MemoryStore:
 
     async def purge_expired(self) -> int:
         now = time.time()
-        gone = [sid for sid, r in self._sessions.items() if r.expired(now)]
+        # A session whose lock is held has a turn running, begun before it expired: its
+        # commit pushes the expiry back (the SQL stores skip a live lease alike).
+        gone = [
+            sid
+            for sid, r in self._sessions.items()
+            if r.expired(now) and not (sid in self._locks and self._locks[sid].locked())
+        ]
         for sid in gone:
             await self.delete_session(sid)
         return len(gone)

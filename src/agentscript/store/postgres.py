@@ -478,7 +478,7 @@ class PostgresStore:
             async with self._conn() as conn, conn.transaction():
                 await conn.execute(BOUND_TRANSACTION, (_ms(LOCK_TIMEOUT), _ms(PURGE_TIMEOUT)))
                 for sql in schema.PURGE_EXPIRED:
-                    cur = await conn.execute(Q(sql), (now,))
+                    cur = await conn.execute(Q(sql), (now, now))
                 return int(cur.rowcount)
         except self._psycopg.Error as exc:
             raise self._failed(exc, limit=PURGE_TIMEOUT) from None

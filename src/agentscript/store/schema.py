@@ -119,18 +119,22 @@ COMMIT_TURN = (
     "SELECT ?, ?, ?, ?, ?, ? FROM updated"
 )
 # Deleting a session, or every expired one: its turns first, the session row last (whose row
-# count is the answer). Parameters: the session id / the current time.
+# count is the answer). Parameters: the session id / the current time (twice, below).
 _ROWS_OF_SESSIONS = ("agentscript_turns",)
 DELETE_SESSION = (
     *(f"DELETE FROM {table} WHERE session_id = ?" for table in _ROWS_OF_SESSIONS),
     "DELETE FROM agentscript_sessions WHERE session_id = ?",
 )
-_EXPIRED = (
-    "SELECT session_id FROM agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?"
+# Expired, and no turn running: a live lease is a turn that began before the expiry, whose
+# commit pushes the expiry back; purged under it, the session and its turns were gone when it
+# committed. Parameters: the current time, twice.
+PURGEABLE = (
+    "expires_at IS NOT NULL AND expires_at <= ? AND (lease_holder IS NULL OR lease_until <= ?)"
 )
+_EXPIRED = f"SELECT session_id FROM agentscript_sessions WHERE {PURGEABLE}"
 PURGE_EXPIRED = (
     *(f"DELETE FROM {table} WHERE session_id IN ({_EXPIRED})" for table in _ROWS_OF_SESSIONS),
-    "DELETE FROM agentscript_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?",
+    f"DELETE FROM agentscript_sessions WHERE {PURGEABLE}",
 )
 TURN_COLUMNS = "session_id, turn, idempotency_key, result, trace, created_at"
 TURN_SUMMARY_COLUMNS = "session_id, turn, idempotency_key, result, '{}', created_at"

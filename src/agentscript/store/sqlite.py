@@ -66,11 +66,9 @@ TAKE_STALE_LEASE = (
 DROP_LEASE = (
     "UPDATE agentscript_sessions SET lease_holder = NULL WHERE session_id = ? AND lease_holder = ?"
 )
-# Up to ? sessions expired at a time (the expiry index finds them): one batch of a purge.
-EXPIRED_BATCH = (
-    "SELECT session_id FROM agentscript_sessions "
-    "WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?"
-)
+# Up to ? sessions expired at a time, none with a turn running (the expiry index finds them):
+# one batch of a purge.
+EXPIRED_BATCH = f"SELECT session_id FROM agentscript_sessions WHERE {schema.PURGEABLE} LIMIT ?"
 
 # How long SQLite's busy handler may wait for another connection's lock, on the event loop's
 # thread (busy_timeout, ms): another worker's commit holds the write lock well under a
@@ -418,7 +416,7 @@ class SQLiteStore:
         db = self._checked()
         try:
             await self._execute(db, "BEGIN IMMEDIATE")
-            found = db.execute(EXPIRED_BATCH, (now, PURGE_BATCH)).fetchall()
+            found = db.execute(EXPIRED_BATCH, (now, now, PURGE_BATCH)).fetchall()
             # A session's rows as a deletion deletes them (the same statements), one session
             # after another: the rows found above are the parameters.
             for sql in schema.DELETE_SESSION:
