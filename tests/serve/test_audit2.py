@@ -7,9 +7,10 @@ import hashlib
 from pathlib import Path
 
 import httpx2 as httpx
+import pytest
 
 from agentscript.server import sse
-from agentscript.server.auth import ApiKeys
+from agentscript.server.auth import ApiKeys, KeyConfigError
 from agentscript.server.config import ServerConfig
 
 from .harness import CARD_BANK, run
@@ -170,3 +171,10 @@ def test_audit2_openapi_operation_ids_are_unique_and_head_still_answers(tmp_path
             assert (await client.get(path)).status_code == 200
 
     run(f"sqlite:///{tmp_path}/s.db", scenario)
+
+
+@pytest.mark.parametrize("key", ["clé-secrète", "two words", "tab\there"])
+def test_audit2_a_key_no_header_can_carry_is_refused_at_start_up(key: str) -> None:
+    with pytest.raises(KeyConfigError) as refused:
+        ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": f"good-key,{key}"})
+    assert "visible ASCII" in str(refused.value) and key not in str(refused.value)

@@ -62,6 +62,12 @@ class ApiKeys:
                 if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
                     raise KeyConfigError(f"{ENV}: 'sha256:' must be followed by 64 hex digits")
                 hashes.append(digest)
+            elif not entry.isascii() or not entry.isprintable() or " " in entry:
+                # A header carries visible ASCII only: such a key could never be sent.
+                raise KeyConfigError(
+                    f"{ENV}: a key must be visible ASCII characters without spaces "
+                    "(a key with others could never be sent in an Authorization header)"
+                )
             else:
                 hashes.append(key_hash(entry))
         if not hashes:
