@@ -111,7 +111,10 @@ def test_playground_bad_conversation_file_is_422_with_the_reason() -> None:
     run(options(ORDER_STATUS), scenario)
 
 
-def test_playground_saved_conversation_replays_with_agentscript_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_playground_saved_conversation_replays_with_agentscript_run(
+    tmp_path: Path, store: str
+) -> None:
     async def scenario(c: httpx.AsyncClient) -> tuple[str, list[dict[str, Any]]]:
         sid = await session(c, "card-bank", variables=CARD_VARS)
         turns = [
@@ -125,7 +128,9 @@ def test_playground_saved_conversation_replays_with_agentscript_run(tmp_path: Pa
         assert "attachment" in saved.headers["content-disposition"]
         return saved.text, turns
 
-    text, turns = run(options(CARD_BANK), scenario)
+    # The SQL stores list turns without their traces, which the export is made of.
+    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path}/sessions.db"
+    text, turns = run(options(CARD_BANK, store=url), scenario)
     file = tmp_path / "saved.yaml"
     file.write_text(text, encoding="utf-8")
     result = CliRunner().invoke(main, ["run", CARD_BANK, "--conversation", str(file), "--json"])
@@ -151,7 +156,8 @@ def test_playground_saved_conversation_stubs_the_actions_that_ran(tmp_path: Path
     assert turn["variables"]["is_late"] is True and turn["error"] is None
 
 
-def test_playground_traces_zip_has_the_trace_dir_layout() -> None:
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_playground_traces_zip_has_the_trace_dir_layout(tmp_path: Path, store: str) -> None:
     async def scenario(c: httpx.AsyncClient) -> tuple[str, bytes]:
         sid = await session(c, "Order_Status", variables={"order_ID": "1234"})
         await say(c, sid, "hello")
@@ -160,7 +166,8 @@ def test_playground_traces_zip_has_the_trace_dir_layout() -> None:
         assert response.headers["content-type"] == "application/zip"
         return sid, response.content
 
-    sid, data = run(options(ORDER_STATUS), scenario)
+    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path}/sessions.db"
+    sid, data = run(options(ORDER_STATUS, store=url), scenario)
     archive = zipfile.ZipFile(io.BytesIO(data))
     names = archive.namelist()
     assert len(names) == 2

@@ -28,6 +28,7 @@ from agentscript.server.errors import ApiError
 from agentscript.server.playground import export, info
 from agentscript.server.playground.sessions import PlaygroundSessions
 from agentscript.server.service import SessionService
+from agentscript.store import Store, TurnRecord
 
 STATIC = FilePath(__file__).parent / "static"
 # A conversation file pasted or uploaded into the page (the body limit applies first).
@@ -143,7 +144,7 @@ def mount_playground(
     async def conversation(session_id: SessionId, who: Owner) -> Response:
         record = await service.record(who, session_id)
         known = sessions.get(session_id)
-        turns = await service.store.list_turns(session_id)
+        turns = await _whole_turns(service.store, session_id)
         text = export.conversation_yaml(record.agent, known.variables if known else {}, turns)
         return Response(
             text,
@@ -156,9 +157,20 @@ def mount_playground(
     @app.get("/playground/api/sessions/{session_id}/traces.zip", include_in_schema=False)
     async def traces(session_id: SessionId, who: Owner) -> Response:
         record = await service.record(who, session_id)
-        turns = await service.store.list_turns(session_id)
+        turns = await _whole_turns(service.store, session_id)
         return Response(
             export.traces_zip(record.agent, session_id, turns),
             media_type="application/zip",
             headers={"Content-Disposition": f'attachment; filename="traces-{session_id[:8]}.zip"'},
         )
+
+
+async def _whole_turns(store: Store, session_id: str) -> list[TurnRecord]:
+    """Every turn of a session with its trace: a store's listing leaves traces out (the SQL
+    stores read ``{}`` in their place), and an export is made of them."""
+    whole = []
+    for listed in await store.list_turns(session_id):
+        turn = await store.get_turn(session_id, listed.turn)
+        if turn is not None:
+            whole.append(turn)
+    return whole
