@@ -112,17 +112,15 @@ def test_a_stalled_stream_is_retried_while_nothing_was_shown(cls: Any) -> None:
 def test_a_stream_that_stalls_after_some_text_is_not_retried(cls: Any) -> None:
     shown: list[str] = []
     with RawServer(text_then_keep_alive) as server, pytest.raises(ModelError) as caught:
-        complete(model(cls, server.url, timeout=0.3, max_retries=2), shown)
-    assert "sent no part of its answer for 0.3 s (after 12 character(s) of text)" in str(
-        caught.value
-    )
+        complete(model(cls, server.url, timeout=1.0, max_retries=2), shown)
+    assert "sent no part of its answer for 1 s (after 12 character(s) of text)" in str(caught.value)
     assert shown == ["Let me check"]  # shown once: a retry would show it twice
     assert len(server.bodies) == 1
 
 
 @pytest.mark.parametrize("cls", CLIENTS, ids=["lean", "sdk"])
 def test_a_stream_that_never_ends_fails_after_its_whole_time(cls: Any) -> None:
-    timeout = 0.2
+    timeout = 0.5  # ten times the pause between the server's events: a loaded machine's margin
     started = time.monotonic()
     with RawServer(empty_events) as server, pytest.raises(ModelError) as caught:
         complete(model(cls, server.url, timeout=timeout), [])
