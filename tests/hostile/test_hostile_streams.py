@@ -177,3 +177,25 @@ def _answer(handler: BaseHTTPRequestHandler, text: str) -> None:
     _start_stream(handler)
     _chunk(handler, openai_stream(text))
     _chunk(handler, b"")
+
+
+def test_a_sink_that_fails_cuts_the_stream_and_only_that_turn_fails() -> None:
+    """A reader gone away (a closed pipe under `chat`) is a stream cut off: the turn fails by
+    the rule of failed turns, and the session goes on; only the reply limit ends a turn as a
+    limit."""
+
+    def answer(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        _answer(handler, "Hello again")
+
+    def closed_pipe(_text: str) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with RawServer(answer) as server:
+        session = agentscript.load(SHOP).session(model=model(LeanOpenAIModel, server.url))
+        session.on_text = closed_pipe
+        first = session.send("hi")
+        shown: list[str] = []
+        session.on_text = shown.append
+        second = session.send("still there?")
+    assert first.error is not None and "cut off mid-stream" in first.error
+    assert second.error is None and second.text == "Hello again" and shown == ["Hello again"]

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Protocol
 
+from agentscript.errors import TurnError
 from agentscript.models.base import Message, ModelError, ModelRequest, ModelResponse, TextSink
 from agentscript.models.retry import (
     RetriesExhausted,
@@ -40,10 +41,12 @@ WHOLE_STREAM_TIMEOUTS = 10
 
 
 class _SinkFailed(Exception):
-    """What the text sink raised (the reply grew past its limit, the reader went away): it
-    ends the answer as it is, never retried nor reworded as a failure of the model."""
+    """A turn's own failure raised by the text sink (the reply grew past
+    ``Limits.max_reply_chars``): it ends the answer as it is, never retried nor reworded as a
+    failure of the model. Anything else the sink raises (a closed pipe) is a stream cut off,
+    as before: the turn then fails by the one rule of failed turns."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: TurnError) -> None:
         super().__init__(str(error))
         self.error = error
 
@@ -454,7 +457,7 @@ class SdkModel(ABC):
                         shown.append(piece)
                         try:
                             sink(piece)
-                        except Exception as exc:
+                        except TurnError as exc:  # the reply outgrew its limit
                             raise _SinkFailed(exc) from None
         except TimeoutError:
             if not deadline.expired():
