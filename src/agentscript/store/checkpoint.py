@@ -65,6 +65,9 @@ CATCH_UP_BYTES = 16 * 1024 * 1024
 # never fit a 4 KiB page, so each took a page of its own, half of it empty; 8 KiB pages hold
 # three (docs/performance.md, session 15).
 PAGE_SIZE = 8192
+# How long the one checkpoint that empties the log of a file gone from its path waits for other
+# connections' locks (ms): the wait the store's statements once had on the loop's thread.
+EMPTY_WAIT_MS = 5000
 
 
 Change = Literal["removed", "replaced"]
@@ -115,8 +118,21 @@ class FileWatch:
                 self.emptied = True  # even if it fails: never a later try (see above)
                 # A failure leaves the log as it was; refusing the operation matters more.
                 with contextlib.suppress(sqlite3.Error):
-                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    _empty_log(db)
         return "removed" if found is None else "replaced"
+
+
+def _empty_log(db: sqlite3.Connection) -> None:
+    """Copy the whole log into the file ``db`` opened, waiting up to ``EMPTY_WAIT_MS`` for
+    other connections' locks whatever ``busy_timeout`` ``db`` keeps for its own statements (the
+    store's is a few ms): it runs once, and a log left partly copied would be replayed into the
+    file now at the path."""
+    kept = db.execute("PRAGMA busy_timeout").fetchone()[0]
+    db.execute(f"PRAGMA busy_timeout={EMPTY_WAIT_MS}")
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        db.execute(f"PRAGMA busy_timeout={int(kept)}")
 
 
 def identity(path: str | Path) -> tuple[int, int] | None:

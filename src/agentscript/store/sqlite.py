@@ -30,7 +30,7 @@ import time
 import uuid
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 from agentscript.store import schema
 from agentscript.store.base import (
@@ -102,8 +102,6 @@ class SQLiteStore:
         # This store in this process: the pid is what another process's liveness check reads.
         self._worker = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
         self.watch = FileWatch(self.path)
-        # The connection as the watch is handed it (see _Patient).
-        self._patient: sqlite3.Connection | None = None
         self.checkpointer = Checkpointer(self.path, watch=self.watch)
         # Why the store no longer answers: its file was replaced while it ran.
         self._lost: str | None = None
@@ -130,7 +128,6 @@ class SQLiteStore:
             # When a write restarts the log, a log file that a burst grew is cut back to this.
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._db = db
-            self._patient = cast(sqlite3.Connection, _Patient(db))
             self._migrate()
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self.watch.start()
@@ -163,11 +160,10 @@ class SQLiteStore:
     async def close(self) -> None:
         self.checkpointer.stop()
         db, self._db = self._db, None
-        patient, self._patient = self._patient, None
         if db is not None:
             # The last connection to close checkpoints what is left, but only into a file
             # still at the path: one that left it gets its log first (FileWatch).
-            self.watch.changed(patient or db)
+            self.watch.changed(db)
             db.close()
 
     async def ping(self) -> None:
@@ -177,7 +173,7 @@ class SQLiteStore:
         """The connection, once ``path`` is found to name the file opened; StoreError if it
         does not: the connection would go on with a file nobody will read again."""
         db = self.db
-        change = self.watch.changed(self._patient or db)
+        change = self.watch.changed(db)
         if change is not None:
             self._refuse(change)
         return db
@@ -208,7 +204,6 @@ class SQLiteStore:
         keeping the log on close (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE) needs Python 3.12."""
         self.checkpointer.stop()
         db, self._db = self._db, None
-        self._patient = None
         if db is not None:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
@@ -443,24 +438,6 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     """Whether a statement failed because another connection held a lock (SQLITE_BUSY or one
     of its extended codes), rather than for good."""
     return exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
-
-
-class _Patient:
-    """The store's connection as its :class:`FileWatch` is handed it. The watch's one
-    checkpoint, emptying the log into a file that left the path, waits for other processes'
-    locks up to BUSY_WAIT on the loop's thread as every statement of the store once did: it
-    runs once, the store lets go of the file after it, and a log left partly copied would be
-    replayed into the file now at the path."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def execute(self, sql: str) -> sqlite3.Cursor:
-        self._db.execute(f"PRAGMA busy_timeout={BUSY_WAIT * 1000:.0f}")
-        try:
-            return self._db.execute(sql)
-        finally:
-            self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def _alive(worker: str) -> bool:
