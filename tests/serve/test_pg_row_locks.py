@@ -30,7 +30,7 @@ from agentscript.store import postgres as pg
 
 from .conftest import pg_reset
 from .harness import NOTES, new_session
-from .test_store import outcome, record
+from .test_store import outcome, record, watch_discards
 
 # How long the other client's transaction lasts at most: longer than any test needs it, so
 # that it ends first only when the store waits for it unbounded (and the test then fails).
@@ -66,19 +66,6 @@ async def opened(dsn: str, **options: Any) -> AsyncIterator[Any]:
         yield store
     finally:
         await store.close()
-
-
-def watch_discards(store: Any) -> list[object]:
-    """The connections the store closes from now on (a flushed pool closes its idle ones)."""
-    closed: list[object] = []
-    discard = store._discard
-
-    async def counting(conn: object) -> None:
-        closed.append(conn)
-        await discard(conn)
-
-    store._discard = counting
-    return closed
 
 
 @asynccontextmanager

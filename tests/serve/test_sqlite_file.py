@@ -152,22 +152,30 @@ def test_every_operation_refuses_once_the_sqlite_file_is_replaced(
 ) -> None:
     path = tmp_path / "sessions.db"
 
-    async def main() -> None:
-        store = await opened(path, OLD)
-        old = await store.get_session(OLD[0])
-        assert old is not None
+    async def replace() -> None:
         os.replace(await other_file(tmp_path / "restored.db", NEW), path)
-        try:
-            with pytest.raises(StoreError) as refused:
-                await OPERATIONS[first](store, old)
-            assert str(path) in str(refused.value) and "replaced" in str(refused.value)
-            # From then on every operation gives the same answer, until the server restarts.
-            assert await refusals(store, old) == dict.fromkeys(EVERY_OPERATION, str(refused.value))
-        finally:
-            await store.close()
 
-    asyncio.run(main())
+    asyncio.run(refused_from_the_first(path, replace, first, "replaced"))
     assert contents(path) == ("ok", set(NEW))
+
+
+async def refused_from_the_first(
+    path: Path, change: Callable[[], Awaitable[None]], first: str, word: str
+) -> None:
+    """After ``change`` to the file of a store, operation ``first`` is refused naming the file
+    and saying ``word``, and from then on every operation gives the same answer (until the
+    server restarts)."""
+    store = await opened(path, OLD)
+    old = await store.get_session(OLD[0])
+    assert old is not None
+    await change()
+    try:
+        with pytest.raises(StoreError) as refused:
+            await OPERATIONS[first](store, old)
+        assert str(path) in str(refused.value) and word in str(refused.value)
+        assert await refusals(store, old) == dict.fromkeys(EVERY_OPERATION, str(refused.value))
+    finally:
+        await store.close()
 
 
 @asynccontextmanager
@@ -386,20 +394,10 @@ def test_every_operation_refuses_while_the_sqlite_file_is_removed(
 ) -> None:
     path = tmp_path / "sessions.db"
 
-    async def main() -> None:
-        store = await opened(path, OLD)
-        old = await store.get_session(OLD[0])
-        assert old is not None
+    async def gone() -> None:
         remove(path, tmp_path)
-        try:
-            with pytest.raises(StoreError) as refused:
-                await OPERATIONS[first](store, old)
-            assert str(path) in str(refused.value) and "removed" in str(refused.value)
-            assert await refusals(store, old) == dict.fromkeys(EVERY_OPERATION, str(refused.value))
-        finally:
-            await store.close()
 
-    asyncio.run(main())
+    asyncio.run(refused_from_the_first(path, gone, first, "removed"))
 
 
 def test_a_file_renamed_away_takes_its_log_with_it_and_a_file_put_in_its_place_is_intact(

@@ -601,6 +601,19 @@ def test_sqlite_checkpoints_run_on_their_own_thread_not_in_a_requests_commit(
     assert asyncio.run(reopen()) == 12
 
 
+def watch_discards(store: Any) -> list[object]:
+    """The connections the store closes from now on (a flushed pool closes its idle ones)."""
+    closed: list[object] = []
+    discard = store._discard
+
+    async def counting(conn: object) -> None:
+        closed.append(conn)
+        await discard(conn)
+
+    store._discard = counting
+    return closed
+
+
 def test_postgres_store_keeps_its_connection_after_a_busy_or_missing_session(
     pg_dsn: str,
 ) -> None:
@@ -608,14 +621,7 @@ def test_postgres_store_keeps_its_connection_after_a_busy_or_missing_session(
 
     async def body(store: Any) -> None:
         await store.create_session(record())
-        closed: list[object] = []
-        discard = store._discard
-
-        async def counting(conn: object) -> None:
-            closed.append(conn)
-            await discard(conn)
-
-        store._discard = counting
+        closed = watch_discards(store)
         async with store.lock_session("s1", 1.0) as lock:
             for _ in range(3):
                 with pytest.raises(SessionBusy):
