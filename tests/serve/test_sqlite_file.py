@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -510,3 +511,55 @@ def test_api_delete_on_a_full_disk_is_503_and_the_session_stays(tmp_path: Path) 
             assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
 
     asyncio.run(main())
+
+
+def log_with_a_reader(path: Path) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+    """A WAL database at ``path`` with commits still in its log, the store's own connection
+    (busy_timeout a few ms, as the store keeps it) and a reader holding a snapshot of it from
+    another thread's connection."""
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("CREATE TABLE t (x)")
+    db.executemany("INSERT INTO t VALUES (?)", [(n,) for n in range(100)])
+    db.execute("PRAGMA busy_timeout=5")
+    reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM t").fetchone() == (100,)
+    return db, reader
+
+
+@pytest.mark.parametrize("wait_ms", [5000, 1], ids=["waits", "no-wait"])
+def test_the_one_checkpoint_of_a_replaced_file_waits_out_a_reader_for_up_to_5_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wait_ms: int
+) -> None:
+    # The store's statements wait 5 ms for another connection's lock; the one checkpoint that
+    # empties the log of a replaced file waits up to EMPTY_WAIT_MS (5 s) for its own: a log left
+    # partly copied would be replayed into the file now at the path.
+    from agentscript.store import checkpoint
+
+    monkeypatch.setattr(checkpoint, "EMPTY_WAIT_MS", wait_ms)
+    path = tmp_path / "sessions.db"
+    db, reader = log_with_a_reader(path)
+    watch = checkpoint.FileWatch(path)
+    watch.start()
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).close()
+    os.replace(other, path)
+    log = Path(f"{path}-wal")
+    assert log.stat().st_size > 0
+    # Waiting, the reader lets go 0.3 s into the checkpoint; not waiting, only after it.
+    releaser = threading.Timer(0.3 if wait_ms == 5000 else 0, lambda: reader.execute("COMMIT"))
+    if wait_ms == 5000:
+        releaser.start()
+    try:
+        assert watch.changed(db) == "replaced"
+    finally:
+        if wait_ms != 5000:
+            releaser.start()
+        releaser.join()
+    emptied = log.stat().st_size == 0
+    assert emptied is (wait_ms == 5000)
+    assert db.execute("PRAGMA busy_timeout").fetchone() == (5,)  # the store's own, restored
+    db.close()
+    reader.close()
