@@ -70,7 +70,11 @@ def test_text_answer_and_request_shape() -> None:
         model = make(server, params={"temperature": 0.5})
         response = complete(model, request(params={"temperature": 0.0, "stop": "END"}))
     assert response == ModelResponse(
-        text="It ships tomorrow.", tool_calls=[], usage=Usage(40, 9), model="claude-test"
+        text="It ships tomorrow.",
+        tool_calls=[],
+        usage=Usage(40, 9),
+        model="claude-test",
+        stop_reason="end_turn",
     )
     sent = server.last
     assert sent.path == "/v1/messages"
@@ -342,3 +346,23 @@ def test_missing_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "anthropic", None)
     with pytest.raises(ModelError, match=r"pip install 'agentscript\[anthropic\]'"):
         AnthropicModel("claude-sonnet-4-5", api_key=KEY)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_the_stop_reason_is_kept(streamed: bool) -> None:
+    with AnthropicServer([Reply(text=None, stop_reason="max_tokens")]) as server:
+        response = complete(make(server), request(), stream=(lambda _: None) if streamed else None)
+    assert response.stop_reason == "max_tokens"
+    assert response.empty()
+
+
+def test_a_whole_answer_over_the_bound_is_dropped_and_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentscript.models import sdk_provider
+
+    monkeypatch.setattr(sdk_provider, "MAX_ANSWER_BYTES", 2_000)
+    with AnthropicServer([Reply(text="x" * 5_000), Reply(text="never")]) as server:
+        with pytest.raises(ModelError, match="the answer is over 2000 bytes; it was dropped"):
+            complete(make(server), request())
+        assert len(server.requests) == 1

@@ -94,7 +94,11 @@ def test_text_answer_and_request_shape() -> None:
         model = make(server, params={"temperature": 0.2, "max_tokens": 50})
         response = complete(model, request(params={"temperature": 0.0, "top_p": 0.9}))
     assert response == ModelResponse(
-        text="Sunny.", tool_calls=[], usage=Usage(30, 4), model="gpt-test"
+        text="Sunny.",
+        tool_calls=[],
+        usage=Usage(30, 4),
+        model="gpt-test",
+        stop_reason="stop",
     )
     sent = server.last
     assert sent.path == "/v1/chat/completions"
@@ -521,3 +525,61 @@ def test_transient_statuses_and_redaction() -> None:
         529,
     ]
     assert redact("key sk-abcdef used", ["sk-abcdef", None, ""]) == "key *** used"
+
+
+# -- stop reasons and refusals -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_the_finish_reason_is_kept_as_the_stop_reason(streamed: bool) -> None:
+    with OpenAIServer([Reply(text=None, stop_reason="content_filter")]) as server:
+        response = complete(make(server), request(), stream=(lambda _: None) if streamed else None)
+    assert response.stop_reason == "content_filter"
+    assert response.empty()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_a_refusal_is_the_answer_text_whole_or_streamed(streamed: bool) -> None:
+    pieces: list[str] = []
+    sink = pieces.append if streamed else None
+    with OpenAIServer([Reply(text=None, refusal="I can't help with that.")]) as server:
+        response = complete(make(server), request(), stream=sink)
+    assert response.text == "I can't help with that."
+    assert response.stop_reason == "stop"
+    if streamed:  # the user sees the refusal as it arrives, like any text
+        assert "".join(pieces) == "I can't help with that."
+
+
+def test_a_hostile_finish_reason_is_kept_short() -> None:
+    with OpenAIServer([Reply(text="Hi", stop_reason="x" * 10_000)]) as server:
+        response = complete(make(server), request())
+    assert response.stop_reason == "x" * 100
+
+
+# -- the size of a whole answer --------------------------------------------------------------
+
+
+def test_a_whole_answer_over_the_bound_is_dropped_and_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentscript.models import sdk_provider
+
+    monkeypatch.setattr(sdk_provider, "MAX_ANSWER_BYTES", 2_000)
+    with OpenAIServer([Reply(text="x" * 5_000), Reply(text="never")]) as server:
+        with pytest.raises(ModelError) as caught:
+            complete(make(server), request())
+        assert len(server.requests) == 1  # it would come again: not retried
+    assert str(caught.value) == (
+        "OpenAI model 'gpt-test': the answer is over 2000 bytes; it was dropped"
+    )
+
+
+def test_a_whole_answer_under_the_bound_and_streams_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentscript.models import sdk_provider
+
+    monkeypatch.setattr(sdk_provider, "MAX_ANSWER_BYTES", 2_000)
+    script = [Reply(text="x" * 1_000), Reply(text="y" * 5_000)]
+    with OpenAIServer(script) as server:
+        assert complete(make(server), request()).text == "x" * 1_000
+        # a stream is bounded event by event by the reply limit, not by this bound
+        assert complete(make(server), request(), stream=lambda _: None).text == "y" * 5_000

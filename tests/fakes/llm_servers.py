@@ -57,6 +57,11 @@ class Reply:
     stream_error: str | None = None  # streaming only: fail with this after the first text piece
     stream_usage: bool = True  # streaming only: honour stream_options.include_usage
     retry_after: str | None = None  # error replies: the Retry-After header to send
+    stop_reason: str | None = None  # the finish/stop reason to send instead of the usual one
+    refusal: str | None = None  # OpenAI only: the message's refusal text
+
+    def stop(self, usual: str, tools: str) -> str:
+        return self.stop_reason or (tools if self.calls else usual)
 
 
 @dataclass
@@ -234,6 +239,8 @@ class OpenAIServer(_FakeServer):
 
     def render(self, reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.refusal is not None:
+            message["refusal"] = reply.refusal
         if reply.calls:
             message["tool_calls"] = [
                 {
@@ -252,7 +259,7 @@ class OpenAIServer(_FakeServer):
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if reply.calls else "stop",
+                    "finish_reason": reply.stop("stop", "tool_calls"),
                 }
             ],
             "usage": {
@@ -276,6 +283,7 @@ class OpenAIServer(_FakeServer):
 
         events = [chunk({"role": "assistant", "content": ""})]
         events += [chunk({"content": piece}) for piece in pieces(reply.text or "") if piece]
+        events += [chunk({"refusal": piece}) for piece in pieces(reply.refusal or "") if piece]
         per_call: list[list[tuple[str | None, Any]]] = []
         for i, call in enumerate(reply.calls):
             head = {
@@ -297,7 +305,7 @@ class OpenAIServer(_FakeServer):
         else:
             for parts in per_call:
                 events += parts
-        events.append(chunk({}, "tool_calls" if reply.calls else "stop"))
+        events.append(chunk({}, reply.stop("stop", "tool_calls")))
         if reply.stream_usage and (request.get("stream_options") or {}).get("include_usage"):
             events.append(
                 (
@@ -368,7 +376,7 @@ class AnthropicServer(_FakeServer):
             "role": "assistant",
             "model": request.get("model", "fake"),
             "content": content,
-            "stop_reason": "tool_use" if reply.calls else "end_turn",
+            "stop_reason": reply.stop("end_turn", "tool_use"),
             "stop_sequence": None,
             "usage": {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]},
         }
@@ -417,7 +425,7 @@ class AnthropicServer(_FakeServer):
                 {
                     "type": "message_delta",
                     "delta": {
-                        "stop_reason": "tool_use" if reply.calls else "end_turn",
+                        "stop_reason": reply.stop("end_turn", "tool_use"),
                         "stop_sequence": None,
                     },
                     "usage": {"output_tokens": reply.usage[1]},

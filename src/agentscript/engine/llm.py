@@ -7,10 +7,11 @@ same way and a model failure always ends the turn the same way.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
-from agentscript.engine.budgets import BudgetExceeded, active_meter
+from agentscript.engine.budgets import BudgetExceeded, BudgetMeter, active_meter
 from agentscript.engine.kernel import check_answered
 from agentscript.errors import LimitReached, TurnError
 from agentscript.jsonsafe import UnsafeValue, json_safe
@@ -39,6 +40,7 @@ async def call_model(
     iteration: int,
     stream: TextSink | None = None,
     max_reply_chars: int | None = None,
+    spend_call: Callable[[], None] | None = None,
 ) -> ModelResponse:
     """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
 
@@ -48,24 +50,15 @@ async def call_model(
     kernel's last check): providers reject it, and it would mean the engine lost track of a call.
     A reply whose text is longer than ``max_reply_chars`` (``Limits.max_reply_chars``) is a
     failure too: it is neither stored in the history nor traced in full.
+    An answer with neither text nor a tool call is asked again once (:func:`_ask_again`);
+    ``spend_call`` counts that second call against the turn's ``Limits.max_llm_calls`` (it
+    raises LimitReached past them); without it, the empty answer fails the turn at once.
     """
     # Every Model has a name; a hand-written one without it is still recorded.
     model_name = str(getattr(model, "name", None) or type(model).__name__)
     meter = active_meter()
     if meter is not None:
-        hit = meter.check(model_name, request)
-        if hit is not None:
-            budget_step(
-                trace,
-                node=request.node,
-                iteration=iteration,
-                action=meter.budget.on_exceed.value,
-                scope=hit.scope,
-                cap=hit.cap,
-                limit=hit.limit,
-                would_reach=hit.would_reach,
-            )
-            raise BudgetExceeded(hit)
+        _check_budget(meter, model_name, request, trace, iteration)
     check_answered(request.messages, trace.ledger)
     messages: Sequence[Message] = request.messages
     messages_from: int | None = None
@@ -90,18 +83,12 @@ async def call_model(
     if stream is not None and max_reply_chars is not None:
         stream = _bounded_sink(stream, max_reply_chars)
     started = time.perf_counter()
-    try:
-        response = await model.complete(request, stream=stream)
-    except LimitReached as exc:  # the streamed text outgrew max_reply_chars
-        step["error"] = str(exc)
-        raise
-    except ScriptExhausted as exc:
-        step["error"] = str(exc)
-        raise TurnError(str(exc), exhausted=True) from None
-    except ModelError as exc:
-        step["error"] = str(exc)
-        step["modelEvents"] = list(exc.events)
-        raise TurnError(f"the model failed: {exc}") from None
+    response = await _answer(model, request, step, stream)
+    _account(trace, meter, model_name, response, elapsed_ms(started))
+    if response.empty():
+        response = await _ask_again(
+            model, model_name, request, trace, step, stream, iteration, response, spend_call
+        )
     step["durationMs"] = elapsed_ms(started)
     step["modelEvents"] = list(response.events)
     if max_reply_chars is not None and len(response.text or "") > max_reply_chars:
@@ -118,13 +105,122 @@ async def call_model(
     step["output"] = response.to_json()
     if response.model:
         step["model"] = response.model
+    return response
+
+
+async def _answer(
+    model: Model, request: ModelRequest, step: dict[str, Any], stream: TextSink | None
+) -> ModelResponse:
+    """``model``'s answer; its failures recorded on ``step`` and raised as TurnError (or
+    LimitReached, when the streamed text outgrew the reply limit)."""
+    try:
+        return await model.complete(request, stream=stream)
+    except LimitReached as exc:  # the streamed text outgrew max_reply_chars
+        step["error"] = str(exc)
+        raise
+    except ScriptExhausted as exc:
+        step["error"] = str(exc)
+        raise TurnError(str(exc), exhausted=True) from None
+    except ModelError as exc:
+        step["error"] = str(exc)
+        step["modelEvents"] = list(exc.events)
+        raise TurnError(f"the model failed: {exc}") from None
+
+
+# Stop reasons that say the model ran out of tokens: asking again would end the same way.
+CUT_SHORT = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+
+
+async def _ask_again(
+    model: Model,
+    model_name: str,
+    request: ModelRequest,
+    trace: TurnTrace,
+    step: dict[str, Any],
+    stream: TextSink | None,
+    iteration: int,
+    first: ModelResponse,
+    spend_call: Callable[[], None] | None,
+) -> ModelResponse:
+    """The answer to the same request asked once more, after ``first`` said nothing.
+
+    An empty answer is seen from Claude after tool results, from reasoning models that spent
+    their tokens thinking, and from content filters; a second try often speaks. The user is
+    never answered with silence: a second empty answer, or a first one cut at the token
+    limit (asking again would end the same way), fails the turn, naming the stop reason.
+    """
+    events = [*first.events, {"event": "empty_answer", "stopReason": first.stop_reason}]
+    answer, asked = first, 1
+    if first.stop_reason not in CUT_SHORT and spend_call is not None:
+        try:
+            spend_call()
+        except LimitReached as exc:
+            step["error"] = str(exc)
+            step["modelEvents"] = events
+            raise
+        meter = active_meter()
+        if meter is not None:
+            _check_budget(meter, model_name, request, trace, iteration)
+        started = time.perf_counter()
+        try:
+            answer = await _answer(model, request, step, stream)
+        except TurnError:
+            step["modelEvents"] = [*events, *step.get("modelEvents", [])]
+            raise
+        _account(trace, meter, model_name, answer, elapsed_ms(started))
+        events, asked = [*events, *answer.events], 2
+        if not answer.empty():
+            answer.events = events
+            return answer
+    reason = answer.stop_reason
+    if reason in CUT_SHORT:
+        text = (
+            f"the model failed: it ran out of tokens before it said anything (stop reason "
+            f"'{reason}'); raise max_tokens in the agent's model parameters"
+        )
+    else:
+        why = f" (stop reason '{reason}')" if reason else ""
+        times = "twice" if asked == 2 else "once"
+        text = f"the model failed: it answered {times} with neither text nor a tool call{why}"
+    step["error"] = text
+    step["output"] = answer.to_json()
+    step["modelEvents"] = events
+    raise TurnError(text)
+
+
+def _account(
+    trace: TurnTrace,
+    meter: BudgetMeter | None,
+    model_name: str,
+    response: ModelResponse,
+    duration_ms: float,
+) -> None:
+    """Count one answered call in the turn's usage and, when a budget is active, its cost."""
     usage = response.usage
     input_tokens, output_tokens = (usage.input_tokens, usage.output_tokens) if usage else (0, 0)
-    trace.count_llm_call(step["durationMs"], input_tokens, output_tokens)
+    trace.count_llm_call(duration_ms, input_tokens, output_tokens)
     if meter is not None:
         # Charged at the price of the model that answered: a fallback's, when it stood in.
         meter.record(response.answered_by or model_name, input_tokens, output_tokens)
-    return response
+
+
+def _check_budget(
+    meter: BudgetMeter, model_name: str, request: ModelRequest, trace: TurnTrace, iteration: int
+) -> None:
+    """BudgetExceeded (after a ``BUDGET_STEP``) when the next call would cross a cap."""
+    hit = meter.check(model_name, request)
+    if hit is not None:
+        budget_step(
+            trace,
+            node=request.node,
+            iteration=iteration,
+            action=meter.budget.on_exceed.value,
+            scope=hit.scope,
+            cap=hit.cap,
+            limit=hit.limit,
+            would_reach=hit.would_reach,
+        )
+        raise BudgetExceeded(hit)
 
 
 def _bounded_sink(sink: TextSink, most: int) -> TextSink:

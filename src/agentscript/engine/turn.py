@@ -160,7 +160,7 @@ class TurnRunner:
         iteration = 0
         while True:
             iteration += 1
-            self.llm_calls = spend_llm_call(self.llm_calls, self.limits)
+            self.spend_call()
             instructions, visible = await self.resolve(node, iteration)
             response = await self.ask_model(node, iteration, instructions, visible)
             if response.tool_calls:
@@ -295,6 +295,10 @@ class TurnRunner:
             text = self.program.outline.system_instructions
         return self.procedures.render(text, self.procedures.env(node))
 
+    def spend_call(self) -> None:
+        """Count one more LLM call of the turn (LimitReached past ``max_llm_calls``)."""
+        self.llm_calls = spend_llm_call(self.llm_calls, self.limits)
+
     async def ask_model(
         self, node: ProgramNode, iteration: int, instructions: str, visible: dict[str, ProgramTool]
     ) -> ModelResponse:
@@ -314,4 +318,5 @@ class TurnRunner:
             iteration=iteration,
             stream=self.stream,
             max_reply_chars=self.limits.max_reply_chars,
+            spend_call=self.spend_call,
         )

@@ -23,6 +23,7 @@ from agentscript.models.sdk_provider import (
     answered_call_id,
     nonempty,
     parse_tool_arguments,
+    reason_text,
     unsupported_role,
 )
 
@@ -113,6 +114,7 @@ class AnthropicModel(SdkModel):
             tool_calls=calls,
             usage=_usage(usage) if usage is not None else None,
             model=getattr(message, "model", None) or self.model,
+            stop_reason=reason_text(getattr(message, "stop_reason", None)),
         )
 
     def _stream_assembler(self) -> _StreamAssembler:
@@ -205,6 +207,7 @@ class _StreamAssembler:
     output_tokens: int = 0
     saw_usage: bool = False
     model: str | None = None
+    stop_reason: str | None = None
 
     def add(self, event: Any) -> str:
         """Take one event; return its text delta ("" if none)."""
@@ -236,6 +239,8 @@ class _StreamAssembler:
                 block.json += str(getattr(delta, "partial_json", "") or "")
         elif kind == "message_delta":
             self._take_usage(getattr(event, "usage", None))
+            reason = reason_text(getattr(getattr(event, "delta", None), "stop_reason", None))
+            self.stop_reason = reason or self.stop_reason
         return ""
 
     def _take_usage(self, usage: Any) -> None:
@@ -270,4 +275,5 @@ class _StreamAssembler:
             tool_calls=calls,
             usage=usage,
             model=self.model or model,
+            stop_reason=self.stop_reason,
         )

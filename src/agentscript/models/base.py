@@ -122,6 +122,13 @@ class ModelResponse:
     answered_by: str | None = None
     # Retries and fallbacks on the way to this answer, for the trace (LLM_STEP.modelEvents).
     events: list[dict[str, Any]] = field(default_factory=list)
+    # Why the model stopped, as its provider says it ("stop", "length", "end_turn",
+    # "max_tokens", "content_filter", ...): it explains an answer that says nothing.
+    stop_reason: str | None = None
+
+    def empty(self) -> bool:
+        """Neither text nor a tool call: nothing the user or the engine could act on."""
+        return not self.text and not self.tool_calls
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {

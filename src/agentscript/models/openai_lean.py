@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentscript import jsontext
+from agentscript.models import sdk_provider
 from agentscript.models.base import ModelError
 from agentscript.models.openai_provider import OpenAIModel
 from agentscript.models.retry import (
@@ -33,7 +34,6 @@ from agentscript.models.retry import (
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_HEAD = 64 * 1024  # status line and headers
-MAX_BODY = 64 * 1024 * 1024  # a whole (not streamed) answer
 MAX_IDLE = 64  # kept-alive connections per client
 # What reading a body can raise when the server misbehaves (a bad chunk size is a ValueError).
 _READ_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
@@ -133,9 +133,9 @@ class _Response:
         size = 0
         async for piece in self.chunks():
             size += len(piece)
-            if size > MAX_BODY:
+            if size > sdk_provider.MAX_ANSWER_BYTES:
                 self.reusable = False
-                raise ValueError(f"the answer is over {MAX_BODY} bytes")
+                raise sdk_provider.AnswerTooLarge(sdk_provider.MAX_ANSWER_BYTES)
             parts.append(piece)
         return b"".join(parts)
 
@@ -347,6 +347,9 @@ class LeanOpenAIModel(OpenAIModel):
         except TimeoutError:
             response.conn.close()
             raise LeanTimeout() from None
+        except sdk_provider.AnswerTooLarge:
+            response.conn.close()
+            raise
         except _READ_ERRORS as exc:
             response.conn.close()
             raise LeanConnectionError(exc, broken=True) from None

@@ -27,6 +27,7 @@ from agentscript.models.sdk_provider import (
     answered_call_id,
     nonempty,
     parse_tool_arguments,
+    reason_text,
     unsupported_role,
 )
 
@@ -111,7 +112,8 @@ class OpenAIModel(SdkModel):
             raise ModelError(
                 f"{self.provider} model '{self.model}' returned no answer (no choices)"
             )
-        message = choices[0].message
+        choice = choices[0]
+        message = choice.message
         text = nonempty(getattr(message, "content", None)) or nonempty(
             getattr(message, "refusal", None)
         )
@@ -134,6 +136,7 @@ class OpenAIModel(SdkModel):
             tool_calls=calls,
             usage=_usage(getattr(completion, "usage", None)),
             model=getattr(completion, "model", None) or self.model,
+            stop_reason=reason_text(getattr(choice, "finish_reason", None)),
         )
 
     def _stream_assembler(self) -> _StreamAssembler:
@@ -225,6 +228,7 @@ class _StreamAssembler:
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     usage: Usage | None = None
     model: str | None = None
+    stop_reason: str | None = None
 
     def add(self, chunk: Any) -> str:
         """Take one chunk; return its text delta ("" if none)."""
@@ -236,10 +240,13 @@ class _StreamAssembler:
         for choice in getattr(chunk, "choices", None) or []:
             if getattr(choice, "index", 0) not in (0, None):
                 continue
+            finished = reason_text(getattr(choice, "finish_reason", None))
+            self.stop_reason = finished or self.stop_reason
             delta = getattr(choice, "delta", None)
             if delta is None:
                 continue
-            content = getattr(delta, "content", None)
+            # A refusal is the model's answer to the user, streamed in its own field.
+            content = getattr(delta, "content", None) or getattr(delta, "refusal", None)
             if content:
                 piece += content
             for fragment in getattr(delta, "tool_calls", None) or []:
@@ -289,6 +296,7 @@ class _StreamAssembler:
             tool_calls=calls,
             usage=self.usage,
             model=self.model or model,
+            stop_reason=self.stop_reason,
         )
 
 

@@ -38,6 +38,27 @@ PLACEHOLDER_API_KEY = "agentscript-no-key"
 # bounds each wait for the stream's next event, but a server that keeps sending (keep-alive
 # comments, empty deltas) would otherwise hold the turn, and its session's lease, forever.
 WHOLE_STREAM_TIMEOUTS = 10
+# A whole (not streamed) answer larger than this is dropped unread, by both the SDK clients
+# (models/answer_cap.py) and the lean one: a real answer is a few kB.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+
+class AnswerTooLarge(Exception):
+    """A whole answer's body outgrew MAX_ANSWER_BYTES: never retried (it would come again)."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__(f"the answer is over {most} bytes; it was dropped")
+
+
+def answer_too_large(exc: BaseException | None) -> AnswerTooLarge | None:
+    """The AnswerTooLarge behind ``exc`` (the SDKs wrap it in a connection error)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, AnswerTooLarge):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 class _SinkFailed(Exception):
@@ -59,6 +80,12 @@ class StreamStalled(Exception):
 def nonempty(value: str | None) -> str | None:
     """``value`` unless it is None or only white space."""
     return value if value and value.strip() else None
+
+
+def reason_text(value: object) -> str | None:
+    """A provider's stop reason as text, at most 100 characters (a hostile server's is not
+    kept whole), or None when it gave none."""
+    return str(value)[:100] if value else None
 
 
 def parse_tool_arguments(raw: object) -> tuple[dict[str, Any] | None, str]:
@@ -271,11 +298,14 @@ class SdkModel(ABC):
             credentials = (
                 {"api_key": self._api_key} if self._api_key else {"auth_token": self._auth_token}
             )
+            from agentscript.models.answer_cap import http_client
+
             self._client = getattr(self._sdk, self.client_class)(
                 **credentials,
                 base_url=self.base_url,
                 timeout=self.timeout,
                 max_retries=0,  # retried by call_with_retries, with our own backoff
+                http_client=http_client(self._sdk),
             )
             self._client_loop = loop
             # Close it while its loop still runs: asyncio.run(), asyncio.Runner and the kept
@@ -331,7 +361,9 @@ class SdkModel(ABC):
 
         def transient(exc: BaseException) -> bool:
             # Once text reached the sink, a retry would show it twice.
-            return not shown and (isinstance(exc, StreamStalled) or self._is_transient(exc))
+            if shown or answer_too_large(exc) is not None:
+                return False
+            return isinstance(exc, StreamStalled) or self._is_transient(exc)
 
         events: list[dict[str, Any]] = []
 
@@ -368,7 +400,10 @@ class SdkModel(ABC):
             error.events = tuple(events)
             raise error from None
         except Exception as exc:
-            if isinstance(exc, StreamStalled):
+            too_large = answer_too_large(exc)
+            if too_large is not None:
+                error = ModelError(f"{self.provider} model '{self.model}': {too_large}")
+            elif isinstance(exc, StreamStalled):
                 error = ModelError(str(exc))
             elif received[0] and not self._is_status_error(exc):
                 error = self._cut_error(exc, shown)

@@ -80,13 +80,17 @@ class MantleTurnRunner:
         ctx.state.current_node = top
         return ctx.result
 
+    def spend_call(self) -> None:
+        """Count one more LLM call of the turn (LimitReached past ``max_llm_calls``)."""
+        self.ctx.llm_calls = spend_llm_call(self.ctx.llm_calls, self.ctx.limits)
+
     async def loop(self) -> None:
         ctx = self.ctx
         while True:
             await self.settle()
             if ctx.stop:
                 return
-            ctx.llm_calls = spend_llm_call(ctx.llm_calls, ctx.limits)
+            self.spend_call()
             instructions, tools = resolve_prompt(ctx)
             response = await self.ask_model(instructions, tools)
             if response.tool_calls:
@@ -186,4 +190,5 @@ class MantleTurnRunner:
             iteration=ctx.llm_calls,
             stream=ctx.stream,
             max_reply_chars=ctx.limits.max_reply_chars,
+            spend_call=self.spend_call,
         )

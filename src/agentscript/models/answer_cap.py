@@ -1,0 +1,69 @@
+"""The bound on a whole answer's size for the SDK clients.
+
+The SDKs read a whole (not streamed) answer into memory before parsing it, with no bound of
+their own: a server that sends 300 MB would hold 300 MB, and more once parsed, in a process
+that serves many sessions. A response hook wraps each whole answer's body in a stream that
+counts its bytes and stops at :data:`~agentscript.models.sdk_provider.MAX_ANSWER_BYTES`, the
+bound the lean client keeps too. Streamed answers are bounded event by event by
+``Limits.max_reply_chars`` instead.
+
+The SDKs bring their own HTTP library (``httpx`` or its successor ``httpx2``, by version), and
+a body stream must be of that library's class: it is found from the SDK's client class.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from agentscript.models import sdk_provider
+
+
+def http_client(sdk: Any) -> Any:
+    """The SDK's own default async client (its timeouts, limits, proxies), with the bound."""
+    client_class = sdk.DefaultAsyncHttpxClient
+    return client_class(event_hooks={"response": [_hook(_http_library(client_class))]})
+
+
+def _http_library(client_class: type) -> str:
+    """The name of the HTTP library ``client_class`` is built on (``httpx``, ``httpx2``)."""
+    for base in client_class.__mro__:
+        top = base.__module__.split(".")[0]
+        if top.startswith("httpx"):
+            return top
+    raise RuntimeError(f"{client_class!r} is not an httpx client")
+
+
+@functools.cache
+def _hook(library: str) -> Callable[[Any], Awaitable[None]]:
+    byte_stream = importlib.import_module(library).AsyncByteStream
+
+    class CappedBody(byte_stream):  # type: ignore[misc, valid-type]
+        def __init__(self, inner: Any, most: int) -> None:
+            self._inner = inner
+            self._most = most
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            size = 0
+            async for piece in self._inner:
+                size += len(piece)
+                if size > self._most:
+                    raise sdk_provider.AnswerTooLarge(self._most)
+                yield piece
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    async def cap_answer(response: Any) -> None:
+        """Response hook: bound a whole answer's body (an event stream is left alone)."""
+        if "text/event-stream" in response.headers.get("content-type", ""):
+            return
+        most = sdk_provider.MAX_ANSWER_BYTES
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > most:
+            raise sdk_provider.AnswerTooLarge(most)  # the client closes it unread
+        response.stream = CappedBody(response.stream, most)
+
+    return cap_answer
