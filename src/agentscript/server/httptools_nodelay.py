@@ -42,6 +42,7 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
     # Bytes counted of the head being read; None while a request's body is being read.
     _head_bytes: int | None = 0
     _heads = 0  # heads begun on this connection: tells a chunk that ended one from the next
+    _in_head = False  # a request's head has begun and not ended
     _head_timer: asyncio.TimerHandle | None = None
     _refused = False
 
@@ -64,16 +65,20 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse_head()
+                return
+        # The head's time runs from the read where it began: not while a response is being
+        # computed (a turn may take minutes), nor between requests (uvicorn's keep-alive
+        # timeout). A head that arrives whole in one read, as nearly all do, arms no timer.
+        if self._in_head and self._head_timer is None:
+            self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_too_slow)
 
     def on_message_begin(self) -> None:
-        # The head's time runs from its first byte: not while a response is being computed
-        # (a turn may take minutes), nor between requests (uvicorn's keep-alive timeout).
-        self._stop_head_timer()
-        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_too_slow)
+        self._in_head = True
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
+        self._in_head = False
         self._stop_head_timer()
         super().on_headers_complete()
 
