@@ -350,7 +350,11 @@ def test_api_bad_requests_are_4xx_with_error_body(api_store: str) -> None:
         not_json = await client.post(
             url, content=b"{", headers={"Content-Type": "application/json"}
         )
-        assert error_of(not_json) == (422, "invalid_request")
+        assert error_of(not_json) == (400, "invalid_body")
+        assert not_json.json()["error"]["message"] == (
+            "the body is not JSON: Expecting property name enclosed in double quotes "
+            "(at character 1)"
+        )
         for bad_bytes in (b'{"text": "\xff\xfe"}', b"\xef\xbb"):  # not UTF-8
             not_utf8 = await client.post(
                 url, content=bad_bytes, headers={"Content-Type": "application/json"}

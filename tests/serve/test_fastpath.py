@@ -173,7 +173,7 @@ CASES = [
     ),
     ("no content type", MESSAGES, b'{"text": "hi"}', AUTH, 422, False),
     ("text/plain", MESSAGES, b'{"text": "hi"}', {**AUTH, "content-type": "text/plain"}, 422, False),
-    ("bad JSON", MESSAGES, b'{"text": ', {**AUTH, **JSON}, 422, False),
+    ("bad JSON", MESSAGES, b'{"text": ', {**AUTH, **JSON}, 400, False),
     ("empty body", MESSAGES, b"", {**AUTH, **JSON}, 422, False),
     ("a list", MESSAGES, b'["hi"]', {**AUTH, **JSON}, 422, False),
     ("a number", MESSAGES, b'{"text": 1}', {**AUTH, **JSON}, 422, False),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,6 +28,7 @@ from agentscript.store import (
     store_from_url,
 )
 from agentscript.store import lease as lease_module
+from agentscript.store.sqlite import SQLiteStore
 
 from .conftest import pg_reset
 from .harness import LEASES
@@ -443,6 +445,21 @@ def test_store_reopen_keeps_sessions_and_migrates_once(tmp_path: Any) -> None:
 def test_store_unknown_url_scheme_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown store"):
         store_from_url("redis://localhost")
+
+
+@pytest.mark.parametrize(
+    "conninfo", ["host=127.0.0.1 port=5432 password=hunter2 dbname=test", " DBNAME = app"]
+)
+def test_a_postgresql_key_value_string_is_refused_not_taken_for_a_sqlite_file(
+    conninfo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as caught:
+        store_from_url(conninfo)
+    assert "write it as a URL: postgresql://" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # no file made of it
+    assert isinstance(store_from_url("data/host-notes.db"), SQLiteStore)  # paths still work
 
 
 def test_a_store_written_by_a_newer_agentscript_is_refused_naming_it(

@@ -325,8 +325,15 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        unread = next((e for e in errors if e.get("type") == "json_invalid"), None)
+        if unread is not None:  # syntax, not shape: a 400 like a body that is not UTF-8
+            where = unread.get("loc", ("body", "?"))[-1]
+            why = str((unread.get("ctx") or {}).get("error", "JSON decode error"))[:200]
+            message = f"the body is not JSON: {why} (at character {where})"
+            return JSONResponse(body("invalid_body", message), status_code=400)
         problems = []
-        for err in exc.errors()[:5]:
+        for err in errors[:5]:
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
             problems.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
             if tuple(err.get("loc", ())) == ("body",) and not _json_media(request):

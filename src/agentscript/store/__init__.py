@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import re
+
 from agentscript.store.base import (
     STORE_FORMAT,
     DamagedRecord,
@@ -22,6 +24,14 @@ from agentscript.store.base import (
 from agentscript.store.memory import MemoryStore
 
 DEFAULT_STORE = "sqlite:///.agentscript/sessions.db"
+
+
+# The start of a libpq key=value connection string ("host=db dbname=app ..."), which no
+# SQLite path of a user begins with.
+_CONNINFO = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|sslmode|service|connect_timeout)\s*=",
+    re.IGNORECASE,
+)
 
 
 def store_from_url(url: str | None, *, max_connections: int | None = None) -> Store:
@@ -51,6 +61,12 @@ def store_from_url(url: str | None, *, max_connections: int | None = None) -> St
         )
     else:
         path = url
+        if _CONNINFO.match(url):
+            # Taken for a file name, it would be created, and printed with its password.
+            raise ValueError(
+                "the store looks like a PostgreSQL key=value connection string; write it as a "
+                "URL: postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
+            )
     if not path:
         raise ValueError("sqlite:/// needs a file path, e.g. sqlite:///.agentscript/sessions.db")
     from agentscript.store.sqlite import SQLiteStore
