@@ -57,6 +57,22 @@ class BlockedTurn:
             assert reply.status_code == 200
             self.wait_for_action()
 
+    def stream_and_stay(self) -> None:
+        """Start the note as a stream read to its end in the background (``self.events``)."""
+        self.events: list[str] = []
+
+        def read() -> None:
+            with contextlib.suppress(httpx.TransportError), httpx.stream(
+                "POST", self.messages, json=NOTE, headers=STREAM, timeout=60
+            ) as reply:
+                for line in reply.iter_lines():
+                    self.events.append(line)
+
+        self.block.touch()
+        self.sender = threading.Thread(target=read, daemon=True)
+        self.sender.start()
+        self.wait_for_action()
+
     def wait_for_action(self) -> None:
         deadline = time.monotonic() + 30
         while not self.calls.exists() and time.monotonic() < deadline:
@@ -156,11 +172,37 @@ def test_sigterm_cuts_a_turn_past_the_shutdown_grace_uncommitted(
         assert turn.block.exists()
         log = (tmp_path / "server.log").read_text()
         assert "1 turn(s) cut after the grace, none committed" in log
+        assert "Traceback" not in log and "Exception in ASGI application" not in log
+        if how == "request":  # its client is told to send it again, not a plain-text 500
+            turn.sender.join(10)
+            assert turn.answer is not None and turn.answer.status_code == 503
+            assert turn.answer.json()["error"]["code"] == "shutting_down"
+            assert turn.answer.headers["retry-after"] == "1"
     finally:
         turn.close()
     turn.check_after_restart(0, "")  # the cut turn gave its lease back
     calls = [json.loads(line) for line in turn.calls.read_text().splitlines()]
     assert len(calls) == 1  # it ran once and was not retried by anyone
+
+
+def test_sigterm_ends_a_streamed_turn_cut_past_the_grace_with_an_error_event(
+    api_store: str, tmp_path: Path
+) -> None:
+    turn = BlockedTurn(api_store, tmp_path, "--shutdown-grace", "1")
+    try:
+        turn.stream_and_stay()
+        turn.terminate()
+        assert turn.exited_within(15)
+        turn.sender.join(10)
+        log = (tmp_path / "server.log").read_text()
+        assert "Traceback" not in log and "Exception in ASGI application" not in log
+    finally:
+        turn.close()
+    assert "event: error" in turn.events
+    error = json.loads(turn.events[turn.events.index("event: error") + 1].removeprefix("data: "))
+    assert (error["status"], error["code"]) == (503, "shutting_down")
+    assert "event: turn" not in turn.events
+    turn.check_after_restart(0, "")
 
 
 def test_sigterm_to_the_supervisor_of_two_workers_gives_each_the_grace(

@@ -32,7 +32,7 @@ from agentscript.server.errors import ApiError, body, status_of
 from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
 from agentscript.server.metrics import Metrics, method_label
-from agentscript.server.middleware import HttpMiddleware
+from agentscript.server.middleware import CutAtShutdown, HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, retry_after
 from agentscript.server.requestid import RequestId
 from agentscript.server.service import SessionService, TurnHooks
@@ -477,6 +477,8 @@ def create_app(
             ],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
+    # Inside the counts, the access log and the request id: its 503 is an answer like any.
+    app.add_middleware(CutAtShutdown)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
     if config.access_log:
