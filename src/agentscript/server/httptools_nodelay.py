@@ -18,6 +18,7 @@ import json
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentscript.server.nodelay import set_nodelay
+from agentscript.server.shutdown import ShutdownClock
 
 # Bytes of one request's head (request line and headers): four times nginx's default, far
 # above any real client's.
@@ -90,6 +91,10 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        ShutdownClock.mark()
+        super().shutdown()
 
     def _stop_head_timer(self) -> None:
         if self._head_timer is not None:

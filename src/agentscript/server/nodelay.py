@@ -21,6 +21,8 @@ import socket
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from agentscript.server.shutdown import ShutdownClock
+
 H11 = "agentscript.server.nodelay:NoDelayH11Protocol"
 HTTPTOOLS = "agentscript.server.httptools_nodelay:NoDelayHttpToolsProtocol"
 
@@ -35,6 +37,10 @@ class NoDelayH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         set_nodelay(transport)
         super().connection_made(transport)
+
+    def shutdown(self) -> None:
+        ShutdownClock.mark()
+        super().shutdown()
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:

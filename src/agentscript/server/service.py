@@ -29,6 +29,7 @@ from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSession
 from agentscript.server.live import LiveSessions
 from agentscript.server.metrics import Metrics
+from agentscript.server.shutdown import ShutdownClock
 from agentscript.store import (
     DamagedRecord,
     SessionGone,
@@ -86,11 +87,13 @@ class SessionService:
 
     async def finish_turns(self, seconds: float) -> int:
         """At shutdown, once uvicorn has waited for the requests: let the turns running without
-        a client (a stream whose reader left) commit, for at most ``seconds``, then cancel them;
-        wait until every cancelled turn has given its lease back. How many turns were cut."""
+        a client (a stream whose reader left) commit, within ``seconds`` of the moment the
+        shutdown began (``ShutdownClock``), then cancel them; wait until every cancelled turn
+        has given its lease back. How many turns were cut."""
         late: set[asyncio.Task[Any]] = set()
         if self.background:
-            _done, late = await asyncio.wait(set(self.background), timeout=seconds)
+            left = ShutdownClock.left(seconds)
+            _done, late = await asyncio.wait(set(self.background), timeout=left)
             for task in late:
                 task.cancel()
         # uvicorn cancels the requests past its grace without waiting for them to end.
