@@ -62,9 +62,10 @@ class BlockedTurn:
         self.events: list[str] = []
 
         def read() -> None:
-            with contextlib.suppress(httpx.TransportError), httpx.stream(
-                "POST", self.messages, json=NOTE, headers=STREAM, timeout=60
-            ) as reply:
+            with (
+                contextlib.suppress(httpx.TransportError),
+                httpx.stream("POST", self.messages, json=NOTE, headers=STREAM, timeout=60) as reply,
+            ):
                 for line in reply.iter_lines():
                     self.events.append(line)
 
