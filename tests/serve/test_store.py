@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -196,6 +197,43 @@ def test_store_lease_of_a_killed_worker_is_taken_over_at_once(api_store: str) ->
         return got.turns
 
     assert run(api_store, next_turn) == 1
+
+
+def test_sqlite_lease_whose_pid_now_names_another_process_is_taken_over_at_once(
+    tmp_path: Path,
+) -> None:
+    """In a container the restarted server has the pid of the one killed (pid 1): a lease
+    names its holder's pid and when that process started, so a live process with that pid
+    but another start is not taken for the holder, and its lease is taken over at once,
+    not after LEASE_SECONDS."""
+    from agentscript.store.sqlite import process_start
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    me = os.getpid()
+    started = process_start(me)
+    assert started is not None  # Linux: /proc/<pid>/stat
+
+    async def lease_of(holder: str, store: Store) -> int:
+        await store.create_session(record(sid=holder[-4:]))
+        sql(
+            url,
+            f"UPDATE agentscript_sessions SET lease_holder = '{holder}:t1', "
+            f"lease_until = {time.time() + 600} WHERE session_id = '{holder[-4:]}'",
+        )
+        try:
+            async with store.lock_session(holder[-4:], 0.3) as lock:
+                await lock.commit(outcome(1, 1, sid=holder[-4:]))
+            return 1
+        except SessionBusy:
+            return 0
+
+    async def body(store: Store) -> None:
+        # this very process, by pid: alive unless its start says it is another one
+        assert await lease_of(f"{me}.{started + 7}.dead", store) == 1
+        assert await lease_of(f"{me}.{started}.live", store) == 0
+        assert await lease_of(f"{me}.olde", store) == 0  # an earlier version's: the pid alone
+
+    run(url, body)
 
 
 @contextlib.asynccontextmanager

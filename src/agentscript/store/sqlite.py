@@ -99,8 +99,9 @@ class SQLiteStore:
         self.url = f"sqlite:///{self.path}"
         self._db: sqlite3.Connection | None = None
         self.leases = Leases(self)
-        # This store in this process: the pid is what another process's liveness check reads.
-        self._worker = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        # This store in this process: its pid and the process's start are what another
+        # process's liveness check reads (see _alive).
+        self._worker = f"{os.getpid()}.{process_start(os.getpid()) or 0}.{uuid.uuid4().hex[:8]}"
         self.watch = FileWatch(self.path)
         self.checkpointer = Checkpointer(self.path, watch=self.watch)
         # Why the store no longer answers: its file was replaced while it ran.
@@ -441,13 +442,35 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def _alive(worker: str) -> bool:
-    """Whether the process of a lease's worker (``pid.instance``, or ``pid`` as written by
-    earlier versions) still runs: SQLite is one machine's store."""
+    """Whether the process of a lease's worker still runs: SQLite is one machine's store.
+
+    A worker is ``pid.start.instance`` (``pid.instance`` and ``pid`` as written by earlier
+    versions): ``start`` is when that process started, so a pid given to another process is
+    not taken for the holder's. In a container the restarted server is pid 1 again, like the
+    one that was killed, whose leases would otherwise wait out LEASE_SECONDS (10 minutes).
+    Where the start cannot be read (no ``/proc``), the pid alone decides."""
+    parts = worker.split(".")
     try:
-        pid = int(worker.split(".", 1)[0])
+        pid = int(parts[0])
         os.kill(pid, 0)
     except (ValueError, ProcessLookupError):
         return False
     except PermissionError:
-        return True
+        pass
+    if len(parts) == 3 and parts[1].isdigit() and int(parts[1]):
+        started = process_start(pid)
+        return started is None or started == int(parts[1])
+    return True
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since the machine booted (Linux's
+    ``/proc/<pid>/stat``, field 22), or None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+        # The command name (field 2) may hold spaces and parentheses: count after its end.
+        return int(text[text.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
     return True
