@@ -148,6 +148,33 @@ def fingerprint(description: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def source_digest(path: Path) -> str:
+    """A hash of what an agent was loaded from: its ``.agent`` file, or every file of its
+    Mantle project folder (but hidden folders and ``__pycache__``). With ``--workers N`` a
+    worker started again after a crash loads the files anew; this tells it whether they are
+    still those the server started with."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        files = [path]
+    else:
+        files = sorted(
+            found
+            for found in path.rglob("*")
+            if found.is_file()
+            and not any(
+                part.startswith(".") or part == "__pycache__"
+                for part in found.relative_to(path).parts
+            )
+        )
+    for found in files:
+        digest.update(str(found.relative_to(path) if found != path else found.name).encode())
+        try:
+            digest.update(found.read_bytes())
+        except OSError as exc:
+            digest.update(repr(exc).encode())
+    return digest.hexdigest()[:16]
+
+
 def serve_agents(agents: Iterable[AgentBase], models: dict[str, Model]) -> dict[str, ServedAgent]:
     """The served agents by name, each with its model (``models`` by agent name)."""
     served = {}

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from agentscript.commands import ExitCode
@@ -51,6 +53,8 @@ class ServeOptions:
     playground: bool = False
     stubs: str | None = None
     variables: list[str] = field(default_factory=list)
+    # Set for the workers of --workers N: each served agent's source_digest at start-up.
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def is_loopback(host: str) -> bool:
@@ -66,7 +70,12 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
     """The ASGI app for ``options`` and the lines describing it (ServeError when it cannot
     be built)."""
     from agentscript.models.base import Model, ModelError
-    from agentscript.server.agents import AgentLoadError, load_agents, serve_agents
+    from agentscript.server.agents import (
+        AgentLoadError,
+        load_agents,
+        serve_agents,
+        source_digest,
+    )
 
     try:
         from agentscript.server.app import create_app
@@ -105,6 +114,16 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         except ModelError as exc:
             raise ServeError(f"{agent.name}: {exc}") from None
     served = serve_agents(agents, models)
+    sources = {item.name: source_digest(item.path) for item in served.values()}
+    changed = sorted(
+        name for name, digest in options.sources.items() if sources.get(name) != digest
+    )
+    if changed or (options.sources and set(sources) != set(options.sources)):
+        which = ", ".join(changed) or "the set of agents"
+        raise ServeError(
+            f"a worker could not start: {which} changed on disk since the server started, and "
+            "one server serves one version; restart the server to serve the files as they are"
+        )
     config = ServerConfig(
         session_ttl=options.session_ttl,
         lock_wait=options.lock_wait,
@@ -116,6 +135,7 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         cors_origins=list(options.cors_origins),
     )
     app = create_app(served, store, config=config, keys=keys, freeze_heap=freeze_heap)
+    app.state.sources = sources
     page: list[str] = []
     if options.playground:
         from agentscript.server.playground.command import add_playground
@@ -145,13 +165,24 @@ def _model(agent: Any, options: ServeOptions) -> Any:
     return choose_model(agent, spec=options.model, base_url=options.base_url)
 
 
+# uvicorn's exit code for a worker that failed before it served (uvicorn.config.STARTUP_FAILURE):
+# its supervisor stops the server instead of starting the worker again.
+WORKER_STARTUP_FAILURE = 3
+
+
 def worker_app() -> Any:
     """The app of one worker process (uvicorn's factory with ``--workers N``)."""
     from agentscript.server import logs
 
     options = ServeOptions(**json.loads(os.environ[ENV]))
     logs.configure(access_log=options.access_log, log_format=options.log_format)
-    app, _lines = build_app(options, freeze_heap=True)
+    try:
+        app, _lines = build_app(options, freeze_heap=True)
+    except ServeError as exc:
+        # One line, and uvicorn's exit code for a worker that cannot start: its supervisor
+        # then stops the server rather than start the worker again and again.
+        logging.getLogger("agentscript.server").error("%s", exc)
+        sys.exit(WORKER_STARTUP_FAILURE)
     return app
 
 
@@ -226,7 +257,8 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     if options.workers == 1:
         uvicorn.run(app, **common)
     else:
-        os.environ[ENV] = json.dumps(asdict(options))
+        # The workers check that they load the files the banner's agents came from.
+        os.environ[ENV] = json.dumps(asdict(replace(options, sources=app.state.sources)))
         uvicorn.run(
             "agentscript.server.command:worker_app",
             factory=True,

@@ -1,0 +1,74 @@
+"""With ``--workers N``, a worker started again after a crash loads the agent files anew: if
+they changed since the server started, it does not serve another version beside the others'.
+It says so in one line and exits as a worker that could not start, and uvicorn's supervisor
+then stops the server (docs/serve.md, "Several workers")."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+
+from .harness import NOTES
+from .process import ServerProcess
+
+
+def workers_of(supervisor: int) -> list[int]:
+    """The worker processes uvicorn's supervisor started (multiprocessing's spawned children)."""
+    found = subprocess.run(
+        ["ps", "-ww", "-o", "pid=,args=", "--ppid", str(supervisor)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return [int(line.split()[0]) for line in found.splitlines() if "spawn_main" in line]
+
+
+def test_a_worker_restarted_on_changed_agent_files_stops_the_server_in_one_line(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "notes"
+    shutil.copytree(Path(NOTES).parent, folder)
+    agent = folder / Path(NOTES).name
+    args = [str(agent), "--model", "standin", "--store", f"sqlite:///{tmp_path / 's.db'}"]
+    server = ServerProcess([*args, "--workers", "2"], {}, tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        assert httpx.post(f"{server.url}/v1/agents/Notes/sessions", json={}).status_code == 201
+        workers = workers_of(server.proc.pid)
+        assert len(workers) == 2
+        agent.write_text(agent.read_text() + "\n# edited while serving\n")
+        subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(workers[0])], check=True)
+        server.proc.wait(timeout=30)  # the supervisor stops rather than serve two versions
+    finally:
+        server.kill()
+    log = (tmp_path / "server.log").read_text()
+    assert "a worker could not start: Notes changed on disk since the server started" in log
+    assert "Traceback" not in log
+
+
+def test_a_worker_restarted_on_unchanged_files_serves_again(tmp_path: Path) -> None:
+    args = [NOTES, "--model", "standin", "--store", f"sqlite:///{tmp_path / 's.db'}"]
+    server = ServerProcess([*args, "--workers", "2"], {}, tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        workers = workers_of(server.proc.pid)
+        subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(workers[0])], check=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            again = workers_of(server.proc.pid)
+            if len(again) == 2 and workers[0] not in again:
+                break
+            time.sleep(0.1)
+        assert len(again) == 2 and workers[0] not in again
+        assert server.proc.poll() is None
+        for _ in range(6):  # both workers answer (each connection may go to either)
+            response = httpx.post(f"{server.url}/v1/agents/Notes/sessions", json={})
+            assert response.status_code == 201
+    finally:
+        server.stop()
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
