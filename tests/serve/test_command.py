@@ -263,3 +263,15 @@ def test_api_keys_from_env_or_file_kept_as_hashes(tmp_path: Path) -> None:
     with pytest.raises(KeyConfigError, match="cannot read"):
         ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": str(tmp_path / "missing")})
     assert ApiKeys.from_env({}).owner(None) == ""  # keys off: one anonymous owner
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_2_before_the_banner() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out = serve(NOTES, "--model", "standin", "--store", "memory://", "--port", str(port))
+    assert code == 2
+    assert out == f"agentscript serve: cannot listen on 127.0.0.1:{port}: Address already in use\n"

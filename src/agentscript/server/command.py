@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -218,6 +219,19 @@ def check_store(options: ServeOptions) -> None:
         ) from None
 
 
+def check_port(host: str, port: int) -> None:
+    """Bind ``host:port`` once and let go, before the banner says the server listens there:
+    a port in use is one line and exit 2, not a banner then uvicorn's error and exit 3. (Another
+    process may still take it in between; uvicorn then says so.)"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> ExitCode:
     """Run the server until it is stopped; the exit code."""
     if options.workers < 1:
@@ -235,6 +249,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         return ExitCode.USAGE
     try:
         check_store(options)
+        check_port(options.host, options.port)
     except ServeError as exc:
         echo(f"agentscript serve: {exc}")
         return ExitCode.USAGE
