@@ -177,6 +177,7 @@ def worker_app() -> Any:
 
     options = ServeOptions(**json.loads(os.environ[ENV]))
     logs.configure(access_log=options.access_log, log_format=options.log_format)
+    logs.show_supervisor_events()
     try:
         app, _lines = build_app(options, freeze_heap=True)
     except ServeError as exc:
@@ -274,11 +275,13 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     else:
         # The workers check that they load the files the banner's agents came from.
         os.environ[ENV] = json.dumps(asdict(replace(options, sources=app.state.sources)))
+        # A worker that died and was started again is logged (uvicorn says so at INFO).
+        logs.show_supervisor_events()
         uvicorn.run(
             "agentscript.server.command:worker_app",
             factory=True,
             workers=options.workers,
-            **common,
+            **{**common, "log_level": "info"},
         )
     return ExitCode.OK
 
