@@ -139,6 +139,22 @@ def test_sigterm_lets_the_turn_in_flight_finish_and_commit(api_store: str, tmp_p
     turn.check_after_restart(1, "pay 10")
 
 
+def test_sighup_to_one_worker_stops_it_as_sigterm_does(api_store: str, tmp_path: Path) -> None:
+    turn = BlockedTurn(api_store, tmp_path)
+    try:
+        turn.send()
+        os.kill(turn.server.proc.pid, signal.SIGHUP)
+        time.sleep(0.3)
+        assert turn.server.proc.poll() is None  # draining, not ended at once
+        turn.block.unlink()
+        turn.sender.join(timeout=30)
+        assert turn.answer is not None and turn.answer.status_code == 200
+        assert turn.exited_within(15)
+    finally:
+        turn.close()
+    turn.check_after_restart(1, "pay 10")
+
+
 def test_sigterm_lets_a_streamed_turn_whose_client_left_commit(
     api_store: str, tmp_path: Path
 ) -> None:

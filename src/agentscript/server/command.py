@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -271,6 +272,11 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         "timeout_graceful_shutdown": options.shutdown_grace,
     }
     if options.workers == 1:
+        # A hangup (the terminal closed, `kill -HUP`) stops the server as SIGTERM does, letting
+        # its turns commit: uvicorn alone handles only SIGINT and SIGTERM, and a process that
+        # does not handle SIGHUP ends at once. (With --workers N, uvicorn's supervisor starts
+        # the workers again on it.)
+        signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
         uvicorn.run(app, **common)
     else:
         # The workers check that they load the files the banner's agents came from.
