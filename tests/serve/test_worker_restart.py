@@ -43,7 +43,8 @@ def test_a_worker_restarted_on_changed_agent_files_stops_the_server_in_one_line(
         assert len(workers) == 2
         agent.write_text(agent.read_text() + "\n# edited while serving\n")
         subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(workers[0])], check=True)
-        server.proc.wait(timeout=30)  # the supervisor stops rather than serve two versions
+        # the supervisor stops rather than serve two versions, and the command says it failed
+        assert server.proc.wait(timeout=30) == 1
     finally:
         server.kill()
     log = (tmp_path / "server.log").read_text()
@@ -76,3 +77,27 @@ def test_a_worker_restarted_on_unchanged_files_serves_again(tmp_path: Path) -> N
     # the operator sees the worker die, and nothing else of uvicorn's INFO chatter
     assert f"WARNING:  Child process [{workers[0]}] died" in log
     assert "Started server process" not in log and "Application startup" not in log
+
+
+def test_a_store_and_data_inside_a_served_project_folder_do_not_count_as_changed_files(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "card_bank"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "card_bank", project)
+    store = f"sqlite:///{project / 'sessions.db'}"  # its -wal and -shm files appear beside it
+    args = [str(project), "--model", "standin", "--store", store, "--workers", "2"]
+    server = ServerProcess(args, {}, tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        (project / "calls.log").write_text("written by a tool while serving\n")
+        workers = workers_of(server.proc.pid)
+        subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(workers[0])], check=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and workers[0] in workers_of(server.proc.pid):
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert server.proc.poll() is None  # the new worker started and serves
+        assert len(workers_of(server.proc.pid)) == 2
+    finally:
+        server.stop()
+    assert "could not start" not in (tmp_path / "server.log").read_text()

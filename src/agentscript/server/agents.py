@@ -148,11 +148,17 @@ def fingerprint(description: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# The kinds of file an agent is written in (its .agent file; a Mantle project's YAML, Markdown
+# and Python tools): a digest of these, never of what runs beside them (a SQLite store placed
+# in the folder, logs, data its tools write).
+SOURCE_SUFFIXES = frozenset({".agent", ".md", ".yml", ".yaml", ".py", ".toml"})
+
+
 def source_digest(path: Path) -> str:
-    """A hash of what an agent was loaded from: its ``.agent`` file, or every file of its
-    Mantle project folder (but hidden folders and ``__pycache__``). With ``--workers N`` a
-    worker started again after a crash loads the files anew; this tells it whether they are
-    still those the server started with."""
+    """A hash of what an agent was loaded from: its ``.agent`` file, or the source files of its
+    Mantle project folder (``SOURCE_SUFFIXES``, outside hidden folders and ``__pycache__``).
+    With ``--workers N`` a worker started again after a crash loads the files anew; this tells
+    it whether they are still those the server started with."""
     digest = hashlib.sha256()
     if path.is_file():
         files = [path]
@@ -160,7 +166,8 @@ def source_digest(path: Path) -> str:
         files = sorted(
             found
             for found in path.rglob("*")
-            if found.is_file()
+            if found.suffix in SOURCE_SUFFIXES
+            and found.is_file()
             and not any(
                 part.startswith(".") or part == "__pycache__"
                 for part in found.relative_to(path).parts

@@ -9,6 +9,7 @@ With ``--workers N`` uvicorn starts N processes; each rebuilds the same app from
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -16,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -55,8 +57,10 @@ class ServeOptions:
     playground: bool = False
     stubs: str | None = None
     variables: list[str] = field(default_factory=list)
-    # Set for the workers of --workers N: each served agent's source_digest at start-up.
+    # Set for the workers of --workers N: each served agent's source_digest at start-up, and
+    # the file where a worker that cannot start writes why (so the command exits non-zero).
     sources: dict[str, str] = field(default_factory=dict)
+    failure_file: str | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -185,6 +189,9 @@ def worker_app() -> Any:
         # One line, and uvicorn's exit code for a worker that cannot start: its supervisor
         # then stops the server rather than start the worker again and again.
         logging.getLogger("agentscript.server").error("%s", exc)
+        if options.failure_file:
+            with contextlib.suppress(OSError), open(options.failure_file, "a") as failures:
+                failures.write(f"{exc}\n")
         sys.exit(WORKER_STARTUP_FAILURE)
     return app
 
@@ -279,16 +286,22 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
         uvicorn.run(app, **common)
     else:
-        # The workers check that they load the files the banner's agents came from.
-        os.environ[ENV] = json.dumps(asdict(replace(options, sources=app.state.sources)))
-        # A worker that died and was started again is logged (uvicorn says so at INFO).
-        logs.show_supervisor_events()
-        uvicorn.run(
-            "agentscript.server.command:worker_app",
-            factory=True,
-            workers=options.workers,
-            **{**common, "log_level": "info"},
-        )
+        with tempfile.TemporaryDirectory(prefix="agentscript-serve-") as folder:
+            failures = os.path.join(folder, "worker-failures")
+            # The workers check that they load the files the banner's agents came from.
+            for_workers = replace(options, sources=app.state.sources, failure_file=failures)
+            os.environ[ENV] = json.dumps(asdict(for_workers))
+            # A worker that died and was started again is logged (uvicorn says so at INFO).
+            logs.show_supervisor_events()
+            uvicorn.run(
+                "agentscript.server.command:worker_app",
+                factory=True,
+                workers=options.workers,
+                **{**common, "log_level": "info"},
+            )
+            # uvicorn's supervisor returns as after a stop when a worker could not start.
+            if os.path.exists(failures):
+                return ExitCode.FAILED
     return ExitCode.OK
 
 
