@@ -43,12 +43,26 @@ def test_a_whole_answer_without_a_length_is_counted_as_it_arrives(
     assert sent == [0, 1, 2]  # read no further than the bound
 
 
-def test_an_event_stream_is_left_to_the_reply_limit() -> None:
-    library_name = answer_cap._http_library(
-        importlib.import_module("openai").DefaultAsyncHttpxClient
+def library_of(sdk_name: str) -> tuple[str, Any]:
+    name = answer_cap._http_library(importlib.import_module(sdk_name).DefaultAsyncHttpxClient)
+    return name, importlib.import_module(name)
+
+
+def test_an_event_stream_is_bounded_too() -> None:
+    # An answer labelled as a stream is read whole by the SDK when it did not ask for one.
+    name, library = library_of("openai")
+    response = library.Response(
+        200, headers={"content-type": "text/event-stream"}, content=b"x" * 100
     )
-    library = importlib.import_module(library_name)
-    response = library.Response(200, headers={"content-type": "text/event-stream"}, content=b"")
-    before = response.stream
-    asyncio.run(answer_cap._hook(library_name)(response))
-    assert response.stream is before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sdk_provider, "MAX_ANSWER_BYTES", 10)
+        with pytest.raises(sdk_provider.AnswerTooLarge):
+            asyncio.run(answer_cap._hook(name)(response))
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate, gzip"])
+def test_a_compressed_answer_is_refused_before_it_is_decoded(encoding: str) -> None:
+    name, library = library_of("anthropic")
+    response = library.Response(200, headers={"content-encoding": encoding}, content=b"\x1f\x8b")
+    with pytest.raises(sdk_provider.AnswerRefused, match=r"came compressed \("):
+        asyncio.run(answer_cap._hook(name)(response))

@@ -4,8 +4,9 @@ The SDKs read a whole (not streamed) answer into memory before parsing it, with 
 their own: a server that sends 300 MB would hold 300 MB, and more once parsed, in a process
 that serves many sessions. A response hook wraps each whole answer's body in a stream that
 counts its bytes and stops at :data:`~agentscript.models.sdk_provider.MAX_ANSWER_BYTES`, the
-bound the lean client keeps too. Streamed answers are bounded event by event by
-``Limits.max_reply_chars`` instead.
+bound the lean client keeps too. The hook bounds streamed answers too, whose text stops far
+earlier anyway (``Limits.max_reply_chars``). The client asks for uncompressed answers and refuses compressed
+ones: the bound counts bytes as they arrive, before any decoding.
 
 The SDKs bring their own HTTP library (``httpx`` or its successor ``httpx2``, by version), and
 a body stream must be of that library's class: it is found from the SDK's client class.
@@ -22,9 +23,14 @@ from agentscript.models import sdk_provider
 
 
 def http_client(sdk: Any) -> Any:
-    """The SDK's own default async client (its timeouts, limits, proxies), with the bound."""
+    """The SDK's own default async client (its timeouts, limits, proxies), with the bound.
+    It asks for answers as they are (``Accept-Encoding: identity``): the bound counts the bytes
+    that arrive, and a compressed body may expand a thousandfold once decoded."""
     client_class = sdk.DefaultAsyncHttpxClient
-    return client_class(event_hooks={"response": [_hook(_http_library(client_class))]})
+    return client_class(
+        headers={"Accept-Encoding": "identity"},
+        event_hooks={"response": [_hook(_http_library(client_class))]},
+    )
 
 
 def _http_library(client_class: type) -> str:
@@ -57,9 +63,15 @@ def _hook(library: str) -> Callable[[Any], Awaitable[None]]:
             await self._inner.aclose()
 
     async def cap_answer(response: Any) -> None:
-        """Response hook: bound a whole answer's body (an event stream is left alone)."""
-        if "text/event-stream" in response.headers.get("content-type", ""):
-            return
+        """Response hook: bound an answer's body, streamed or whole (a stream's text is
+        bounded by the reply limit long before: ``Limits.max_reply_chars``), and refuse one
+        compressed though the client asked for none."""
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise sdk_provider.AnswerRefused(
+                f"the answer came compressed ({encoding[:40]}) though none was asked for; "
+                "it was dropped"
+            )
         most = sdk_provider.MAX_ANSWER_BYTES
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > most:

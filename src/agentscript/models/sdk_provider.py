@@ -43,18 +43,23 @@ WHOLE_STREAM_TIMEOUTS = 10
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
-class AnswerTooLarge(Exception):
-    """A whole answer's body outgrew MAX_ANSWER_BYTES: never retried (it would come again)."""
+class AnswerRefused(Exception):
+    """A whole answer refused before it was read (too large, or compressed though the client
+    asked for none): never retried, it would come again."""
+
+
+class AnswerTooLarge(AnswerRefused):
+    """A whole answer's body outgrew MAX_ANSWER_BYTES."""
 
     def __init__(self, most: int) -> None:
         super().__init__(f"the answer is over {most} bytes; it was dropped")
 
 
-def answer_too_large(exc: BaseException | None) -> AnswerTooLarge | None:
-    """The AnswerTooLarge behind ``exc`` (the SDKs wrap it in a connection error)."""
+def answer_refused(exc: BaseException | None) -> AnswerRefused | None:
+    """The AnswerRefused behind ``exc`` (the SDKs wrap it in a connection error)."""
     seen = 0
     while exc is not None and seen < 10:
-        if isinstance(exc, AnswerTooLarge):
+        if isinstance(exc, AnswerRefused):
             return exc
         exc = exc.__cause__ or exc.__context__
         seen += 1
@@ -361,7 +366,7 @@ class SdkModel(ABC):
 
         def transient(exc: BaseException) -> bool:
             # Once text reached the sink, a retry would show it twice.
-            if shown or answer_too_large(exc) is not None:
+            if shown or answer_refused(exc) is not None:
                 return False
             return isinstance(exc, StreamStalled) or self._is_transient(exc)
 
@@ -400,9 +405,9 @@ class SdkModel(ABC):
             error.events = tuple(events)
             raise error from None
         except Exception as exc:
-            too_large = answer_too_large(exc)
-            if too_large is not None:
-                error = ModelError(f"{self.provider} model '{self.model}': {too_large}")
+            refused = answer_refused(exc)
+            if refused is not None:
+                error = ModelError(f"{self.provider} model '{self.model}': {refused}")
             elif isinstance(exc, StreamStalled):
                 error = ModelError(str(exc))
             elif received[0] and not self._is_status_error(exc):
