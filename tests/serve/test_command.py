@@ -275,3 +275,19 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2_before_the_banner() -> No
         code, out = serve(NOTES, "--model", "standin", "--store", "memory://", "--port", str(port))
     assert code == 2
     assert out == f"agentscript serve: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_the_port_check_binds_ipv6_as_the_server_does() -> None:
+    # asyncio binds "::" IPv6-only: another program's IPv4 listener on the port is no clash.
+    import socket
+
+    from agentscript.server.command import check_port
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        check_port("::", port)
+        check_port("localhost", 0)
+        with pytest.raises(ServeError, match="Address already in use"):
+            check_port("0.0.0.0", port)

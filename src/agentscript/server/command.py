@@ -230,15 +230,25 @@ def check_store(options: ServeOptions) -> None:
 
 def check_port(host: str, port: int) -> None:
     """Bind ``host:port`` once and let go, before the banner says the server listens there:
-    a port in use is one line and exit 2, not a banner then uvicorn's error and exit 3. (Another
-    process may still take it in between; uvicorn then says so.)"""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    a port in use is one line and exit 2, not a banner then uvicorn's error and exit 3. Each
+    address the host names is bound as asyncio's server binds it (IPv6 without IPv4, so ``::``
+    is not refused for another program's IPv4 port). Another process may still take the port
+    in between; uvicorn then says so."""
+    try:
+        found = socket.getaddrinfo(
+            host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+        )
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    for family, kind, proto, _name, address in found:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> ExitCode:
