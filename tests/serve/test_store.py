@@ -203,10 +203,10 @@ def test_sqlite_lease_whose_pid_now_names_another_process_is_taken_over_at_once(
     tmp_path: Path,
 ) -> None:
     """In a container the restarted server has the pid of the one killed (pid 1): a lease
-    names its holder's pid and when that process started, so a live process with that pid
-    but another start is not taken for the holder, and its lease is taken over at once,
-    not after LEASE_SECONDS."""
-    from agentscript.store.sqlite import process_start
+    names its holder's pid, when that process started and its pid namespace, so a live
+    process with that pid but another start is not taken for the holder, and its lease is
+    taken over at once, not after LEASE_SECONDS."""
+    from agentscript.store.sqlite import PID_NAMESPACE, process_start
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     me = os.getpid()
@@ -229,9 +229,13 @@ def test_sqlite_lease_whose_pid_now_names_another_process_is_taken_over_at_once(
 
     async def body(store: Store) -> None:
         # this very process, by pid: alive unless its start says it is another one
-        assert await lease_of(f"{me}.{started + 7}.dead", store) == 1
-        assert await lease_of(f"{me}.{started}.live", store) == 0
+        ns = PID_NAMESPACE
+        assert await lease_of(f"{me}.{started + 7}.{ns}.dead", store) == 1
+        assert await lease_of(f"{me}.{started}.{ns}.live", store) == 0
         assert await lease_of(f"{me}.olde", store) == 0  # an earlier version's: the pid alone
+        # a holder in another pid namespace (another container on the file): its pid means
+        # nothing here, so its lease's time decides, even for a pid that does not run here
+        assert await lease_of(f"999999.1.{ns + 1}.away", store) == 0
 
     run(url, body)
 

@@ -99,9 +99,10 @@ class SQLiteStore:
         self.url = f"sqlite:///{self.path}"
         self._db: sqlite3.Connection | None = None
         self.leases = Leases(self)
-        # This store in this process: its pid and the process's start are what another
-        # process's liveness check reads (see _alive).
-        self._worker = f"{os.getpid()}.{process_start(os.getpid()) or 0}.{uuid.uuid4().hex[:8]}"
+        # This store in this process: its pid, the process's start and its pid namespace are
+        # what another process's liveness check reads (see _alive).
+        me = os.getpid()
+        self._worker = f"{me}.{process_start(me) or 0}.{PID_NAMESPACE}.{uuid.uuid4().hex[:8]}"
         self.watch = FileWatch(self.path)
         self.checkpointer = Checkpointer(self.path, watch=self.watch)
         # Why the store no longer answers: its file was replaced while it ran.
@@ -444,12 +445,16 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
 def _alive(worker: str) -> bool:
     """Whether the process of a lease's worker still runs: SQLite is one machine's store.
 
-    A worker is ``pid.start.instance`` (``pid.instance`` and ``pid`` as written by earlier
-    versions): ``start`` is when that process started, so a pid given to another process is
-    not taken for the holder's. In a container the restarted server is pid 1 again, like the
-    one that was killed, whose leases would otherwise wait out LEASE_SECONDS (10 minutes).
-    Where the start cannot be read (no ``/proc``), the pid alone decides."""
+    A worker is ``pid.start.namespace.instance`` (``pid.instance`` and ``pid`` as written by
+    earlier versions): ``start`` is when that process started, so a pid given to another
+    process is not taken for the holder's (in a container, the restarted server is pid 1
+    again, like the one that was killed, whose leases would otherwise wait out LEASE_SECONDS,
+    10 minutes). A pid of another pid namespace (another container sharing the file) means
+    nothing here: such a holder counts as alive, and its lease's time decides. Where the start
+    cannot be read (no ``/proc``), the pid alone decides."""
     parts = worker.split(".")
+    if len(parts) == 4 and parts[2] != str(PID_NAMESPACE):
+        return True
     try:
         pid = int(parts[0])
         os.kill(pid, 0)
@@ -457,10 +462,21 @@ def _alive(worker: str) -> bool:
         return False
     except PermissionError:
         pass
-    if len(parts) == 3 and parts[1].isdigit() and int(parts[1]):
+    if len(parts) == 4 and parts[1].isdigit() and int(parts[1]):
         started = process_start(pid)
         return started is None or started == int(parts[1])
     return True
+
+
+def _pid_namespace() -> int:
+    """This process's pid namespace (the inode of ``/proc/self/ns/pid``), 0 where unknown."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+PID_NAMESPACE = _pid_namespace()
 
 
 def process_start(pid: int) -> int | None:
