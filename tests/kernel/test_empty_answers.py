@@ -145,3 +145,35 @@ def test_a_scripted_empty_answer_is_asked_again_like_any_model(tmp_path: Path) -
     reply = session.send("hi")
     assert reply.text == "Hi there."
     assert model.unused_moves() == []
+
+
+class SpaceThenText:
+    """Streams white space and says nothing, then streams an answer (a provider drops an
+    answer of white space only: ``nonempty``)."""
+
+    name = "space-then-text"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: Any, *, stream: Any = None) -> ModelResponse:
+        self.calls += 1
+        if self.calls == 1:
+            if stream is not None:
+                stream("\n\n")
+            return ModelResponse(text=None, stop_reason="stop")
+        if stream is not None:
+            for piece in ("\n", "\nHel", "lo"):
+                stream(piece)
+        return ModelResponse(text="\n\nHello", stop_reason="stop")
+
+
+def test_white_space_streamed_before_an_empty_answer_is_never_shown(tmp_path: Path) -> None:
+    session = agent_script(tmp_path).session(model=SpaceThenText())
+    shown: list[str] = []
+    session.on_text = shown.append
+    reply = session.send("hi")
+    assert reply.error is None
+    # the first answer's space was held, then dropped; the second's goes with its first text
+    assert shown == ["\n\nHel", "lo"]
+    assert "".join(shown) == "\n\nHello"

@@ -113,6 +113,8 @@ async def _answer(
 ) -> ModelResponse:
     """``model``'s answer; its failures recorded on ``step`` and raised as TurnError (or
     LimitReached, when the streamed text outgrew the reply limit)."""
+    if stream is not None:
+        stream = _after_leading_space(stream)
     try:
         return await model.complete(request, stream=stream)
     except LimitReached as exc:  # the streamed text outgrew max_reply_chars
@@ -221,6 +223,27 @@ def _check_budget(
             would_reach=hit.would_reach,
         )
         raise BudgetExceeded(hit)
+
+
+def _after_leading_space(sink: TextSink) -> TextSink:
+    """``sink``, fed nothing until the answer's text has more than white space: an answer of
+    white space only counts as empty (providers drop it) and is asked again, and the client
+    must not have been shown it. Once real text comes, the held space goes with it."""
+    held: list[str] = []
+    speaking = False
+
+    def feed(piece: str) -> None:
+        nonlocal speaking
+        if not speaking:
+            held.append(piece)
+            if not piece.strip():
+                return
+            speaking = True
+            piece = "".join(held)
+            held.clear()
+        sink(piece)
+
+    return feed
 
 
 def _bounded_sink(sink: TextSink, most: int) -> TextSink:
