@@ -1,12 +1,13 @@
-"""The bound on a whole answer's size for the SDK clients.
+"""The bound on the size of an answer's body for the SDK clients.
 
 The SDKs read a whole (not streamed) answer into memory before parsing it, with no bound of
 their own: a server that sends 300 MB would hold 300 MB, and more once parsed, in a process
-that serves many sessions. A response hook wraps each whole answer's body in a stream that
-counts its bytes and stops at :data:`~agentscript.models.sdk_provider.MAX_ANSWER_BYTES`, the
-bound the lean client keeps too. The hook bounds streamed answers too, whose text stops far
-earlier anyway (``Limits.max_reply_chars``). The client asks for uncompressed answers and refuses compressed
-ones: the bound counts bytes as they arrive, before any decoding.
+that serves many sessions. A response hook wraps each answer's body, whole or streamed, in a
+stream that counts its bytes and stops at
+:data:`~agentscript.models.sdk_provider.MAX_ANSWER_BYTES`, the bound the lean client keeps on a
+whole answer (a stream's text stops far earlier, at ``Limits.max_reply_chars``). The client
+asks for uncompressed answers and refuses compressed ones: the bound counts bytes as they
+arrive, before any decoding.
 
 The SDKs bring their own HTTP library (``httpx`` or its successor ``httpx2``, by version), and
 a body stream must be of that library's class: it is found from the SDK's client class.

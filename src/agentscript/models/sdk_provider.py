@@ -38,18 +38,19 @@ PLACEHOLDER_API_KEY = "agentscript-no-key"
 # bounds each wait for the stream's next event, but a server that keeps sending (keep-alive
 # comments, empty deltas) would otherwise hold the turn, and its session's lease, forever.
 WHOLE_STREAM_TIMEOUTS = 10
-# A whole (not streamed) answer larger than this is dropped unread, by both the SDK clients
-# (models/answer_cap.py) and the lean one: a real answer is a few kB.
+# An answer's body larger than this is dropped unread: a whole answer by the SDK clients
+# (models/answer_cap.py, which bounds their streams too) and by the lean one. A real answer
+# is a few kB.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 class AnswerRefused(Exception):
-    """A whole answer refused before it was read (too large, or compressed though the client
-    asked for none): never retried, it would come again."""
+    """An answer refused before it was read (too large, or compressed though the client asked
+    for none): never retried, it would come again."""
 
 
 class AnswerTooLarge(AnswerRefused):
-    """A whole answer's body outgrew MAX_ANSWER_BYTES."""
+    """An answer's body outgrew MAX_ANSWER_BYTES."""
 
     def __init__(self, most: int) -> None:
         super().__init__(f"the answer is over {most} bytes; it was dropped")

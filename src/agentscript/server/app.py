@@ -32,10 +32,11 @@ from agentscript.server.errors import ApiError, body, status_of
 from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
 from agentscript.server.metrics import Metrics, method_label
-from agentscript.server.middleware import CutAtShutdown, HttpMiddleware
+from agentscript.server.middleware import HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, retry_after
 from agentscript.server.requestid import RequestId
 from agentscript.server.service import SessionService, TurnHooks
+from agentscript.server.shutdown import ShutdownClock
 from agentscript.store import Store
 
 log = logging.getLogger("agentscript.server")
@@ -81,9 +82,20 @@ def _error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(body(code, message), status_code=status, headers=headers)
 
 
+# What the client of a turn cut at shutdown is told (CountRequests).
+CUT_AT_SHUTDOWN = (
+    "the server stopped before this turn finished; nothing of it was committed: send it again"
+)
+
+
 class CountRequests(HttpMiddleware):
     """Counts responses by method and status for ``/metrics``; an exception that escaped the
-    routes becomes an error response here (never a traceback to the client)."""
+    routes becomes an error response here (never a traceback to the client).
+
+    So does the cancellation uvicorn sends a request whose turn ran past ``--shutdown-grace``
+    (nothing else cancels a request: a client that leaves is told by ``receive``):
+    ``503 shutting_down`` with ``Retry-After``, or, once a stream began, its last ``error``
+    event. uvicorn answered a plain-text ``500`` and logged a traceback."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         super().__init__(app)
@@ -91,18 +103,35 @@ class CountRequests(HttpMiddleware):
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         status = 500
-        started = False
+        head: Message | None = None  # the response's start, once sent
 
         async def sending(message: Message) -> None:
-            nonlocal status, started
+            nonlocal status, head
             if message["type"] == "http.response.start":
-                status, started = int(message["status"]), True
+                status, head = int(message["status"]), message
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # handled here: the answer below awaits again
+            if head is None:
+                cut = ApiError(
+                    503,
+                    "shutting_down",
+                    CUT_AT_SHUTDOWN,
+                    headers={"Retry-After": "1", "Connection": "close"},
+                )
+                response = _error_response(cut)
+                status = response.status_code
+                await response(scope, receive, send)
+            elif b"text/event-stream" in dict(head.get("headers") or ()).get(b"content-type", b""):
+                last = sse.error_event(503, "shutting_down", CUT_AT_SHUTDOWN)
+                await send({"type": "http.response.body", "body": last.encode()})
         except Exception as exc:
-            if started:
+            if head is not None:
                 raise
             response = _error_response(exc)
             status = response.status_code
@@ -254,6 +283,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        ShutdownClock.reset()  # a shutdown of an earlier server in this process is not ours
         await store.open()
         ready["store"] = True
         # The model SDKs (the OpenAI one takes ~0.5 s of CPU to import) load once the server
@@ -477,8 +507,6 @@ def create_app(
             ],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
-    # Inside the counts, the access log and the request id: its 503 is an answer like any.
-    app.add_middleware(CutAtShutdown)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
     if config.access_log:
@@ -530,9 +558,7 @@ async def _stream(
                 raise
             status, code, message = status_of(exc)
             log_failure(exc, code, message)
-            events.put_nowait(
-                sse.event("error", {"status": status, "code": code, "message": message})
-            )
+            events.put_nowait(sse.error_event(status, code, message))
         finally:
             events.put_nowait(None)
 

@@ -120,7 +120,12 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         except ModelError as exc:
             raise ServeError(f"{agent.name}: {exc}") from None
     served = serve_agents(agents, models)
-    sources = {item.name: source_digest(item.path) for item in served.values()}
+    # Only several workers compare them (a worker started again after a crash reads the files).
+    sources = (
+        {item.name: source_digest(item.path) for item in served.values()}
+        if options.workers > 1
+        else {}
+    )
     changed = sorted(
         name for name, digest in options.sources.items() if sources.get(name) != digest
     )
@@ -238,17 +243,14 @@ def check_port(host: str, port: int) -> None:
         found = socket.getaddrinfo(
             host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
         )
+        for family, kind, proto, _name, address in found:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
     except OSError as exc:
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    for family, kind, proto, _name, address in found:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> ExitCode:

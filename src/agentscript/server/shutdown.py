@@ -25,6 +25,11 @@ class ShutdownClock:
             cls.began = time.monotonic()
 
     @classmethod
+    def reset(cls) -> None:
+        """Forget a shutdown: a server starting in this process (its app's start-up)."""
+        cls.began = None
+
+    @classmethod
     def left(cls, grace: float) -> float:
         """Seconds left of ``grace`` since the shutdown began (all of it when not marked)."""
         if cls.began is None:

@@ -42,6 +42,11 @@ def event(name: str, data: Any) -> str:
     return f"event: {name}\ndata: {json.dumps(data, default=repr, separators=(',', ':'))}\n\n"
 
 
+def error_event(status: int, code: str, message: str) -> str:
+    """The ``error`` event that ends a stream whose turn failed after it began."""
+    return event("error", {"status": status, "code": code, "message": message})
+
+
 def parse(text: str) -> list[tuple[str, Any]]:
     """``(event, data)`` pairs of an SSE body written by :func:`event` (for clients, tests)."""
     out = []
