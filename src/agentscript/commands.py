@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1
     USAGE = 2
+    INTERRUPTED = 130  # stopped at once by Ctrl-C (the shell's 128 + SIGINT)
 
 
 class Show(StrEnum):

@@ -107,12 +107,10 @@ def test_serve_store_connections_reach_the_postgresql_store() -> None:
 
 
 def test_serve_shutdown_grace_reaches_the_app_and_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
-    import uvicorn
-
-    from agentscript.server import logs
+    from agentscript.server import logs, runner
 
     given: dict[str, object] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: given.update(kwargs))
+    monkeypatch.setattr(runner, "run", lambda app, **kwargs: given.update(kwargs) or 0)
     monkeypatch.setattr(logs, "configure", lambda **options: None)
     code, _out = serve(NOTES, "--model", "standin", "--store", "memory://", "--shutdown-grace", "7")
     assert code == 0 and given["timeout_graceful_shutdown"] == 7
@@ -127,11 +125,9 @@ def test_serve_shutdown_grace_reaches_the_app_and_uvicorn(monkeypatch: pytest.Mo
 def test_serve_store_from_the_environment_keeps_the_password_out_of_argv(
     monkeypatch: pytest.MonkeyPatch, pg_dsn: str
 ) -> None:
-    import uvicorn
+    from agentscript.server import logs, runner
 
-    from agentscript.server import logs
-
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
+    monkeypatch.setattr(runner, "run", lambda app, **kwargs: 0)
     monkeypatch.setattr(logs, "configure", lambda **options: None)
     # Trust authentication ignores the password; the banner must not show it.
     url = pg_dsn.replace("://postgres@", "://postgres:hunter2@")
@@ -177,10 +173,10 @@ def test_serve_refuses_a_store_url_with_an_unencoded_at_in_its_password() -> Non
 def test_serve_reports_a_store_it_cannot_open_in_one_line_before_listening(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import uvicorn
+    from agentscript.server import runner
 
     ran: list[object] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: ran.append(app))
+    monkeypatch.setattr(runner, "run", lambda app, **kwargs: ran.append(app) or 0)
     code, out = serve(NOTES, "--model", "standin", "--store", "postgresql://app@127.0.0.1:9/x")
     assert code == 2 and out.count("\n") <= 1 and "Traceback" not in out
     assert out.startswith("agentscript serve: cannot connect to postgresql://app@127.0.0.1:9/x")

@@ -241,3 +241,111 @@ def test_sigterm_to_the_supervisor_of_two_workers_gives_each_the_grace(
     finally:
         turn.close()
     turn.check_after_restart(0, "")
+
+
+@pytest.mark.parametrize("how", ["request", "stream whose client left"])
+def test_a_second_ctrl_c_stops_at_once_cutting_the_turn_uncommitted_without_a_traceback(
+    api_store: str, tmp_path: Path, how: str
+) -> None:
+    turn = BlockedTurn(api_store, tmp_path)  # the default grace: 25 s
+    try:
+        if how == "request":
+            turn.send()
+        else:
+            turn.stream_and_leave()
+        os.kill(turn.server.proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        assert turn.server.proc.poll() is None  # the first one waits for the turn
+        sent = time.monotonic()
+        os.kill(turn.server.proc.pid, signal.SIGINT)
+        assert turn.exited_within(10)
+        assert time.monotonic() - sent < 8  # not the grace
+        assert turn.server.proc.returncode == 130
+        assert turn.block.exists()  # the action never ended: the turn was cut
+        log = (tmp_path / "server.log").read_text()
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log
+        if how == "request":  # told to send it again, as after the grace
+            assert "stopped at once: 1 request(s) cut" in log
+            turn.sender.join(10)
+            assert turn.answer is not None and turn.answer.status_code == 503
+            assert turn.answer.json()["error"]["code"] == "shutting_down"
+        else:
+            assert "1 turn(s) cut" in log
+    finally:
+        turn.close()
+    turn.check_after_restart(0, "")  # nothing committed, the lease given back
+
+
+def test_a_third_ctrl_c_ends_a_shutdown_that_hangs_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uvicorn
+
+    from agentscript.server import runner
+
+    ended: list[int] = []
+    monkeypatch.setattr(runner.os, "_exit", ended.append)
+    server = runner.SignalledServer(uvicorn.Config(lambda *_: None))
+    server.handle_exit(signal.SIGINT, None)
+    assert (server.should_exit, server.force_exit, ended) == (True, False, [])
+    server.handle_exit(signal.SIGINT, None)
+    assert server.force_exit and ended == []
+    assert runner.ShutdownClock.left(25) == 0  # nothing left of the grace for the app's turns
+    server.handle_exit(signal.SIGINT, None)
+    assert ended == [130]
+    runner.ShutdownClock.reset()
+
+
+def test_sighup_counts_as_sigterm_and_never_stops_at_once() -> None:
+    import uvicorn
+
+    from agentscript.server import runner
+
+    server = runner.SignalledServer(uvicorn.Config(lambda *_: None))
+    for _ in range(3):
+        server.handle_exit(signal.SIGHUP, None)
+    assert server.should_exit and not server.force_exit
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (a zombie nobody reaped counts: it serves nothing)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_workers_whose_supervisor_was_killed_outright_stop_letting_their_turn_commit(
+    api_store: str, tmp_path: Path
+) -> None:
+    from .test_worker_restart import workers_of
+
+    turn = BlockedTurn(api_store, tmp_path, "--workers", "2")
+    workers: list[int] = []
+    try:
+        workers = workers_of(turn.server.proc.pid)
+        assert len(workers) == 2
+        turn.send()
+        os.kill(turn.server.proc.pid, signal.SIGKILL)  # the supervisor alone
+        turn.server.proc.wait(timeout=10)
+        time.sleep(2.5)  # each worker has noticed by now
+        assert _refused(turn.server.url)  # nobody takes new connections
+        serving = [pid for pid in workers if not _gone(pid)]
+        assert len(serving) == 1  # the idle worker stopped; the busy one drains
+        turn.block.unlink()
+        turn.sender.join(timeout=30)
+        assert turn.answer is not None and turn.answer.status_code == 200
+        deadline = time.monotonic() + 15
+        while not _gone(serving[0]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(serving[0])
+        log = (tmp_path / "server.log").read_text()
+        assert "supervisor (pid" in log and "is gone" in log
+        assert "Traceback" not in log
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        turn.close()
+    turn.check_after_restart(1, "pay 10")

@@ -14,7 +14,6 @@ import ipaddress
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import tempfile
@@ -198,6 +197,9 @@ def worker_app() -> Any:
             with contextlib.suppress(OSError), open(options.failure_file, "a") as failures:
                 failures.write(f"{exc}\n")
         sys.exit(WORKER_STARTUP_FAILURE)
+    from agentscript.server.orphan import stop_when_orphaned
+
+    stop_when_orphaned(os.getppid())  # a supervisor killed outright leaves no worker serving
     return app
 
 
@@ -291,12 +293,10 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         "timeout_graceful_shutdown": options.shutdown_grace,
     }
     if options.workers == 1:
-        # A hangup (the terminal closed, `kill -HUP`) stops the server as SIGTERM does, letting
-        # its turns commit: uvicorn alone handles only SIGINT and SIGTERM, and a process that
-        # does not handle SIGHUP ends at once. (With --workers N, uvicorn's supervisor starts
-        # the workers again on it.)
-        signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
-        uvicorn.run(app, **common)
+        # uvicorn's server, stopped by SIGINT, SIGTERM and SIGHUP as docs/serve.md says.
+        from agentscript.server.runner import run
+
+        return ExitCode(run(app, **common))
     else:
         with tempfile.TemporaryDirectory(prefix="agentscript-serve-") as folder:
             failures = os.path.join(folder, "worker-failures")

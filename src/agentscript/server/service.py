@@ -64,6 +64,8 @@ def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
 
 # Seconds a cancelled turn gets at shutdown to give its lease back (a store round trip).
 GIVE_BACK_WAIT = 5.0
+# How often the wait for turns at shutdown looks whether the server was stopped at once.
+SHUTDOWN_SLICE = 0.1
 
 
 class SessionService:
@@ -90,12 +92,13 @@ class SessionService:
         a client (a stream whose reader left) commit, within ``seconds`` of the moment the
         shutdown began (``ShutdownClock``), then cancel them; wait until every cancelled turn
         has given its lease back. How many turns were cut."""
-        late: set[asyncio.Task[Any]] = set()
-        if self.background:
-            left = ShutdownClock.left(seconds)
-            _done, late = await asyncio.wait(set(self.background), timeout=left)
-            for task in late:
-                task.cancel()
+        late = set(self.background)
+        ShutdownClock.mark()  # with no connection open, the shutdown begins here
+        # In slices: a stop at once (ShutdownClock.end) ends the wait within one.
+        while late and (left := ShutdownClock.left(seconds)) > 0:
+            _done, late = await asyncio.wait(late, timeout=min(left, SHUTDOWN_SLICE))
+        for task in late:
+            task.cancel()
         # uvicorn cancels the requests past its grace without waiting for them to end.
         cut = late | {task for task in self.running_turns if not task.done()}
         if cut:

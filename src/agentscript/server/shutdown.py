@@ -25,6 +25,11 @@ class ShutdownClock:
             cls.began = time.monotonic()
 
     @classmethod
+    def end(cls) -> None:
+        """Nothing is left of the grace: the server is stopped at once (a second Ctrl-C)."""
+        cls.began = float("-inf")
+
+    @classmethod
     def reset(cls) -> None:
         """Forget a shutdown: a server starting in this process (its app's start-up)."""
         cls.began = None
