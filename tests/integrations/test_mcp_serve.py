@@ -84,8 +84,109 @@ def test_mcp_serve_exposes_send_with_sessions_and_ask(tmp_path: Path) -> None:
     assert out["tools"] == ["ask", "send"]
     assert out["first"]["text"] == "Hello Ada."
     assert out["second"]["session_id"] == out["first"]["session_id"]
+    assert len(out["first"]["session_id"]) == 32  # a uuid4: the only handle on a conversation
     assert out["second"]["text"] == "Still you, Ada."
     assert "Greet Ada." in second_system
     assert out["ask"]["text"] == "One answer."
     assert out["ask"]["session_id"] != out["first"]["session_id"]
     assert out["bad"][0] is True and "unknown session_id 'nope'" in out["bad"][1]
+
+
+def _mcp_serve_http(agent: Path, base_url: str, port: int, *extra: str, keys: str = "") -> Any:
+    import subprocess
+
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentscript.cli",
+            "mcp-serve",
+            str(agent),
+            "--model",
+            "openai:gpt-test",
+            "--base-url",
+            base_url,
+            "--transport",
+            "streamable-http",
+            "--port",
+            str(port),
+            *extra,
+        ],
+        env={**os.environ, "OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_API_KEYS": keys},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _answering(url: str, proc: Any) -> int:
+    import time
+
+    import httpx2
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            return httpx2.post(url, json={}, timeout=2).status_code
+        except httpx2.TransportError:
+            time.sleep(0.1)
+    raise AssertionError(f"mcp-serve did not listen (exit {proc.poll()})")
+
+
+async def _ask_over_http(url: str, key: str) -> Any:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        return (await session.call_tool("ask", {"message": "one"})).structured_content
+
+
+def test_mcp_serve_over_http_takes_the_api_keys_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+
+    import httpx2
+    from tests.serve.process import free_port
+
+    agent = tmp_path / "echo.agent"
+    agent.write_text(AGENT)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    with OpenAIServer([Reply(text="One answer.")]) as model:
+        proc = _mcp_serve_http(agent, model.base_url, port, keys="key-1")
+        try:
+            assert _answering(url, proc) == 401  # no key
+            wrong = httpx2.post(url, json={}, headers={"Authorization": "Bearer key-2"})
+            assert wrong.status_code == 401
+            assert wrong.json()["error"]["code"] == "unauthorized"
+            answer = asyncio.run(_ask_over_http(url, "key-1"))
+            assert answer["text"] == "One answer."
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=20)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "key-1" not in out and "Traceback" not in out
+    assert f"agent 'Echo' at {url}" in out
+
+
+def test_mcp_serve_over_http_refuses_what_serve_refuses_in_one_line(tmp_path: Path) -> None:
+    import socket
+
+    agent = tmp_path / "echo.agent"
+    agent.write_text(AGENT)
+    proc = _mcp_serve_http(agent, "http://127.0.0.1:9/v1", 8000, "--host", "0.0.0.0")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "refusing to listen on 0.0.0.0 without API keys" in out
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _mcp_serve_http(agent, "http://127.0.0.1:9/v1", port)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out
+    assert "Traceback" not in out and out.count("\n") == 1

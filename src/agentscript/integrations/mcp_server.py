@@ -10,12 +10,16 @@ Each result is ``{"session_id", "text", "node", "escalated", "ended", "error"}``
 turn is a normal result with ``error`` set (the agent's error message is the text); an
 unknown ``session_id`` is a tool error. Sessions are kept in memory, at most
 ``max_sessions`` (the least recently used goes first), and one turn runs at a time per
-session. Over stdio (default) or streamable HTTP on ``--host``/``--port``.
+session. Over stdio (default) or streamable HTTP on ``--host``/``--port``: there, as with
+``agentscript serve``, the keys of ``AGENTSCRIPT_API_KEYS`` are required as ``Authorization:
+Bearer`` and listening off loopback needs them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 
     from agentscript.engine.session import AgentBase, Reply, Session
     from agentscript.models.base import Model
+    from agentscript.server.auth import ApiKeys
 
 DEFAULT_MAX_SESSIONS = 1000
 EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
@@ -51,7 +56,11 @@ class AgentTools:
         self.sessions: OrderedDict[str, tuple[Session, asyncio.Lock]] = OrderedDict()
 
     def _new_session(self) -> Session:
-        return self.agent.session(model=self.model(), trace_dir=self.trace_dir)
+        # The id is the only handle on a conversation (over HTTP, any key may pass it): 122
+        # random bits, where the engine's default id is made to be short in traces.
+        return self.agent.session(
+            model=self.model(), trace_dir=self.trace_dir, session_id=uuid.uuid4().hex
+        )
 
     async def ask(self, message: str) -> dict[str, Any]:
         session = self._new_session()
@@ -152,7 +161,80 @@ def mcp_serve_command(
         return ExitCode.USAGE
     if transport == "stdio":
         server.run("stdio")
-    else:
-        echo(f"mcp-serve: agent '{agent.name}' at http://{host}:{port}/mcp")
-        server.run("streamable-http", host=host, port=port)
-    return ExitCode.OK
+        return ExitCode.OK
+    return _serve_http(server, agent.name, host, port, echo)
+
+
+def _serve_http(
+    server: MCPServer, name: str, host: str, port: int, echo: Callable[[str], None]
+) -> ExitCode:
+    """Streamable HTTP, as ``agentscript serve`` listens: API keys from
+    ``AGENTSCRIPT_API_KEYS`` (required off loopback), the port checked before anything is
+    printed, and the same stops on signals (``server/runner.py``)."""
+    from agentscript.server.auth import ApiKeys, KeyConfigError
+    from agentscript.server.command import ServeError, check_port, is_loopback
+    from agentscript.server.runner import run
+
+    try:
+        keys = ApiKeys.from_env()
+    except KeyConfigError as exc:
+        echo(f"mcp-serve: {exc}")
+        return ExitCode.USAGE
+    if not keys.enabled and not is_loopback(host):
+        echo(
+            f"mcp-serve: refusing to listen on {host} without API keys: anyone who can reach "
+            "it could use the agent. Set AGENTSCRIPT_API_KEYS (keys, or a file of keys), or "
+            "listen on 127.0.0.1"
+        )
+        return ExitCode.USAGE
+    try:
+        check_port(host, port)
+    except ServeError as exc:
+        echo(f"mcp-serve: {exc}")
+        return ExitCode.USAGE
+    app: Any = server.streamable_http_app(host=host)
+    if keys.enabled:
+        app = BearerKeys(app, keys)
+    echo(f"mcp-serve: agent '{name}' at http://{host}:{port}/mcp")
+    return ExitCode(run(app, host=host, port=port, log_level="warning"))
+
+
+class BearerKeys:
+    """ASGI middleware: an HTTP request without ``Authorization: Bearer`` and one of the keys
+    gets ``401``, as from ``agentscript serve``."""
+
+    def __init__(self, app: Any, keys: ApiKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or ())
+            given = headers.get(b"authorization", b"").decode("latin-1")
+            if self.keys.owner(given) is None:
+                await _unauthorized(send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _unauthorized(send: Any) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": "unauthorized",
+                "message": "send an API key as 'Authorization: Bearer <key>'",
+            }
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b"Bearer"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
