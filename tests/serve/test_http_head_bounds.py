@@ -42,9 +42,13 @@ async def echo_length(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @pytest.fixture
 def server() -> Iterator[int]:
+    yield from _serving(NoDelayHttpToolsProtocol)
+
+
+def _serving(protocol_class: Any) -> Iterator[int]:
     port = free_port()
     config = uvicorn.Config(
-        echo_length, host="127.0.0.1", port=port, http=NoDelayHttpToolsProtocol, log_level="error"
+        echo_length, host="127.0.0.1", port=port, http=protocol_class, log_level="error"
     )
     running = uvicorn.Server(config)
     thread = threading.Thread(target=running.run, daemon=True)
@@ -147,3 +151,27 @@ def test_a_slow_answer_on_a_kept_alive_connection_is_not_cut(
         sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         second = read_all(sock)
     assert first.startswith(b"HTTP/1.1 200 ") and second.startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_a_request_the_parser_cannot_read_gets_the_apis_json_error(parser: str) -> None:
+    from agentscript.server.nodelay import NoDelayH11Protocol
+
+    chosen = NoDelayHttpToolsProtocol if parser == "httptools" else NoDelayH11Protocol
+    serving = _serving(chosen)
+    port = next(serving)
+    try:
+        for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/1.1\r\nHost x\r\n\r\n"):
+            with connect(port) as sock:
+                sock.sendall(garbage)
+                answer = read_all(sock)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 ")
+            assert b"content-type: application/json" in head.lower()
+            error = json.loads(body)["error"]
+            assert error["code"] == "invalid_http" and "Invalid HTTP request" in error["message"]
+        with connect(port) as sock:  # and the next client is served
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert read_all(sock).startswith(b"HTTP/1.1 200 ")
+    finally:
+        next(serving, None)

@@ -17,7 +17,7 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentscript.server.nodelay import set_nodelay
+from agentscript.server.nodelay import invalid_http, set_nodelay
 from agentscript.server.shutdown import ShutdownClock
 
 # Bytes of one request's head (request line and headers): four times nginx's default, far
@@ -95,6 +95,19 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
     def shutdown(self) -> None:
         ShutdownClock.mark()
         super().shutdown()
+
+    def send_400_response(self, msg: str) -> None:
+        body = invalid_http(msg)
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
+        ]
+        self.transport.write(
+            b"".join(head) + b"content-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n"
+            b"connection: close\r\n\r\n" + body
+        )
+        self.transport.close()
 
     def _stop_head_timer(self) -> None:
         if self._head_timer is not None:

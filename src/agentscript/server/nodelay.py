@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import socket
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentscript.server.shutdown import ShutdownClock
@@ -33,6 +35,12 @@ def protocol() -> str:
     return HTTPTOOLS if importlib.util.find_spec("httptools") is not None else H11
 
 
+def invalid_http(reason: str) -> bytes:
+    """The body of the ``400`` for a request the HTTP parser cannot read (it never reaches the
+    app): the API's error shape, where uvicorn answers in plain text."""
+    return json.dumps({"error": {"code": "invalid_http", "message": reason}}).encode()
+
+
 class NoDelayH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         set_nodelay(transport)
@@ -41,6 +49,21 @@ class NoDelayH11Protocol(H11Protocol):
     def shutdown(self) -> None:
         ShutdownClock.mark()
         super().shutdown()
+
+    def send_400_response(self, msg: str) -> None:
+        body = invalid_http(msg)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
