@@ -141,3 +141,38 @@ def test_json_log_format_writes_every_stderr_line_as_one_json_object(tmp_path: P
     assert failure["request_id"] == lost.headers["x-request-id"]
     text = log.read_text()
     assert KEY not in text and SECRET_TEXT not in text and "4111 1111" not in text
+
+
+def test_access_log_says_when_the_client_left_before_its_answer_was_written(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    from .test_shutdown import NOTE, BlockedTurn
+
+    turn = BlockedTurn(f"sqlite:///{tmp_path}/s.db", tmp_path, "--access-log")
+    try:
+        body = json.dumps(NOTE).encode()
+        path = turn.messages.removeprefix(turn.server.url)
+        with socket.create_connection(("127.0.0.1", turn.server.port)) as sock:
+            turn.block.touch()
+            sock.sendall(
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            turn.wait_for_action()
+        turn.block.unlink()  # the turn ends and commits with nobody to read its answer
+        view = f"{turn.server.url}/v1/sessions/{turn.session}"
+        deadline = time.monotonic() + 15
+        while httpx.get(view).json()["turns"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(view).json()["turns"] == 1
+        time.sleep(0.3)  # the access line follows the commit
+    finally:
+        turn.close()
+    lines = _access_lines(tmp_path / "server.log")
+    [left] = [line for line in lines if f"POST {path} " in line]
+    assert left.endswith("ms (client gone)") and f"POST {path} 200 " in left
+    assert not [line for line in lines if "(client gone)" in line and line is not left]
+    assert [line for line in lines if "GET /v1/sessions/" in line and line.endswith("ms")]

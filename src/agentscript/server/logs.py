@@ -31,6 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 from agentscript import jsontext
 from agentscript.server import requestid
 from agentscript.server.middleware import HttpMiddleware
+from agentscript.server.nodelay import CLIENT_GONE
 
 access = logging.getLogger("agentscript.access")
 
@@ -146,8 +147,13 @@ class AccessLog(HttpMiddleware):
                 "status": status,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             }
+            # The status the app answered, and whether the client was still there to read it
+            # (a turn answered 200 was committed either way).
+            gone = (scope.get("extensions") or {}).get(CLIENT_GONE)
+            if gone is not None and gone():
+                fields["client_gone"] = True
             access.info(
-                "%s %s %s %d %.1fms",
-                *fields.values(),
+                "%s %s %s %d %.1fms" + (" (client gone)" if "client_gone" in fields else ""),
+                *list(fields.values())[:5],
                 extra={"fields": fields},
             )
