@@ -23,6 +23,8 @@ import yaml
 from agentscript.actions.registry import StubBook
 from agentscript.errors import UsageError
 from agentscript.expectations import ExpectationError, Expectations
+from agentscript.expr.values import nested_deeper_than
+from agentscript.limits import MAX_GIVEN_DEPTH
 from agentscript.models.scripted import Move, MoveError, parse_move
 from agentscript.reading import load_yaml, read_file_text
 
@@ -61,6 +63,10 @@ def load_conversation(path: str | Path) -> Conversation:
     return parse_conversation(text, file)
 
 
+# The file's own levels (turns, a turn, its moves, a move, its arguments) above the values.
+MAX_CONVERSATION_DEPTH = MAX_GIVEN_DEPTH + 5
+
+
 def parse_conversation(text: str, path: Path | None = None) -> Conversation:
     where = str(path) if path else "conversation"
     try:
@@ -75,6 +81,10 @@ def parse_conversation(text: str, path: Path | None = None) -> Conversation:
         data = {}
     if not isinstance(data, dict):
         raise ConversationError(f"{where}: the file must be a mapping with 'turns:'")
+    # Its values become variables, stub outputs and tool arguments, which a session keeps to
+    # this depth: deeper, they could be neither saved nor answered as JSON.
+    if nested_deeper_than(data, MAX_CONVERSATION_DEPTH):
+        raise ConversationError(f"{where}: nested more than {MAX_CONVERSATION_DEPTH} levels deep")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ConversationError(

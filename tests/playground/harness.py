@@ -35,7 +35,9 @@ async def client(opts: ServeOptions) -> AsyncIterator[httpx.AsyncClient]:
     app, _lines = build_app(opts)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000"
+        ) as c,
     ):
         yield c
 

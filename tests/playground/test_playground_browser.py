@@ -42,7 +42,12 @@ def base_url() -> Iterator[str]:
 
 @pytest.fixture
 def page(chrome: Any, base_url: str) -> Iterator[Any]:
-    context = chrome.new_context(viewport={"width": 1440, "height": 900}, accept_downloads=True)
+    # The tests' own probes (wait_for_function) are evaluated strings, which the page's
+    # Content-Security-Policy forbids; test_browser_page_runs_under_its_own_policy runs the
+    # page under it.
+    context = chrome.new_context(
+        viewport={"width": 1440, "height": 900}, accept_downloads=True, bypass_csp=True
+    )
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -350,7 +355,7 @@ def test_browser_mantle_response_buttons_send_their_payload(chrome: Any, tmp_pat
         encoding="utf-8",
     )
     with playground_server(options(str(project))) as url:
-        context = chrome.new_context(viewport={"width": 1280, "height": 800})
+        context = chrome.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
         page = context.new_page()
         try:
             page.goto(f"{url}/playground/")
@@ -654,7 +659,7 @@ def test_browser_a_real_model_that_cannot_be_reached_is_reported_plainly(chrome:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     opts = options(ORDER_STATUS, model="openai:gpt-4o-mini", base_url=dead, stubs=LATE_ORDER)
     with playground_server(opts) as url:
-        context = chrome.new_context(viewport={"width": 1280, "height": 800})
+        context = chrome.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
         page = context.new_page()
         try:
             open_agent(page, url, "Order_Status")
@@ -688,3 +693,24 @@ def test_browser_a_failing_button_tool_is_said_under_the_reply(page: Any, studio
     assert "broken_buttons" in failed and "the card service is down" in failed
     response = page.locator("#trace .step-RESPONSE_STEP").first.inner_text()
     assert "buttons: 'broken_buttons' did not return a list of buttons" in response
+
+
+def test_browser_page_runs_under_its_own_policy(chrome: Any, base_url: str) -> None:
+    context = chrome.new_context(viewport={"width": 1440, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.on(
+        "console",
+        lambda message: "Content Security Policy" in message.text and errors.append(message.text),
+    )
+    try:
+        open_agent(opened, base_url, "Order_Status")
+        opened.focus("#input")
+        opened.keyboard.type("/go_to_orders")
+        opened.keyboard.press("Enter")
+        opened.wait_for_selector("#trace .step-ACTION_STEP", timeout=20_000)
+        opened.wait_for_selector("#graph svg", timeout=20_000)
+    finally:
+        context.close()
+    assert not errors, errors

@@ -287,3 +287,16 @@ def test_the_port_check_binds_ipv6_as_the_server_does() -> None:
         check_port("localhost", 0)
         with pytest.raises(ServeError, match="Address already in use"):
             check_port("0.0.0.0", port)
+
+
+def test_serve_refuses_an_agent_whose_name_cannot_be_part_of_a_url(tmp_path: Path) -> None:
+    agent = tmp_path / "spaced.agent"
+    agent.write_text(
+        Path(NOTES)
+        .read_text(encoding="utf-8")
+        .replace('developer_name: "Notes"', 'developer_name: "My Notes"'),
+        encoding="utf-8",
+    )
+    code, out = serve(str(agent), "--model", "standin", "--store", "memory://")
+    assert code == 2 and "the agent's name 'My Notes' cannot be part of a URL" in out
+    assert "Traceback" not in out

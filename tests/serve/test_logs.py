@@ -157,7 +157,7 @@ def test_access_log_says_when_the_client_left_before_its_answer_was_written(
         with socket.create_connection(("127.0.0.1", turn.server.port)) as sock:
             turn.block.touch()
             sock.sendall(
-                f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,10 @@ def discover(paths: Sequence[str]) -> Iterator[Path]:
     yield from agent_files(paths)
 
 
+# An agent's name as the API's paths take it (/v1/agents/{agent}/...).
+AGENT_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+
+
 def load_agents(paths: Sequence[str]) -> list[AgentBase]:
     """Every agent under ``paths`` (AgentLoadError naming the file and its first errors)."""
     from agentscript.loader import load
@@ -84,6 +89,12 @@ def load_agents(paths: Sequence[str]) -> list[AgentBase]:
             raise AgentLoadError(
                 f"{path}: cannot serve an agent with errors\n" + "\n".join(errors)
             ) from None
+        if re.fullmatch(AGENT_NAME, agent.name) is None:
+            raise AgentLoadError(
+                f"{path}: the agent's name {agent.name!r} cannot be part of a URL (letters, "
+                "digits, '_', '.' and '-', at most 128); rename it (config.developer_name, or "
+                "the project's id)"
+            )
         if agent.name in agents:
             other = agents[agent.name][1]
             raise AgentLoadError(

@@ -25,7 +25,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentscript.server import sse
-from agentscript.server.agents import ServedAgent
+from agentscript.server.agents import AGENT_NAME, ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, body, status_of
@@ -42,7 +42,7 @@ from agentscript.store import Store
 log = logging.getLogger("agentscript.server")
 
 SESSION_ID = r"^[A-Za-z0-9_-]{1,64}$"
-NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+NAME = AGENT_NAME
 
 
 class CreateSession(BaseModel):
@@ -509,6 +509,10 @@ def create_app(
         )
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
+    if config.local_only:
+        from agentscript.server.local import LocalOnly
+
+        app.add_middleware(LocalOnly, allowed_origins=config.cors_origins)
     if config.access_log:
         from agentscript.server.logs import AccessLog
 

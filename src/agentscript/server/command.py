@@ -143,6 +143,7 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         shutdown_grace=options.shutdown_grace,
         access_log=options.access_log,
         cors_origins=list(options.cors_origins),
+        local_only=not keys.enabled,
     )
     app = create_app(served, store, config=config, keys=keys, freeze_heap=freeze_heap)
     app.state.sources = sources

@@ -40,3 +40,6 @@ class ServerConfig:
     access_log: bool = False
     # Origins allowed by CORS; empty: CORS off (no CORS headers at all).
     cors_origins: list[str] = field(default_factory=list)
+    # Answer only requests addressed to a loopback name and not sent by another site's page
+    # (server/local.py): what `serve` sets when it runs without API keys.
+    local_only: bool = False

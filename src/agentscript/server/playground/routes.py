@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, Path
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from agentscript.server.agents import ServedAgent
 from agentscript.server.app import NAME, SESSION_ID, authenticate
@@ -51,13 +52,35 @@ class NewSession(BaseModel):
     conversation: str | None = Field(default=None, max_length=MAX_CONVERSATION_CHARS)
 
 
-def _parse(text: str) -> Any:
+async def _parse(text: str) -> Any:
+    """The conversation file ``text``, parsed off the event loop: YAML of a few hundred KB
+    can take a second, and every other request would wait for it."""
     from agentscript.conversation import ConversationError, parse_conversation
 
     try:
-        return parse_conversation(text)
+        return await run_in_threadpool(parse_conversation, text)
     except ConversationError as exc:
         raise ApiError(422, "invalid_conversation", str(exc)) from None
+
+
+# The page and its assets: no inline script or style, nothing from elsewhere, never framed.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class PageFiles(StaticFiles):
+    """The page's assets, with :data:`PAGE_HEADERS`."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update(PAGE_HEADERS)
+        return response
 
 
 def mount_playground(
@@ -83,9 +106,11 @@ def mount_playground(
     @app.get("/playground", include_in_schema=False)
     @app.get("/playground/", include_in_schema=False)
     async def page() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+        return FileResponse(
+            STATIC / "index.html", headers={"Cache-Control": "no-cache", **PAGE_HEADERS}
+        )
 
-    app.mount("/playground/static", StaticFiles(directory=STATIC), name="playground-static")
+    app.mount("/playground/static", PageFiles(directory=STATIC), name="playground-static")
 
     @app.get("/v1/agents/{agent}/graph")
     async def graph(agent: AgentName, _who: Owner) -> dict[str, Any]:
@@ -111,7 +136,7 @@ def mount_playground(
     @app.post("/playground/api/conversations", include_in_schema=False)
     async def read_conversation(body: ConversationText, _who: Owner) -> dict[str, Any]:
         """A conversation file as JSON: variables, stubbed action names, turns with moves."""
-        parsed = _parse(body.text)
+        parsed = await _parse(body.text)
         return {
             "variables": parsed.variables,
             "actions": sorted(parsed.stubs),
@@ -122,7 +147,17 @@ def mount_playground(
 
     @app.post("/playground/api/agents/{agent}/sessions", status_code=201, include_in_schema=False)
     async def new_session(agent: AgentName, body: NewSession, who: Owner) -> dict[str, Any]:
-        script = _parse(body.conversation) if body.conversation is not None else None
+        script = await _parse(body.conversation) if body.conversation is not None else None
+        if script is not None and script.stubs and app.state.keys.enabled:
+            # Every key holder could then fake what an action answered (an identity check
+            # passed, say) and have the actions after it run for real on that answer.
+            raise ApiError(
+                422,
+                "stubs_not_allowed",
+                "a server with API keys takes no stubbed actions from its clients (the "
+                f"conversation stubs {', '.join(sorted(script.stubs))}): remove its "
+                "'actions:', or replay it where no keys are set (agentscript playground)",
+            )
         values = {**(script.variables if script else {}), **body.variables}
         created = await service.create(who, agent, values)
         sessions.register(created["session_id"], values, script)
