@@ -396,6 +396,22 @@ def test_connection_refused() -> None:
         complete(model, request())
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["sdk", "lean"])
+def test_errors_name_the_server_without_the_credentials_its_url_carries(lean: bool) -> None:
+    from agentscript.models.openai_lean import LeanOpenAIModel
+
+    port = free_port()
+    url = f"http://app:hunter2@127.0.0.1:{port}/v1?api-key=tok-in-query"
+    cls = LeanOpenAIModel if lean else OpenAIModel
+    model = cls("gpt-test", base_url=url, max_retries=0, retry_base_delay=0)
+    with pytest.raises(ModelError) as caught:
+        complete(model, request())
+    message = str(caught.value)
+    assert f"Could not connect to http://127.0.0.1:{port}/v1." in message
+    assert "hunter2" not in message and "tok-in-query" not in message
+    assert "hunter2" not in repr(model) and "tok-in-query" not in repr(model)
+
+
 # -- configuration ---------------------------------------------------------------------------
 
 

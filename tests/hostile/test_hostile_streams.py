@@ -199,3 +199,41 @@ def test_a_sink_that_fails_cuts_the_stream_and_only_that_turn_fails() -> None:
         second = session.send("still there?")
     assert first.error is not None and "cut off mid-stream" in first.error
     assert second.error is None and second.text == "Hello again" and shown == ["Hello again"]
+
+
+def whole_answer_a_byte_at_a_time(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    """A whole (not streamed) answer whose body comes a byte every 50 ms: no single read waits
+    long, and it would take a minute."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", "1200")
+    handler.end_headers()
+    with contextlib.suppress(OSError):
+        for _ in range(1200):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(0.05)
+    handler.close_connection = True
+
+
+@pytest.mark.parametrize("cls", CLIENTS, ids=["lean", "sdk"])
+def test_a_whole_answer_that_trickles_in_fails_within_its_whole_time(cls: Any) -> None:
+    timeout = 0.5
+    started = time.monotonic()
+
+    async def main() -> Any:
+        return await asyncio.wait_for(
+            model(cls, server.url, timeout=timeout).complete(REQUEST), HANG
+        )
+
+    with RawServer(whole_answer_a_byte_at_a_time) as server, pytest.raises(ModelError) as caught:
+        asyncio.run(main())
+    # The lean client bounds each whole body by the timeout, the SDK path by its whole time.
+    assert time.monotonic() - started < timeout * WHOLE_STREAM_TIMEOUTS + 5
+    whole = timeout * WHOLE_STREAM_TIMEOUTS
+    wanted = (
+        f"did not finish its answer within {whole:g} s"
+        if cls is OpenAIModel
+        else f"did not answer within {timeout:g} s"
+    )
+    assert wanted in str(caught.value)

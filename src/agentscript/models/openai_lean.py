@@ -30,6 +30,7 @@ from agentscript.models.retry import (
     parse_retry_after,
     redact,
     server_message,
+    shown_url,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -146,7 +147,7 @@ class LeanClient:
     def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ModelError(f"base URL {base_url!r} is not an http:// or https:// URL")
+            raise ModelError(f"base URL {shown_url(base_url)!r} is not an http:// or https:// URL")
         self.host = parts.hostname
         self.tls = parts.scheme == "https"
         self.port = parts.port or (443 if self.tls else 80)
@@ -382,7 +383,7 @@ class LeanOpenAIModel(OpenAIModel):
     def _model_error(self, exc: BaseException | None, *, attempts: int) -> ModelError:
         provider = self.provider
         tries = f" ({attempts} attempts)" if attempts > 1 else ""
-        where = self.base_url or self.default_host
+        where = self._where
         if isinstance(exc, LeanTimeout):
             text = (
                 f"{provider} model '{self.model}' did not answer within {self.timeout:g} s{tries}"

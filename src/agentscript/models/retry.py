@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 T = TypeVar("T")
 
@@ -125,6 +126,16 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error may show it: without the user, password and query string, where a
+    base URL can carry credentials (an error reaches a server's clients)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(the base URL)"
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def server_message(body: object, fallback: str = "") -> str:

@@ -30,13 +30,15 @@ from agentscript.models.retry import (
     parse_retry_after,
     redact,
     server_message,
+    shown_url,
 )
 
 # Local servers ignore the key, but the SDKs (and some servers) insist that one is sent.
 PLACEHOLDER_API_KEY = "agentscript-no-key"
-# A streamed answer may take this many times the model's timeout in all. The timeout itself
-# bounds each wait for the stream's next event, but a server that keeps sending (keep-alive
-# comments, empty deltas) would otherwise hold the turn, and its session's lease, forever.
+# An answer may take this many times the model's timeout in all. The timeout itself bounds
+# each wait for the stream's next event (each read of a whole answer), but a server that keeps
+# sending (keep-alive comments, empty deltas, a byte at a time) would otherwise hold the turn,
+# and its session's lease, forever.
 WHOLE_STREAM_TIMEOUTS = 10
 # An answer's body larger than this is dropped unread: a whole answer by the SDK clients
 # (models/answer_cap.py, which bounds their streams too) and by the lean one. A real answer
@@ -268,8 +270,13 @@ class SdkModel(ABC):
         self._closer: AsyncIterator[None] | None = None
 
     def __repr__(self) -> str:
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
+        where = f", base_url={shown_url(self.base_url)!r}" if self.base_url else ""
         return f"{type(self).__name__}({self.model!r}{where})"
+
+    @property
+    def _where(self) -> str:
+        """The server, as errors name it (no credentials a base URL may carry)."""
+        return shown_url(self.base_url) if self.base_url else self.default_host
 
     def _missing_sdk(self) -> ModelError:
         return ModelError(
@@ -360,10 +367,20 @@ class SdkModel(ABC):
         received: list[int] = [0]  # stream events received, to tell a cut stream from no stream
 
         async def attempt() -> ModelResponse:
-            answer = await self._send(await self._get_client(), kwargs)
-            if stream is None:
-                return self._parse_whole(answer)
-            return await self._relay(answer, stream, shown, received)
+            if stream is not None:
+                answer = await self._send(await self._get_client(), kwargs)
+                return await self._relay(answer, stream, shown, received)
+            # The client's timeout counts single reads: a server sending its body a byte at a
+            # time held the turn, and its session's lease, forever.
+            whole = self.timeout * WHOLE_STREAM_TIMEOUTS
+            try:
+                async with asyncio.timeout(whole) as deadline:
+                    answer = await self._send(await self._get_client(), kwargs)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                raise self._stalled(whole, [], streamed=False) from None
+            return self._parse_whole(answer)
 
         def transient(exc: BaseException) -> bool:
             # Once text reached the sink, a retry would show it twice.
@@ -445,7 +462,7 @@ class SdkModel(ABC):
             raise self._not_an_answer(f"its body has an unexpected shape ({exc})") from None
 
     def _not_an_answer(self, why: str) -> ModelError:
-        where = self.base_url or self.default_host
+        where = self._where
         return ModelError(
             f"{self.provider} model '{self.model}': the server at {where} answered, but {why}; "
             f"check that --base-url points at a server speaking the {self.provider} API"
@@ -453,7 +470,7 @@ class SdkModel(ABC):
 
     def _cut_error(self, exc: BaseException, shown: list[str]) -> ModelError:
         """The stream started, then broke: say so (it is not a failure to connect)."""
-        where = self.base_url or self.default_host
+        where = self._where
         got = sum(len(piece) for piece in shown)
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return ModelError(
@@ -512,9 +529,14 @@ class SdkModel(ABC):
             )
         return assembler.response(self.model)
 
-    def _stalled(self, seconds: float, shown: list[str]) -> StreamStalled:
-        """A stream that went on too long, or sent nothing of its answer for too long."""
-        where = self.base_url or self.default_host
+    def _stalled(self, seconds: float, shown: list[str], *, streamed: bool = True) -> StreamStalled:
+        """An answer that went on too long, or a stream that sent nothing of it for too long."""
+        where = self._where
+        if not streamed:
+            return StreamStalled(
+                f"{self.provider} model '{self.model}' at {where} did not finish its answer "
+                f"within {seconds:g} s; the answer was abandoned"
+            )
         got = sum(len(piece) for piece in shown)
         what = (
             f"did not finish its streamed answer within {seconds:g} s"
@@ -546,13 +568,13 @@ class SdkModel(ABC):
                 f"{provider} model '{self.model}' did not answer within {self.timeout:g} s{tries}"
             )
         elif isinstance(exc, sdk.APIConnectionError) and connection_broke(exc):
-            where = self.base_url or self.default_host
+            where = self._where
             text = (
                 f"The connection to {where} broke before the whole answer arrived{tries} "
                 f"({describe_cause(exc)})"
             )
         elif isinstance(exc, sdk.APIConnectionError):
-            where = self.base_url or self.default_host
+            where = self._where
             text = f"Could not connect to {where}{tries}. Is the server running and the URL right?"
         elif isinstance(exc, sdk.APIStatusError):
             message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
@@ -572,7 +594,7 @@ class SdkModel(ABC):
             message = server_message(getattr(exc, "body", None), getattr(exc, "message", ""))
             text = f"{provider} reported an error{tries}: {message}"
         elif exc is not None and connection_broke(exc):
-            where = self.base_url or self.default_host
+            where = self._where
             text = (
                 f"The connection to {where} broke before the whole answer arrived{tries} "
                 f"({describe_cause(exc)})"
