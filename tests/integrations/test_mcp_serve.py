@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from tests.fakes.llm_servers import FakeCall, OpenAIServer, Reply
 
@@ -190,3 +191,115 @@ def test_mcp_serve_over_http_refuses_what_serve_refuses_in_one_line(tmp_path: Pa
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out
     assert "Traceback" not in out and out.count("\n") == 1
+
+
+def _tools(base_url: str, **given: Any) -> Any:
+    import tempfile
+
+    from agentscript import load
+    from agentscript.integrations.mcp_server import AgentTools
+    from agentscript.models.openai_lean import LeanOpenAIModel
+
+    file = Path(tempfile.mkdtemp()) / "echo.agent"
+    file.write_text(AGENT)
+    agent = load(file)
+    model = LeanOpenAIModel("gpt-test", api_key="sk-test", base_url=base_url, max_retries=0)
+    return AgentTools(agent, lambda: model, **given)
+
+
+def test_mcp_tools_refuse_a_message_longer_than_serve_takes_before_any_model_call() -> None:
+    from agentscript.integrations.mcp_server import MAX_MESSAGE_CHARS, ToolRefused
+
+    with OpenAIServer([]) as server:
+        tools = _tools(server.base_url)
+        for call in (tools.ask, lambda text: tools.send(text, None)):
+            with pytest.raises(ToolRefused, match=f"at most {MAX_MESSAGE_CHARS}"):
+                asyncio.run(call("x" * (MAX_MESSAGE_CHARS + 1)))
+        assert server.requests == [] and tools.sessions == {}
+
+
+def test_mcp_send_waits_for_a_busy_session_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentscript.integrations import mcp_server
+
+    monkeypatch.setattr(mcp_server, "LOCK_WAIT", 0.2)
+
+    async def scenario(tools: Any) -> str:
+        first = await tools.send("hi", None)
+        sid = first["session_id"]
+        _session, lock = tools.sessions[sid]
+        await lock.acquire()  # a turn of it still runs
+        try:
+            await tools.send("again", sid)
+        except mcp_server.ToolRefused as exc:
+            return str(exc)
+        finally:
+            lock.release()
+        return "not refused"
+
+    with OpenAIServer([Reply(text="Hello.")]) as server:
+        refused = asyncio.run(scenario(_tools(server.base_url)))
+    assert "is busy: another message of it ran for over 0.2 s" in refused
+
+
+def test_mcp_sessions_past_the_cap_evict_the_oldest_idle_one_never_a_running_one() -> None:
+    async def scenario(tools: Any) -> tuple[list[str], str, str]:
+        first = (await tools.send("one", None))["session_id"]
+        second = (await tools.send("two", None))["session_id"]
+        _session, lock = tools.sessions[first]
+        await lock.acquire()  # the oldest is mid-turn
+        await tools.send("three", None)  # one over the cap
+        lock.release()
+        return list(tools.sessions), first, second
+
+    replies = [Reply(text="a"), Reply(text="b"), Reply(text="c")]
+    with OpenAIServer(replies) as server:
+        kept, first, second = asyncio.run(scenario(_tools(server.base_url, max_sessions=2)))
+    assert first in kept and second not in kept and len(kept) == 2
+
+
+def test_mcp_a_failure_of_the_server_itself_is_a_one_line_tool_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agentscript.integrations.mcp_server import _as_tool_error
+
+    async def broken() -> dict[str, Any]:
+        raise OSError(28, "No space left on device")
+
+    class ToolError(Exception):
+        pass
+
+    with pytest.raises(ToolError) as caught:
+        asyncio.run(_as_tool_error(broken(), ToolError))
+    assert str(caught.value) == "the turn failed: OSError: [Errno 28] No space left on device"
+    assert [r.getMessage() for r in caplog.records] == [f"{caught.value}"]
+    assert all(r.exc_info is None for r in caplog.records)  # one line, no traceback
+
+
+def test_mcp_serve_refuses_a_trace_dir_it_cannot_make_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+
+    agent = tmp_path / "echo.agent"
+    agent.write_text(AGENT)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentscript.cli",
+            "mcp-serve",
+            str(agent),
+            "--model",
+            "openai:gpt-test",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--trace-dir",
+            str(blocker / "traces"),
+        ],
+        env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert "--trace-dir" in run.stderr and "Traceback" not in run.stderr + run.stdout

@@ -8,9 +8,10 @@ Two tools:
 
 Each result is ``{"session_id", "text", "node", "escalated", "ended", "error"}``. A failed
 turn is a normal result with ``error`` set (the agent's error message is the text); an
-unknown ``session_id`` is a tool error. Sessions are kept in memory, at most
-``max_sessions`` (the least recently used goes first), and one turn runs at a time per
-session. Over stdio (default) or streamable HTTP on ``--host``/``--port``: there, as with
+unknown ``session_id``, a message over ``MAX_MESSAGE_CHARS``, a session whose previous turn
+still runs after ``LOCK_WAIT`` and a failure of the server itself are one-line tool errors.
+Sessions are kept in memory, at most ``max_sessions`` (the least recently used idle one goes
+first), and one turn runs at a time per session. Over stdio (default) or streamable HTTP on ``--host``/``--port``: there, as with
 ``agentscript serve``, the keys of ``AGENTSCRIPT_API_KEYS`` are required as ``Authorization:
 Bearer`` and listening off loopback needs them.
 """
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,16 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_SESSIONS = 1000
 EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
+# The bounds of `agentscript serve` (server/config.py), for the same reasons: a message is
+# kept in its session's history, and a turn waits this long for the one before it.
+MAX_MESSAGE_CHARS = 16_000
+LOCK_WAIT = 30.0
+
+log = logging.getLogger("agentscript.mcp")
+
+
+class ToolRefused(Exception):
+    """A call the tools refuse; the message, one line, is the tool error the client sees."""
 
 
 class AgentTools:
@@ -63,14 +75,16 @@ class AgentTools:
         )
 
     async def ask(self, message: str) -> dict[str, Any]:
+        _check_length(message)
         session = self._new_session()
         return result_json(session.id, await session.send_async(message))
 
     async def send(self, message: str, session_id: str | None) -> dict[str, Any]:
+        _check_length(message)
         if session_id:
             entry = self.sessions.get(session_id)
             if entry is None:
-                raise LookupError(
+                raise ToolRefused(
                     f"unknown session_id '{session_id}' (it ended or was evicted); "
                     "call send without session_id to start a new conversation"
                 )
@@ -78,14 +92,43 @@ class AgentTools:
         else:
             session = self._new_session()
             entry = self.sessions[session.id] = (session, asyncio.Lock())
-            while len(self.sessions) > self.max_sessions:
-                self.sessions.popitem(last=False)
+            self._evict()
         session, lock = entry
-        async with lock:
+        try:
+            async with asyncio.timeout(LOCK_WAIT):
+                await lock.acquire()
+        except TimeoutError:
+            raise ToolRefused(
+                f"session {session.id} is busy: another message of it ran for over "
+                f"{LOCK_WAIT:g} s; send this one again later"
+            ) from None
+        try:
             reply = await session.send_async(message)
+        except Exception:
+            # Not a failed turn (that is a reply with its error): the session's state is
+            # unknown, so it is not offered again.
+            self.sessions.pop(session.id, None)
+            raise
+        finally:
+            lock.release()
         if reply.ended:
             self.sessions.pop(session.id, None)
         return result_json(session.id, reply)
+
+    def _evict(self) -> None:
+        """Forget the least recently used sessions past ``max_sessions``, never one whose turn
+        is running (its result would name a session already gone)."""
+        idle = (sid for sid, (_s, lock) in self.sessions.items() if not lock.locked())
+        for sid in [next(idle, None) for _ in range(len(self.sessions) - self.max_sessions)]:
+            if sid is not None:
+                self.sessions.pop(sid, None)
+
+
+def _check_length(message: str) -> None:
+    if len(message) > MAX_MESSAGE_CHARS:
+        raise ToolRefused(
+            f"the message is {len(message)} characters long; at most {MAX_MESSAGE_CHARS}"
+        )
 
 
 def result_json(session_id: str, reply: Reply) -> dict[str, Any]:
@@ -99,6 +142,20 @@ def result_json(session_id: str, reply: Reply) -> dict[str, Any]:
     }
 
 
+async def _as_tool_error(
+    call: Awaitable[dict[str, Any]], tool_error: type[Exception]
+) -> dict[str, Any]:
+    """``call``'s result; a refusal, or a failure of the server itself (logged in one line, not
+    a traceback), as a one-line tool error."""
+    try:
+        return await call
+    except ToolRefused as exc:
+        raise tool_error(str(exc)) from None
+    except Exception as exc:
+        log.error("the turn failed: %s: %s", type(exc).__name__, exc)
+        raise tool_error(f"the turn failed: {type(exc).__name__}: {exc}") from None
+
+
 def build_server(tools: AgentTools) -> MCPServer:
     """The MCP server for ``tools``' agent (tools ``ask`` and ``send``)."""
     try:
@@ -110,19 +167,18 @@ def build_server(tools: AgentTools) -> MCPServer:
     server = MCPServer(
         f"agentscript-{name}",
         instructions=f"The agent '{name}'. Use `send` for a conversation, `ask` for one question.",
+        # Its INFO lines name every request and session; errors still show.
+        log_level="WARNING",
     )
 
     async def ask(message: str) -> dict[str, Any]:
         """Ask the agent one question in a new conversation (nothing is kept)."""
-        return await tools.ask(message)
+        return await _as_tool_error(tools.ask(message), ToolError)
 
     async def send(message: str, session_id: str | None = None) -> dict[str, Any]:
         """Send a message to the agent. Omit session_id to start a conversation; pass the
         session_id of the result to continue it."""
-        try:
-            return await tools.send(message, session_id)
-        except LookupError as exc:
-            raise ToolError(str(exc.args[0])) from None
+        return await _as_tool_error(tools.send(message, session_id), ToolError)
 
     server.add_tool(ask, name="ask", description=f"Ask the agent '{name}' one question.")
     server.add_tool(
@@ -153,6 +209,12 @@ def mcp_serve_command(
     except ModelError as exc:
         echo(f"error: {exc}")
         return ExitCode.USAGE
+    if trace_dir:
+        try:
+            Path(trace_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            echo(f"error: --trace-dir {trace_dir}: {exc.strerror or exc}")
+            return ExitCode.USAGE
     tools = AgentTools(agent, lambda: model, trace_dir=Path(trace_dir) if trace_dir else None)
     try:
         server = build_server(tools)
