@@ -303,3 +303,22 @@ def test_mcp_serve_refuses_a_trace_dir_it_cannot_make_in_one_line(tmp_path: Path
     )
     assert run.returncode == 2
     assert "--trace-dir" in run.stderr and "Traceback" not in run.stderr + run.stdout
+
+
+def test_mcp_sessions_past_their_history_budget_evict_the_oldest_idle_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentscript.integrations import mcp_server
+
+    async def scenario(tools: Any) -> tuple[list[str], str, str]:
+        first = (await tools.send("one " * 50, None))["session_id"]
+        second = (await tools.send("two", None))["session_id"]
+        size = tools.sessions[first][0].history_chars() + tools.sessions[second][0].history_chars()
+        monkeypatch.setattr(mcp_server, "MAX_KEPT_CHARS", size - 1)
+        third = (await tools.send("three", None))["session_id"]
+        return list(tools.sessions), first, third
+
+    replies = [Reply(text="a"), Reply(text="b"), Reply(text="c")]
+    with OpenAIServer(replies) as server:
+        kept, first, third = asyncio.run(scenario(_tools(server.base_url)))
+    assert first not in kept and third in kept

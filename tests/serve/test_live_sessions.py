@@ -225,11 +225,15 @@ def record(session_id: str, turns: int, version: str = "v1") -> SessionRecord:
 
 
 class FakeSession:
-    def __init__(self) -> None:
+    def __init__(self, chars: int = 100) -> None:
         self.resumed = 0
+        self.chars = chars
 
     def resume(self) -> None:
         self.resumed += 1
+
+    def history_chars(self) -> int:
+        return self.chars
 
 
 def test_live_sessions_match_turn_count_and_version_and_forget_the_oldest() -> None:
@@ -251,3 +255,28 @@ def test_live_sessions_match_turn_count_and_version_and_forget_the_oldest() -> N
     nothing = LiveSessions(0)
     nothing.keep("a", 1, "v1", a)  # type: ignore[arg-type]
     assert len(nothing) == 0
+
+
+def test_live_sessions_keep_at_most_their_budget_of_history_the_oldest_dropped_first() -> None:
+    live = LiveSessions(100, max_chars=1000)
+    small, big, huge = FakeSession(300), FakeSession(600), FakeSession(5000)
+    live.keep("small", 1, "v1", small)  # type: ignore[arg-type]
+    live.keep("big", 1, "v1", big)  # type: ignore[arg-type]
+    assert (len(live), live.chars) == (2, 900)
+    big.chars = 750  # its next turn grew it: kept again, counted again, not twice
+    live.keep("big", 2, "v1", big)  # type: ignore[arg-type]
+    assert (len(live), live.chars) == (1, 750)  # small, the oldest, made room
+    assert live.take(record("big", 2)) is big and live.chars == 0
+    live.keep("huge", 1, "v1", huge)  # type: ignore[arg-type]
+    assert (len(live), live.chars) == (0, 0)  # alone past the budget: restored next time
+
+
+def test_a_sessions_history_size_is_what_the_history_limit_counts() -> None:
+    from agentscript import load
+    from agentscript.engine.history import message_chars
+
+    session = load(NOTES).session(model=FunctionModel(answer))
+    assert session.history_chars() == 0
+    session.send("hello")
+    session.send("and again")
+    assert session.history_chars() == sum(message_chars(m) for m in session.state.history) > 0

@@ -371,6 +371,14 @@ class Session:
     def ended(self) -> bool:
         return self.state.ended
 
+    def history_chars(self) -> int:
+        """About the JSON size of the history, as ``Limits.max_history_chars`` counts it (the
+        messages added since the last count are counted; the rest is known)."""
+        if self.ledger is None:
+            self.ledger = HistoryLedger()
+        self.ledger.sync(self.state.history)
+        return self.ledger.chars
+
     def resume(self) -> None:
         """Go on as if just restored from this session's own :meth:`to_json`: the next turn's
         first ``LLM_STEP`` records its whole input, as a restored session's does, and no

@@ -42,6 +42,8 @@ EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
 # kept in its session's history, and a turn waits this long for the one before it.
 MAX_MESSAGE_CHARS = 16_000
 LOCK_WAIT = 30.0
+# The sessions' histories kept in all, in characters (the bound of serve's kept sessions).
+MAX_KEPT_CHARS = 200_000_000
 
 log = logging.getLogger("agentscript.mcp")
 
@@ -113,15 +115,22 @@ class AgentTools:
             lock.release()
         if reply.ended:
             self.sessions.pop(session.id, None)
+        else:
+            self._evict()  # its history grew
         return result_json(session.id, reply)
 
     def _evict(self) -> None:
-        """Forget the least recently used sessions past ``max_sessions``, never one whose turn
-        is running (its result would name a session already gone)."""
-        idle = (sid for sid, (_s, lock) in self.sessions.items() if not lock.locked())
-        for sid in [next(idle, None) for _ in range(len(self.sessions) - self.max_sessions)]:
-            if sid is not None:
-                self.sessions.pop(sid, None)
+        """Forget the least recently used sessions past ``max_sessions`` or past
+        ``MAX_KEPT_CHARS`` of histories in all, never one whose turn is running (its result
+        would name a session already gone)."""
+        sizes = {sid: session.history_chars() for sid, (session, _lock) in self.sessions.items()}
+        total = sum(sizes.values())
+        for sid, (_session, lock) in list(self.sessions.items()):
+            if len(self.sessions) <= self.max_sessions and total <= MAX_KEPT_CHARS:
+                return
+            if not lock.locked():
+                del self.sessions[sid]
+                total -= sizes[sid]
 
 
 def _check_length(message: str) -> None:

@@ -26,16 +26,24 @@ from agentscript.engine.session import Session
 from agentscript.server.heap import SurvivorFreezer
 from agentscript.store import SessionRecord
 
+# The histories kept in all, in characters (``Session.history_chars``). A session's own is
+# bounded by ``Limits.max_history_chars`` (4 million), so a thousand long ones could hold
+# gigabytes; real sessions hold a few thousand each and never reach this.
+MAX_KEPT_CHARS = 200_000_000
+
 
 class LiveSessions:
-    """At most ``capacity`` sessions, the least recently used dropped first (0: none kept)."""
+    """At most ``capacity`` sessions and ``max_chars`` of their histories, the least recently
+    used dropped first (0: none kept)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_chars: int = MAX_KEPT_CHARS) -> None:
         self.capacity = capacity
+        self.max_chars = max_chars
         # Set by ``agentscript serve`` (create_app's freeze_heap): kept sessions are most of
         # what outlives start-up (server/heap.py).
         self.freezer: SurvivorFreezer | None = None
-        self._kept: OrderedDict[str, tuple[int, str, Session]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[int, str, Session, int]] = OrderedDict()
+        self.chars = 0  # the kept histories' size
         self.hits = 0
         self.misses = 0
 
@@ -46,6 +54,8 @@ class LiveSessions:
         """The kept session for ``record`` if it is the state the store holds (it leaves the
         cache until :meth:`keep` puts it back), else None."""
         kept = self._kept.pop(record.session_id, None)
+        if kept is not None:
+            self.chars -= kept[3]
         if kept is None or kept[0] != record.turns or kept[1] != record.agent_version:
             self.misses += 1
             return None
@@ -58,12 +68,16 @@ class LiveSessions:
         """Keep ``session`` as committed with ``turns`` turns by agent version ``version``."""
         if self.capacity <= 0:
             return
-        self._kept[session_id] = (turns, version, session)
-        self._kept.move_to_end(session_id)
-        while len(self._kept) > self.capacity:
-            self._kept.popitem(last=False)
+        self.drop(session_id)
+        size = session.history_chars()
+        self._kept[session_id] = (turns, version, session, size)
+        self.chars += size
+        while len(self._kept) > self.capacity or (self.chars > self.max_chars and self._kept):
+            self.chars -= self._kept.popitem(last=False)[1][3]
         if self.freezer is not None:
             self.freezer.kept()
 
     def drop(self, session_id: str) -> None:
-        self._kept.pop(session_id, None)
+        kept = self._kept.pop(session_id, None)
+        if kept is not None:
+            self.chars -= kept[3]
