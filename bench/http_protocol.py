@@ -8,7 +8,9 @@ app answers at once (``GET /healthz``-sized), as a request reaches it in ``agent
 serve``. Two request shapes: a bare one (curl's headers) and one with 2 kB of headers (a
 browser's cookies and user agent). Requests come one after another on a kept-alive
 connection, each written whole in one read, as from a client on a fast network; the rounds
-alternate the two protocols so the machine's other load slows both alike.
+alternate the two protocols so the machine's other load slows both alike. A third column runs
+our protocol with the app behind the guard of a server without API keys (``server/local.py``:
+the ``Host`` and ``Origin`` headers read per request).
 
 Usage: ``python bench/http_protocol.py [--quick]``.
 """
@@ -27,6 +29,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from agentscript.server.httptools_nodelay import NoDelayHttpToolsProtocol
+from agentscript.server.local import LocalOnly
 from common import machine, micro
 
 BARE = (
@@ -77,9 +80,11 @@ class Transport(asyncio.Transport):
         pass
 
 
-async def per_request(kind: type[HttpToolsProtocol], request: bytes, number: int) -> float:
+async def per_request(
+    kind: type[HttpToolsProtocol], request: bytes, number: int, application: Any = app
+) -> float:
     """Seconds per request of ``number`` requests on one kept-alive connection."""
-    config = Config(app, lifespan="off", access_log=False, log_level="warning")
+    config = Config(application, lifespan="off", access_log=False, log_level="warning")
     config.load()
     protocol = kind(config=config, server_state=ServerState(), app_state={})
     transport = Transport()
@@ -96,13 +101,21 @@ async def per_request(kind: type[HttpToolsProtocol], request: bytes, number: int
     return seconds
 
 
-async def measure(request: bytes, *, repeat: int, number: int) -> tuple[float, float]:
-    """Best seconds per request: uvicorn's protocol, ours (rounds alternated)."""
-    best = {HttpToolsProtocol: float("inf"), NoDelayHttpToolsProtocol: float("inf")}
+async def measure(request: bytes, *, repeat: int, number: int) -> tuple[float, float, float]:
+    """Best seconds per request: uvicorn's protocol, ours, ours with the app behind the guard
+    of a server without API keys (``server/local.py``); rounds alternated."""
+    # The guard answers a non-loopback Host itself: measured on the request sent to 127.0.0.1.
+    local = request.replace(b"Host: agents.example.com", b"Host: 127.0.0.1:8000")
+    runs = [
+        (HttpToolsProtocol, request, app),
+        (NoDelayHttpToolsProtocol, request, app),
+        (NoDelayHttpToolsProtocol, local, LocalOnly(app)),
+    ]
+    best = [float("inf")] * len(runs)
     for _ in range(repeat):
-        for kind in best:
-            best[kind] = min(best[kind], await per_request(kind, request, number))
-    return best[HttpToolsProtocol], best[NoDelayHttpToolsProtocol]
+        for index, (kind, sent, application) in enumerate(runs):
+            best[index] = min(best[index], await per_request(kind, sent, number, application))
+    return best[0], best[1], best[2]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,13 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
     print(f"# bench/http_protocol.py ({machine()})")
     print(f"best of {repeat} rounds of {number} kept-alive requests, in process\n")
-    print("| request | head bytes | uvicorn httptools | bounded head (ours) | ratio | added |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| request | head bytes | uvicorn httptools | bounded head (ours) | ratio | added "
+        "| ours, keyless guard | guard added |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, request in (("bare", BARE), ("2 kB of headers", BROWSER)):
-        reference, ours = asyncio.run(measure(request, repeat=repeat, number=number))
+        reference, ours, guarded = asyncio.run(measure(request, repeat=repeat, number=number))
         print(
             f"| {name} | {len(request)} | {micro(reference)} | {micro(ours)} | "
-            f"{ours / reference:.3f}x | {(ours - reference) * 1e6:+.2f} µs |"
+            f"{ours / reference:.3f}x | {(ours - reference) * 1e6:+.2f} µs | "
+            f"{micro(guarded)} | {(guarded - ours) * 1e6:+.2f} µs |"
         )
     return 0
 

@@ -12,5 +12,5 @@ def test_both_protocols_answer_every_request_of_the_bench() -> None:
     for request in (bench.BARE, bench.BROWSER):
         # measure() waits for each answer and raises if a protocol closed the connection
         timed = asyncio.wait_for(bench.measure(request, repeat=1, number=50), timeout=30)
-        reference, ours = asyncio.run(timed)
-        assert reference > 0 and ours > 0
+        reference, ours, guarded = asyncio.run(timed)
+        assert reference > 0 and ours > 0 and guarded > 0

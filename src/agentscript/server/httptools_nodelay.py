@@ -17,7 +17,7 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentscript.server.nodelay import invalid_http, set_nodelay, tell_client_gone
+from agentscript.server.nodelay import invalid_http, set_nodelay
 from agentscript.server.shutdown import ShutdownClock
 
 # Bytes of one request's head (request line and headers): four times nginx's default, far
@@ -82,7 +82,6 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._stop_head_timer()
         super().on_headers_complete()
-        tell_client_gone(self.cycle)  # the cycle just made (or an upgrade's: harmless)
 
     def on_message_complete(self) -> None:
         self._head_bytes = 0  # what comes next is the next request's head

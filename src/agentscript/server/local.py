@@ -29,6 +29,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentscript.server.errors import body
 from agentscript.server.middleware import HttpMiddleware
 
+MAX_KNOWN_HOSTS = 64
+
 
 def host_name(host: str) -> str:
     """The name or address of a ``Host`` header, without its port or IPv6 brackets."""
@@ -54,16 +56,24 @@ class LocalOnly(HttpMiddleware):
     def __init__(self, app: ASGIApp, allowed_origins: Iterable[str] = ()) -> None:
         super().__init__(app)
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
+        # Host headers already found to name loopback (a few: the names a client uses), so
+        # that a request does not parse an address each time.
+        self._loopback: set[bytes] = set()
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        host = origin = ""
+        host = origin = b""
         for name, value in scope["headers"]:
             if name == b"host":
-                host = value.decode("latin-1")
+                host = value
             elif name == b"origin":
-                origin = value.decode("latin-1")
-        refused = self._refusal(host, origin)
+                origin = value
+        if host in self._loopback and not origin:
+            await self.app(scope, receive, send)
+            return
+        refused = self._refusal(host.decode("latin-1"), origin.decode("latin-1"))
         if refused is None:
+            if len(self._loopback) < MAX_KNOWN_HOSTS:
+                self._loopback.add(host)
             await self.app(scope, receive, send)
             return
         await JSONResponse(body(*refused), status_code=403)(scope, receive, send)

@@ -19,7 +19,6 @@ import contextlib
 import importlib.util
 import json
 import socket
-from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -36,21 +35,6 @@ def protocol() -> str:
     return HTTPTOOLS if importlib.util.find_spec("httptools") is not None else H11
 
 
-# The scope extension through which the app learns, once its response has ended, whether the
-# client had left before it was written (the access log says so): uvicorn drops what is sent
-# to a closed connection and tells the app nothing.
-CLIENT_GONE = "agentscript.client_gone"
-
-
-def tell_client_gone(cycle: Any) -> None:
-    """Give the request of uvicorn's ``cycle`` the :data:`CLIENT_GONE` extension, a function
-    true once the connection closed before the response was complete (uvicorn's
-    ``disconnected``)."""
-    if cycle is not None:
-        extensions = cycle.scope.setdefault("extensions", {})
-        extensions.setdefault(CLIENT_GONE, lambda: cycle.disconnected)
-
-
 def invalid_http(reason: str) -> bytes:
     """The body of the ``400`` for a request the HTTP parser cannot read (it never reaches the
     app): the API's error shape, where uvicorn answers in plain text."""
@@ -65,11 +49,6 @@ class NoDelayH11Protocol(H11Protocol):
     def shutdown(self) -> None:
         ShutdownClock.mark()
         super().shutdown()
-
-    def handle_events(self) -> None:
-        # h11 takes one request at a time: a cycle begun here is the current one.
-        super().handle_events()
-        tell_client_gone(self.cycle)
 
     def send_400_response(self, msg: str) -> None:
         body = invalid_http(msg)
