@@ -7,19 +7,20 @@ program embedding it says so::
 
 The action's inputs are POSTed as a JSON object to the target URL; the response must be a JSON
 object, which becomes the action's outputs. Any other outcome (status >= 400, not JSON, not an
-object, a network error) fails the action with a message saying which.
+object, a network error, a redirect: never followed, so the headers never reach another host)
+fails the action with a message saying which. ``timeout`` bounds the whole call.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentscript.actions.outbound import FetchError, fetch, redirect_note
 from agentscript.actions.registry import ActionError, ActionRequest
 from agentscript.limits import MAX_HTTP_RESPONSE_BYTES
+from agentscript.models.retry import redact
 
 MAX_RESPONSE_BYTES = MAX_HTTP_RESPONSE_BYTES
 
@@ -31,20 +32,27 @@ def http_json_handler(
     (keep secrets in the environment and pass them here, never in the agent file)."""
     fixed = {"Content-Type": "application/json", "Accept": "application/json", **(headers or {})}
 
+    secrets = [value for name, value in (headers or {}).items()]
+
     def handle(request: ActionRequest) -> dict[str, Any]:
         url = request.target or ""
         body = json.dumps(request.inputs, default=str).encode("utf-8")
-        http_request = urllib.request.Request(url, data=body, headers=fixed, method="POST")
         try:
-            with urllib.request.urlopen(http_request, timeout=timeout) as response:
-                raw = response.read(MAX_RESPONSE_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise ActionError(f"action '{request.name}': {url} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ActionError(f"action '{request.name}': cannot reach {url}: {reason}") from None
-        if len(raw) > MAX_RESPONSE_BYTES:
-            raise ActionError(f"action '{request.name}': the response of {url} is too large")
+            answer = fetch(
+                url,
+                method="POST",
+                headers=fixed,
+                body=body,
+                timeout=timeout,
+                total=timeout,
+                max_bytes=MAX_RESPONSE_BYTES,
+            )
+        except FetchError as exc:
+            raise ActionError(redact(f"action '{request.name}': {url}: {exc}", secrets)) from None
+        if answer.status >= 300:
+            note = redirect_note(answer) if answer.status < 400 else ""
+            raise ActionError(f"action '{request.name}': {url} answered HTTP {answer.status}{note}")
+        raw = answer.body
         try:
             data = json.loads(raw.decode("utf-8")) if raw.strip() else {}
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):

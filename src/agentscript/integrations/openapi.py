@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,11 +32,15 @@ from typing import Any
 
 import yaml
 
+from agentscript.actions.outbound import FetchError, fetch, fetch_following, redirect_note
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, expand_env
+from agentscript.models.retry import redact
+from agentscript.reading import load_yaml
 
 MAX_RESPONSE_BYTES = 5_000_000
 MAX_REF_DEPTH = 32
+MAX_RESOLVED_NODES = 100_000
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _API_KEYS = frozenset({"spec", "base_url", "headers", "timeout"})
 
@@ -132,7 +134,9 @@ def load_document(config: OpenApiConfig) -> OpenApiDocument:
     where = f"[openapi.{config.name}] {config.spec}"
     text = _read_spec(config, where)
     try:
-        data = json.loads(text) if config.spec.endswith(".json") else yaml.safe_load(text)
+        # Aliases are counted as the nodes they expand to (a 1 kB document of nested aliases
+        # took 0.9 s and 264 MB to read, ten times more per level).
+        data = json.loads(text) if config.spec.endswith(".json") else load_yaml(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"{where}: not valid JSON or YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
@@ -146,16 +150,21 @@ def load_document(config: OpenApiConfig) -> OpenApiDocument:
     paths = data.get("paths")
     if not isinstance(paths, dict):
         raise ConfigError(f"{where}: `paths` must be a mapping")
+    budget = _Budget()
     for route, item in paths.items():
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: paths.{route} must be a mapping")
+        if not str(route).startswith("/"):
+            # Appended to the base URL: "1:9999/x" or ".evil.example/x" would move the call,
+            # and its credentials, to another host.
+            raise ConfigError(f"{where}: paths.{route} must start with '/'")
         shared = item.get("parameters", [])
         for method in _METHODS:
             operation = item.get(method)
             if not isinstance(operation, dict) or not operation.get("operationId"):
                 continue
             try:
-                parsed = _operation(data, str(route), method, operation, shared)
+                parsed = _operation(data, str(route), method, operation, shared, budget)
             except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
                 reason = (
                     f"a missing field or an unresolvable $ref ({exc})"
@@ -176,13 +185,14 @@ def _read_spec(config: OpenApiConfig, where: str) -> str:
         except OSError as exc:
             raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from None
     try:
-        with urllib.request.urlopen(config.spec, timeout=config.timeout) as response:
-            raw: bytes = response.read(MAX_RESPONSE_BYTES + 1)
-    except (urllib.error.URLError, OSError) as exc:
-        raise ConfigError(f"{where}: cannot fetch: {getattr(exc, 'reason', exc)}") from None
-    if len(raw) > MAX_RESPONSE_BYTES:
-        raise ConfigError(f"{where}: the document is larger than {MAX_RESPONSE_BYTES} bytes")
-    return raw.decode("utf-8", "replace")
+        answer = fetch_following(
+            config.spec, timeout=config.timeout, total=config.timeout, max_bytes=MAX_RESPONSE_BYTES
+        )
+    except FetchError as exc:
+        raise ConfigError(f"{where}: cannot fetch: {exc}") from None
+    if answer.status >= 300:
+        raise ConfigError(f"{where}: cannot fetch: HTTP {answer.status}")
+    return answer.body.decode("utf-8", "replace")
 
 
 def _first_server(data: Mapping[str, Any]) -> str | None:
@@ -193,9 +203,30 @@ def _first_server(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+class _Budget:
+    """The schema nodes a document's ``$ref``s may expand to in all: refs that each name two
+    others expand exponentially (3.6 kB took 20 s and 2.4 GB)."""
+
+    def __init__(self, nodes: int = MAX_RESOLVED_NODES) -> None:
+        self.left = nodes
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ValueError(f"its $refs expand past {MAX_RESOLVED_NODES} schema nodes")
+
+
 def _operation(
-    doc: Mapping[str, Any], route: str, method: str, op: Mapping[str, Any], shared: Any
+    doc: Mapping[str, Any],
+    route: str,
+    method: str,
+    op: Mapping[str, Any],
+    shared: Any,
+    budget: _Budget,
 ) -> Operation:
+    def _resolve(doc: Mapping[str, Any], node: Any) -> dict[str, Any]:
+        return _resolved(doc, node, budget)
+
     parameters: dict[tuple[str, str], Parameter] = {}
     for raw in [*(shared or []), *(op.get("parameters") or [])]:
         spec = _resolve(doc, raw)
@@ -235,9 +266,10 @@ def _operation(
     )
 
 
-def _resolve(doc: Mapping[str, Any], node: Any, depth: int = 0) -> dict[str, Any]:
+def _resolved(doc: Mapping[str, Any], node: Any, budget: _Budget, depth: int = 0) -> dict[str, Any]:
     """``node`` with local ``$ref``s followed (``#/components/...``), top level and
     properties; remote refs are not fetched."""
+    budget.spend()
     if depth > MAX_REF_DEPTH:
         raise ValueError("$ref nesting too deep (a cycle?)")
     if not isinstance(node, dict):
@@ -249,12 +281,12 @@ def _resolve(doc: Mapping[str, Any], node: Any, depth: int = 0) -> dict[str, Any
         target: Any = doc
         for part in ref[2:].split("/"):
             target = target[part.replace("~1", "/").replace("~0", "~")]
-        return _resolve(doc, target, depth + 1)
+        return _resolved(doc, target, budget, depth + 1)
     props = node.get("properties")
     if isinstance(props, dict):
         node = {
             **node,
-            "properties": {k: _resolve(doc, v, depth + 1) for k, v in props.items()},
+            "properties": {k: _resolved(doc, v, budget, depth + 1) for k, v in props.items()},
         }
     return dict(node)
 
@@ -347,20 +379,29 @@ def call_operation(
             body = json.dumps(payload, default=str).encode("utf-8")
             headers["Content-Type"] = "application/json"
     url = document.base_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-    http_request = urllib.request.Request(url, data=body, headers=headers, method=op.method)
+    if _origin(url) != _origin(document.base_url):  # a route may not move the call elsewhere
+        raise ActionError(f"{where}: the operation's path leaves {document.base_url}")
+    secrets = [value for name, value in headers.items() if name not in ("Accept", "Content-Type")]
     try:
-        with urllib.request.urlopen(http_request, timeout=config.timeout) as response:
-            raw = response.read(MAX_RESPONSE_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        detail = _error_detail(exc)
+        answer = fetch(
+            url,
+            method=op.method,
+            headers=headers,
+            body=body,
+            timeout=config.timeout,
+            total=config.timeout,
+            max_bytes=MAX_RESPONSE_BYTES,
+        )
+    except FetchError as exc:
         raise ActionError(
-            f"{where}: {op.method} {op.path} answered HTTP {exc.code}{detail}"
+            redact(f"{where}: {op.method} {document.base_url}{op.path}: {exc}", secrets)
         ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ActionError(f"{where}: cannot reach {document.base_url}: {reason}") from None
-    if len(raw) > MAX_RESPONSE_BYTES:
-        raise ActionError(f"{where}: the response is larger than {MAX_RESPONSE_BYTES} bytes")
+    if answer.status >= 300:
+        detail = redirect_note(answer) if answer.status < 400 else _error_detail(answer.body)
+        raise ActionError(
+            redact(f"{where}: {op.method} {op.path} answered HTTP {answer.status}{detail}", secrets)
+        )
+    raw = answer.body
     if not raw.strip():
         return {}
     try:
@@ -373,12 +414,14 @@ def call_operation(
     return data if isinstance(data, dict) else {"result": data}
 
 
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    try:
-        text = exc.read(500).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
+def _error_detail(body: bytes) -> str:
+    text = body[:500].decode("utf-8", "replace").strip()
     return f": {text[:200]}" if text else ""
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.netloc.lower()
 
 
 _JSON_CHECKS: dict[str, type | tuple[type, ...]] = {
