@@ -238,3 +238,27 @@ def test_export_and_the_sessions_step_stream_both_see_every_step(
     assert len(by_name(exporter.get_finished_spans(), "chat ")) == 2
     second = session.send("again")  # the stream still works on the next turn
     assert second.error is None and len(seen) > len(reply.trace["planTrace"]["steps"])
+
+
+def test_a_failed_actions_error_text_is_exported_only_with_content_capture(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    path = tmp_path / "otel.agent"
+    path.write_text(AGENT)
+    secret = "SSN 078-05-1120"
+
+    def failing_turn(content: bool) -> ReadableSpan:
+        exporter.clear()
+        agent = agentscript.load(path, dialect="agentscript")
+        agent.telemetry = telemetry(exporter, content=content)
+        model = UsageModel([Move(calls=[("go", {})]), Move(calls=[("lookup", {})]), Move(text=".")])
+        stubs = agentscript.actions.StubBook.from_data({"lookup": {"error": f"bad {secret}"}})
+        agent.session(model=model, stubs=stubs).send("x")
+        (span,) = by_name(exporter.get_finished_spans(), "execute_tool lookup")
+        return span
+
+    hidden = failing_turn(content=False)
+    assert not hidden.status.is_ok and (hidden.attributes or {})["error.type"]
+    assert secret not in str(hidden.status.description)
+    shown = failing_turn(content=True)
+    assert secret in str(shown.status.description)

@@ -145,7 +145,7 @@ class TurnObserver:
                     attributes=_chat_attributes(step, content),
                 )
                 pending_calls = list((step.get("output") or {}).get("tool_calls") or [])
-                _finish(span, step.get("error"), max(step_end, start_ns), Status, StatusCode)
+                _finish(span, step.get("error"), max(step_end, start_ns), content)
             elif kind == "ACTION_STEP":
                 call_id = _take_call_id(pending_calls, step)
                 name = str(step.get("name") or step.get("action") or "")
@@ -156,7 +156,7 @@ class TurnObserver:
                     start_time=start_ns,
                     attributes=_tool_attributes(step, call_id, content),
                 )
-                _finish(span, step.get("error"), max(step_end, start_ns), Status, StatusCode)
+                _finish(span, step.get("error"), max(step_end, start_ns), content)
             else:
                 root.add_event(
                     PREFIX + kind.lower().removesuffix("_step"),
@@ -165,14 +165,19 @@ class TurnObserver:
                 )
         if error:
             root.set_attribute("error.type", "TurnError")
-            root.set_status(Status(StatusCode.ERROR, error))
+            root.set_status(Status(StatusCode.ERROR, error if content else None))
         root.end(end_time=end_ns)
 
 
-def _finish(span: Span, error: Any, end_ns: int, status: Any, code: Any) -> None:
+def _finish(span: Span, error: Any, end_ns: int, content: bool) -> None:
+    """End a step's span; a failed one says so, and why only with content capture on: an
+    error quotes what it failed on (an action's inputs, a server's answer), user data
+    included."""
+    from opentelemetry.trace import Status, StatusCode
+
     if error:
         span.set_attribute("error.type", "AgentScriptError")
-        span.set_status(status(code.ERROR, str(error)))
+        span.set_status(Status(StatusCode.ERROR, str(error) if content else None))
     span.end(end_time=end_ns)
 
 
