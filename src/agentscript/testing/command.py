@@ -26,6 +26,7 @@ from agentscript.testing.judge import JudgeSettings
 from agentscript.testing.readers import read_spec
 from agentscript.testing.replay import ReplayStore
 from agentscript.testing.reporters import REPORTERS, SUFFIXES
+from agentscript.testing.reporters.escaping import terminal_text
 from agentscript.testing.results import CaseResult, RunResult, Status
 from agentscript.testing.runner import CaseRunner, RunOptions
 from agentscript.testing.spec import MatchRule, Suite
@@ -156,7 +157,8 @@ def test_command(
         steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] = {}
         run = asyncio.run(run_suites(suites, agents, options, steps))
     except (SpecError, ModelError) as exc:
-        error(str(exc))
+        # Messages quote spec text; keep its control characters off the terminal.
+        error(terminal_text(str(exc)))
         return ExitCode.USAGE
     text = REPORTERS[options.result_format](run, options.verbose)
     echo(text)

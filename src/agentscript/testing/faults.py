@@ -16,6 +16,7 @@ timeout in :class:`agentscript.Limits`; a faulted action is never stubbed in the
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,16 @@ def parse_faults(raw: Any, path: Path, line: int | None) -> dict[str, dict[str, 
             raise SpecError(path, at, f"fault of {name!r}: unknown {unknown}; use {sorted(_KEYS)}")
         if "return" in fault and not isinstance(fault["return"], dict):
             raise SpecError(path, at, f"fault of {name!r}: 'return' must be a mapping")
+        for key in ("timeout_s", "latency_ms"):
+            # Read as numbers when the case runs: refuse anything else now, not mid-run.
+            number = fault.get(key, 0)
+            if (
+                not isinstance(number, int | float)
+                or isinstance(number, bool)
+                or not math.isfinite(number)
+                or number < 0
+            ):
+                raise SpecError(path, at, f"fault of {name!r}: {key!r} must be a number >= 0")
         faults[str(name)] = dict(fault)
     return faults
 

@@ -27,12 +27,17 @@ class JsonPathError(ValueError):
     def __init__(self, path: str, column: int, message: str) -> None:
         self.path = path
         self.column = column
-        super().__init__(f"JSONPath {path!r}, column {column}: {message}")
+        # Keep the error one readable line even for a path of thousands of characters.
+        shown = path if len(path) <= 80 else path[:80] + "..."
+        super().__init__(f"JSONPath {shown!r}, column {column}: {message}")
 
 
 _NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 _OPS = ("==", "!=", "<=", ">=", "<", ">")
+# Filters and parentheses are parsed (and evaluated) recursively: deeper nesting than any real
+# path needs is refused with a JsonPathError instead of ending in a RecursionError.
+MAX_NESTING = 32
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,12 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self.depth = 0
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.fail(f"filters and parentheses nested deeper than {MAX_NESTING}")
 
     def fail(self, message: str) -> JsonPathError:
         return JsonPathError(self.text, self.pos + 1, message)
@@ -168,7 +179,9 @@ class _Parser:
         if self.peek("?"):
             self.pos += 1
             self.expect("(")
+            self.enter()
             predicate = self.disjunction()
+            self.depth -= 1
             self.expect(")")
             self.expect("]")
             return _filter(predicate)
@@ -218,7 +231,9 @@ class _Parser:
         self.skip_spaces()
         if self.peek("("):
             self.pos += 1
+            self.enter()
             inner = self.disjunction()
+            self.depth -= 1
             self.expect(")")
             return inner
         left = self.operand()

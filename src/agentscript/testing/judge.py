@@ -4,13 +4,14 @@ The judge asks its model for JSON ``{"score": 0..1, "reasoning": "..."}``. A run
 ``score >= threshold``; with ``runs = k`` the judge asks k times and the verdict passes when at
 least half the runs pass; the pass rate is reported. Everything is saved with the verdict:
 prompt, model, every score and reasoning, threshold, pass rate. A reply that is not that JSON
-is a failed run with the reason, never a crash.
+is a failed run with the reason, never a crash; so is a score that is not a finite number
+from 0 to 1 (NaN, ``true``, 7 are refused, not clamped).
 """
 
 from __future__ import annotations
 
 import json
-import re
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,14 @@ _METRIC_TEXT = {
     "task_resolution": "The user's task is resolved by the end of the conversation.",
 }
 Ask = Callable[[str, ModelRequest], Awaitable[ModelResponse]]
-_JSON = re.compile(r"\{.*\}", re.DOTALL)
+# A judge answer is a small JSON object; a model that rambles (or an attacker who controls the
+# judged reply) must not make parsing slow nor the report huge, so only this much of the answer
+# is examined, at most this many ``{`` positions are tried, and the saved reasoning is cut.
+MAX_ANSWER_CHARS = 20_000
+MAX_CANDIDATES = 200
+MAX_REASONING_CHARS = 2_000
+_QUOTE_CHARS = 200
+_DECODER = json.JSONDecoder()
 
 
 @dataclass
@@ -65,16 +73,83 @@ def build_prompt(check: Check, transcript: list[dict[str, str]]) -> ModelRequest
     )
 
 
-def parse_score(text: str | None) -> tuple[float | None, str]:
-    match = _JSON.search(text or "")
-    if not match:
-        return None, f"the judge did not answer with JSON: {text!r}"
+def _quote(text: str) -> str:
+    """The answer (or part of it) for an error message, cut so a report stays small."""
+    if len(text) > _QUOTE_CHARS:
+        return repr(text[:_QUOTE_CHARS]) + f" (+{len(text) - _QUOTE_CHARS} chars)"
+    return repr(text)
+
+
+def _find_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The answer's JSON object with a ``score`` (else its first JSON object), and its text.
+
+    Each candidate ``{`` is decoded with ``raw_decode``, which stops at the end of the object,
+    so the work is linear per candidate and the number of candidates is capped, unlike a
+    greedy ``\\{.*\\}`` search that is quadratic in the number of braces.
+    """
+    first: tuple[dict[str, Any], str] | None = None
+    start = text.find("{")
+    tried = 0
+    while start >= 0 and tried < MAX_CANDIDATES:
+        tried += 1
+        try:
+            data, end = _DECODER.raw_decode(text, start)
+        except (json.JSONDecodeError, RecursionError):
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(data, dict):
+            if "score" in data:
+                return data, text[start:end]
+            if first is None:
+                first = data, text[start:end]
+        # Skip what was decoded: an inner object is part of this answer, not another answer.
+        start = text.find("{", end)
+    return first if first is not None else (None, None)
+
+
+def _score_value(raw: Any) -> float | None:
+    """A finite number in 0..1 (a numeric text counts; ``true``, NaN and 7 do not)."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, str):
+        try:
+            raw = float(raw.strip())
+        except ValueError:
+            return None
+    if not isinstance(raw, int | float):
+        return None
     try:
-        data = json.loads(match.group())
-        score = float(data["score"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError):
-        return None, f"the judge's JSON has no numeric 'score': {match.group()!r}"
-    return max(0.0, min(1.0, score)), str(data.get("reasoning", ""))
+        score = float(raw)
+    except OverflowError:  # an int too large for a float
+        return None
+    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        return None
+    return score
+
+
+def parse_score(text: str | None) -> tuple[float | None, str]:
+    """``(score, reasoning)``; a score of ``None`` is a failed run and the text says why.
+
+    A score that is not a finite number from 0 to 1 is refused rather than clamped: a judge
+    that answers NaN, ``true`` or 7 has not followed the rubric, and clamping (or NaN slipping
+    through ``min``) would turn that into a pass.
+    """
+    answer = (text or "")[:MAX_ANSWER_CHARS]
+    data, found = _find_object(answer)
+    if data is None or found is None:
+        return None, f"the judge did not answer with JSON: {_quote(answer)}"
+    if "score" not in data:
+        return None, f"the judge's JSON has no 'score': {_quote(found)}"
+    score = _score_value(data["score"])
+    if score is None:
+        return None, (
+            f"the judge's score is not a number from 0 to 1: {_quote(json.dumps(data['score']))}"
+        )
+    reasoning = data.get("reasoning", "")
+    reasoning = reasoning if isinstance(reasoning, str) else json.dumps(reasoning, default=repr)
+    if len(reasoning) > MAX_REASONING_CHARS:
+        reasoning = reasoning[:MAX_REASONING_CHARS] + " [truncated]"
+    return score, reasoning
 
 
 async def judge(

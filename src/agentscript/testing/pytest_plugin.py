@@ -89,7 +89,10 @@ class SpecCase(pytest.Item):
             raise SpecCaseFailed(_error_result(self.suite, self.case, str(exc))) from None
         store = ReplayStore.open(replay_path(self.suite.path))
         runner = CaseRunner(agent, self.suite, store, RunOptions())
-        result = asyncio.run(runner.run(self.case, self.number))
+        try:
+            result = asyncio.run(runner.run(self.case, self.number))
+        except SpecError as exc:  # found while running (e.g. a snapshot path that is a folder)
+            raise SpecCaseFailed(_error_result(self.suite, self.case, str(exc))) from None
         if result.status() is not Status.PASS:
             raise SpecCaseFailed(result)
 

@@ -20,6 +20,7 @@ from agentscript.engine.session import AgentBase, Session
 from agentscript.models.base import Message, Model, ModelError, ModelRequest, ModelResponse
 from agentscript.models.scripted import ScriptedModel
 from agentscript.testing import matchers
+from agentscript.testing.errors import SpecError
 from agentscript.testing.faults import fault_function, fault_timeouts
 from agentscript.testing.judge import JudgeSettings, judge
 from agentscript.testing.replay import ReplayModel, ReplayStore
@@ -83,6 +84,10 @@ class CaseRunner:
         started = time.perf_counter()
         try:
             await self._run(case, result)
+        except SpecError:
+            # The spec's mistake found while running (e.g. a snapshot path that is a folder):
+            # the whole run stops with the usage exit code, like a spec error found on reading.
+            raise
         except (ValueError, ModelError) as exc:
             result.error = str(exc)
         result.duration_ms = (time.perf_counter() - started) * 1000

@@ -17,13 +17,14 @@ assert:
 ``call`` is the 1-based index of the LLM call in the turn (among those of ``node`` when both
 are given); without it, ``instructions_*`` and ``tools_offered`` hold when some selected call
 matches, ``tools_hidden`` when every selected call hides the tools. Snapshots live in
-``<spec>.snapshots/<name>.txt``: written on the first run (the verdict says so) and compared
-after; ``--update-snapshots`` rewrites them.
+``<spec>.snapshots/<name>.txt`` (``name`` is a plain file name, no folders): written on the
+first run (the verdict says so) and compared after; ``--update-snapshots`` rewrites them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,38 @@ KINDS: dict[str, tuple[set[str], set[str]]] = {
     "action_failed": ({"action"}, {"error_contains"}),
 }
 _MAPPINGS = {"variables_before", "variables_after"}
+# A snapshot name becomes ``<spec>.snapshots/<name>.txt``: a plain file name only, so a spec
+# cannot write (or, with --update-snapshots, overwrite) a file outside that folder.
+_SNAPSHOT_NAME = re.compile(r"[\w][\w.-]{0,99}")
+_TEXT_KEYS = {"text": "a text", "node": "a node name", "action": "an action name",
+              "error_contains": "a text"}  # fmt: skip
+_MAPPING_KEYS = {"before", "after"}
+
+
+def _count(value: Any, *, positive: bool) -> bool:
+    low = 1 if positive else 0
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_values(kind: str, value: dict[str, Any], path: Path, at: int | None) -> None:
+    """Refuse values of the wrong type when the spec is read, not with a crash mid-run."""
+    for key, what in _TEXT_KEYS.items():
+        if key in value and not isinstance(value[key], str):
+            raise SpecError(path, at, f"{kind}: '{key}' must be {what}")
+    for key in _MAPPING_KEYS & set(value):
+        if value[key] is not None and not isinstance(value[key], dict):
+            raise SpecError(path, at, f"{kind}: '{key}' must map variable names to values")
+    if "call" in value and not _count(value["call"], positive=True):
+        raise SpecError(path, at, f"{kind}: 'call' must be a call number from 1")
+    if "name" in value:
+        name = value["name"]
+        if not isinstance(name, str) or not _SNAPSHOT_NAME.fullmatch(name) or name in {".", ".."}:
+            raise SpecError(
+                path,
+                at,
+                f"{kind}: 'name' must be a plain file name (letters, digits, '_', '-', '.'; "
+                f"no folders), got {name!r}",
+            )
 
 
 def parse_assertions(raw: Any, path: Path, line: int | None) -> list[Check]:
@@ -60,7 +93,11 @@ def parse_assertions(raw: Any, path: Path, line: int | None) -> list[Check]:
         if kind == "llm_calls":
             if isinstance(value, int) and not isinstance(value, bool):
                 value = {"min": value, "max": value}
-            if not isinstance(value, dict) or set(value) - {"min", "max"}:
+            if (
+                not isinstance(value, dict)
+                or set(value) - {"min", "max"}
+                or not all(_count(n, positive=False) for n in value.values())
+            ):
                 raise SpecError(path, at, "llm_calls is a number or {min: N, max: M}")
         elif kind in _MAPPINGS:
             if not isinstance(value, dict):
@@ -77,6 +114,7 @@ def parse_assertions(raw: Any, path: Path, line: int | None) -> list[Check]:
                 isinstance(value["tools"], list) and all(isinstance(t, str) for t in value["tools"])
             ):
                 raise SpecError(path, at, f"{kind}: 'tools' must be a list of tool names")
+            _check_values(kind, value, path, at)
         else:
             raise SpecError(path, at, f"unknown assertion {kind!r}; known: {known}")
         checks.append(Check(CheckKind.WHITEBOX, kind, dict(value), params=dict(value), line=at))
@@ -158,12 +196,34 @@ def check_whitebox(
 
 def _snapshot(check: Check, text: str, folder: Path, update: bool, number: int) -> Verdict:
     file = folder / f"{check.params['name']}.txt"
+    # The name is checked when read; this also catches a snapshot that is a symlink (or a
+    # folder) pointing elsewhere, which would be written through.
+    present = file.exists() or file.is_symlink()
+    if present and (file.resolve().parent != folder.resolve() or not file.is_file()):
+        raise SpecError(
+            check_path(folder), check.line, f"snapshot {file} is not a file in {folder}"
+        )
     if update or not file.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        file.write_text(text, encoding="utf-8")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            file.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(
+                check_path(folder), check.line, f"cannot write snapshot {file}: {exc.strerror}"
+            ) from None
         return Verdict(check.name, str(file), text, True, explanation=f"snapshot written: {file}",
                        line=check.line, turn=number)  # fmt: skip
-    saved = file.read_text(encoding="utf-8")
+    try:
+        saved = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(
+            check_path(folder), check.line, f"cannot read snapshot {file}: {exc}"
+        ) from None
     ok = saved == text
     why = "" if ok else f"instructions differ from snapshot {file}: {json.dumps(saved)[:200]}"
     return Verdict(check.name, saved, text, ok, explanation=why, line=check.line, turn=number)
+
+
+def check_path(snapshots: Path) -> Path:
+    """The spec file of a ``<spec>.snapshots`` folder, for error messages."""
+    return snapshots.with_name(snapshots.name.removesuffix(".snapshots"))

@@ -12,6 +12,7 @@ it references (``{step_id.field}``, or the latest message when it names none). E
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,33 @@ def _line_finder(text: str) -> Any:
     return find
 
 
+class _NotJsonNumber(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _refuse_constant(name: str) -> Any:
+    # Python's json reads NaN/Infinity/-Infinity, which JSON does not have: an expected value
+    # of NaN never compares equal, and it would be copied into a report that is not JSON.
+    raise _NotJsonNumber(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 overflows to infinity
+        raise _NotJsonNumber(text)
+    return value
+
+
 def read_eval_payload(text: str, path: Path) -> Suite:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise SpecError(path, exc.lineno, f"invalid JSON: {exc.msg}") from None
+    except _NotJsonNumber as exc:
+        at = _line_finder(text)(exc.name)
+        raise SpecError(path, at, f"invalid JSON: {exc.name} is not a finite JSON number") from None
     except RecursionError:
         raise SpecError(path, 1, "invalid JSON: nested too deeply") from None
     find = _line_finder(text)
@@ -113,6 +136,9 @@ def _evaluator(
         raise SpecError(path, line, f"{kind} comes before any agent.send_message")
     turn = turns[-1]
     actual = step.get("actual")
+    if actual is not None and not isinstance(actual, str):
+        # It is a JSONPath or a ``{step.field}`` reference, both texts.
+        raise SpecError(path, line, f"{kind}: 'actual' must be a JSONPath or {{step.field}} text")
     field = None
     if isinstance(actual, str):
         match = _REF.match(actual.strip())
@@ -132,6 +158,13 @@ def _evaluator(
         return turn, Check(CheckKind.ACTIONS, name, actions, {"rule": rule}, line)
     if kind == "evaluator.bot_response_rating":
         threshold = step.get("threshold", 3.0)
+        # On Salesforce's 1-5 rating scale (a value up to 1 is read as 0..1 by the judge).
+        if (
+            not isinstance(threshold, int | float)
+            or isinstance(threshold, bool)
+            or not 0 <= threshold <= 5
+        ):
+            raise SpecError(path, line, f"{kind}: 'threshold' must be a number from 0 to 5")
         return turn, Check(CheckKind.OUTCOME, name, expected, {"threshold": threshold}, line)
     operator = str(step.get("operator") or "equals")
     allowed = STRING_OPERATORS if kind == "evaluator.string_assertion" else NUMERIC_OPERATORS

@@ -190,6 +190,8 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
         checks.append(_custom(raw, path, line_of(item.get("customEvaluations"), i)))
     for i, metric in enumerate(listing(item.get("metrics"), path, line_of(item), "metrics")):
         at = line_of(item.get("metrics"), i)
+        if not isinstance(metric, str):  # a list or mapping here is unhashable, not a name
+            raise SpecError(path, at, f"a metric is a name, e.g. coherence; got {metric!r}")
         if metric not in METRICS and metric != "output_latency_milliseconds":
             raise SpecError(path, at, f"unknown metric {metric!r}")
         checks.append(standard_check(str(metric), None, path, at))

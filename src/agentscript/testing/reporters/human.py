@@ -1,38 +1,48 @@
 """The human reporter: per case its status, each failed expectation with expected and actual
-(all of them with ``verbose``, plus the generated data), stale recordings, then totals."""
+(all of them with ``verbose``, plus the generated data), stale recordings, then totals.
+
+Every free text (paths, case names, labels, errors, judge reasoning, diffs) goes through
+:func:`terminal_text`, so an escape sequence or a newline in it is shown, never obeyed."""
 
 from __future__ import annotations
 
 import json
 
+from agentscript.testing.reporters.escaping import terminal_text as safe
 from agentscript.testing.results import RunResult, Status, generated_data
+
+
+def _dump(value: object) -> str:
+    # ensure_ascii escapes controls in strings; ``default=repr`` output is escaped again by
+    # ``safe`` in case an object's repr carries raw control characters.
+    return safe(json.dumps(value, default=repr))
 
 
 def render_human(run: RunResult, verbose: bool = False) -> str:
     lines: list[str] = []
     for case in run.cases:
         status = case.status(judged_blocking=run.judged_blocking)
-        lines.append(f"{status.value:<7} {case.spec_path} :: {case.case}")
+        lines.append(f"{status.value:<7} {safe(case.spec_path)} :: {safe(case.case)}")
         if case.error:
-            lines.append(f"    error: {case.error}")
+            lines.append(f"    error: {safe(case.error)}")
         for v in case.verdicts:
             if v.passed and not verbose:
                 continue
             mark = "ok  " if v.passed else ("FAIL" if not v.judged else "fail (judged)")
             at = f" (line {v.line})" if v.line else ""
-            lines.append(f"    {mark} {v.name}{at}")
+            lines.append(f"    {mark} {safe(v.name)}{at}")
             if not v.passed or verbose:
-                lines.append(f"        expected: {json.dumps(v.expected, default=repr)}")
-                lines.append(f"        actual:   {json.dumps(v.actual, default=repr)}")
+                lines.append(f"        expected: {_dump(v.expected)}")
+                lines.append(f"        actual:   {_dump(v.actual)}")
             if v.explanation:
-                lines.append(f"        why:      {v.explanation}")
+                lines.append(f"        why:      {safe(v.explanation)}")
         if verbose:
             for index, turn in enumerate(case.turns, start=1):
                 data = generated_data(turn)
-                lines.append(f"    turn {index} generatedData: {json.dumps(data, default=repr)}")
+                lines.append(f"    turn {index} generatedData: {_dump(data)}")
     for key, diff in run.stale.items():
-        lines.append(f"STALE recording {key}:")
-        lines += ["    " + line for line in diff.splitlines()]
+        lines.append(f"STALE recording {safe(key)}:")
+        lines += ["    " + safe(line) for line in diff.splitlines()]
     counts = run.counts()
     verdicts = [v for c in run.cases for v in c.verdicts]
     lines.append(

@@ -6,7 +6,20 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+from agentscript.testing.reporters.escaping import xml_text
 from agentscript.testing.results import RunResult
+
+
+def _make_well_formed(root: ET.Element) -> None:
+    """Escape what XML 1.0 refuses in every attribute and text: names, labels, errors and
+    judge reasoning are free text, and ElementTree writes control characters as they are."""
+    for element in root.iter():
+        for key, value in element.attrib.items():
+            element.set(key, xml_text(value))
+        if element.text is not None:
+            element.text = xml_text(element.text)
+        if element.tail is not None:
+            element.tail = xml_text(element.tail)
 
 
 def render_junit(run: RunResult, verbose: bool = False) -> str:
@@ -52,5 +65,6 @@ def render_junit(run: RunResult, verbose: bool = False) -> str:
     root.set("tests", str(total))
     root.set("failures", str(failures))
     root.set("errors", str(errors))
+    _make_well_formed(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
