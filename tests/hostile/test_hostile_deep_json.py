@@ -261,7 +261,7 @@ def test_deep_json_judge_answer_is_a_failed_verdict(order_copy: Path) -> None:
     assert verdict["result"] == "FAILURE"
     explained = verdict["metricExplainability"]
     # Too deep to decode (the recursion is caught): not JSON the judge could have meant.
-    assert "the judge did not answer with JSON: '{\"score\": [[[[" in explained
+    assert 'the judge did not answer with JSON: \'{"score": [[[[' in explained
 
 
 def test_deep_json_recording_is_a_model_error(order_copy: Path) -> None:

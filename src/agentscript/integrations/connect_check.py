@@ -9,11 +9,16 @@ Codes: ``config-error`` (agentscript.toml), ``mcp-unknown-server``, ``mcp-unreac
 declare), ``mcp-unknown-input`` (an action input the tool does not take), ``mcp-type-mismatch``
 (declared type against the JSON schema type), ``mcp-unknown-output`` (an output the tool's
 output schema does not have; warning). Nothing here raises on a bad server or file.
+
+Names a server supplies (tools, inputs, outputs, schema types) are printed escaped (control,
+format and bidi characters as ``\\uXXXX``), each cut at :data:`MAX_NAME_CHARS`, and lists of
+them cut at :data:`MAX_LISTED` names: a server must not rewrite or flood the terminal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,11 @@ from agentscript.integrations.config import (
     load_integration_config,
 )
 from agentscript.integrations.mcp_client import McpHub, McpTool, parse_target
+
+MAX_NAME_CHARS = 80
+MAX_LISTED = 30
+# Control, format (bidi overrides, zero-width), separator and unassigned characters.
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 # Agent Script types -> the JSON schema types that accept their values.
 _JSON_TYPES: dict[str, frozenset[str]] = {
@@ -111,7 +121,7 @@ def _check_uses(
                 _diag(
                     "mcp-unknown-tool",
                     f"MCP server '{use.server}' has no tool '{use.tool}'; "
-                    f"it has: {', '.join(sorted(listed)) or 'none'}",
+                    f"it has: {_listing(listed, 'none')}",
                     use,
                 )
             )
@@ -130,7 +140,7 @@ def _list(
         report.diagnostics.append(_diag("mcp-unreachable", str(exc), use))
         report.servers.append(f"mcp server '{use.server}' ({server.describe()}): unreachable")
         return None
-    names = ", ".join(t.name for t in listed) or "no tools"
+    names = _listing((t.name for t in listed), "no tools", sort=False)
     report.servers.append(
         f"mcp server '{use.server}' ({server.transport}: {server.describe()}): {names}"
     )
@@ -142,14 +152,16 @@ def _schema_problems(use: _Use, tool: McpTool) -> list[Diagnostic]:
     assert action is not None
     problems: list[Diagnostic] = []
     where = f"action '{action.name}'"
-    properties = tool.input_schema.get("properties") or {}
-    required = tool.input_schema.get("required") or []
-    for name in required:
-        if name not in action.inputs:
+    properties = _mapping(tool.input_schema.get("properties"))
+    required = tool.input_schema.get("required")
+    tool_name = _shown(tool.name)
+    for name in required if isinstance(required, list) else []:
+        if isinstance(name, str) and name not in action.inputs:
             problems.append(
                 _diag(
                     "mcp-missing-input",
-                    f"{where}: tool '{tool.name}' requires input '{name}'; declare it under inputs:",
+                    f"{where}: tool '{tool_name}' requires input '{_shown(name)}'; "
+                    "declare it under inputs:",
                     use,
                 )
             )
@@ -160,8 +172,8 @@ def _schema_problems(use: _Use, tool: McpTool) -> list[Diagnostic]:
                 problems.append(
                     _diag(
                         "mcp-unknown-input",
-                        f"{where}: tool '{tool.name}' takes no input '{name}'; "
-                        f"it takes: {', '.join(sorted(properties)) or 'nothing'}",
+                        f"{where}: tool '{tool_name}' takes no input '{name}'; "
+                        f"it takes: {_listing(properties, 'nothing')}",
                         use,
                         param.span,
                     )
@@ -176,14 +188,15 @@ def _schema_problems(use: _Use, tool: McpTool) -> list[Diagnostic]:
     if isinstance(out_properties, dict) and not (tool.output_schema or {}).get(
         "additionalProperties"
     ):
+        out_properties = _mapping(out_properties)
         for name, param in action.outputs.items():
             schema = out_properties.get(name)
             if schema is None:
                 problems.append(
                     _diag(
                         "mcp-unknown-output",
-                        f"{where}: tool '{tool.name}' returns no output '{name}'; "
-                        f"it returns: {', '.join(sorted(out_properties)) or 'nothing'}",
+                        f"{where}: tool '{tool_name}' returns no output '{name}'; "
+                        f"it returns: {_listing(out_properties, 'nothing')}",
                         use,
                         param.span,
                         Severity.WARNING,
@@ -204,14 +217,44 @@ def _type_mismatch(param: ParamInfo, schema: Any) -> str | None:
     base = "list" if declared.startswith("list") else declared
     accepted = _JSON_TYPES.get(base)
     json_type = schema.get("type")
-    types = {json_type} if isinstance(json_type, str) else set(json_type or [])
+    listed = json_type if isinstance(json_type, list) else [json_type]
+    types = {t for t in listed if isinstance(t, str)}
     types.discard("null")
     if accepted is None or not types or types & accepted:
         return None
     return (
         f"'{param.name}' is declared {param.type} but the tool's schema says "
-        f"{' or '.join(sorted(types))}"
+        f"{' or '.join(_shown(t) for t in sorted(types)[:MAX_LISTED])}"
     )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A schema's ``properties`` as a dict with string keys; anything else as empty."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str)}
+
+
+def _shown(text: str) -> str:
+    """Server-supplied text fit for one terminal line: escaped, and cut when long."""
+    out = []
+    for char in text[: MAX_NAME_CHARS * 2]:
+        if unicodedata.category(char) in _ESCAPED_CATEGORIES or char == "\\":
+            out.append(char.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(char)
+    shown = "".join(out)
+    if len(shown) > MAX_NAME_CHARS or len(text) > MAX_NAME_CHARS * 2:
+        return shown[:MAX_NAME_CHARS] + "..."
+    return shown
+
+
+def _listing(names: Iterable[str], empty: str, *, sort: bool = True) -> str:
+    """``a, b, c`` of at most MAX_LISTED shown names, then how many more there are."""
+    every = sorted(names) if sort else list(names)
+    shown = ", ".join(_shown(n) for n in every[:MAX_LISTED]) or empty
+    more = len(every) - MAX_LISTED
+    return f"{shown}, ... ({more} more)" if more > 0 else shown
 
 
 def _diag(

@@ -9,8 +9,16 @@ Contract:
 - every call runs under the server's ``timeout``; a tool result with ``isError``, a protocol
   error, a crash, an unreachable server or a timeout raise :class:`ActionError` with a message
   naming the server and the tool (rule S12), never hang and never show a traceback;
+- a call that times out or fails closes the connection (a stdio server is stopped): a server
+  still writing an answer nobody waits for must not keep the hub's loop reading it; the next
+  call starts the server again;
+- a malformed JSON-RPC message from the server (say ``"result": 42``) fails the calls in
+  flight at once, as a protocol error, instead of leaving them to their timeout;
+- an HTTP answer's body is bounded (:data:`~agentscript.models.sdk_provider.MAX_ANSWER_BYTES`,
+  the bound the model clients keep); the SDK bounds each server-sent event itself;
 - header and environment values are expanded from ``${VAR}`` when connecting and never
-  appear in a message or a trace.
+  appear in a message or a trace: a header value that HTTP does not allow (a trailing newline)
+  is refused before any request, and every expanded value is blotted out of error messages.
 
 The sessions live on one background event loop owned by the hub: ``Session.send`` runs each
 turn under its own ``asyncio.run``, and a client session is bound to the loop that opened it.
@@ -23,10 +31,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import logging
 import os
+import re
 import sys
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +48,23 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
+RESTART_NOTE = "(the server will be restarted on the next call)"
+REDACTED = "[redacted]"
+# Expanded values shorter than this are not blotted out of messages: "1" or "on" would garble
+# every message and are no secrets.
+_MIN_SECRET_CHARS = 4
+# Printable ASCII and tab inside, nothing blank at the ends: what an HTTP header value may be
+# (h11 refuses the rest, and its error shows the value).
+_HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+# The SDK logs each unparsable line from a stdio server with its traceback; without a handler
+# of its own, Python's last-resort handler would print that into the user's terminal.
+logging.getLogger("mcp.client").addHandler(logging.NullHandler())
+
+
+class McpProtocolError(Exception):
+    """The server broke the protocol (a malformed message, an oversized answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +124,8 @@ class _Connection:
         self.session: ClientSession | None = None
         self.tools: dict[str, McpTool] | None = None
         self.starts = 0
+        self.secrets: frozenset[str] = frozenset()
+        self._fault: asyncio.Future[str] | None = None
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._lock: asyncio.Lock | None = None
@@ -113,6 +142,7 @@ class _Connection:
             # After a connect timeout nobody awaits ``ready``; a late failure is still read.
             ready.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._stop = asyncio.Event()
+            self._fault = asyncio.get_running_loop().create_future()
             self._task = asyncio.create_task(self._own(ready, self._stop))
             try:
                 self.session = await asyncio.wait_for(
@@ -136,8 +166,10 @@ class _Connection:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport(mcp))
-                session = await stack.enter_async_context(mcp.ClientSession(streams[0], streams[1]))
-                await session.initialize()
+                session = await stack.enter_async_context(
+                    mcp.ClientSession(streams[0], streams[1], message_handler=self._on_message)
+                )
+                await self.guarded(session.initialize())
                 ready.set_result(session)
                 await stop.wait()
         except BaseException as exc:  # reported to the waiting caller, never raised here
@@ -148,11 +180,33 @@ class _Connection:
         finally:
             self.session = None
 
+    async def guarded(self, work: Awaitable[T]) -> T:
+        """``work``'s result, or McpProtocolError as soon as the server breaks the protocol."""
+        task = asyncio.ensure_future(work)
+        fault = self._fault
+        try:
+            if fault is not None:
+                waited: set[asyncio.Future[Any]] = {task, fault}
+                await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+            if fault is not None and fault.done() and not task.done():
+                raise McpProtocolError(fault.result())
+            return await task
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _on_message(self, message: Any) -> None:
+        """The session's message handler: transport faults that doom the calls in flight."""
+        reason = _protocol_fault(message)
+        if reason and self._fault is not None and not self._fault.done():
+            self._fault.set_result(reason)
+
     def _transport(self, mcp: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         config = self.config
         table = f"[mcp.servers.{config.name}]"
         if config.command:
             env = {k: expand_env(v, f"{table} env {k}") for k, v in config.env}
+            self.secrets = _secret_forms(config.env, env.values())
             # ${PYTHON} is the interpreter running agentscript: a server written in Python
             # then finds the packages agentscript was installed with.
             command = expand_env(
@@ -170,15 +224,30 @@ class _Connection:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         headers = {k: expand_env(v, f"{table} header {k}") for k, v in config.headers}
-        client = create_mcp_http_client(headers=headers)
+        self.secrets = _secret_forms(config.headers, headers.values())
+        for name, value in headers.items():
+            _check_header(name, value, table)
+        # The SDK's own client (its timeouts and redirect rules), asked for uncompressed answers
+        # and bounded as the model clients' are: the cap counts bytes as they arrive.
+        client = create_mcp_http_client(headers={"Accept-Encoding": "identity", **headers})
+        client.event_hooks = {"response": [_capped_answer_hook(type(client))]}
         return streamable_http_client(config.url or "", http_client=client)
+
+    def describe(self, exc: BaseException) -> str:
+        """:func:`_describe` with every expanded header and environment value blotted out."""
+        return self.redact(_describe(exc))
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text
 
     def _connect_error(self, exc: BaseException) -> ActionError:
         if isinstance(exc, ActionError):
             return exc
         if isinstance(exc, ConfigError):
             return ActionError(str(exc))
-        detail = _describe(exc)
+        detail = self.describe(exc)
         return ActionError(
             f"cannot start MCP server '{self.config.name}' ({self.config.describe()}): {detail}"
         )
@@ -187,6 +256,7 @@ class _Connection:
         """End the session and its transport (the stdio process ends with it)."""
         task, stop = self._task, self._stop
         self._task = self._stop = None
+        self._fault = None
         self.session = None
         if task is None or stop is None:
             return
@@ -301,34 +371,44 @@ class McpHub:
         session = await connection.ensure()
         try:
             result = await asyncio.wait_for(
-                session.call_tool(tool, arguments), timeout=config.timeout
+                connection.guarded(session.call_tool(tool, arguments)), timeout=config.timeout
             )
         except TimeoutError:
-            raise ActionError(f"{where} timed out after {config.timeout:g} s") from None
-        except Exception as exc:
-            # A broken connection (crash, closed stream): drop the session so the next call
-            # starts the server again.
+            # The server may still be sending the answer (an endless line): only closing the
+            # connection stops the hub's loop from reading it.
             await connection.close()
             raise ActionError(
-                f"{where} failed: {_describe(exc)} (the server will be restarted on the next call)"
+                f"{where} timed out after {config.timeout:g} s {RESTART_NOTE}"
+            ) from None
+        except Exception as exc:
+            # A broken connection (crash, closed stream, protocol error): drop the session so
+            # the next call starts the server again.
+            await connection.close()
+            raise ActionError(
+                f"{where} failed: {connection.describe(exc)} {RESTART_NOTE}"
             ) from None
         if result.is_error:
-            raise ActionError(f"{where} reported an error: {_text(result.content) or 'no message'}")
+            message = connection.redact(_text(result.content)) or "no message"
+            raise ActionError(f"{where} reported an error: {message}")
         return _outputs(result)
 
     async def _list(self, connection: _Connection) -> list[McpTool]:
         session = await connection.ensure()
+        name = connection.config.name
         try:
-            listed = await asyncio.wait_for(session.list_tools(), connection.config.timeout)
+            listed = await asyncio.wait_for(
+                connection.guarded(session.list_tools()), connection.config.timeout
+            )
         except TimeoutError:
+            await connection.close()  # see _call: a late answer must not be read forever
             raise ActionError(
-                f"MCP server '{connection.config.name}' did not list its tools within "
-                f"{connection.config.timeout:g} s"
+                f"MCP server '{name}' did not list its tools within "
+                f"{connection.config.timeout:g} s {RESTART_NOTE}"
             ) from None
         except Exception as exc:
             await connection.close()
             raise ActionError(
-                f"MCP server '{connection.config.name}' failed to list its tools: {_describe(exc)}"
+                f"MCP server '{name}' failed to list its tools: {connection.describe(exc)}"
             ) from None
         tools = [
             McpTool(
@@ -366,6 +446,67 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _protocol_fault(message: Any) -> str | None:
+    """Why a transport fault dooms the calls in flight; None for one that does not (a stdio
+    server printing a log line that is not JSON is tolerated, as the SDK does)."""
+    if not isinstance(message, Exception):
+        return None
+    from agentscript.models import sdk_provider
+
+    refused = sdk_provider.answer_refused(message)
+    if refused is not None:
+        return f"the server's answer was refused: {refused}"
+    errors = getattr(message, "errors", None)
+    if not callable(errors):
+        return None
+    with contextlib.suppress(Exception):
+        for error in errors():
+            found = error.get("input")
+            if isinstance(found, dict) and "jsonrpc" in found and "id" in found:
+                return "the server sent a malformed JSON-RPC message"
+    return None
+
+
+def _capped_answer_hook(client_class: type) -> Any:
+    """The model clients' answer bound as a response hook, left off event streams: the SDK
+    bounds each event (1 MiB) and handles them one by one, while a long-lived stream may
+    rightly carry more than one answer's worth in all."""
+    from agentscript.models import answer_cap
+
+    cap = answer_cap.capped_answers(client_class)
+
+    async def hook(response: Any) -> None:
+        content_type = response.headers.get("content-type", "").lower()
+        if not content_type.startswith("text/event-stream"):
+            await cap(response)
+
+    return hook
+
+
+def _check_header(name: str, value: str, table: str) -> None:
+    if not _HEADER_VALUE.fullmatch(value):
+        raise ConfigError(
+            f"{table} header {name}: the value (after ${{VAR}} expansion) has a line break, a "
+            "control or non-ASCII character, or blank space at an end, which HTTP does not "
+            "allow; the value is not shown"
+        )
+
+
+def _secret_forms(
+    templates: tuple[tuple[str, str], ...], expanded: Iterable[str]
+) -> frozenset[str]:
+    """Every way an expanded value may show up in an exception's text: as is, stripped, and
+    escaped as Python shows str and bytes; the environment variables' own values too."""
+    values = list(expanded)
+    for _, template in templates:
+        values += [os.environ.get(n, "") for n in _ENV_REF.findall(template)]
+    forms: set[str] = set()
+    for value in values:
+        for text in (value, value.strip()):
+            forms |= {text, repr(text)[1:-1], repr(text.encode("utf-8", "replace"))[2:-1]}
+    return frozenset(f for f in forms if len(f.strip()) >= _MIN_SECRET_CHARS)
 
 
 def _devnull() -> Any:

@@ -30,8 +30,14 @@ def http_client(sdk: Any) -> Any:
     client_class = sdk.DefaultAsyncHttpxClient
     return client_class(
         headers={"Accept-Encoding": "identity"},
-        event_hooks={"response": [_hook(_http_library(client_class))]},
+        event_hooks={"response": [capped_answers(client_class)]},
     )
+
+
+def capped_answers(client_class: type) -> Callable[[Any], Awaitable[None]]:
+    """The response hook that bounds every answer body of an httpx client of
+    ``client_class`` (the MCP client's too: ``integrations/mcp_client.py``)."""
+    return _hook(_http_library(client_class))
 
 
 def _http_library(client_class: type) -> str:
