@@ -34,7 +34,7 @@ def test_show_choices_of_chat_come_from_the_one_enum() -> None:
     (show,) = [p for p in chat.params if p.name == "show"]
     assert isinstance(show.type, click.Choice)
     assert tuple(show.type.choices) == SHOW_CHOICES == tuple(s.value for s in Show)
-    assert [int(c) for c in ExitCode] == [0, 1, 2]
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 130]
 
 
 def test_a_folder_means_its_agent_files_and_its_mantle_projects(tmp_path: Path) -> None:

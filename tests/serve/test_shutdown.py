@@ -329,8 +329,12 @@ def test_workers_whose_supervisor_was_killed_outright_stop_letting_their_turn_co
         turn.send()
         os.kill(turn.server.proc.pid, signal.SIGKILL)  # the supervisor alone
         turn.server.proc.wait(timeout=10)
-        time.sleep(2.5)  # each worker has noticed by now
+        deadline = time.monotonic() + 20  # each worker looks every second
+        while not _refused(turn.server.url) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert _refused(turn.server.url)  # nobody takes new connections
+        while sum(not _gone(pid) for pid in workers) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
         serving = [pid for pid in workers if not _gone(pid)]
         assert len(serving) == 1  # the idle worker stopped; the busy one drains
         turn.block.unlink()
