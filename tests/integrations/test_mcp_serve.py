@@ -322,3 +322,29 @@ def test_mcp_sessions_past_their_history_budget_evict_the_oldest_idle_one(
     with OpenAIServer(replies) as server:
         kept, first, third = asyncio.run(scenario(_tools(server.base_url)))
     assert first not in kept and third in kept
+
+
+def test_mcp_result_carries_the_confirmation_question_as_serve_does() -> None:
+    from types import SimpleNamespace
+
+    from agentscript.integrations.mcp_server import result_json
+
+    waiting = SimpleNamespace(
+        text="Send 10 EUR to Ada?",
+        node="transfer",
+        escalated=False,
+        ended=False,
+        error=None,
+        confirmation="Send 10 EUR to Ada?",
+    )
+    result = result_json("s1", waiting)  # type: ignore[arg-type]
+    assert result["confirmation"] == "Send 10 EUR to Ada?"
+    assert set(result) == {
+        "session_id",
+        "text",
+        "node",
+        "escalated",
+        "ended",
+        "error",
+        "confirmation",
+    }

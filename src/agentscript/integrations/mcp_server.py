@@ -6,7 +6,8 @@ Two tools:
 - ``send(message, session_id?)``: a conversation; without ``session_id`` a session starts and
   its id comes back in the result, to pass with the next message.
 
-Each result is ``{"session_id", "text", "node", "escalated", "ended", "error"}``. A failed
+Each result is ``{"session_id", "text", "node", "escalated", "ended", "error",
+"confirmation"}``. A failed
 turn is a normal result with ``error`` set (the agent's error message is the text); an
 unknown ``session_id``, a message over ``MAX_MESSAGE_CHARS``, a session whose previous turn
 still runs after ``LOCK_WAIT`` and a failure of the server itself are one-line tool errors.
@@ -148,6 +149,8 @@ def result_json(session_id: str, reply: Reply) -> dict[str, Any]:
         "escalated": reply.escalated,
         "ended": reply.ended,
         "error": reply.error,
+        # The yes/no question a tool call waits for (Mantle confirmations), as serve says it.
+        "confirmation": reply.confirmation,
     }
 
 
