@@ -262,3 +262,46 @@ def test_a_failed_actions_error_text_is_exported_only_with_content_capture(
     assert secret not in str(hidden.status.description)
     shown = failing_turn(content=True)
     assert secret in str(shown.status.description)
+
+
+def test_run_with_a_collector_that_never_answers_exits_after_a_short_flush(
+    tmp_path: Path,
+) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as hung:  # accepts connections, never answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        port = hung.getsockname()[1]
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "120",  # without the bound, the exit waits this long
+        }
+        started = time.monotonic()
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agentscript.cli",
+                "run",
+                str(SECURITY_GATE),
+                "--conversation",
+                str(SECURITY_GATE.with_name("early_update_refused.yaml")),
+                "--json",
+                "--otel",
+                "otlp",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=100,
+        )
+        took = time.monotonic() - started
+    json.loads(run.stdout)
+    assert "Traceback" not in run.stderr
+    assert took < 60  # the exporter's 120 s are not waited for

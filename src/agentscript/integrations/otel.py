@@ -324,6 +324,9 @@ def telemetry_for(mode: str, *, capture_content: bool = False) -> Telemetry:
         return _shared[key]
 
 
+EXIT_FLUSH_MS = 3000
+
+
 def _build(mode: str, capture_content: bool) -> Telemetry:
     try:
         from opentelemetry.sdk.resources import Resource
@@ -339,7 +342,9 @@ def _build(mode: str, capture_content: bool) -> Telemetry:
             f"OpenTelemetry export needs opentelemetry-sdk: {EXTRA_HINT}"
         ) from None
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "agentscript")})
-    provider = SdkTracerProvider(resource=resource)
+    # Its own shutdown at exit waits for an export as long as the exporter's timeout (10 s by
+    # default, and retries): a collector that hangs held every command's exit that long.
+    provider = SdkTracerProvider(resource=resource, shutdown_on_exit=False)
     exporter: SpanExporter
     if mode == "console":
         # stderr: stdout carries `run --json` output and chat replies.
@@ -357,5 +362,16 @@ def _build(mode: str, capture_content: bool) -> Telemetry:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     import atexit
 
-    atexit.register(provider.shutdown)  # flush what is batched when the process ends
+    atexit.register(_flush_at_exit, provider)
     return Telemetry.for_provider(provider, capture_content=capture_content)
+
+
+def _flush_at_exit(provider: Any) -> None:
+    """Send what is batched when the process ends, waiting EXIT_FLUSH_MS at most: the SDK's
+    flush exports in the calling thread with the exporter's own timeout, so it runs in a
+    daemon thread, which an export still hanging then does not keep alive."""
+    flusher = threading.Thread(
+        target=provider.force_flush, name="agentscript-otel-exit-flush", daemon=True
+    )
+    flusher.start()
+    flusher.join(EXIT_FLUSH_MS / 1000)
