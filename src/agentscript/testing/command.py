@@ -9,6 +9,7 @@ usage or a bad spec (the message names the file and line).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import time
 from collections.abc import Callable
@@ -77,8 +78,13 @@ async def run_suites(
     agents: AgentCache,
     options: TestOptions,
     steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] | None = None,
+    *,
+    save_recordings: bool = True,
 ) -> RunResult:
-    """Run every selected case; ``steps`` (when given) collects each agent's trace steps."""
+    """Run every selected case; ``steps`` (when given) collects each agent's trace steps.
+
+    ``save_recordings`` off reads the recordings but never writes them (mutation runs: a
+    mutant's answers must not land in the real spec's recording)."""
     run = RunResult(judged_blocking=options.judge_blocking)
     started = time.perf_counter()
     run_options = RunOptions(
@@ -90,13 +96,18 @@ async def run_suites(
         refresh_stale=options.refresh_stale,
         update_snapshots=options.update_snapshots,
     )
-    gate = asyncio.Semaphore(max(1, options.jobs))
-    stop = False
-    for suite in suites:
-        agent = agents.for_suite(suite, options.agent)
-        store = ReplayStore.open(
+    # Every recording is opened before the first case runs, so a damaged one stops the run
+    # before anything was asked of a live model (and paid for).
+    stores = [
+        ReplayStore.open(
             replay_path(suite.path), record=options.record, refresh_stale=options.refresh_stale
         )
+        for suite in suites
+    ]
+    gate = asyncio.Semaphore(max(1, options.jobs))
+    stop = False
+    for suite, store in zip(suites, stores, strict=True):
+        agent = agents.for_suite(suite, options.agent)
         runner = CaseRunner(agent, suite, store, run_options)
         numbered = [
             (n, c)
@@ -108,21 +119,31 @@ async def run_suites(
             async with gate:
                 return await runner.run(case, number)  # type: ignore[arg-type]
 
-        if options.fail_fast:
-            results = []
-            for number, case in numbered:
-                results.append(await one(number, case))
-                if results[-1].status(judged_blocking=options.judge_blocking) is not Status.PASS:
-                    stop = True
-                    break
-        else:
-            results = list(await asyncio.gather(*(one(n, c) for n, c in numbered)))
+        try:
+            if options.fail_fast:
+                results = []
+                for number, case in numbered:
+                    results.append(await one(number, case))
+                    status = results[-1].status(judged_blocking=options.judge_blocking)
+                    if status is not Status.PASS:
+                        stop = True
+                        break
+            else:
+                results = list(await asyncio.gather(*(one(n, c) for n, c in numbered)))
+        except BaseException:
+            # A spec error mid-suite or Ctrl-C: the answers recorded so far were paid for,
+            # keep them; the original error is the one to report.
+            if save_recordings:
+                with contextlib.suppress(SpecError):
+                    store.save()
+            raise
+        if save_recordings:
+            store.save()
         run.cases += results
         if steps is not None:
             _, collected = steps.setdefault(id(agent), (agent, []))
             collected += [s for r in results for t in r.turns for s in t.steps]
         run.stale.update(store.stale)
-        store.save()
         if stop:
             break
     run.duration_ms = (time.perf_counter() - started) * 1000
@@ -134,6 +155,11 @@ def test_command(
 ) -> ExitCode:
     if options.result_format not in REPORTERS:
         error(f"unknown result format {options.result_format!r}; use {', '.join(REPORTERS)}")
+        return ExitCode.USAGE
+    problem = _output_problem(options)
+    if problem is not None:
+        # Found before any case runs: a run (maybe paid for) must not end unable to write.
+        error(terminal_text(problem))
         return ExitCode.USAGE
     try:
         base = options.agent.parent if options.agent else options.base
@@ -151,6 +177,13 @@ def test_command(
         if not suites:
             error("no spec files found among the given paths")
             return ExitCode.USAGE
+        has_cases = any(suite.cases for suite in suites)
+        if options.pattern and has_cases and not _any_selected(suites, options.pattern):
+            # A typo in -k would otherwise run nothing and pass CI.
+            error(
+                terminal_text(f"-k {options.pattern!r} matches no test case (names and utterances)")
+            )
+            return ExitCode.USAGE
         agents = AgentCache()
         for suite in suites:
             agents.for_suite(suite, options.agent)
@@ -162,15 +195,18 @@ def test_command(
         return ExitCode.USAGE
     text = REPORTERS[options.result_format](run, options.verbose)
     echo(text)
-    below = _report_coverage(options, steps, echo, error)
-    if options.mutate:
-        out = echo if options.result_format == "human" else error
-        for agent_path, group in _by_agent(suites, agents, options).items():
-            out(asyncio.run(_mutation_run(agent_path, group, options)))
-    if options.output_dir is not None:
-        options.output_dir.mkdir(parents=True, exist_ok=True)
-        suffix = SUFFIXES[options.result_format]
-        (options.output_dir / f"test-result.{suffix}").write_text(text, encoding="utf-8")
+    try:
+        below = _report_coverage(options, steps, echo, error)
+        if options.mutate:
+            out = echo if options.result_format == "human" else error
+            for agent_path, group in _by_agent(suites, agents, options).items():
+                out(asyncio.run(_mutation_run(agent_path, group, options)))
+        if options.output_dir is not None:
+            suffix = SUFFIXES[options.result_format]
+            _write(options.output_dir / f"test-result.{suffix}", text, "--output-dir")
+    except (_OutputError, SpecError) as exc:
+        error(terminal_text(str(exc)))
+        return ExitCode.USAGE
     counts = run.counts()
     if below:
         return ExitCode.FAILED
@@ -179,6 +215,49 @@ def test_command(
     if counts[Status.FAILURE] and options.fail_on_assertion:
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _any_selected(suites: list[Suite], pattern: str) -> bool:
+    return any(
+        selected(case.name, [t.utterance for t in case.turns], pattern)
+        for suite in suites
+        for case in suite.cases
+    )
+
+
+def _output_problem(options: TestOptions) -> str | None:
+    """Why an output path cannot be written, or None; the output folder is created here."""
+    if options.output_dir is not None:
+        folder = options.output_dir
+        if folder.exists() and not folder.is_dir():
+            return f"--output-dir {folder}: exists and is not a folder"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"--output-dir {folder}: cannot create the folder: {exc.strerror or exc}"
+    for flag, file in (
+        ("--coverage-json", options.coverage_json),
+        ("--coverage-html", options.coverage_html),
+    ):
+        if file is None:
+            continue
+        if file.is_dir():
+            return f"{flag} {file}: is a folder; give a file name"
+        parent = file.parent
+        if not parent.is_dir():
+            return f"{flag} {file}: the folder {parent} does not exist; create it first"
+    return None
+
+
+class _OutputError(Exception):
+    """An output file could not be written after the run (e.g. no permission)."""
+
+
+def _write(path: Path, text: str, flag: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _OutputError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _report_coverage(
@@ -198,9 +277,9 @@ def _report_coverage(
         for cov in measured:
             out(agent_coverage.render_table(cov))
     if options.coverage_json is not None:
-        options.coverage_json.write_text(agent_coverage.render_json(measured), encoding="utf-8")
+        _write(options.coverage_json, agent_coverage.render_json(measured), "--coverage-json")
     if options.coverage_html is not None:
-        options.coverage_html.write_text(agent_coverage.render_html(measured), encoding="utf-8")
+        _write(options.coverage_html, agent_coverage.render_html(measured), "--coverage-html")
     if options.fail_under is None:
         return False
     low = [c for c in measured if c.percent < options.fail_under]
@@ -242,7 +321,9 @@ async def _mutation_run(agent_path: Path, suites: list[Suite], options: TestOpti
             cache.load(mutant_path, suites[0].path)
         except SpecError:
             raise mutation.invalid() from None
-        run = await run_suites(suites, cache, replace(quiet, agent=mutant_path))
+        run = await run_suites(
+            suites, cache, replace(quiet, agent=mutant_path), save_recordings=False
+        )
         return run.failed
 
     await mutation.run_mutants(agent_path, mutants, suite_fails)

@@ -14,7 +14,9 @@ cannot read; :meth:`JsonPath.find` returns every match in document order.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,16 +42,68 @@ _OPS = ("==", "!=", "<=", ">=", "<", ">")
 MAX_NESTING = 32
 
 
+# Each `..*` can multiply the matches by the size of the value: chained (`$..*..*..*`) over a
+# deeply nested value the count grows like size**n and a run would take minutes or exhaust
+# memory. One evaluation (filters included) may visit at most this many values.
+MAX_VISITS = 200_000
+
+
+class JsonPathTooBroad(ValueError):
+    """The path visited more than :data:`MAX_VISITS` values in one evaluation."""
+
+    def __init__(self, path: str) -> None:
+        shown = path if len(path) <= 80 else path[:80] + "..."
+        super().__init__(
+            f"JSONPath {shown!r} matches too much (more than {MAX_VISITS} values visited); "
+            "make it more specific, e.g. fewer '..' steps"
+        )
+
+
+class _Budget:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.left = MAX_VISITS
+
+    def spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise JsonPathTooBroad(self.path)
+
+
+# The budget of the evaluation under way, shared with the paths of its filters (`@...`), which
+# run once per candidate and could otherwise each spend a full budget.
+_BUDGET: ContextVar[_Budget | None] = ContextVar("jsonpath_budget", default=None)
+
+
+def _spend(count: int) -> None:
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.spend(count)
+
+
 @dataclass(frozen=True)
 class JsonPath:
     text: str
     selectors: tuple[Selector, ...]
 
     def find(self, data: Any) -> list[Any]:
-        current = [data]
-        for select in self.selectors:
-            current = [found for item in current for found in select(item)]
-        return current
+        """Every match in document order; :class:`JsonPathTooBroad` past :data:`MAX_VISITS`."""
+        token = None
+        if _BUDGET.get() is None:
+            token = _BUDGET.set(_Budget(self.text))
+        try:
+            current = [data]
+            for select in self.selectors:
+                found: list[Any] = []
+                for item in current:
+                    matches = select(item)
+                    _spend(len(matches) + 1)
+                    found.extend(matches)
+                current = found
+            return current
+        finally:
+            if token is not None:
+                _BUDGET.reset(token)
 
 
 def compile_path(text: str) -> JsonPath:
@@ -83,14 +137,17 @@ def _index(index: int) -> Selector:
 def _descend(name: str | None) -> Selector:
     def select(value: Any) -> list[Any]:
         found: list[Any] = []
-        stack = [value]
-        while stack:
-            item = stack.pop(0)
+        queue = deque([value])
+        while queue:
+            item = queue.popleft()
+            children = _children(item)
+            # Spent while walking: one value's descendants alone can be far too many.
+            _spend(len(children) + 1)
             if name is None:
-                found.extend(_children(item))
+                found.extend(children)
             elif isinstance(item, dict) and name in item:
                 found.append(item[name])
-            stack.extend(_children(item))
+            queue.extend(children)
         return found
 
     return select

@@ -194,8 +194,12 @@ async def run_mutants(agent_path: Path, mutants: list[Mutant], suite_fails: RunS
     with tempfile.TemporaryDirectory(prefix="agentscript-mutant-") as scratch:
         for mutant in mutants:
             copy = Path(scratch) / f"m{id(mutant)}"
-            shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("*.replay.json", ".*"))
-            (copy / mutant.file).write_text(mutant.text, encoding="utf-8")
+            # Links are copied as links: following them, a link to a parent folder (sub/up -> ..)
+            # copies the folder into itself until the path is too long.
+            shutil.copytree(
+                folder, copy, symlinks=True, ignore=shutil.ignore_patterns("*.replay.json", ".*")
+            )
+            _own_file(copy, mutant.file).write_text(mutant.text, encoding="utf-8")
             target = copy if agent_path.is_dir() else copy / agent_path.name
             try:
                 failed = await suite_fails(target)
@@ -204,6 +208,24 @@ async def run_mutants(agent_path: Path, mutants: list[Mutant], suite_fails: RunS
             else:
                 mutant.status = "killed" if failed else "survived"
             shutil.rmtree(copy, ignore_errors=True)
+
+
+def _own_file(copy: Path, relative: Path) -> Path:
+    """``copy / relative``, with every link on the way replaced by a real copy of its target.
+
+    The copy keeps links as links, so writing the mutated file through one would edit the
+    user's real file (or the file shared by every mutant)."""
+    current = copy
+    for part in relative.parts:
+        current = current / part
+        if current.is_symlink():
+            target = current.resolve()
+            current.unlink()
+            if target.is_dir():
+                shutil.copytree(target, current, symlinks=True)
+            elif target.is_file():
+                shutil.copy2(target, current)
+    return current
 
 
 class _Invalid(Exception):

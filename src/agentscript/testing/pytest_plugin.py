@@ -87,9 +87,10 @@ class SpecCase(pytest.Item):
             agent = agents.for_suite(self.suite, Path(override) if override else None)
         except SpecError as exc:
             raise SpecCaseFailed(_error_result(self.suite, self.case, str(exc))) from None
-        store = ReplayStore.open(replay_path(self.suite.path))
-        runner = CaseRunner(agent, self.suite, store, RunOptions())
         try:
+            # A damaged recording is a SpecError too: the case fails naming the file.
+            store = ReplayStore.open(replay_path(self.suite.path))
+            runner = CaseRunner(agent, self.suite, store, RunOptions())
             result = asyncio.run(runner.run(self.case, self.number))
         except SpecError as exc:  # found while running (e.g. a snapshot path that is a folder)
             raise SpecCaseFailed(_error_result(self.suite, self.case, str(exc))) from None

@@ -13,9 +13,12 @@ File: ``<spec>.replay.json`` beside the spec, ``{"format": "agentscript-replay/1
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +31,51 @@ from agentscript.models.base import (
     TextSink,
     ToolCall,
 )
+from agentscript.testing.errors import SpecError
 
 FORMAT = "agentscript-replay/1"
+_FIX = "delete it and re-record with --record --model MODEL"
+
+
+class RecordingError(SpecError):
+    """A recording file that cannot be used; like a spec error it stops the run (usage exit)."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(path, None, message)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    return "null" if value is None else type(value).__name__
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """Why a recorded call cannot be replayed, checked on opening so replay never trips on it."""
+    if not isinstance(entry, dict):
+        return f"must be an object with hash, prompt and response, not {_kind(entry)}"
+    if not isinstance(entry.get("hash"), str):
+        return "'hash' must be a string"
+    if not isinstance(entry.get("prompt", ""), str):
+        return "'prompt' must be a string"
+    response = entry.get("response")
+    if not isinstance(response, dict):
+        return "'response' must be an object"
+    if not isinstance(response.get("text"), str | None):
+        return "'response.text' must be a string or null"
+    calls = response.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return "'response.tool_calls' must be a list"
+    for call in calls:
+        if not isinstance(call, dict) or "id" not in call or "name" not in call:
+            return "each tool call must be an object with id and name"
+    return None
 
 
 class ReplayMissing(ModelError):
@@ -92,24 +138,75 @@ class ReplayStore:
 
     @staticmethod
     def open(path: Path, *, record: bool = False, refresh_stale: bool = False) -> ReplayStore:
+        """The store of ``path`` (empty when the file does not exist yet).
+
+        Raises :class:`RecordingError` when the file is there but is not a usable recording."""
         store = ReplayStore(path, record=record, refresh_stale=refresh_stale)
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ModelError(f"{path}: cannot read the recording: {exc}") from None
-            except RecursionError:
-                raise ModelError(f"{path}: cannot read the recording: nested too deeply") from None
-            if not isinstance(data, dict) or data.get("format") != FORMAT:
-                raise ModelError(f"{path}: not a recording (expected format {FORMAT})")
-            store.calls = dict(data.get("calls") or {})
+        if not path.exists() and not path.is_symlink():
+            return store
+        if not path.is_file():
+            raise RecordingError(path, "is not a regular file; " + _FIX)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise RecordingError(
+                path, f"cannot read the recording: {exc.strerror or exc}"
+            ) from None
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise RecordingError(
+                path, "not a recording: the file is not UTF-8 text; " + _FIX
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise RecordingError(
+                path, f"not a recording: invalid JSON at line {exc.lineno}; " + _FIX
+            ) from None
+        except RecursionError:
+            raise RecordingError(path, "not a recording: JSON nested too deeply; " + _FIX) from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise RecordingError(path, f"not a recording (expected format {FORMAT}); " + _FIX)
+        calls = data.get("calls")
+        if calls is None:
+            calls = {}
+        if not isinstance(calls, dict):
+            raise RecordingError(
+                path, f"'calls' must be an object of recorded calls, not {_kind(calls)}; " + _FIX
+            )
+        for key, entry in calls.items():
+            problem = _entry_problem(entry)
+            if problem is not None:
+                shown = key if len(key) <= 80 else key[:80] + "..."
+                raise RecordingError(path, f"recorded call {shown!r}: {problem}; " + _FIX)
+        store.calls = dict(calls)
         return store
 
     def save(self) -> None:
+        """Write the recording if this run changed it.
+
+        Atomically (a temporary file beside it, then ``os.replace``): a run stopped mid-write
+        must never leave a truncated recording that the next run cannot read."""
         if not self.dirty:
             return
         data = {"format": FORMAT, "calls": dict(sorted(self.calls.items()))}
-        self.path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", "utf-8")
+        text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+        folder = self.path.parent
+        try:
+            handle, temporary = tempfile.mkstemp(
+                prefix=f".{self.path.name}.", suffix=".tmp", dir=folder
+            )
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8") as out:
+                    out.write(text)
+                os.replace(temporary, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+        except OSError as exc:
+            raise RecordingError(
+                self.path, f"cannot save the recording: {exc.strerror or exc}"
+            ) from None
         self.dirty = False
 
     async def answer(self, key: str, request: ModelRequest, live: Model | None) -> ModelResponse:

@@ -68,12 +68,35 @@ def _variables(agent: AgentBase, given: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def recording_keys(suite: Suite) -> dict[int, str]:
+    """Each case's key in the recording (by ``id`` of the case): ``<suite>/<case name>``.
+
+    Two cases may share a name (an NGT case's ``x-agentscript.name`` covers all its inputs); the
+    second and later ones get `` #2``, `` #3``... so one case's answers never overwrite
+    another's. The first keeps the plain key, so recordings of uniquely named cases (nearly
+    all of them) stay valid."""
+    names = {case.name for case in suite.cases}
+    taken: set[str] = set()
+    keys: dict[int, str] = {}
+    for case in suite.cases:
+        name = case.name
+        if name in taken:
+            n = 2
+            while f"{case.name} #{n}" in taken or f"{case.name} #{n}" in names:
+                n += 1
+            name = f"{case.name} #{n}"
+        taken.add(name)
+        keys[id(case)] = f"{suite.name}/{name}"
+    return keys
+
+
 class CaseRunner:
     def __init__(self, agent: AgentBase, suite: Suite, store: ReplayStore, options: RunOptions):
         self.agent = agent
         self.suite = suite
         self.store = store
         self.options = options
+        self.keys = recording_keys(suite)
 
     @property
     def rule(self) -> MatchRule:
@@ -122,7 +145,8 @@ class CaseRunner:
         )
 
     async def _run(self, case: Case, result: CaseResult) -> None:
-        replay = ReplayModel(self.store, self.options.model, f"{self.suite.name}/{case.name}")
+        key = self.keys.get(id(case), f"{self.suite.name}/{case.name}")
+        replay = ReplayModel(self.store, self.options.model, key)
         scripted = ScriptedModel()
         chooser = _Chooser(replay, scripted)
         session = self._session(case, chooser)

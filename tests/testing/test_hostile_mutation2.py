@@ -1,0 +1,81 @@
+"""``--mutate`` on hostile folders: a symlink loop is copied as a link (not followed into itself),
+mutants are never written through a link into the user's files, and mutation runs never write
+the real spec's recording."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import ROOT
+from helpers import run_test
+
+from fakes.llm_servers import FakeCall, OpenAIServer, Reply
+
+ENV = {"OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_CONFIG": "/nonexistent"}
+
+
+def test_mutate_copies_a_symlink_loop_as_a_link(order_copy: Path) -> None:
+    (order_copy / "sub").mkdir()
+    (order_copy / "sub" / "up").symlink_to("..")
+    spec = order_copy / "specs" / "Order_Status-testSpec.yaml"
+    agent = order_copy / "order_status.agent"
+    code, out, err = run_test(str(spec), "--agent", str(agent), "--mutate")
+    assert code == 0, out + err
+    assert "Traceback" not in out + err
+    assert "mutation testing of" in out and "mutation score" in out
+    assert (order_copy / "sub" / "up").is_symlink()
+
+
+def test_mutant_is_not_written_through_a_linked_skill_file(tmp_path: Path) -> None:
+    project = tmp_path / "card_bank"
+    shutil.copytree(ROOT / "examples" / "card_bank", project)
+    real = tmp_path / "shared_skill.md"
+    skill = project / "skills" / "card_replace" / "skill.md"
+    shutil.move(skill, real)
+    skill.symlink_to(real)
+    before = real.read_bytes()
+    code, out, err = run_test(str(project / "conversations"), "--mutate")
+    assert code == 0, out + err
+    assert "Traceback" not in out + err
+    assert "mutation testing of" in out and "killed" in out
+    assert real.read_bytes() == before
+    assert skill.is_symlink()
+
+
+LIVE_SPEC = """name: Live
+subjectName: Order_Status
+x-agentscript:
+  actions:
+    get_delivery_date: {outputs: {delivery_date: "February 10, 2026"}}
+    check_if_late: {outputs: {is_late: false}}
+testCases:
+  - utterance: Where is my order?
+    expectedTopic: Order_Management
+    contextVariables: [{name: Id, value: "1234"}]
+"""
+
+
+def test_mutation_runs_do_not_write_the_real_recording(order_copy: Path) -> None:
+    spec = order_copy / "live.yaml"
+    spec.write_text(LIVE_SPEC, encoding="utf-8")
+    turn = [Reply(calls=[FakeCall.of("go_to_orders", {})]), Reply(text="February 10.")]
+    with OpenAIServer(turn) as server:
+        code, _, err = run_test(
+            str(spec), "--record", "--model", "openai:m", "--base-url", server.base_url, env=ENV
+        )
+    assert code == 0, err
+    recording = order_copy / "live.yaml.replay.json"
+    before = recording.read_bytes()
+    # Mutants that reach an unrecorded call ask the live model: those answers must stay out.
+    with OpenAIServer([Reply(text="mutant answer") for _ in range(100)]) as server:
+        code, out, err = run_test(
+            str(spec), "--mutate", "--model", "openai:m", "--base-url", server.base_url, env=ENV
+        )
+        asked = len(server.requests)
+    assert code == 0, out + err
+    assert "mutation testing of" in out
+    assert asked > 0  # the mutants did reach the live model
+    assert recording.read_bytes() == before
+    assert "mutant answer" not in json.dumps(json.loads(before))
