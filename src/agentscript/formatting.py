@@ -48,10 +48,13 @@ class FormattedFile:
         )
 
     def write(self) -> None:
-        """Write the formatted text back, keeping the file's line endings."""
+        """Write the formatted text back, keeping the file's line endings; a write that fails
+        (OSError) leaves the file as it was."""
+        from agentscript.writing import write_text_atomically
+
         assert self.text is not None and self.formatted is not None
         newline = "\r\n" if "\r\n" in self.text else None
-        self.path.write_text(self.formatted, encoding="utf-8", newline=newline)
+        write_text_atomically(self.path, self.formatted, newline=newline)
 
 
 def format_path(path: Path, *, fix: bool = False) -> FormattedFile:

@@ -135,14 +135,13 @@ def configured_limits(start: Path | None = None) -> tuple[Limits, Path | None]:
     reports an unreadable file); a bad ``[limits]`` table is a ValueError naming the field.
     """
     # the one rule for finding the file, and the one size cap for reading it
-    from agentscript.models.config import MAX_CONFIG_BYTES, find_config
-    from agentscript.reading import read_file_text
+    from agentscript.models.config import find_config, read_toml
 
     path = find_config(start)
     if path is None:
         return Limits(), None
     try:
-        data = tomllib.loads(read_file_text(path, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8"))
+        data = read_toml(path)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return Limits(), path
     table = data.get("limits")

@@ -114,8 +114,7 @@ def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") 
 
 def load_settings(start: Path | None) -> ActionSettings:
     """The settings for an agent in folder ``start`` (defaults without a config file)."""
-    from agentscript.models.config import MAX_CONFIG_BYTES, find_config
-    from agentscript.reading import read_file_text
+    from agentscript.models.config import find_config, read_toml
 
     if start is None:  # an agent made from text: no folder, no file
         return ActionSettings()
@@ -123,7 +122,7 @@ def load_settings(start: Path | None) -> ActionSettings:
     if path is None or not path.is_file():
         return ActionSettings()
     try:
-        data = tomllib.loads(read_file_text(path, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8"))
+        data = read_toml(path)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ActionConfigError(f"{path}: cannot read: {exc}") from None
     return parse_settings(data, where=str(path))

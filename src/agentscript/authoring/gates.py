@@ -29,8 +29,7 @@ from agentscript.check.outline import AgentOutline
 from agentscript.engine.program import Program
 from agentscript.expr.nodes import AtName, Expr, Literal, Member
 from agentscript.expr.parser import parse_expression
-from agentscript.models.config import MAX_CONFIG_BYTES
-from agentscript.reading import read_file_text
+from agentscript.models.config import read_toml
 from agentscript.syntax.tree import Block, CollectStmt, IfStmt, RunStmt, SetStmt
 
 ANY = object()  # a write whose value is not known statically (an action output, the model)
@@ -285,8 +284,7 @@ def load_asserts(agent_path: Path) -> tuple[list[Assertion], list[str]]:
     if config is None:
         return [], []
     try:
-        source = read_file_text(config, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8")
-        data = tomllib.loads(source)
+        data = read_toml(config)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         return [], [f"{config}: cannot read: {exc}"]
     raw = data.get("assert", [])

@@ -44,7 +44,14 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool, apply_fixes: 
         elif check_only:
             click.echo(f"would reformat {path}")
         else:
-            result.write()
+            try:
+                result.write()
+            except OSError as exc:
+                click.echo(
+                    f"{path}: not written ({exc.strerror or exc}); it is unchanged", err=True
+                )
+                failed = True
+                continue
             click.echo(f"reformatted {path}")
     if failed:
         exit_with(ExitCode.USAGE if changed == 0 else ExitCode.FAILED)

@@ -90,14 +90,13 @@ def load_integration_config(
     path = path or find_config(start)
     if path is None:
         return IntegrationConfig()
-    from agentscript.models.config import MAX_CONFIG_BYTES
-    from agentscript.reading import read_file_text
+    from agentscript.models.config import read_toml
 
     if not path.exists():
         # $AGENTSCRIPT_CONFIG naming no file means "no configuration", as for [limits].
         return IntegrationConfig()
     try:
-        data = tomllib.loads(read_file_text(path, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8"))
+        data = read_toml(path)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:

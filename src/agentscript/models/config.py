@@ -26,6 +26,20 @@ from agentscript.reading import read_file_text
 MAX_CONFIG_BYTES = 1024 * 1024
 
 CONFIG_FILE = "agentscript.toml"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """``agentscript.toml`` at ``path``, read within MAX_CONFIG_BYTES. OSError and
+    UnicodeDecodeError for the file, ``tomllib.TOMLDecodeError`` for its text: a document nested
+    too deeply for the parser included (``tomllib`` recurses, and 100,000 nested arrays, 200 kB,
+    ended in a RecursionError traceback)."""
+    text = read_file_text(path, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8")
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise tomllib.TOMLDecodeError("values nested too deeply") from None
+
+
 DEFAULT_ENV = "AGENTSCRIPT_MODEL"
 CONFIG_ENV = "AGENTSCRIPT_CONFIG"
 
@@ -129,7 +143,7 @@ def load_config(path: Path | None = None, *, start: Path | None = None) -> Model
     if path is None:
         return ModelConfig()
     try:
-        data = tomllib.loads(read_file_text(path, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8"))
+        data = read_toml(path)
     except OSError as exc:
         raise ModelError(
             f"{path}: cannot read model configuration: {exc.strerror or exc}"
