@@ -3,38 +3,76 @@ the source line and a caret under the span.
 
 ``render_diagnostic`` is pure (lines in, text out); ``source_lines`` reads a file for it and
 returns None for an unreadable or binary file, whose bytes are never echoed. Colour is ANSI
-through click's ``style`` and only when asked for.
+through click's ``style`` and only when asked for. ``terminal_safe`` is for any text from an
+agent file that is printed: it makes control characters visible instead of letting them act.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
 from agentscript.diagnostics import Diagnostic
 from agentscript.reading import read_file_bytes
+from agentscript.source import normalise_newlines
+
+# The same set as agentscript.testing.reporters.escaping (C0/C1 controls, DEL, bidi overrides
+# and isolates, line/paragraph separators, lone surrogates) plus the two XML non-characters, so
+# one pass makes text safe for a terminal and for SVG. Kept here, not imported: importing that
+# module loads the whole test runner package, which the authoring commands must not depend on.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069"
+    "\ud800-\udfff\ufffe\uffff]"
+)
+_UNSAFE_BUT_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069"
+    "\ud800-\udfff\ufffe\uffff]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str, keep_newlines: bool = False) -> str:
+    """``text`` with every control, bidi and separator character written as a visible
+    ``\\xNN``/``\\uNNNN`` (an ESC from an agent file would otherwise drive the terminal, a
+    C0 control makes SVG not well-formed). ``keep_newlines`` leaves ``\\n`` for multi-line
+    blocks; otherwise the result is one line."""
+    return (_UNSAFE_BUT_NEWLINE if keep_newlines else _UNSAFE).sub(_visible, text)
+
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
 def render_diagnostic(diag: Diagnostic, lines: list[str] | None, color: bool = False) -> str:
     """``diag`` as its head line, plus the source line and a caret when ``lines`` has it."""
-    head = diag.format()
+    head = terminal_safe(diag.format())
     if color:
         head = click.style(head, fg=_COLOURS[diag.severity.value], bold=diag.is_error)
     if not lines or not (1 <= diag.span.line <= len(lines)):
         return head
     raw = lines[diag.span.line - 1]
-    source = raw.expandtabs(4)
-    # Columns count a tab as one character; the line is shown with tabs expanded, so the caret
-    # is placed by the expanded width of what precedes it (a tab-indented file was off by 3 per
-    # tab before).
+
+    def shown(text: str) -> str:
+        return terminal_safe(text.expandtabs(4))
+
+    source = shown(raw)
+    # Columns count a tab or a control character as one character; the line is shown with tabs
+    # expanded and controls escaped, so the caret is placed by the shown width of what precedes
+    # it (a tab-indented file was off by 3 per tab before).
     first = max(diag.span.column - 1, 0)
-    start = len(raw[:first].expandtabs(4))
+    start = len(shown(raw[:first]))
     if diag.span.end_line == diag.span.line:
         last = max(diag.span.end_column - 1, first)
-        width = len(raw[:last].expandtabs(4)) - start
+        width = len(shown(raw[:last])) - start
     else:
         width = len(source) - start
     caret = " " * start + "^" * max(1, min(width, max(1, len(source) - start)))
@@ -51,7 +89,13 @@ def source_lines(path: str | Path) -> list[str] | None:
         return None
     if b"\x00" in data[:8192]:
         return None  # a binary file: its bytes are not echoed under the diagnostic
-    return data.decode("utf-8-sig", errors="replace").splitlines()
+    # Lines split as the parser splits them (LF, CRLF, lone CR): str.splitlines() also breaks
+    # at \f, \x1c-\x1e, \x85, \u2028 and \u2029, so one of those in a comment shifted every
+    # later line and the diagnostic quoted the wrong one.
+    text = normalise_newlines(data.decode("utf-8-sig", errors="replace"))
+    if text.endswith("\n"):
+        text = text[:-1]
+    return text.split("\n") if text else []
 
 
 def render_report(results: list[tuple[Path, list[Diagnostic]]], color: bool = False) -> list[str]:
@@ -97,4 +141,5 @@ __all__ = [
     "render_load_errors",
     "render_report",
     "source_lines",
+    "terminal_safe",
 ]

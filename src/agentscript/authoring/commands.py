@@ -1,8 +1,10 @@
 """The authoring commands as functions: ``prompts``, ``graph`` and ``check-gates``.
 
 Each takes a path and output streams, prints, and returns the exit code (0 done, 1 the agent
-has errors or an assertion failed, 2 bad usage), so the CLI stays a thin parser of options.
-An agent with errors is reported with its diagnostics, never analysed half-checked.
+has errors or an assertion failed, 2 bad usage: a path that cannot be read, as for ``validate``),
+so the CLI stays a thin parser of options. An agent with errors is reported with its
+diagnostics, never analysed half-checked. Text taken from the agent is printed through
+``terminal_safe``: a string literal in a guard must not drive the terminal.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, TextIO
 
 from agentscript.check.outline import AgentOutline
 from agentscript.diagnostics import Diagnostic
+from agentscript.render import terminal_safe
 
 
 @dataclass(slots=True)
@@ -49,42 +52,59 @@ def load_for_authoring(path: Path) -> tuple[Loaded | None, list[Diagnostic]]:
 
 
 def _report(diagnostics: list[Diagnostic], path: Path, err: TextIO) -> int:
+    from agentscript.discover import any_unreadable
+
+    shown = terminal_safe(str(path))
     for diag in diagnostics:
-        where = diag.file or str(path)
+        where = terminal_safe(diag.file or str(path))
         err.write(
             f"{where}:{diag.span.line}:{diag.span.column}: {diag.severity}[{diag.code}]: "
-            f"{diag.message}\n"
+            f"{terminal_safe(diag.message)}\n"
         )
+    if any_unreadable(diagnostics):
+        return 2  # a path that cannot be read is bad usage, as for `validate` and `fmt`
     if not diagnostics:
-        err.write(f"{path}: not an agent file or Mantle project\n")
-    err.write(f"{path}: fix the errors above first (agentscript validate {path})\n")
+        err.write(f"{shown}: not an agent file or Mantle project\n")
+    err.write(f"{shown}: fix the errors above first (agentscript validate {shown})\n")
     return 1
 
 
 def prompts_command(path: Path, node: str | None, fmt: str, out: TextIO, err: TextIO) -> int:
     """``agentscript prompts``: every reachable effective prompt, per node or skill."""
-    from agentscript.authoring.prompts import node_prompts, skill_prompts
+    from agentscript.authoring.prompts import node_prompts, skill_catalogue, skill_prompts
 
     loaded, diagnostics = load_for_authoring(path)
     if loaded is None:
         return _report(diagnostics, path, err)
+    catalogue = None
+    # `--node` filters before the walk: one skill of a large project costs one skill.
     if loaded.outline is not None:
-        results = node_prompts(loaded.outline)
+        results = node_prompts(loaded.outline, only=node)
     else:
-        results = skill_prompts(loaded.project)
-    if node is not None:
-        results = [r for r in results if r.node == node]
-        if not results:
-            err.write(f"{path}: no node or skill named {node!r}\n")
-            return 2
+        results = skill_prompts(loaded.project, only=node)
+        catalogue = skill_catalogue(loaded.project)
+    if node is not None and not results:
+        err.write(
+            f"{terminal_safe(str(path))}: no node or skill named {terminal_safe(repr(node))}\n"
+        )
+        return 2
     if fmt == "json":
         out.write(json.dumps([r.to_json() for r in results], indent=2) + "\n")
         return 0
     markdown = fmt == "markdown"
+    if catalogue is not None and catalogue.entries:
+        # Shown once: each case's system prompt below stands for it with `catalogue.reference`.
+        title = f'skill catalogue (the "{catalogue.heading}" section of every system prompt)'
+        lines = [terminal_safe(line) for line in catalogue.lines]
+        if markdown:
+            out.write(f"## {title}\n\n```text\n" + "\n".join(lines) + "\n```\n\n")
+        else:
+            out.write(f"== {title} ==\n" + "".join(f"    {line}\n" for line in lines) + "\n")
     for result in results:
-        out.write(f"## {result.node}\n\n" if markdown else f"== {result.node} ==\n")
+        name = terminal_safe(result.node)
+        out.write(f"## {name}\n\n" if markdown else f"== {name} ==\n")
         for number, case in enumerate(result.cases, 1):
-            title = f"case {number} of {len(result.cases)}: {case.label}"
+            title = f"case {number} of {len(result.cases)}: {terminal_safe(case.label)}"
             out.write(f"### {title}\n\n" if markdown else f"-- {title}\n")
             _write_case(case, out, markdown)
         if result.truncated:
@@ -95,13 +115,18 @@ def prompts_command(path: Path, node: str | None, fmt: str, out: TextIO, err: Te
 
 def _write_case(case: Any, out: TextIO, markdown: bool) -> None:
     def block(title: str, text: str) -> None:
+        text = terminal_safe(text, keep_newlines=True)
         if markdown:
             out.write(f"**{title}**\n\n```text\n{text}\n```\n\n")
         else:
-            body = "\n".join("    " + line for line in text.splitlines()) or "    (empty)"
+            lines = text.split("\n")
+            if lines[-1] == "":
+                lines.pop()  # as str.splitlines() did: a final newline adds no empty line
+            body = "\n".join("    " + line for line in lines) or "    (empty)"
             out.write(f"  {title}:\n{body}\n")
 
     def line(title: str, text: str) -> None:
+        text = terminal_safe(text)
         out.write(f"**{title}:** {text}\n\n" if markdown else f"  {title}: {text}\n")
 
     if case.transition is not None:
@@ -143,14 +168,14 @@ def gates_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:
         return _report(diagnostics, path, err)
     if loaded.outline is None:
         err.write(
-            f"{path}: check-gates reads Agent Script agents; Mantle tool constraints are "
+            f"{terminal_safe(str(path))}: check-gates reads Agent Script agents; Mantle tool constraints are "
             "listed by `agentscript prompts`\n"
         )
         return 2
     proofs = gate_proofs(loaded.outline)
     asserts, problems = load_asserts(path)
     for problem in problems:
-        err.write(f"{problem}\n")
+        err.write(f"{terminal_safe(str(problem))}\n")
     if problems:
         return 2
     failures = check_asserts(loaded.outline, asserts)
@@ -167,13 +192,13 @@ def gates_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:
         )
     else:
         for proof in proofs:
-            out.write(proof.sentence() + "\n")
+            out.write(terminal_safe(proof.sentence()) + "\n")
             for writer in proof.writers:
-                out.write(f"    {writer}\n")
+                out.write(f"    {terminal_safe(str(writer))}\n")
         if not proofs:
             out.write("No gated tools or transitions.\n")
         for failure in failures:
-            out.write(f"ASSERT FAILED: {failure.describe()}\n")
+            out.write(f"ASSERT FAILED: {terminal_safe(failure.describe())}\n")
         if asserts and not failures:
             out.write(f"All {len(asserts)} assertions hold.\n")
     return 1 if failures else 0

@@ -94,13 +94,20 @@ class NodePrompts:
     node: str
     cases: list[PromptCase]
     truncated: bool = False
+    # Mantle: this skill's line in the skill catalogue of the system prompt (None when the
+    # catalogue does not list it). The catalogue is in every case's system prompt; it is shown
+    # once (``SkillCatalogue``), each case's ``system`` holding a reference to it.
+    catalogue_line: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "node": self.node,
             "cases": [c.to_json() for c in self.cases],
             "truncated": self.truncated,
         }
+        if self.catalogue_line is not None:
+            out["catalogueLine"] = self.catalogue_line
+        return out
 
 
 @dataclass(slots=True)
@@ -262,12 +269,14 @@ class _Walker:
 
 
 def _walk_nodes(
-    outline: AgentOutline, max_cases: int
+    outline: AgentOutline, max_cases: int, only: str | None = None
 ) -> Iterator[tuple[ProgramNode, _Walker, str, list[_Path]]]:
-    """Each node with its walker, effective system text and resolved paths."""
+    """Each node (or the node named ``only``) with its walker, system text and resolved paths."""
     program = Program(outline)
     types = {name: info.type for name, info in outline.variables.items()}
     for node in program.nodes.values():
+        if only is not None and node.name != only:
+            continue
         walker = _Walker(program, node, max_cases)
         info = node.info
         system = walker.static(info.system_instructions or outline.system_instructions)
@@ -282,10 +291,12 @@ def _walk_nodes(
         yield node, walker, system, paths
 
 
-def node_prompts(outline: AgentOutline, max_cases: int = MAX_CASES) -> list[NodePrompts]:
-    """The effective prompts of every node, in source order."""
+def node_prompts(
+    outline: AgentOutline, max_cases: int = MAX_CASES, only: str | None = None
+) -> list[NodePrompts]:
+    """The effective prompts of every node (or of the node named ``only``), in source order."""
     result: list[NodePrompts] = []
-    for node, walker, system, paths in _walk_nodes(outline, max_cases):
+    for node, walker, system, paths in _walk_nodes(outline, max_cases, only):
         cases: list[PromptCase] = []
         for path in paths:
             if path.transition is not None:
@@ -428,16 +439,70 @@ def _mantle_types(project: Any) -> dict[str, str]:
     return types
 
 
-def skill_prompts(project: Any, max_cases: int = MAX_CASES) -> list[NodePrompts]:
-    """Mantle: per skill, its prose for each combination of the ``if:`` markers that shape it
-    (rule M4), then one case per ordered-block step with what that step puts before the model.
-    """
+@dataclass(slots=True)
+class SkillCatalogue:
+    """The "Skills of this agent" section of a Mantle system prompt: skill id -> its line.
+
+    Every case of every skill has the same system prompt, and its catalogue grows with the
+    skills: repeating it per case made ``prompts`` quadratic (1.2 GB for 2,000 skills). So a
+    case's ``system`` holds ``reference`` where the catalogue stands, and ``lines`` is shown
+    once."""
+
+    entries: dict[str, str]
+
+    heading = "Skills of this agent:"
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self.entries.values())
+
+    @property
+    def reference(self) -> str:
+        count = len(self.entries)
+        return f"{self.heading} [the skill catalogue of {count} skills, listed once, not per case]"
+
+
+def skill_catalogue(project: Any) -> SkillCatalogue:
+    """The skill catalogue of ``project``'s system prompt (its lines as the model reads them)."""
+    from agentscript.mantle.queries import engine_managed
+
+    return SkillCatalogue(
+        {
+            s.id: f"- {s.id} ({s.name or s.id}): {' '.join(s.description.split())}"
+            for s in project.skills.values()
+            if not s.disabled and not engine_managed(s)
+        }
+    )
+
+
+def _system_without_catalogue(project: Any, catalogue: SkillCatalogue) -> str:
     from agentscript.mantle.run.prompt import system_prompt
 
     system = system_prompt(project)
+    if not catalogue.entries:
+        return system
+    section = catalogue.heading + "\n" + "\n".join(catalogue.lines)
+    # The catalogue is the last deploy-stable section; if the prompt's layout ever changes so
+    # that it is not, the full text is kept rather than a wrong cut made.
+    if system.endswith(section):
+        return system[: -len(section)] + catalogue.reference
+    return system
+
+
+def skill_prompts(
+    project: Any, max_cases: int = MAX_CASES, only: str | None = None
+) -> list[NodePrompts]:
+    """Mantle: per skill (or the skill named ``only``), its prose for each combination of the
+    ``if:`` markers that shape it (rule M4), then one case per ordered-block step with what that
+    step puts before the model. Each case's ``system`` refers to the skill catalogue
+    (``skill_catalogue``) instead of repeating it."""
+    catalogue = skill_catalogue(project)
+    system = _system_without_catalogue(project, catalogue)
     types = _mantle_types(project)
     result: list[NodePrompts] = []
     for skill in project.skills.values():
+        if only is not None and skill.id != only:
+            continue
         paths: list[tuple[Facts, list[str]]] = [(Facts(types), [])]
         truncated = False
         for paragraph in skill.paragraphs:
@@ -480,7 +545,9 @@ def skill_prompts(project: Any, max_cases: int = MAX_CASES) -> list[NodePrompts]
                         _step_effects(step),
                     )
                 )
-        result.append(NodePrompts(skill.id, _merge(cases), truncated))
+        result.append(
+            NodePrompts(skill.id, _merge(cases), truncated, catalogue.entries.get(skill.id))
+        )
     return result
 
 
@@ -506,7 +573,9 @@ __all__ = [
     "Atom",
     "NodePrompts",
     "PromptCase",
+    "SkillCatalogue",
     "node_prompts",
     "simplify",
+    "skill_catalogue",
     "skill_prompts",
 ]

@@ -4,6 +4,10 @@ The SVG layout is a layered drawing computed here: nodes are placed in rows by t
 (breadth-first) from the entry node, in the order they were declared, and edges are straight
 lines with an arrowhead and their label at the midpoint. It is meant to be read in a browser or
 a pull request, not to compete with Graphviz; ``dot`` output is there for that.
+
+Labels come from the agent file (guards quote its string literals), so every renderer passes
+them through ``terminal_safe`` (the output is printed, and SVG refuses C0 controls) and then
+the escaping of its own syntax.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Callable
 from html import escape
 
 from agentscript.authoring.graph import EdgeKind, Graph, GraphEdge, NodeKind
+from agentscript.render import terminal_safe
 
 _MERMAID_SHAPES: dict[NodeKind, tuple[str, str]] = {
     NodeKind.START: ("([", "])"),
@@ -61,7 +66,11 @@ def to_mermaid(graph: Graph) -> str:
 
 
 def _mermaid_text(text: str) -> str:
-    return text.replace('"', "#quot;").replace("\n", " ")
+    # `#` first, so a literal `#quot;` in a guard is not read back as an entity. Mermaid renders
+    # labels as HTML, so `<` is escaped (an `<img onerror=...>` in a string literal would run);
+    # `>` cannot open a tag alone and stays, so a guard like `num_turns > 5` reads as written.
+    text = terminal_safe(text).replace("#", "#35;")
+    return text.replace('"', "#quot;").replace("<", "#lt;")
 
 
 def to_dot(graph: Graph) -> str:
@@ -90,6 +99,7 @@ def to_dot(graph: Graph) -> str:
 
 
 def _dot_text(text: str) -> str:
+    text = terminal_safe(text)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -122,6 +132,10 @@ def _layers(graph: Graph) -> list[list[str]]:
     return [rows[k] for k in sorted(rows)]
 
 
+def _svg_text(text: str) -> str:
+    return escape(terminal_safe(text))
+
+
 def to_svg(graph: Graph) -> str:
     rows = _layers(graph)
     width = max((len(r) for r in rows), default=1) * (_BOX_W + _GAP_X) + _GAP_X
@@ -134,7 +148,7 @@ def to_svg(graph: Graph) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="12">',
-        f"<title>{escape(graph.agent)}</title>",
+        f"<title>{_svg_text(graph.agent)}</title>",
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" '
         'markerHeight="8" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z"/></marker></defs>',
     ]
@@ -152,7 +166,7 @@ def to_svg(graph: Graph) -> str:
             f'<g class="edge {edge.kind}"><line x1="{ax:.0f}" y1="{ay:.0f}" x2="{bx:.0f}" '
             f'y2="{by:.0f}" stroke="#555"{dash} marker-end="url(#arrow)"/>'
             f'<text x="{(ax + bx) / 2 + 4:.0f}" y="{(ay + by) / 2:.0f}" fill="#333">'
-            f"{escape(edge_label(edge))}</text></g>"
+            f"{_svg_text(edge_label(edge))}</text></g>"
         )
     fills = {NodeKind.START: "#dbeafe", NodeKind.ESCALATION: "#fee2e2", NodeKind.END: "#e5e7eb"}
     for node in graph.nodes:
@@ -160,10 +174,10 @@ def to_svg(graph: Graph) -> str:
         fill = fills.get(node.kind, "#f8fafc")
         rounded = 22 if node.kind in (NodeKind.START, NodeKind.END, NodeKind.STEP) else 4
         out.append(
-            f'<g class="node {node.kind}" data-id="{escape(node.id)}"><rect x="{x:.0f}" '
+            f'<g class="node {node.kind}" data-id="{_svg_text(node.id)}"><rect x="{x:.0f}" '
             f'y="{y:.0f}" width="{_BOX_W}" height="{_BOX_H}" rx="{rounded}" fill="{fill}" '
             f'stroke="#334155"/><text x="{x + _BOX_W / 2:.0f}" y="{y + _BOX_H / 2 + 4:.0f}" '
-            f'text-anchor="middle">{escape(node.label)}</text></g>'
+            f'text-anchor="middle">{_svg_text(node.label)}</text></g>'
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"
