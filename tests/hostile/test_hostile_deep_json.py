@@ -270,4 +270,4 @@ def test_deep_json_recording_is_a_model_error(order_copy: Path) -> None:
     recording.write_text(DEEP)
     result = run_test(str(spec))
     assert result.exit_code == 2, result.output
-    assert f"{recording}: cannot read the recording: nested too deeply" in result.stderr
+    assert f"{recording}: not a recording: JSON nested too deeply; delete it" in result.stderr
