@@ -33,7 +33,8 @@ _UNSAFE_BUT_NEWLINE = re.compile(
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _visible(match: re.Match[str]) -> str:
+def visible_char(match: re.Match[str]) -> str:
+    """The matched character written visibly: ``\\n``, ``\\xNN`` or ``\\uNNNN``."""
     char = match.group()
     if char in _NAMED:
         return _NAMED[char]
@@ -46,7 +47,7 @@ def terminal_safe(text: str, keep_newlines: bool = False) -> str:
     ``\\xNN``/``\\uNNNN`` (an ESC from an agent file would otherwise drive the terminal, a
     C0 control makes SVG not well-formed). ``keep_newlines`` leaves ``\\n`` for multi-line
     blocks; otherwise the result is one line."""
-    return (_UNSAFE_BUT_NEWLINE if keep_newlines else _UNSAFE).sub(_visible, text)
+    return (_UNSAFE_BUT_NEWLINE if keep_newlines else _UNSAFE).sub(visible_char, text)
 
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}

@@ -36,19 +36,16 @@ start_agent main:
 """
 
 
+def _arguments(agent: Path, base_url: str, *extra: str) -> list[str]:
+    """``python -m agentscript.cli mcp-serve AGENT`` against the fake model server."""
+    model = ["--model", "openai:gpt-test", "--base-url", base_url]
+    return ["-m", "agentscript.cli", "mcp-serve", str(agent), *model, *extra]
+
+
 async def drive(agent: Path, base_url: str) -> dict[str, Any]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=[
-            "-m",
-            "agentscript.cli",
-            "mcp-serve",
-            str(agent),
-            "--model",
-            "openai:gpt-test",
-            "--base-url",
-            base_url,
-        ],
+        args=_arguments(agent, base_url),
         env={**os.environ, "OPENAI_API_KEY": "sk-test"},
     )
     out: dict[str, Any] = {}
@@ -99,18 +96,7 @@ def _mcp_serve_http(agent: Path, base_url: str, port: int, *extra: str, keys: st
     return subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "agentscript.cli",
-            "mcp-serve",
-            str(agent),
-            "--model",
-            "openai:gpt-test",
-            "--base-url",
-            base_url,
-            "--transport",
-            "streamable-http",
-            "--port",
-            str(port),
+            *_arguments(agent, base_url, "--transport", "streamable-http", "--port", str(port)),
             *extra,
         ],
         env={**os.environ, "OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_API_KEYS": keys},
@@ -276,33 +262,15 @@ def test_mcp_a_failure_of_the_server_itself_is_a_one_line_tool_error(
 
 
 def test_mcp_serve_refuses_a_trace_dir_it_cannot_make_in_one_line(tmp_path: Path) -> None:
-    import subprocess
-
     agent = tmp_path / "echo.agent"
     agent.write_text(AGENT)
     blocker = tmp_path / "file"
     blocker.write_text("")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentscript.cli",
-            "mcp-serve",
-            str(agent),
-            "--model",
-            "openai:gpt-test",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--trace-dir",
-            str(blocker / "traces"),
-        ],
-        env={**os.environ, "OPENAI_API_KEY": "sk-test"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 2
-    assert "--trace-dir" in run.stderr and "Traceback" not in run.stderr + run.stdout
+    traces = str(blocker / "traces")
+    proc = _mcp_serve_http(agent, "http://127.0.0.1:9/v1", 8000, "--trace-dir", traces)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "--trace-dir" in out and "Traceback" not in out
 
 
 def test_mcp_sessions_past_their_history_budget_evict_the_oldest_idle_one(

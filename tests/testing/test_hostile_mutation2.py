@@ -9,11 +9,10 @@ import shutil
 from pathlib import Path
 
 from conftest import ROOT
-from helpers import run_test
+from helpers import LIVE_ENV as ENV
+from helpers import LIVE_SPEC, run_test
 
 from fakes.llm_servers import FakeCall, OpenAIServer, Reply
-
-ENV = {"OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_CONFIG": "/nonexistent"}
 
 
 def test_mutate_copies_a_symlink_loop_as_a_link(order_copy: Path) -> None:
@@ -42,19 +41,6 @@ def test_mutant_is_not_written_through_a_linked_skill_file(tmp_path: Path) -> No
     assert "mutation testing of" in out and "killed" in out
     assert real.read_bytes() == before
     assert skill.is_symlink()
-
-
-LIVE_SPEC = """name: Live
-subjectName: Order_Status
-x-agentscript:
-  actions:
-    get_delivery_date: {outputs: {delivery_date: "February 10, 2026"}}
-    check_if_late: {outputs: {is_late: false}}
-testCases:
-  - utterance: Where is my order?
-    expectedTopic: Order_Management
-    contextVariables: [{name: Id, value: "1234"}]
-"""
 
 
 def test_mutation_runs_do_not_write_the_real_recording(order_copy: Path) -> None:

@@ -7,25 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_test
+from helpers import LIVE_ENV as ENV
+from helpers import LIVE_SPEC, run_test
+from helpers import LIVE_TURN as TURN
 
 from agentscript.testing import replay
 from agentscript.testing.replay import RecordingError, ReplayStore
-from fakes.llm_servers import FakeCall, OpenAIServer, Reply
+from fakes.llm_servers import OpenAIServer, Reply
 
-ENV = {"OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_CONFIG": "/nonexistent"}
-LIVE_SPEC = """name: Live
-subjectName: Order_Status
-x-agentscript:
-  actions:
-    get_delivery_date: {outputs: {delivery_date: "February 10, 2026"}}
-    check_if_late: {outputs: {is_late: false}}
-testCases:
-  - utterance: Where is my order?
-    expectedTopic: Order_Management
-    contextVariables: [{name: Id, value: "1234"}]
-"""
-TURN = [Reply(calls=[FakeCall.of("go_to_orders", {})]), Reply(text="February 10.")]
 HEADER = '{"format": "agentscript-replay/1", "calls": '
 
 

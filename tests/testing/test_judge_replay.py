@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 from conftest import ROOT
-from helpers import run_json, run_test
+from helpers import LIVE_ENV as ENV
+from helpers import LIVE_SPEC, run_json, run_test
+from helpers import LIVE_TURN as TURN
 
-from fakes.llm_servers import FakeCall, OpenAIServer, Reply
-
-ENV = {"OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_CONFIG": "/nonexistent"}
+from fakes.llm_servers import OpenAIServer, Reply
 
 
 def _outcome_spec(order_copy: Path) -> Path:
@@ -113,21 +113,6 @@ def test_unparsable_judge_answer_is_a_failed_verdict_not_a_crash(order_copy: Pat
     verdict = next(r for r in data["testCases"][0]["testResults"] if r["judged"])
     assert verdict["result"] == "FAILURE"
     assert "did not answer with JSON" in verdict["metricExplainability"]
-
-
-LIVE_SPEC = """name: Live
-subjectType: AGENT
-subjectName: Order_Status
-x-agentscript:
-  actions:
-    get_delivery_date: {outputs: {delivery_date: "February 10, 2026"}}
-    check_if_late: {outputs: {is_late: false}}
-testCases:
-  - utterance: Where is my order?
-    expectedTopic: Order_Management
-    contextVariables: [{name: Id, value: "1234"}]
-"""
-TURN = [Reply(calls=[FakeCall.of("go_to_orders", {})]), Reply(text="February 10.")]
 
 
 def test_recording_goes_stale_when_a_prompt_changes_and_refresh_rerecords_only_it(

@@ -7,33 +7,21 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls (ESC starts ANSI/OSC sequences, 0x9b is a one-byte CSI), DEL, the bidi
-# overrides and isolates (they reorder what a reader sees), line/paragraph separators, and
-# lone surrogates (they cannot be encoded as UTF-8, so writing the report would crash).
-_TERMINAL_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069\ud800-\udfff]"
-)
+from agentscript.render import terminal_safe, visible_char
+
 # Characters XML 1.0 does not allow (its Char production), plus lone surrogates.
 _XML_UNSAFE = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _visible(match: re.Match[str]) -> str:
-    char = match.group()
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def terminal_text(value: object) -> str:
-    """``value`` as one line of plain text: controls and newlines become ``\\xNN``/``\\n``."""
-    return _TERMINAL_UNSAFE.sub(_visible, str(value))
+    """``value`` as one line of plain text: controls and newlines become ``\\xNN``/``\\n``
+    (``render.terminal_safe``: the same characters as the authoring commands escape)."""
+    return terminal_safe(str(value))
 
 
 def xml_text(value: str) -> str:
     """``value`` with every character XML 1.0 refuses written as a visible ``\\xNN``."""
-    return _XML_UNSAFE.sub(_visible, value)
+    return _XML_UNSAFE.sub(visible_char, value)
 
 
 # A ``#`` that could start a directive: any ``#`` except one right before a digit. A directive
