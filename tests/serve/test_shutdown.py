@@ -332,11 +332,16 @@ def test_workers_whose_supervisor_was_killed_outright_stop_letting_their_turn_co
         deadline = time.monotonic() + 20  # each worker looks every second
         while not _refused(turn.server.url) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _refused(turn.server.url)  # nobody takes new connections
+        alive = [pid for pid in workers if not _gone(pid)]
+        log = (tmp_path / "server.log").read_text()
+        assert _refused(turn.server.url), (alive, log)  # nobody takes new connections
         while sum(not _gone(pid) for pid in workers) > 1 and time.monotonic() < deadline:
             time.sleep(0.2)
         serving = [pid for pid in workers if not _gone(pid)]
         assert len(serving) == 1  # the idle worker stopped; the busy one drains
+        server_log = tmp_path / "server.log"
+        while "is gone" not in server_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)  # the draining worker's watcher says why it stops
         turn.block.unlink()
         turn.sender.join(timeout=30)
         assert turn.answer is not None and turn.answer.status_code == 200
