@@ -26,6 +26,14 @@ testCases:
     contextVariables: [{name: Id, value: "1234"}]
 """
 LIVE_TURN = [Reply(calls=[FakeCall.of("go_to_orders", {})]), Reply(text="February 10.")]
+# The x-agentscript block of a spec beside a copy of the Order Status example: its agent file
+# and stubs for the two flow actions it cannot run here.
+ORDER_STUBS = """x-agentscript:
+  agent: order_status.agent
+  actions:
+    get_delivery_date: {outputs: {delivery_date: "Feb"}}
+    check_if_late: {outputs: {is_late: true}}
+"""
 
 
 def run_test(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

@@ -7,19 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_json
+from helpers import LIVE_ENV as ENV
+from helpers import ORDER_STUBS, run_json
 
 from agentscript.testing.judge import MAX_REASONING_CHARS, parse_score
 from fakes.llm_servers import OpenAIServer, Reply
 
-ENV = {"OPENAI_API_KEY": "sk-test", "AGENTSCRIPT_CONFIG": "/nonexistent"}
-SPEC = """name: J
-x-agentscript:
-  agent: order_status.agent
-  actions:
-    get_delivery_date: {outputs: {delivery_date: "Feb"}}
-    check_if_late: {outputs: {is_late: true}}
-testCases:
+SPEC = (
+    "name: J\n"
+    + ORDER_STUBS
+    + """testCases:
   - utterance: "Where is my order?"
     expectedOutcome: "The agent gives a date"
     x-agentscript:
@@ -27,6 +24,7 @@ testCases:
         - tool: go_to_orders
         - say: "Your order arrives Feb."
 """
+)
 
 
 def _judged(order_copy: Path, answer: str) -> tuple[int, dict[str, object]]:

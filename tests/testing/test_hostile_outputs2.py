@@ -6,15 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import run_test
+from helpers import ORDER_STUBS, run_test
 
-SPEC = """name: WB
-x-agentscript:
-  agent: order_status.agent
-  actions:
-    get_delivery_date: {outputs: {delivery_date: "Feb"}}
-    check_if_late: {outputs: {is_late: true}}
-testCases:
+SPEC = (
+    "name: WB\n"
+    + ORDER_STUBS
+    + """testCases:
   - utterance: "Where is my order?"
     x-agentscript:
       assert: [{instructions_snapshot: {name: snap}}]
@@ -22,6 +19,7 @@ testCases:
         - tool: go_to_orders
         - say: "ok"
 """
+)
 
 
 def _spec(folder: Path) -> Path:

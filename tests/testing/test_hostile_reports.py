@@ -10,19 +10,17 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from helpers import run_test
+from helpers import ORDER_STUBS, run_test
 
 from agentscript.testing.reporters.json_report import render_json
 from agentscript.testing.results import CaseResult, RunResult, Verdict
 
 # YAML double-quoted escapes: \e is ESC, \x07 BEL (ends an OSC title sequence), \x00 NUL.
-HOSTILE = r"""name: "Inj\e[31mRED\e[0m"
-x-agentscript:
-  agent: order_status.agent
-  actions:
-    get_delivery_date: {outputs: {delivery_date: "Feb"}}
-    check_if_late: {outputs: {is_late: true}}
-testCases:
+HOSTILE = (
+    r"""name: "Inj\e[31mRED\e[0m"
+"""
+    + ORDER_STUBS
+    + r"""testCases:
   - utterance: "Where\x01 ]]> is my order?"
     expectedTopic: "Order\x00_Management"
     customEvaluations:
@@ -38,6 +36,7 @@ testCases:
         - tool: go_to_orders
         - say: "Reply \x1b[5mBLINK\x1b[0m \x08\x00 ]]> \nnot ok"
 """
+)
 # Controls a terminal would act on (C0 except newline, DEL, C1).
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 

@@ -69,6 +69,9 @@ class AgentTools:
         self.trace_dir = trace_dir
         self.max_sessions = max_sessions
         self.sessions: OrderedDict[str, tuple[Session, asyncio.Lock]] = OrderedDict()
+        # Each kept session's history size as of its last turn, and their sum (MAX_KEPT_CHARS).
+        self._sizes: dict[str, int] = {}
+        self.chars = 0
 
     def _new_session(self) -> Session:
         # The id is the only handle on a conversation (over HTTP, any key may pass it): 122
@@ -110,28 +113,32 @@ class AgentTools:
         except Exception:
             # Not a failed turn (that is a reply with its error): the session's state is
             # unknown, so it is not offered again.
-            self.sessions.pop(session.id, None)
+            self._forget(session.id)
             raise
         finally:
             lock.release()
         if reply.ended:
-            self.sessions.pop(session.id, None)
-        else:
-            self._evict()  # its history grew
+            self._forget(session.id)
+        elif session.id in self.sessions:
+            size = session.history_chars()  # its history grew by this turn
+            self.chars += size - self._sizes.get(session.id, 0)
+            self._sizes[session.id] = size
+            self._evict()
         return result_json(session.id, reply)
 
     def _evict(self) -> None:
         """Forget the least recently used sessions past ``max_sessions`` or past
         ``MAX_KEPT_CHARS`` of histories in all, never one whose turn is running (its result
         would name a session already gone)."""
-        sizes = {sid: session.history_chars() for sid, (session, _lock) in self.sessions.items()}
-        total = sum(sizes.values())
         for sid, (_session, lock) in list(self.sessions.items()):
-            if len(self.sessions) <= self.max_sessions and total <= MAX_KEPT_CHARS:
+            if len(self.sessions) <= self.max_sessions and self.chars <= MAX_KEPT_CHARS:
                 return
             if not lock.locked():
-                del self.sessions[sid]
-                total -= sizes[sid]
+                self._forget(sid)
+
+    def _forget(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)
+        self.chars -= self._sizes.pop(session_id, 0)
 
 
 def _check_length(message: str) -> None:

@@ -224,12 +224,12 @@ def _operation(
     shared: Any,
     budget: _Budget,
 ) -> Operation:
-    def _resolve(doc: Mapping[str, Any], node: Any) -> dict[str, Any]:
+    def resolve(node: Any) -> dict[str, Any]:
         return _resolved(doc, node, budget)
 
     parameters: dict[tuple[str, str], Parameter] = {}
     for raw in [*(shared or []), *(op.get("parameters") or [])]:
-        spec = _resolve(doc, raw)
+        spec = resolve(raw)
         location = spec["in"]
         if location not in ("path", "query", "header"):
             continue  # cookies are not sent
@@ -238,22 +238,22 @@ def _operation(
             name,
             location,
             bool(spec.get("required", location == "path")),
-            _resolve(doc, spec.get("schema") or {}),
+            resolve(spec.get("schema") or {}),
         )
     body_schema: dict[str, Any] | None = None
     body_required = False
     if "requestBody" in op:
-        body = _resolve(doc, op["requestBody"])
+        body = resolve(op["requestBody"])
         media = (body.get("content") or {}).get("application/json")
         if media is not None:
-            body_schema = _resolve(doc, media.get("schema") or {})
+            body_schema = resolve(media.get("schema") or {})
             body_required = bool(body.get("required", False))
     response_schema = None
     for status, response in sorted((op.get("responses") or {}).items(), key=lambda kv: str(kv[0])):
         if str(status).startswith("2"):
-            media = (_resolve(doc, response).get("content") or {}).get("application/json")
+            media = (resolve(response).get("content") or {}).get("application/json")
             if media is not None:
-                response_schema = _resolve(doc, media.get("schema") or {})
+                response_schema = resolve(media.get("schema") or {})
             break
     return Operation(
         str(op["operationId"]),
