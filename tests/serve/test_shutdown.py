@@ -20,6 +20,7 @@ from .process import ServerProcess
 
 NOTE = {"text": '/note {"text": "pay 10"}'}
 STREAM = {"Accept": "text/event-stream"}
+WORKERS_2 = ("--workers", "2")
 
 
 class BlockedTurn:
@@ -139,17 +140,34 @@ def test_sigterm_lets_the_turn_in_flight_finish_and_commit(api_store: str, tmp_p
     turn.check_after_restart(1, "pay 10")
 
 
-def test_sighup_to_one_worker_stops_it_as_sigterm_does(api_store: str, tmp_path: Path) -> None:
-    turn = BlockedTurn(api_store, tmp_path)
+# How a terminal signals a server: every process of its group (a supervisor's workers too),
+# or a signal sent to the server's pid alone (kill PID, an orchestrator).
+TERMINAL = {"one worker, its pid": ((), False), "two workers, the terminal": (WORKERS_2, True)}
+
+
+def signal_server(turn: BlockedTurn, sig: signal.Signals, *, group: bool) -> None:
+    if group:
+        os.killpg(turn.server.proc.pid, sig)
+    else:
+        os.kill(turn.server.proc.pid, sig)
+
+
+@pytest.mark.parametrize("where", TERMINAL)
+def test_sighup_stops_the_server_as_sigterm_does(
+    api_store: str, tmp_path: Path, where: str
+) -> None:
+    extra, group = TERMINAL[where]
+    turn = BlockedTurn(api_store, tmp_path, *extra)
     try:
         turn.send()
-        os.kill(turn.server.proc.pid, signal.SIGHUP)
-        time.sleep(0.3)
+        signal_server(turn, signal.SIGHUP, group=group)  # a closed terminal: a stop, no reload
+        time.sleep(0.5)
         assert turn.server.proc.poll() is None  # draining, not ended at once
         turn.block.unlink()
         turn.sender.join(timeout=30)
         assert turn.answer is not None and turn.answer.status_code == 200
         assert turn.exited_within(15)
+        assert turn.server.proc.returncode == 0
     finally:
         turn.close()
     turn.check_after_restart(1, "pay 10")
@@ -243,21 +261,23 @@ def test_sigterm_to_the_supervisor_of_two_workers_gives_each_the_grace(
     turn.check_after_restart(0, "")
 
 
+@pytest.mark.parametrize("where", TERMINAL)
 @pytest.mark.parametrize("how", ["request", "stream whose client left"])
 def test_a_second_ctrl_c_stops_at_once_cutting_the_turn_uncommitted_without_a_traceback(
-    api_store: str, tmp_path: Path, how: str
+    api_store: str, tmp_path: Path, how: str, where: str
 ) -> None:
-    turn = BlockedTurn(api_store, tmp_path)  # the default grace: 25 s
+    extra, group = TERMINAL[where]
+    turn = BlockedTurn(api_store, tmp_path, *extra)  # the default grace: 25 s
     try:
         if how == "request":
             turn.send()
         else:
             turn.stream_and_leave()
-        os.kill(turn.server.proc.pid, signal.SIGINT)
-        time.sleep(0.3)
+        signal_server(turn, signal.SIGINT, group=group)
+        time.sleep(0.5)
         assert turn.server.proc.poll() is None  # the first one waits for the turn
         sent = time.monotonic()
-        os.kill(turn.server.proc.pid, signal.SIGINT)
+        signal_server(turn, signal.SIGINT, group=group)
         assert turn.exited_within(10)
         assert time.monotonic() - sent < 8  # not the grace
         assert turn.server.proc.returncode == 130

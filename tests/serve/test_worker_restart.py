@@ -1,6 +1,6 @@
 """With ``--workers N``, a worker started again after a crash loads the agent files anew: if
 they changed since the server started, it does not serve another version beside the others'.
-It says so in one line and exits as a worker that could not start, and uvicorn's supervisor
+It says so in one line and exits as a worker that could not start, and the server's supervisor
 then stops the server (docs/serve.md, "Several workers")."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .process import ServerProcess
 
 
 def workers_of(supervisor: int) -> list[int]:
-    """The worker processes uvicorn's supervisor started (multiprocessing's spawned children)."""
+    """The worker processes the supervisor started (multiprocessing's spawned children)."""
     found = subprocess.run(
         ["ps", "-ww", "-o", "pid=,args=", "--ppid", str(supervisor)],
         capture_output=True,
@@ -75,7 +75,7 @@ def test_a_worker_restarted_on_unchanged_files_serves_again(tmp_path: Path) -> N
     log = (tmp_path / "server.log").read_text()
     assert "Traceback" not in log
     # the operator sees the worker die, and nothing else of uvicorn's INFO chatter
-    assert f"WARNING:  Child process [{workers[0]}] died" in log
+    assert f"worker process [{workers[0]}] died (killed by SIGKILL); starting another" in log
     assert "Started server process" not in log and "Application startup" not in log
 
 

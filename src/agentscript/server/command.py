@@ -3,20 +3,18 @@
 Everything that can be wrong is found before the server binds, and reported in one line with
 its fix (exit 2): no agents or an agent with errors, two agents with one name, no model, an
 unknown store, bad API key configuration, or a non-loopback address without API keys.
-With ``--workers N`` uvicorn starts N processes; each rebuilds the same app from the options
-(passed in the environment variable ``AGENTSCRIPT_SERVE``).
+With ``--workers N`` a supervisor (:mod:`.supervisor`) starts N processes; each rebuilds the
+same app from the options (passed in the environment variable ``AGENTSCRIPT_SERVE``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import logging
 import os
 import socket
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -56,10 +54,8 @@ class ServeOptions:
     playground: bool = False
     stubs: str | None = None
     variables: list[str] = field(default_factory=list)
-    # Set for the workers of --workers N: each served agent's source_digest at start-up, and
-    # the file where a worker that cannot start writes why (so the command exits non-zero).
+    # Set for the workers of --workers N: each served agent's source_digest at start-up.
     sources: dict[str, str] = field(default_factory=dict)
-    failure_file: str | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -187,16 +183,12 @@ def worker_app() -> Any:
 
     options = ServeOptions(**json.loads(os.environ[ENV]))
     logs.configure(access_log=options.access_log, log_format=options.log_format)
-    logs.show_supervisor_events()
     try:
         app, _lines = build_app(options, freeze_heap=True)
     except ServeError as exc:
         # One line, and uvicorn's exit code for a worker that cannot start: its supervisor
         # then stops the server rather than start the worker again and again.
         logging.getLogger("agentscript.server").error("%s", exc)
-        if options.failure_file:
-            with contextlib.suppress(OSError), open(options.failure_file, "a") as failures:
-                failures.write(f"{exc}\n")
         sys.exit(WORKER_STARTUP_FAILURE)
     from agentscript.server.orphan import stop_when_orphaned
 
@@ -298,24 +290,18 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         from agentscript.server.runner import run
 
         return ExitCode(run(app, **common))
-    else:
-        with tempfile.TemporaryDirectory(prefix="agentscript-serve-") as folder:
-            failures = os.path.join(folder, "worker-failures")
-            # The workers check that they load the files the banner's agents came from.
-            for_workers = replace(options, sources=app.state.sources, failure_file=failures)
-            os.environ[ENV] = json.dumps(asdict(for_workers))
-            # A worker that died and was started again is logged (uvicorn says so at INFO).
-            logs.show_supervisor_events()
-            uvicorn.run(
-                "agentscript.server.command:worker_app",
-                factory=True,
-                workers=options.workers,
-                **{**common, "log_level": "info"},
-            )
-            # uvicorn's supervisor returns as after a stop when a worker could not start.
-            if os.path.exists(failures):
-                return ExitCode.FAILED
-    return ExitCode.OK
+    from agentscript.server.supervisor import Supervisor
+
+    # The workers check that they load the files the banner's agents came from.
+    os.environ[ENV] = json.dumps(asdict(replace(options, sources=app.state.sources)))
+    config = uvicorn.Config(
+        "agentscript.server.command:worker_app",
+        factory=True,
+        workers=options.workers,
+        lifespan="on",
+        **common,
+    )
+    return ExitCode(Supervisor(config, options.workers).run())
 
 
 def parse_ttl(text: str | None) -> float | None:

@@ -81,32 +81,6 @@ def configure(*, access_log: bool, log_format: str = "text") -> None:
     logging.getLogger("agentscript").setLevel(logging.INFO if access_log else logging.WARNING)
 
 
-class SupervisorEvents(logging.Filter):
-    """On ``uvicorn.error`` with ``--workers N``: uvicorn logs at INFO both its chatter
-    ("Started server process", "Waiting for application startup", ...) and what an operator
-    must see: a worker that died and was started again, a signal its supervisor acted on.
-    Those are kept, as warnings; the rest of INFO is dropped, as the server's warning level
-    always did."""
-
-    KEPT = ("Child process", "Received SIG")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
-            return True
-        if isinstance(record.msg, str) and record.msg.startswith(self.KEPT):
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            return True
-        return False
-
-
-def show_supervisor_events() -> None:
-    """Let ``uvicorn.error`` through at INFO, filtered by :class:`SupervisorEvents` (in the
-    supervisor and in each worker: uvicorn configures each process's logging itself)."""
-    logger = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, SupervisorEvents) for f in logger.filters):
-        logger.addFilter(SupervisorEvents())
-
-
 def banner(lines: list[str], log_format: str) -> list[str]:
     """The start-up lines as printed: themselves, or JSON lines with ``--log-format json``."""
     if log_format != "json":

@@ -17,8 +17,8 @@ shutdown then cuts the turns left without waiting, gives their leases back and c
 store. ``SIGHUP`` counts as ``SIGTERM``. A third ``SIGINT`` ends the process on the spot, for a
 shutdown that hangs itself (a store that stopped answering).
 
-With ``--workers N`` each worker runs uvicorn's own server inside uvicorn's supervisor, which
-turns the signals it gets into one ``SIGTERM`` to each worker.
+With ``--workers N`` each worker runs a :class:`SignalledServer` too, whose signals come from
+the server's supervisor (:mod:`.supervisor`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 import uvicorn
@@ -54,12 +54,18 @@ class SignalledServer(uvicorn.Server):
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        before = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED}
+        before = {
+            sig: signal.signal(sig, handler) for sig, handler in self.signal_handlers().items()
+        }
         try:
             yield
         finally:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
+
+    def signal_handlers(self) -> dict[int, Callable[[int, FrameType | None], object] | int]:
+        """What each signal does while the server runs (restored afterwards)."""
+        return {sig: self.handle_exit for sig in HANDLED}
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGHUP:
