@@ -240,3 +240,47 @@ def test_aiTestingDefinition_xml_scorers(order_copy: Path) -> None:
             env=ENV,
         )
     assert code == 0, out
+
+
+def test_metadata_xml_value_fields_keep_text_around_child_elements(order_copy: Path) -> None:
+    # Markup inside a value field is read as the text it holds, with the text after each child
+    # (its tail) kept: "Order_<b>Manage</b>ment" is Order_Management, not "Order_".
+    _with_stubs(order_copy)
+    spec = order_copy / "Mixed.aiEvaluationDefinition-meta.xml"
+    spec.write_text(
+        """<AiEvaluationDefinition xmlns="http://soap.sforce.com/2006/04/metadata">
+  <name>Mixed</name><subjectName>Order_Status</subjectName><subjectType>AGENT</subjectType>
+  <testCase><number>1</number>
+    <inputs><utterance>Where is <i>my</i> order?</utterance>
+      <contextVariable><variableName>Id</variableName><variableValue>12<b>3</b>4</variableValue></contextVariable>
+    </inputs>
+    <expectation><name>topic_assertion</name><expectedValue>Order_<b>Manage</b>ment</expectedValue></expectation>
+    <expectation>
+      <name>string_comparison</name><label>date <i>looked</i> up</label>
+      <parameter><name>operator</name><value>equals</value><isReference>false</isReference></parameter>
+      <parameter><name>actual</name><value>$.generatedData.invokedActions[*][?(@.function.name == 'get_delivery_date')].function.output.delivery_date</value><isReference>true</isReference></parameter>
+      <parameter><name>expected</name><value>February <b>10</b>, <i>20<u>26</u></i></value><isReference>false</isReference></parameter>
+    </expectation>
+    <expectation>
+      <name>string_comparison</name><label>order id</label>
+      <parameter><name>operator</name><value>equals</value><isReference>false</isReference></parameter>
+      <parameter><name>actual</name><value>$.generatedData.invokedActions[*][?(@.function.name == 'get_delivery_date')].function.input.order_ID</value><isReference>true</isReference></parameter>
+      <parameter><name>expected</name><value>1234</value><isReference>false</isReference></parameter>
+    </expectation>
+  </testCase>
+</AiEvaluationDefinition>
+""",
+        encoding="utf-8",
+    )
+    with OpenAIServer(list(ORDER_TURN)) as server:
+        code, data = run_json(
+            str(spec), "--model", "openai:gpt-test", "--base-url", server.base_url, env=ENV
+        )
+    case = data["testCases"][0]
+    assert code == 0, json.dumps(case, indent=1)
+    assert case["inputs"]["utterance"] == "Where is my order?"
+    assert [(r["name"], r["expectedValue"], r["result"]) for r in case["testResults"]] == [
+        ("topic_sequence_match", "Order_Management", "PASS"),
+        ("date looked up", "February 10, 2026", "PASS"),
+        ("order id", "1234", "PASS"),
+    ]

@@ -7,29 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import JUDGED_SPEC, run_json
 from helpers import LIVE_ENV as ENV
-from helpers import ORDER_STUBS, run_json
 
 from agentscript.testing.judge import MAX_REASONING_CHARS, parse_score
 from fakes.llm_servers import OpenAIServer, Reply
 
-SPEC = (
-    "name: J\n"
-    + ORDER_STUBS
-    + """testCases:
-  - utterance: "Where is my order?"
-    expectedOutcome: "The agent gives a date"
-    x-agentscript:
-      model:
-        - tool: go_to_orders
-        - say: "Your order arrives Feb."
-"""
-)
-
 
 def _judged(order_copy: Path, answer: str) -> tuple[int, dict[str, object]]:
     spec = order_copy / "judge.yaml"
-    spec.write_text(SPEC, encoding="utf-8")
+    spec.write_text(JUDGED_SPEC, encoding="utf-8")
     with OpenAIServer([Reply(text=answer)]) as server:
         code, data = run_json(
             str(spec),

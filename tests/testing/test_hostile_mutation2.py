@@ -1,18 +1,39 @@
 """``--mutate`` on hostile folders: a symlink loop is copied as a link (not followed into itself),
 mutants are never written through a link into the user's files, and mutation runs never write
-the real spec's recording."""
+the real spec's recording nor a snapshot."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
 
 from conftest import ROOT
 from helpers import LIVE_ENV as ENV
-from helpers import LIVE_SPEC, run_test
+from helpers import LIVE_SPEC, ORDER_STUBS, run_test
 
+from agentscript.testing import command
+from agentscript.testing.discovery import AgentCache
+from agentscript.testing.readers import read_spec
+from agentscript.testing.results import Status
 from fakes.llm_servers import FakeCall, OpenAIServer, Reply
+
+# A snapshot of what the subagent %s was shown. With escalate_order, no snapshot can exist: the
+# unmutated agent routes "Where is my order?" to Order_Management, and only a mutant whose
+# transition goes to escalate_order gets there.
+SNAPSHOT_SPEC = (
+    "name: Snap\n"
+    + ORDER_STUBS
+    + """testCases:
+  - utterance: "Where is my order?"
+    x-agentscript:
+      assert: [{instructions_snapshot: {name: shown, node: %s}}]
+      model:
+        - tool: go_to_orders
+        - say: "ok"
+"""
+)
 
 
 def test_mutate_copies_a_symlink_loop_as_a_link(order_copy: Path) -> None:
@@ -65,3 +86,29 @@ def test_mutation_runs_do_not_write_the_real_recording(order_copy: Path) -> None
     assert asked > 0  # the mutants did reach the live model
     assert recording.read_bytes() == before
     assert "mutant answer" not in json.dumps(json.loads(before))
+
+
+def test_mutation_run_never_writes_a_missing_snapshot(order_copy: Path) -> None:
+    spec = order_copy / "snap.yaml"
+    spec.write_text(SNAPSHOT_SPEC % "escalate_order", encoding="utf-8")
+    code, out, err = run_test(str(spec), "--mutate")
+    assert "Traceback" not in out + err
+    assert "mutation testing of" in out and "killed" in out
+    assert code == 1  # the unmutated agent never reaches escalate_order
+    assert not (order_copy / "snap.yaml.snapshots").exists()
+
+
+def test_missing_snapshot_fails_its_check_in_a_read_only_run(order_copy: Path) -> None:
+    spec = order_copy / "snap.yaml"
+    spec.write_text(SNAPSHOT_SPEC % "Order_Management", encoding="utf-8")
+    suites = [read_spec(spec)]
+    options = command.TestOptions(paths=[spec])
+    run = asyncio.run(command.run_suites(suites, AgentCache(), options, read_only=True))
+    case = run.cases[0]
+    assert case.status() is Status.FAILURE
+    assert "does not exist and this run does not write snapshots" in case.verdicts[0].explanation
+    assert not (order_copy / "snap.yaml.snapshots").exists()
+    # The same spec's ordinary run records the snapshot (its first run) and passes.
+    code, out, _ = run_test(str(spec))
+    assert code == 0, out
+    assert (order_copy / "snap.yaml.snapshots" / "shown.txt").is_file()

@@ -79,12 +79,13 @@ async def run_suites(
     options: TestOptions,
     steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] | None = None,
     *,
-    save_recordings: bool = True,
+    read_only: bool = False,
 ) -> RunResult:
     """Run every selected case; ``steps`` (when given) collects each agent's trace steps.
 
-    ``save_recordings`` off reads the recordings but never writes them (mutation runs: a
-    mutant's answers must not land in the real spec's recording)."""
+    ``read_only`` reads the recordings and snapshots but never writes them (mutation runs: a
+    mutant's answers must not land in the real spec's recording, nor its instructions become
+    a snapshot; a snapshot missing then fails its check)."""
     run = RunResult(judged_blocking=options.judge_blocking)
     started = time.perf_counter()
     run_options = RunOptions(
@@ -95,6 +96,7 @@ async def run_suites(
         record=options.record,
         refresh_stale=options.refresh_stale,
         update_snapshots=options.update_snapshots,
+        write_snapshots=not read_only,
     )
     # Every recording is opened before the first case runs, so a damaged one stops the run
     # before anything was asked of a live model (and paid for).
@@ -133,11 +135,11 @@ async def run_suites(
         except BaseException:
             # A spec error mid-suite or Ctrl-C: the answers recorded so far were paid for,
             # keep them; the original error is the one to report.
-            if save_recordings:
+            if not read_only:
                 with contextlib.suppress(SpecError):
                     store.save()
             raise
-        if save_recordings:
+        if not read_only:
             store.save()
         run.cases += results
         if steps is not None:
@@ -321,9 +323,7 @@ async def _mutation_run(agent_path: Path, suites: list[Suite], options: TestOpti
             cache.load(mutant_path, suites[0].path)
         except SpecError:
             raise mutation.invalid() from None
-        run = await run_suites(
-            suites, cache, replace(quiet, agent=mutant_path), save_recordings=False
-        )
+        run = await run_suites(suites, cache, replace(quiet, agent=mutant_path), read_only=True)
         return run.failed
 
     await mutation.run_mutants(agent_path, mutants, suite_fails)

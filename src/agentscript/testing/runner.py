@@ -7,7 +7,8 @@ For a case: start ``agent.session`` with the context variables (by variable name
 then send each turn with ``send_async``. The model is the scripted one when the turn has moves,
 else a :class:`ReplayModel` (recorded answers, or the live ``--model`` when recording). Then
 :mod:`.matchers` and :mod:`.judge` give the verdicts. A failure to run a case (bad variable, no
-recorded answer, stale recording) makes the case an ERROR with the reason, never a traceback.
+recorded answer, stale recording, a judge model that cannot answer) makes the case an ERROR
+with the reason, never a traceback.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class RunOptions:
     record: bool = False
     refresh_stale: bool = False
     update_snapshots: bool = False
+    # Off for a mutant's run: a mutant's instructions must never become a snapshot.
+    write_snapshots: bool = True
 
 
 def _variables(agent: AgentBase, given: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +179,12 @@ class CaseRunner:
                     snapshots = self.suite.path.with_name(self.suite.path.name + ".snapshots")
                     result.verdicts.append(
                         check_whitebox(
-                            check, outcome, number, snapshots, self.options.update_snapshots
+                            check,
+                            outcome,
+                            number,
+                            snapshots,
+                            self.options.update_snapshots,
+                            read_only=not self.options.write_snapshots,
                         )
                     )
                 else:
@@ -230,7 +238,10 @@ class CaseRunner:
     async def _judge(
         self, base: str, check: Check, transcript: list[dict[str, str]], turn: int
     ) -> Verdict:
-        """``base`` is the case's key in the recording (cases may run concurrently)."""
+        """``base`` is the case's key in the recording (cases may run concurrently).
+
+        A judge model that cannot answer raises ``JudgeFailed`` (a ``ModelError``): the case
+        stops there and is an ERROR, as when the agent's own model cannot answer."""
         live = self.options.judge_model or self.options.model
 
         async def ask(key: str, request: ModelRequest) -> ModelResponse:

@@ -18,7 +18,9 @@ assert:
 are given); without it, ``instructions_*`` and ``tools_offered`` hold when some selected call
 matches, ``tools_hidden`` when every selected call hides the tools. Snapshots live in
 ``<spec>.snapshots/<name>.txt`` (``name`` is a plain file name, no folders): written on the
-first run (the verdict says so) and compared after; ``--update-snapshots`` rewrites them.
+first run (the verdict says so) and compared after; ``--update-snapshots`` rewrites them. A
+read-only run (each mutant's run under ``--mutate``) never writes one: a missing snapshot is a
+failed check there, since the mutant's instructions must never become the reference.
 """
 
 from __future__ import annotations
@@ -136,7 +138,13 @@ def _tools(step: dict[str, Any]) -> list[str]:
 
 
 def check_whitebox(
-    check: Check, turn: TurnOutcome, number: int, snapshots: Path, update: bool
+    check: Check,
+    turn: TurnOutcome,
+    number: int,
+    snapshots: Path,
+    update: bool,
+    *,
+    read_only: bool = False,
 ) -> Verdict:
     kind, params, steps = check.name, check.params, turn.steps
 
@@ -184,7 +192,7 @@ def check_whitebox(
         if kind == "instructions_equal":
             ok = any(params["text"].strip() == t.strip() for t in texts)
             return verdict(ok, texts, "no call's instructions equal the expected text")
-        return _snapshot(check, texts[0], snapshots, update, number)
+        return _snapshot(check, texts[0], snapshots, number, update=update, read_only=read_only)
     offered = [_tools(s) for s in calls]
     wanted = list(params["tools"])
     if kind == "tools_offered":
@@ -194,7 +202,9 @@ def check_whitebox(
     return verdict(ok, offered, f"tools {wanted} were offered (expected hidden)")
 
 
-def _snapshot(check: Check, text: str, folder: Path, update: bool, number: int) -> Verdict:
+def _snapshot(
+    check: Check, text: str, folder: Path, number: int, *, update: bool, read_only: bool
+) -> Verdict:
     file = folder / f"{check.params['name']}.txt"
     # The name is checked when read; this also catches a snapshot that is a symlink (or a
     # folder) pointing elsewhere, which would be written through.
@@ -203,7 +213,12 @@ def _snapshot(check: Check, text: str, folder: Path, update: bool, number: int) 
         raise SpecError(
             check_path(folder), check.line, f"snapshot {file} is not a file in {folder}"
         )
-    if update or not file.is_file():
+    if read_only and not file.is_file():
+        why = f"snapshot {file} does not exist and this run does not write snapshots (--mutate)"
+        return Verdict(
+            check.name, str(file), text, False, explanation=why, line=check.line, turn=number
+        )
+    if (update and not read_only) or not file.is_file():
         try:
             folder.mkdir(parents=True, exist_ok=True)
             file.write_text(text, encoding="utf-8")

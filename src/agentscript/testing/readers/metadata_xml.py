@@ -4,6 +4,9 @@ Element order may vary and any field may repeat. ``<expectation>`` (evaluation d
 and ``<scorer>`` (testing definitions) become the same checks as the YAML spec's fields; a
 custom ``<expectation>`` with ``<parameter>`` children becomes a string/numeric comparison.
 Entities are not expanded (an entity declaration is refused), so a hostile file cannot grow.
+A value field's value is its whole text content: ``<expectedValue>Hello <b>there</b>
+friend</expectedValue>`` is ``Hello there friend`` (child elements' text and the text after
+them kept in order), not the ``Hello`` before the first child.
 """
 
 from __future__ import annotations
@@ -86,8 +89,10 @@ def read_metadata_xml(text: str, path: Path) -> Suite:
         return found
 
     def value(items: dict[str, list[ET.Element]], name: str) -> str | None:
+        # A value field is text: markup inside it (an unescaped ``<b>``) is read as the text
+        # it holds, with the text around and after each child (its tail) kept in order.
         elements = items.get(name)
-        return (elements[0].text or "").strip() if elements else None
+        return "".join(elements[0].itertext()).strip() if elements else None
 
     kind = _ROOTS.get(tag(root))
     if kind is None:
