@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from agentscript.authoring.gates import gate_proofs
-from agentscript.authoring.graph import EdgeKind, agent_graph
+from agentscript.authoring.graph import (
+    EdgeKind,
+    Graph,
+    GraphEdge,
+    GraphNode,
+    NodeKind,
+    agent_graph,
+)
+from agentscript.authoring.render import to_dot, to_mermaid
+from agentscript.render import terminal_safe
 
 from .helpers import agent_text, invoke, outline_of, swap
 
@@ -74,7 +85,7 @@ def test_graph_formats(fmt: str) -> None:
     out = result.stdout
     if fmt == "mermaid":
         assert out.startswith("flowchart TD\n")
-        assert '-->|"after_reasoning [num_turns > 5]"|' in out
+        assert '-->|"after_reasoning [num_turns #gt; 5]"|' in out
     elif fmt == "dot":
         assert out.startswith('digraph "Order_Status" {')
         assert '"router" -> "Order_Management" [label="go_to_orders"];' in out
@@ -216,3 +227,56 @@ def test_an_unreadable_assert_is_reported(tmp_path: Path) -> None:
     result = invoke("check-gates", agent)
     assert result.exit_code == 2
     assert "does not read '<tool> never offered unless <condition>'" in result.stderr
+
+
+# Everything Mermaid or Graphviz could read as syntax, markup or an entity inside a label.
+SPECIAL = 'say "hi" <b>bold</b> & #quot; &lt; `md` back\\slash\nnext line'
+
+
+def _special_graph() -> Graph:
+    return Graph(
+        "agent",
+        "agentscript",
+        nodes=[
+            GraphNode("main", NodeKind.START, SPECIAL),
+            GraphNode("other", NodeKind.SUBAGENT, "other"),
+            GraphNode("main/x/step", NodeKind.STEP, "step", group=SPECIAL),
+        ],
+        edges=[GraphEdge("main", "other", EdgeKind.TRANSITION, SPECIAL, guard="n > 5 & m < 2")],
+    )
+
+
+def _mermaid_decoded(label: str) -> str:
+    """What Mermaid draws for a label: `#name;` and `#35;` read as HTML entities."""
+    return re.sub(
+        r"#(\w+);",
+        lambda m: html.unescape(f"&#{m[1]};" if m[1].isdigit() else f"&{m[1]};"),
+        label,
+    )
+
+
+def test_graph_mermaid_labels_escape_every_special_character() -> None:
+    out = to_mermaid(_special_graph())
+    # A label is everything between two quotes: a `"` left in one would end it early.
+    labels = re.findall(r'"([^"]*)"', out)
+    assert len(labels) == 5  # three nodes, the subgraph's title, the edge
+    for label in labels:
+        assert not set(label) & set("<>&`\n"), label
+        assert re.fullmatch(r"(?:[^#]|#\w+;)*", label), label  # every `#` opens an entity
+    assert _mermaid_decoded(labels[0]) == terminal_safe(SPECIAL)
+    assert _mermaid_decoded(labels[-1]) == terminal_safe(f"{SPECIAL} [n > 5 & m < 2]")
+    assert len(out.split("\n")) == 8  # seven lines and the final newline: none was broken
+
+
+def _dot_decoded(label: str) -> str:
+    """What Graphviz draws for a quoted label: backslash escapes, then HTML entities."""
+    return html.unescape(re.sub(r"\\(.)", r"\1", label))
+
+
+def test_graph_dot_labels_are_quoted_and_entity_safe() -> None:
+    out = to_dot(_special_graph())
+    labels = re.findall(r'label="((?:[^"\\]|\\.)*)"', out)
+    assert len(labels) == 4  # three nodes and the edge
+    assert _dot_decoded(labels[0]) == terminal_safe(SPECIAL)
+    assert _dot_decoded(labels[-1]) == terminal_safe(f"{SPECIAL} [n > 5 & m < 2]")
+    assert all(line.endswith(("{", ";", "}")) for line in out.rstrip("\n").split("\n"))

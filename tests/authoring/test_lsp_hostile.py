@@ -56,10 +56,22 @@ class RawServer:
             self.messages.put(json.loads(stream.read(length)))
 
     def send(self, message: dict[str, Any]) -> None:
-        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.send_body(json.dumps({"jsonrpc": "2.0", **message}).encode())
+
+    def send_body(self, body: bytes) -> None:
+        """``body`` under a valid header, whatever it holds."""
         assert self.process.stdin is not None
         self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.process.stdin.flush()
+
+    def error_without_request(self) -> dict[str, Any]:
+        """The next error response to no request of ours (its id null or not one we sent)."""
+        deadline = time.monotonic() + BOUND
+        while True:
+            message = self.messages.get(timeout=max(deadline - time.monotonic(), 0.01))
+            assert message is not None, "the server exited"
+            if "error" in message and "method" not in message:
+                return message
 
     def notify(self, method: str, params: Any) -> None:
         self.send({"method": method, "params": params})
@@ -300,3 +312,54 @@ def test_lsp_hostile_document_symbols_for_thirty_thousand_variables_answer_every
     server.open("variables:\n" + many + example.split("variables:\n", 1)[1])
     symbols = server.request("textDocument/documentSymbol", {"textDocument": td()})
     assert len(symbols["result"]) > 30_000
+
+
+def test_lsp_hostile_definition_and_references_after_line_separators_in_a_comment(
+    server: RawServer,
+) -> None:
+    # The client and the parser do not end lines at \u2028 or \f: neither may the index.
+    text = SECURITY_GATE.read_text().replace(
+        "config:\n", "# a\u2028comment\x0cwith separators\nconfig:\n", 1
+    )
+    assert server.open(text, URI) == []
+    lines = text.split("\n")
+    use = next(i for i, line in enumerate(lines) if "{!@variables.email}" in line)
+    at = utf16(lines[use][: lines[use].index("@variables.email") + len("@variables.")])
+    position = {"line": use, "character": at}
+    found = server.request("textDocument/definition", {"textDocument": td(), "position": position})
+    where = found["result"]["range"]
+    assert lines[where["start"]["line"]].strip().startswith("email: mutable string")
+    refs = server.request(
+        "textDocument/references",
+        {"textDocument": td(), "position": position, "context": {"includeDeclaration": True}},
+    )
+    assert len(refs["result"]) == 1 + text.count("@variables.email")
+    for ref in refs["result"]:
+        start, end = ref["range"]["start"], ref["range"]["end"]
+        assert utf16_slice(lines[start["line"]], start["character"], end["character"]) == "email"
+
+
+def test_lsp_hostile_body_that_is_not_json_gets_a_parse_error_and_no_traceback(
+    server: RawServer, tmp_path: Path
+) -> None:
+    server.send_body(b"hello")
+    answer = server.error_without_request()
+    assert answer["id"] is None and answer["error"]["code"] == -32700
+    # Bytes that are not text at all, and JSON that is not a JSON-RPC message.
+    server.send_body(b"\xff\x00\xfe")
+    assert server.error_without_request()["error"]["code"] == -32700
+    server.send_body(b'{"jsonrpc": "2.0", "id": 41}')
+    assert server.error_without_request() == {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "error": {"code": -32600, "message": "invalid request: not a JSON-RPC message"},
+    }
+    server.send_body(b"[1, 2]")
+    assert server.error_without_request()["error"]["code"] == -32600
+    # The next valid messages are served as if nothing had happened.
+    server.open(SECURITY_GATE.read_text())
+    symbols = server.request("textDocument/documentSymbol", {"textDocument": td()})
+    assert {"is_verified", "email"} <= {s["name"] for s in symbols["result"]}
+    stderr = stderr_of(tmp_path)
+    assert "Traceback" not in stderr
+    assert stderr.count("not JSON") == 2  # one line for each body that was not JSON

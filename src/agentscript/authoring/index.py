@@ -17,6 +17,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from agentscript.authoring.lsp_positions import split_lines
 from agentscript.check import check
 from agentscript.check.outline import AgentOutline
 from agentscript.diagnostics import Diagnostic
@@ -102,7 +103,9 @@ def build_index(
     doc = parse(text, path) if document is None else document
     result = check(doc)
     outline = result.outline
-    lines = text.splitlines()
+    # Numbered as the parser numbers the outline's spans: ``str.splitlines`` also breaks at
+    # \f, \u2028 and the like, and a definition after one would land on the wrong line.
+    lines = split_lines(text)
     symbols: list[Symbol] = []
 
     def name_range(line: int, column: int, name: str) -> Range:
@@ -258,7 +261,7 @@ def _link_references(lines: list[str], symbols: list[Symbol]) -> None:
 def completions(index: DocumentIndex, line: int, character: int) -> list[tuple[str, str]]:
     """(label, detail) pairs for the text before the cursor: namespaces after ``@``, members
     after ``@namespace.``."""
-    lines = index.text.splitlines()
+    lines = split_lines(index.text)
     before = lines[line][:character] if line < len(lines) else ""
     member = re.search(r"@(\w+)\.(\w*)$", before)
     if member is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from agentscript.authoring.gates import gate_proofs
 from agentscript.authoring.graph import agent_graph
+from agentscript.authoring.lsp_positions import split_lines
 from agentscript.check.outline import AgentOutline, SubagentInfo
 from agentscript.diagnostics import Diagnostic, Span, warning
 from agentscript.engine.program import Program
@@ -95,7 +96,9 @@ def lint_agent(outline: AgentOutline, source: str) -> list[Diagnostic]:
 
 
 def findings(outline: AgentOutline, source: str) -> list[Finding]:
-    lines = source.splitlines()
+    # Numbered as the parser numbers the outline's spans (not ``str.splitlines``, which also
+    # breaks at \f, \u2028 and the like): a lint quotes and fixes the line its span names.
+    lines = split_lines(source)
     program = Program(outline)  # shared: building it is most of what the graph lints cost
     found: list[Finding] = []
     for rule in _AGENT_RULES:
@@ -478,8 +481,13 @@ _AGENT_RULES: tuple[Callable[[AgentOutline, list[str], Program], Iterator[Findin
 def apply_fixes(source: str, fixes: list[Fix]) -> str:
     """The source with every fix applied, later lines first so earlier line numbers hold.
     Overlapping fixes after the first are skipped."""
-    lines = source.splitlines()
-    trailing = "\n" if source.endswith("\n") else ""
+    # The fixes' line numbers are the parser's: split as it splits, or a \u2028 in a comment
+    # would move each fix onto another line (and joining with \n would turn it into a break).
+    lines = split_lines(source)
+    trailing = ""
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()  # the empty line after a final line break
+        trailing = "\n"
     taken: list[tuple[int, int]] = []
     for fix in sorted(fixes, key=lambda f: f.start, reverse=True):
         low = min(fix.start, fix.insert_at or fix.start)

@@ -14,9 +14,12 @@ ours becomes an empty answer and a log line, never a dead server). Needs the opt
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 from urllib.parse import unquote
 
+import pygls.server
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
@@ -37,8 +40,37 @@ from agentscript.diagnostics import Diagnostic, Severity
 
 SERVER_NAME = "agentscript"
 
-# JSON-RPC's "Invalid params" error code.
+# JSON-RPC's error codes for a body that is not JSON, one that is JSON but not a message,
+# and a message whose params are wrong.
+_PARSE_ERROR = -32700
+_INVALID_REQUEST = -32600
 _INVALID_PARAMS = -32602
+
+_log = logging.getLogger(__name__)
+
+
+def _unparsable(error: BaseException | None) -> bool:
+    """Whether ``json.loads`` failed on the body itself: not JSON text, or bytes that are not
+    text in any encoding JSON allows."""
+    return isinstance(error, json.JSONDecodeError | UnicodeDecodeError)
+
+
+class _OneLineForUnparsable(logging.Filter):
+    """pygls logs a body it cannot parse as "Unable to handle message" with a traceback. That
+    is the client's mistake, answered with a parse error, not a fault of the server: one
+    warning line says it without a traceback that reads like a crash."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if _unparsable(error):
+            record.msg = "agentscript lsp: ignored a message body that is not JSON: %s"
+            record.args = (str(error)[:200],)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_ONE_LINE_FOR_UNPARSABLE = _OneLineForUnparsable()
 
 
 class _Rejected:
@@ -59,6 +91,15 @@ class _Protocol(LanguageServerProtocol):
     def structure_message(self, data: dict[str, Any]) -> Any:
         method = data.get("method") if "jsonrpc" in data else None
         message_type = self.get_message_type(method) if isinstance(method, str) else None
+        if message_type is None and "jsonrpc" in data:
+            if isinstance(method, str):
+                # JSON-RPC leaves params optional; pygls' type for a method it does not know
+                # requires them and fails with a traceback, leaving the request unanswered.
+                data.setdefault("params", None)
+            elif not ("id" in data and ("result" in data or "error" in data)):
+                # Neither request, notification nor response: left plain, for handle_message
+                # to refuse.
+                return data
         if message_type is None:
             return super().structure_message(data)
         try:
@@ -78,8 +119,24 @@ class _Protocol(LanguageServerProtocol):
             )
             return _REJECTED
 
+    def send_error(self, msg_id: int | str | None, code: int, message: str) -> None:
+        """An error response. Written as plain JSON: lsprotocol's message type leaves out a
+        null id, and a response without an id is not one a client can read."""
+        error = {"code": code, "message": message}
+        self._send_data({"jsonrpc": self.VERSION, "id": msg_id, "error": error})
+
     def handle_message(self, message: Any) -> None:
         if message is _REJECTED:
+            return
+        if not hasattr(message, "jsonrpc"):
+            # Valid JSON that is not a JSON-RPC message (an array, a number, an object without
+            # "jsonrpc" or without a method): pygls would fail on it with a traceback and leave
+            # a request unanswered.
+            msg_id = message.get("id") if isinstance(message, dict) else None
+            if not isinstance(msg_id, int | str) or isinstance(msg_id, bool):
+                msg_id = None
+            self.send_error(msg_id, _INVALID_REQUEST, "invalid request: not a JSON-RPC message")
+            _log.warning("agentscript lsp: ignored a body that is not a JSON-RPC message")
             return
         super().handle_message(message)
 
@@ -103,9 +160,25 @@ class _Snapshot:
         self.columns = columns
 
 
+class _Server(LanguageServer):
+    """pygls' server, answering a message body that is not JSON as JSON-RPC says (a parse
+    error, id null) instead of popping up "Error in server" in the editor."""
+
+    protocol: _Protocol
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        if _unparsable(error):
+            self.protocol.send_error(None, _PARSE_ERROR, f"parse error: {str(error)[:200]}")
+            return
+        super().report_server_error(error, source)
+
+
 def create_server() -> LanguageServer:
     """The server with every feature registered; ``start_io()`` runs it on stdin/stdout."""
-    server = LanguageServer(SERVER_NAME, "v1", protocol_cls=_Protocol)
+    # pygls reads and parses each body itself, before any hook of ours: its log record of a
+    # failed parse is the only place left to make that failure one line.
+    pygls.server.logger.addFilter(_ONE_LINE_FOR_UNPARSABLE)
+    server = _Server(SERVER_NAME, "v1", protocol_cls=_Protocol)
     cache: dict[str, _Snapshot] = {}
     live: dict[str, LiveDocument] = {}
     formatted_cache: dict[str, tuple[int | None, list[types.TextEdit]]] = {}

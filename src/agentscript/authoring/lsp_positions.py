@@ -15,6 +15,12 @@ import re
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines as the parser and the client number them (at \\n, \\r\\n and \\r only).
+    A final line break leaves an empty last line, as the protocol counts it."""
+    return _LINE_BREAK.split(text)
+
+
 class ClientColumns:
     """One document version's lines, converting columns to and from the client's units."""
 
@@ -27,7 +33,7 @@ class ClientColumns:
     def lines(self) -> list[str]:
         # Split on first use: a diagnostics-only update on a huge document may never need it.
         if self._lines is None:
-            self._lines = _LINE_BREAK.split(self._text)
+            self._lines = split_lines(self._text)
         return self._lines
 
     def line(self, number: int) -> str:

@@ -13,6 +13,7 @@ the escaping of its own syntax.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from html import escape
 
@@ -65,12 +66,26 @@ def to_mermaid(graph: Graph) -> str:
     return "\n".join(lines) + "\n"
 
 
+# What Mermaid reads specially inside a quoted label, as its `#name;` entity codes. Labels are
+# rendered as HTML, so `<` and `>` are both escaped (an `<img onerror=...>` in a string literal
+# would run), `&` too (a literal `&lt;` would be shown as `<`), and a backtick (a label that
+# opens with one is read as Markdown). Newlines and other controls are made visible by
+# ``terminal_safe`` first, so a label stays on its line.
+_MERMAID_ENTITIES = {
+    "#": "#35;",
+    '"': "#quot;",
+    "<": "#lt;",
+    ">": "#gt;",
+    "&": "#amp;",
+    "`": "#96;",
+}
+_MERMAID_SPECIAL = re.compile("[" + re.escape("".join(_MERMAID_ENTITIES)) + "]")
+
+
 def _mermaid_text(text: str) -> str:
-    # `#` first, so a literal `#quot;` in a guard is not read back as an entity. Mermaid renders
-    # labels as HTML, so `<` is escaped (an `<img onerror=...>` in a string literal would run);
-    # `>` cannot open a tag alone and stays, so a guard like `num_turns > 5` reads as written.
-    text = terminal_safe(text).replace("#", "#35;")
-    return text.replace('"', "#quot;").replace("<", "#lt;")
+    # One pass, so the `#` of an inserted entity is never escaped again and a literal `#quot;`
+    # in a guard stays text (`#35;quot;`) instead of being read back as an entity.
+    return _MERMAID_SPECIAL.sub(lambda m: _MERMAID_ENTITIES[m.group()], terminal_safe(text))
 
 
 def to_dot(graph: Graph) -> str:
@@ -99,7 +114,11 @@ def to_dot(graph: Graph) -> str:
 
 
 def _dot_text(text: str) -> str:
-    text = terminal_safe(text)
+    # Inside a quoted DOT string only `"` and the backslash are special (a doubled backslash
+    # keeps `\n`, `\l`, `\N`... from acting), but Graphviz also decodes HTML entities in every
+    # label, so `&` becomes `&amp;` and a literal `&lt;` is drawn as written. Newlines are made
+    # visible by ``terminal_safe``, so no line continuation can form.
+    text = terminal_safe(text).replace("&", "&amp;")
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
