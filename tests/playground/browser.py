@@ -13,11 +13,12 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from starlette.types import ASGIApp
 
 from agentscript.server.command import ServeOptions, build_app
 
@@ -60,15 +61,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def playground_server(options: ServeOptions) -> Iterator[str]:
-    """Serve ``options`` (playground on) on a free loopback port; yields the base URL."""
+def playground_server(
+    options: ServeOptions, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+) -> Iterator[str]:
+    """Serve ``options`` (playground on) on a free loopback port; yields the base URL.
+    ``wrap``: what stands between the server and the app (a proxy, say)."""
     import uvicorn
 
     options.port = free_port()
     options.host = "127.0.0.1"
     app, _lines = build_app(options)
+    served = wrap(app) if wrap is not None else app
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=options.port, log_level="warning")
+        uvicorn.Config(served, host="127.0.0.1", port=options.port, log_level="warning")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentscript.server.command import ServeOptions, build_app
 
@@ -30,13 +32,44 @@ def options(*paths: str, **given: Any) -> ServeOptions:
     return ServeOptions(paths=list(paths), **base)
 
 
+class BehindProxy:
+    """The app as a reverse proxy serving it under ``prefix`` hands requests to it: without
+    the prefix in the path; with ``told``, run as ``uvicorn --root-path PREFIX`` is, the
+    prefix in ``root_path`` and back at the head of the path (uvicorn puts it there). Paths
+    outside the prefix are the proxy's 404."""
+
+    def __init__(self, app: ASGIApp, prefix: str, *, told: bool) -> None:
+        self.app = app
+        self.prefix = prefix
+        self.told = told
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path != self.prefix and not path.startswith(self.prefix + "/"):
+            await PlainTextResponse("not served by this proxy", 404)(scope, receive, send)
+            return
+        inner = path[len(self.prefix) :] or "/"
+        if self.told:
+            scope = {**scope, "root_path": self.prefix, "path": self.prefix + inner}
+        else:
+            scope = {**scope, "root_path": "", "path": inner, "raw_path": inner.encode()}
+        await self.app(scope, receive, send)
+
+
 @asynccontextmanager
-async def client(opts: ServeOptions) -> AsyncIterator[httpx.AsyncClient]:
+async def client(
+    opts: ServeOptions, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client of the app (``wrap``: what stands between them, a proxy say)."""
     app, _lines = build_app(opts)
+    served = wrap(app) if wrap is not None else app
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000"
+            transport=httpx.ASGITransport(app=served), base_url="http://127.0.0.1:8000"
         ) as c,
     ):
         yield c

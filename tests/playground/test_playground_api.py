@@ -3,14 +3,18 @@ scripted replays, conversation and trace downloads, guards, the graph route, sta
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import io
 import json
 import re
 import sys
 import types
 import zipfile
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx2 as httpx
 import pytest
@@ -19,6 +23,8 @@ from tests.playground.harness import (
     CARD_BANK,
     LATE_ORDER,
     ORDER_STATUS,
+    BehindProxy,
+    client,
     options,
     run,
     say,
@@ -37,22 +43,81 @@ CARD_VARS = {
 }
 
 
+class References(HTMLParser):
+    """The URLs a page loads (``src``, ``href``), ``data:`` ones left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name in ("src", "href") and value and not value.startswith("data:"):
+                self.found.append(value)
+
+
+def references(html: str) -> list[str]:
+    parser = References()
+    parser.feed(html)
+    return parser.found
+
+
+async def follow(c: httpx.AsyncClient, url: str) -> str:
+    """Where the redirect from ``url`` leads, resolved as a browser resolves it."""
+    response = await c.get(url)
+    assert response.status_code == 307, response.text
+    return urljoin(str(response.url), response.headers["location"])
+
+
 def test_playground_page_and_assets_come_from_the_package_without_network() -> None:
     async def scenario(c: httpx.AsyncClient) -> None:
-        root = await c.get("/")
-        assert root.status_code == 307 and root.headers["location"] == "/playground/"
+        page_url = "http://127.0.0.1:8000/playground/"
+        assert await follow(c, "/") == page_url
         page = await c.get("/playground/")
-        assert page.status_code == 200 and "/playground/static/playground.js" in page.text
-        for name in ("playground.js", "playground.css"):
-            asset = await c.get(f"/playground/static/{name}")
+        assert page.status_code == 200
+        loaded = sorted(urljoin(page_url, ref) for ref in references(page.text))
+        assert loaded == [f"{page_url}static/playground.{kind}" for kind in ("css", "js")]
+        for url in loaded:
+            asset = await c.get(url)
             assert asset.status_code == 200 and len(asset.content) > 1000
 
     run(options(ORDER_STATUS), scenario)
-    # Nothing is loaded from elsewhere: no absolute URL in src/href/url()/fetch.
     for file in STATIC.iterdir():
         text = file.read_text(encoding="utf-8")
+        # Nothing is loaded from elsewhere: no absolute URL in src/href/url()/fetch.
         assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), file.name
         assert not re.search(r"""(url|fetch|import)\(\s*["']?(https?:)?//""", text), file.name
+        # Nor from the host's root: the server may be served under a prefix.
+        assert not re.search(r"""["'](/v1/|/playground)""", text), file.name
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["root_path", "prefix_stripped"])
+def test_playground_page_behind_a_proxy_prefix_loads_everything_from_under_it(
+    told: bool,
+) -> None:
+    """A proxy serves the app at /agents/: with ``root_path`` set (uvicorn --root-path), or
+    only stripping the prefix. The redirects and the page's assets stay under it."""
+    page_url = "http://127.0.0.1:8000/agents/playground/"
+
+    async def scenario(c: httpx.AsyncClient) -> None:
+        assert await follow(c, "/agents/") == page_url
+        assert await follow(c, "/agents/playground?agent=A") == page_url + "?agent=A"
+        page = await c.get(page_url)
+        assert page.status_code == 200
+        loaded = [urljoin(page_url, ref) for ref in references(page.text)]
+        assert len(loaded) == 2 and all(url.startswith(page_url) for url in loaded)
+        for url in loaded:
+            assert (await c.get(url)).status_code == 200, url
+        # The API the page calls (relative to it) answers under the prefix too.
+        config = await c.get(urljoin(page_url, "../playground/api/config"))
+        assert config.status_code == 200 and config.json()["agents"]
+
+    async def main() -> None:
+        wrap = functools.partial(BehindProxy, prefix="/agents", told=told)
+        async with client(options(ORDER_STATUS), wrap) as c:
+            await scenario(c)
+
+    asyncio.run(main())
 
 
 def test_playground_stubs_answer_flow_actions_like_chat_stubs() -> None:

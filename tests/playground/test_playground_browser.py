@@ -4,6 +4,7 @@ examples/card_bank, asserting on what the page shows; the README screenshot; pag
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -14,7 +15,14 @@ from typing import Any
 
 import pytest
 from tests.playground.browser import browser, chromium_path, playground_server
-from tests.playground.harness import CARD_BANK, LATE_ORDER, ORDER_STATUS, ROOT, options
+from tests.playground.harness import (
+    CARD_BANK,
+    LATE_ORDER,
+    ORDER_STATUS,
+    ROOT,
+    BehindProxy,
+    options,
+)
 
 SCREENSHOT = ROOT / "docs" / "playground.png"
 # The README image is rewritten only on request (`make screenshot`), so an ordinary test run
@@ -714,3 +722,40 @@ def test_browser_page_runs_under_its_own_policy(chrome: Any, base_url: str) -> N
     finally:
         context.close()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["root_path", "prefix_stripped"])
+def test_browser_page_under_a_proxy_prefix_runs_a_turn_and_saves_it(
+    chrome: Any, told: bool
+) -> None:
+    """A proxy serves the server at /agents/, with ``root_path`` set or only stripping the
+    prefix: the page loads, runs a turn, draws the graph and state, and saves the chat, every
+    request of it under the prefix."""
+    wrap = functools.partial(BehindProxy, prefix="/agents", told=told)
+    with playground_server(options(ORDER_STATUS, stubs=LATE_ORDER), wrap) as url:
+        context = chrome.new_context(
+            viewport={"width": 1440, "height": 900}, accept_downloads=True, bypass_csp=True
+        )
+        opened = context.new_page()
+        requested: list[str] = []
+        errors: list[str] = []
+        opened.on("request", lambda request: requested.append(request.url))
+        opened.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            opened.goto(f"{url}/agents/")  # redirected to the page
+            opened.wait_for_selector("body[data-ready=true]")
+            assert opened.locator(".msg.welcome").inner_text() == "Hi! I can help with your orders."
+            send(opened, "/go_to_orders")
+            assert opened.locator(".msg.agent").last.inner_text().startswith("done:")
+            assert any("get_delivery_date" in s for s in steps_of(opened, "ACTION_STEP"))
+            assert opened.locator("#where .node").inner_text() == "Order_Management"
+            assert opened.locator("#graph path.gedge").count() == 4  # the graph route's edges
+            with opened.expect_download() as saved:
+                opened.click("#save")
+            text = Path(saved.value.path()).read_text(encoding="utf-8")
+            assert "user: /go_to_orders" in text
+        finally:
+            context.close()
+    assert not errors, errors
+    fetched = [u for u in requested if u.startswith("http")]
+    assert fetched and all(u.startswith(f"{url}/agents/") for u in fetched), fetched

@@ -107,6 +107,7 @@ OPERATIONS: dict[str, Callable[[SQLiteStore, SessionRecord], Awaitable[Any]]] = 
     "find_turn": lambda store, old: store.find_turn(old.session_id, "key-1"),
     "get_turn": lambda store, old: store.get_turn(old.session_id, 1),
     "list_turns": lambda store, old: store.list_turns(old.session_id),
+    "list_turns_with_traces": lambda store, old: store.list_turns_with_traces(old.session_id, 10),
     "delete_session": lambda store, old: store.delete_session(old.session_id),
     "take_lease": lambda store, old: store.take_lease(old.session_id, "someone:1"),
     "drop_lease": lambda store, old: store.drop_lease(old.session_id, "someone:1"),

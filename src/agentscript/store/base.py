@@ -187,5 +187,11 @@ class Store(Protocol):
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]: ...
 
+    async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
+        """The session's first ``limit`` turns in order, each with its trace, in one query
+        (:meth:`list_turns` may leave traces out: the SQL stores read ``{}`` in their place).
+        A trace that cannot be read is ``{}``, marked ``damaged``, as :meth:`get_turn` has it.
+        ``limit`` >= 0."""
+
     async def purge_expired(self) -> int:
         """Delete expired sessions (and their turns); how many were deleted."""

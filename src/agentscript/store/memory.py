@@ -99,6 +99,9 @@ class MemoryStore:
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         return copy.deepcopy(self._turns.get(session_id, []))
 
+    async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
+        return copy.deepcopy(self._turns.get(session_id, [])[: max(limit, 0)])
+
     async def purge_expired(self) -> int:
         now = time.time()
         # A session whose lock is held has a turn running, begun before it expired: its

@@ -472,6 +472,14 @@ class PostgresStore:
         )
         return [schema.turn_from_row(r) for r in rows]
 
+    async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
+        rows = await self._fetch(
+            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns "
+            "WHERE session_id = ? ORDER BY turn LIMIT ?",
+            (session_id, limit),
+        )
+        return [schema.turn_from_row(r) for r in rows]
+
     async def purge_expired(self) -> int:
         now = time.time()
         try:

@@ -396,6 +396,14 @@ class SQLiteStore:
         )
         return [schema.turn_from_row(r) for r in rows]
 
+    async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
+        rows = await self._run(
+            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns "
+            "WHERE session_id = ? ORDER BY turn LIMIT ?",
+            (session_id, limit),
+        )
+        return [schema.turn_from_row(r) for r in rows]
+
     async def purge_expired(self) -> int:
         # Sessions expired by now only: ones expiring during the purge wait for the next.
         now = time.time()

@@ -1,7 +1,10 @@
 """The playground's routes, added to the ``serve`` app by :func:`mount_playground`.
 
-- ``GET /`` redirects to ``/playground/``, the page; its assets are under
-  ``/playground/static/`` (files shipped in this package: no CDN, no build step);
+- ``GET /`` redirects to the page, ``/playground/``; its assets are under
+  ``/playground/static/`` (files shipped in this package: no CDN, no build step). The page
+  names every URL relative to its own (and ``/playground`` redirects to ``playground/``, so
+  that it is always read from a URL ending in a slash): served under a prefix by a proxy, it
+  works whether or not the server was told the prefix (``root_path``);
 - ``GET /v1/agents/{agent}/graph``: the agent's control graph (404 ``graph_unavailable``
   when ``agentscript.authoring`` is not installed);
 - ``/playground/api/...``: the page's extras over the session API (config, conversation
@@ -17,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Path
+from fastapi import Depends, FastAPI, Path, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,11 +32,14 @@ from agentscript.server.errors import ApiError
 from agentscript.server.playground import export, info
 from agentscript.server.playground.sessions import PlaygroundSessions
 from agentscript.server.service import SessionService
-from agentscript.store import Store, TurnRecord
+from agentscript.store import SessionRecord, Store, TurnRecord
 
 STATIC = FilePath(__file__).parent / "static"
 # A conversation file pasted or uploaded into the page (the body limit applies first).
 MAX_CONVERSATION_CHARS = 200_000
+# Turns of a session that the exports (conversation file, trace zip) take at most: each is
+# built in memory from every turn's trace, so a longer session is refused rather than read.
+MAX_EXPORT_TURNS = 1000
 
 Owner = Annotated[str, Depends(authenticate)]
 SessionId = Annotated[str, Path(pattern=SESSION_ID)]
@@ -99,11 +105,17 @@ def mount_playground(
         served.overrides = sessions
     extras = {name: {"guards": info.guards(s.agent)} for name, s in agents.items()}
 
+    # Relative redirects: a proxy that serves the app under a prefix keeps it, told or not.
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
-        return RedirectResponse("/playground/")
+        return RedirectResponse("playground/")
 
     @app.get("/playground", include_in_schema=False)
+    async def page_without_slash(request: Request) -> RedirectResponse:
+        # The page's URLs are relative to its directory, which this URL is not.
+        query = request.url.query
+        return RedirectResponse("playground/" + (f"?{query}" if query else ""))
+
     @app.get("/playground/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(
@@ -179,8 +191,10 @@ def mount_playground(
     async def conversation(session_id: SessionId, who: Owner) -> Response:
         record = await service.record(who, session_id)
         known = sessions.get(session_id)
-        turns = await _whole_turns(service.store, session_id)
-        text = export.conversation_yaml(record.agent, known.variables if known else {}, turns)
+        turns = await _exported_turns(service.store, record)
+        text = await run_in_threadpool(
+            export.conversation_yaml, record.agent, known.variables if known else {}, turns
+        )
         return Response(
             text,
             media_type="application/yaml",
@@ -192,20 +206,25 @@ def mount_playground(
     @app.get("/playground/api/sessions/{session_id}/traces.zip", include_in_schema=False)
     async def traces(session_id: SessionId, who: Owner) -> Response:
         record = await service.record(who, session_id)
-        turns = await _whole_turns(service.store, session_id)
+        turns = await _exported_turns(service.store, record)
         return Response(
-            export.traces_zip(record.agent, session_id, turns),
+            await run_in_threadpool(export.traces_zip, record.agent, session_id, turns),
             media_type="application/zip",
             headers={"Content-Disposition": f'attachment; filename="traces-{session_id[:8]}.zip"'},
         )
 
 
-async def _whole_turns(store: Store, session_id: str) -> list[TurnRecord]:
-    """Every turn of a session with its trace: a store's listing leaves traces out (the SQL
-    stores read ``{}`` in their place), and an export is made of them."""
-    whole = []
-    for listed in await store.list_turns(session_id):
-        turn = await store.get_turn(session_id, listed.turn)
-        if turn is not None:
-            whole.append(turn)
-    return whole
+async def _exported_turns(store: Store, record: SessionRecord) -> list[TurnRecord]:
+    """Every turn of the session with its trace, read in one query; 422 ``export_too_large``
+    past :data:`MAX_EXPORT_TURNS` turns (a file holding only some would replay otherwise)."""
+    if record.turns > MAX_EXPORT_TURNS:
+        raise ApiError(
+            422,
+            "export_too_large",
+            f"session {record.session_id} has {record.turns} turns; the playground exports "
+            f"at most {MAX_EXPORT_TURNS}: read its traces one turn at a time "
+            f"(GET /v1/sessions/{record.session_id}/turns/N/trace)",
+        )
+    # Turns committed since the record was read come after those counted: the limit keeps
+    # the read as bounded as the check above.
+    return await store.list_turns_with_traces(record.session_id, MAX_EXPORT_TURNS)

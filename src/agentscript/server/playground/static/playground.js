@@ -1,11 +1,17 @@
 // agentscript playground: the page's logic. Plain JavaScript, no build step, no network but
-// this server. It talks to the session API (/v1/...) and the playground extras
-// (/playground/api/...), streams each turn over SSE and draws every step as it arrives.
+// this server. It talks to the session API (v1/...) and the playground extras
+// (playground/api/...), streams each turn over SSE and draws every step as it arrives.
+// Every URL is relative to the server's root as the page sees it (see ROOT).
 // Text from agents, models and users is only ever set with textContent (never as HTML).
 "use strict";
 
 (function () {
   const $ = (id) => document.getElementById(id);
+  // The page is ROOT + "playground/". A proxy may serve the server under a prefix, and may or
+  // may not tell it so (root_path): the page's own URL has the prefix either way, while a
+  // path the server computes has it only when told.
+  const ROOT = new URL("../", document.baseURI).pathname;
+  const at = (path) => ROOT + path;
   const S = {
     config: null,
     agent: null,        // the selected agent's description (+ guards)
@@ -180,10 +186,11 @@
 
   // A tool that supplies buttons fills them into a RESPONSE_STEP already streamed: read the
   // turn's final trace and redraw those steps (only then; other turns need no request).
-  async function settleSteps(turn, steps, nodes) {
-    if (!turn.trace_url || !steps.some((s) => s.type === "ACTION_STEP" && s.source === "buttons")) return steps;
+  // (The turn's trace_url is not used: it has the prefix only when the server was told it.)
+  async function settleSteps(session, turn, steps, nodes) {
+    if (!turn.turn || !steps.some((s) => s.type === "ACTION_STEP" && s.source === "buttons")) return steps;
     try {
-      const trace = await api("GET", turn.trace_url);
+      const trace = await api("GET", at("v1/sessions/" + session + "/turns/" + turn.turn + "/trace"));
       const final = ((trace || {}).planTrace || {}).steps || [];
       if (final.length !== steps.length) return steps;
       final.forEach((s, i) => {
@@ -212,9 +219,10 @@
     const bubble = addMessage("agent streaming", "");
     const steps = [];
     const nodes = [];
+    const session = S.session;  // the turn's, should another session start while it runs
     let turn = null;
     try {
-      const response = await fetch("/v1/sessions/" + S.session + "/messages", {
+      const response = await fetch(at("v1/sessions/" + session + "/messages"), {
         method: "POST",
         headers: headers({ "Content-Type": "application/json", "Accept": "text/event-stream" }),
         body: JSON.stringify({ text }),
@@ -244,7 +252,7 @@
         }
       }
       if (!turn) throw new ApiFailure(0, "stream_closed", "the server closed the stream before the turn ended");
-      turn.__steps = await settleSteps(turn, steps, nodes);
+      turn.__steps = await settleSteps(session, turn, steps, nodes);
       finishTurn(bubble, turn);
       await refreshState(turn);
     } catch (err) {
@@ -518,7 +526,7 @@
   async function refreshState(turn) {
     if (!S.session) return;
     try {
-      const state = await api("GET", "/playground/api/sessions/" + S.session + "/state");
+      const state = await api("GET", at("playground/api/sessions/" + S.session + "/state"));
       const before = S.lastValues;
       S.lastValues = state.variables;
       drawVariables(state.variables, turn ? before : null);
@@ -535,7 +543,7 @@
   async function loadGraph() {
     S.graph = null;
     try {
-      S.graph = await api("GET", "/v1/agents/" + encodeURIComponent(S.agent.name) + "/graph");
+      S.graph = await api("GET", at("v1/agents/" + encodeURIComponent(S.agent.name) + "/graph"));
     } catch (err) {
       // Without the graph module: the nodes or skills alone.
       const names = S.agent.nodes || S.agent.skills || [];
@@ -638,7 +646,7 @@
     if (S.script) body.conversation = S.script.text;
     resetPanes();
     try {
-      const created = await api("POST", "/playground/api/agents/" + encodeURIComponent(S.agent.name) + "/sessions", body);
+      const created = await api("POST", at("playground/api/agents/" + encodeURIComponent(S.agent.name) + "/sessions"), body);
       S.session = created.session_id;
       S.variables = created.variables;
       $("session-id").textContent = "session " + S.session.slice(0, 8) + (S.script ? " (replaying " + created.scripted_turns + " turns)" : "");
@@ -691,7 +699,7 @@
 
   async function loadConversation(text) {
     try {
-      const parsed = await api("POST", "/playground/api/conversations", { text });
+      const parsed = await api("POST", at("playground/api/conversations"), { text });
       S.script = { text, turns: parsed.turns };
       S.edited = Object.assign({}, parsed.variables);
       await newSession(true);
@@ -750,8 +758,8 @@
     });
     $("step").addEventListener("click", step);
     $("play").addEventListener("click", playAll);
-    $("save").addEventListener("click", () => download("/playground/api/sessions/" + S.session + "/conversation.yaml", "conversation.yaml"));
-    $("traces").addEventListener("click", () => download("/playground/api/sessions/" + S.session + "/traces.zip", "traces.zip"));
+    $("save").addEventListener("click", () => download(at("playground/api/sessions/" + S.session + "/conversation.yaml"), "conversation.yaml"));
+    $("traces").addEventListener("click", () => download(at("playground/api/sessions/" + S.session + "/traces.zip"), "traces.zip"));
     $("agent").addEventListener("change", () => selectAgent($("agent").value));
     $("show-llm").addEventListener("change", (e) => $("trace").parentElement.classList.toggle("hide-llm", !e.target.checked));
     $("show-resolution").addEventListener("change", (e) => $("trace").parentElement.classList.toggle("hide-resolution", !e.target.checked));
@@ -769,7 +777,7 @@
 
   async function init() {
     try {
-      S.config = await api("GET", "/playground/api/config");
+      S.config = await api("GET", at("playground/api/config"));
     } catch (err) {
       banner("The playground cannot start: " + err.message);
       return;
