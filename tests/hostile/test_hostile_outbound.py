@@ -84,6 +84,35 @@ def test_http_action_whose_answer_trickles_in_ends_within_its_timeout() -> None:
     assert ended - started < 10  # not the 40 s the server would take: the thread is free
 
 
+def test_outbound_calls_that_ended_leave_no_deadline_watched() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentscript.actions import outbound
+
+    def post(url: str, total: float, max_bytes: int = 1000) -> int:
+        fetched = outbound.fetch(
+            url, method="POST", body=b"{}", timeout=30, total=total, max_bytes=max_bytes
+        )
+        return fetched.status
+
+    with RawServer(_recorded) as server:
+        # From several threads at once, as the action pool calls.
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda _: post(f"{server.url}/save", 30), range(200)))
+        with pytest.raises(outbound.FetchError, match="larger than 1 bytes"):
+            post(f"{server.url}/save", 30, max_bytes=1)
+        left = outbound._WATCHDOG.watched()
+    assert statuses == [200] * 200
+    assert left == 0  # each entry went with its call, not at its deadline 30 s on
+    # A call past its deadline is still cut there, and leaves nothing either.
+    with (
+        RawServer(_a_byte_at_a_time) as server,
+        pytest.raises(outbound.FetchError, match="no whole answer within 1 s"),
+    ):
+        post(f"{server.url}/save", 1)
+    assert outbound._WATCHDOG.watched() == 0
+
+
 def test_a_header_value_http_cannot_send_is_refused_without_showing_it() -> None:
     with RawServer(_recorded) as server:
         handler = http_json_handler(headers={"Authorization": f"Bearer {TOKEN}\n"})

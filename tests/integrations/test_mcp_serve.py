@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -316,3 +317,111 @@ def test_mcp_result_carries_the_confirmation_question_as_serve_does() -> None:
         "error",
         "confirmation",
     }
+
+
+async def _ask_during(url: str, key: str, in_flight: Callable[[], bool], stop: Any) -> Any:
+    """``ask`` over HTTP; once ``in_flight()`` says its turn runs, ``stop()`` (a signal).
+    The ``ask`` result, or the exception the call raised."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        # The client lists the tools before its first call's result is read (for the
+        # output schema): done here, while the server still takes connections.
+        await session.list_tools()
+        call = asyncio.ensure_future(session.call_tool("ask", {"message": "one"}))
+        for _ in range(300):  # bounded: 30 s
+            if in_flight() or call.done():
+                break
+            await asyncio.sleep(0.1)
+        stop()
+        try:
+            async with asyncio.timeout(60):
+                return (await call).structured_content
+        except Exception as exc:
+            return exc
+
+
+def _sigterm_during_a_turn(tmp_path: Path, delay: float, *extra: str) -> tuple[Any, int, str]:
+    """A real ``mcp-serve`` over HTTP stopped by SIGTERM while its one turn waits ``delay``
+    seconds for the model: what the client got, the exit code and the log."""
+    import signal
+
+    from tests.serve.process import free_port
+
+    agent = tmp_path / "echo.agent"
+    agent.write_text(AGENT)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    with OpenAIServer([Reply(text="Late answer.", delay=delay)]) as model:
+        proc = _mcp_serve_http(agent, model.base_url, port, *extra, keys="key-1")
+        try:
+            assert _answering(url, proc) == 401
+            got = asyncio.run(
+                _ask_during(
+                    url,
+                    "key-1",
+                    lambda: bool(model.requests),
+                    lambda: proc.send_signal(signal.SIGTERM),
+                )
+            )
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    return got, proc.returncode, out
+
+
+def test_mcp_serve_over_http_answers_the_running_turn_on_sigterm(tmp_path: Path) -> None:
+    # The model answers seconds after the signal: the turn runs through the shutdown.
+    got, code, out = _sigterm_during_a_turn(tmp_path, 3.0)
+    assert isinstance(got, dict) and got["text"] == "Late answer.", got
+    assert code == 0
+    assert "Traceback" not in out and "cut" not in out
+
+
+def test_mcp_serve_over_http_cuts_a_turn_past_the_shutdown_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK logs through rich, which wraps lines at 80 columns when not in a terminal.
+    monkeypatch.setenv("COLUMNS", "300")
+    got, code, out = _sigterm_during_a_turn(tmp_path, 20.0, "--shutdown-grace", "1")
+    assert not isinstance(got, dict), got  # no result: an error
+    assert code == 0
+    assert "shutdown: 1 turn(s) cut after the 1 s grace" in out
+    assert "Traceback" not in out  # uvicorn's cancellation answered with a 503, not logged
+
+
+def test_mcp_tools_at_shutdown_refuse_new_calls_and_wait_for_the_running_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentscript.integrations.mcp_server import ToolRefused
+    from agentscript.server.shutdown import ShutdownClock
+
+    monkeypatch.setattr(ShutdownClock, "began", None)  # finish_turns marks it
+
+    async def scenario(tools: Any, server: OpenAIServer) -> tuple[Any, str, int]:
+        running = asyncio.ensure_future(tools.ask("one"))
+        for _ in range(300):  # bounded: 30 s
+            if server.requests:
+                break
+            await asyncio.sleep(0.1)
+        finishing = asyncio.ensure_future(tools.finish_turns(60))
+        await asyncio.sleep(0)  # the shutdown began
+        try:
+            await tools.send("two", None)
+            refused = "not refused"
+        except ToolRefused as exc:
+            refused = str(exc)
+        return await running, refused, await finishing
+
+    with OpenAIServer([Reply(text="Late answer.", delay=1.0)]) as server:
+        answer, refused, cut = asyncio.run(scenario(_tools(server.base_url), server))
+        asked = len(server.requests)
+    assert answer["text"] == "Late answer." and cut == 0
+    assert refused == "the server is shutting down: send this again later"
+    assert asked == 1  # the refused call never reached the model

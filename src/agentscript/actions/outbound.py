@@ -20,14 +20,14 @@ follows redirects to any host with the request's headers, credentials included, 
 from __future__ import annotations
 
 import contextlib
-import heapq
 import http.client
 import itertools
+import math
 import socket
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class FetchError(Exception):
@@ -41,51 +41,67 @@ class Fetched:
     body: bytes
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _Watch:
     at: float
     number: int
-    sock: socket.socket | None = field(compare=False)
-    fired: bool = field(default=False, compare=False)
+    sock: socket.socket
+    fired: bool = False
 
 
 class _Watchdog:
-    """Shuts the sockets of calls past their deadline; one daemon thread, started on first use."""
+    """Shuts the sockets of calls past their deadline; one daemon thread, started on first use.
+
+    It holds the calls still running only: a call that ends takes its entry out at once (most
+    end long before their deadline, and a process making many calls kept as many entries).
+    The thread sleeps until the earliest deadline and is woken only for an earlier one, so it
+    runs about once per deadline, not once per call; the entry it slept for may be gone by
+    then, and it sleeps again until the next one."""
 
     def __init__(self) -> None:
-        self._heap: list[_Watch] = []
+        # By call number, in a dict: taking a call out is O(1); the thread looks for the
+        # earliest deadline among the running calls (one per thread making one) when it wakes.
+        self._watched: dict[int, _Watch] = {}
         self._count = itertools.count()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._sleeps_until = math.inf  # when the thread wakes on its own
 
     def watch(self, sock: socket.socket, at: float) -> _Watch:
         entry = _Watch(at, next(self._count), sock)
         with self._wake:
-            heapq.heappush(self._heap, entry)
+            self._watched[entry.number] = entry
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="agentscript-outbound-deadlines", daemon=True
                 )
                 self._thread.start()
-            self._wake.notify()
+            if at < self._sleeps_until:
+                self._wake.notify()
         return entry
 
     def release(self, entry: _Watch) -> None:
+        """The call ended: forget it. Under the lock the thread fires in, so a call released is
+        never shut afterwards."""
         with self._wake:
-            entry.sock = None  # the heap drops it when its time comes
+            self._watched.pop(entry.number, None)
+
+    def watched(self) -> int:
+        """How many calls are watched: the calls running."""
+        with self._wake:
+            return len(self._watched)
 
     def _run(self) -> None:
         with self._wake:
             while True:
                 now = time.monotonic()
-                while self._heap and self._heap[0].at <= now:
-                    entry = heapq.heappop(self._heap)
-                    if entry.sock is not None:
-                        entry.fired = True
-                        with contextlib.suppress(OSError):  # already closed
-                            entry.sock.shutdown(socket.SHUT_RDWR)
-                wait = self._heap[0].at - now if self._heap else None
-                self._wake.wait(wait)
+                for entry in [e for e in self._watched.values() if e.at <= now]:
+                    del self._watched[entry.number]
+                    entry.fired = True
+                    with contextlib.suppress(OSError):  # already closed
+                        entry.sock.shutdown(socket.SHUT_RDWR)
+                self._sleeps_until = min((e.at for e in self._watched.values()), default=math.inf)
+                self._wake.wait(self._sleeps_until - now if self._watched else None)
 
 
 _WATCHDOG = _Watchdog()

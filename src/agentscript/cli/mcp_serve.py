@@ -7,6 +7,7 @@ import click
 
 from agentscript.cli.common import exit_with, load_agent_or_exit
 from agentscript.cli.options import trace_dir_option
+from agentscript.integrations.mcp_server import SHUTDOWN_GRACE
 
 
 @click.command("mcp-serve")
@@ -23,6 +24,13 @@ from agentscript.cli.options import trace_dir_option
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
+@click.option(
+    "--shutdown-grace",
+    type=click.IntRange(min=0),
+    default=SHUTDOWN_GRACE,
+    show_default=True,
+    help="Over HTTP, seconds the calls running at SIGTERM get to finish; then they are cut.",
+)
 @trace_dir_option
 def mcp_serve(
     agent: str,
@@ -31,6 +39,7 @@ def mcp_serve(
     transport: str,
     host: str,
     port: int,
+    shutdown_grace: int,
     trace_dir: str | None,
 ) -> None:
     """Serve AGENT as an MCP server (tools `ask` and `send`)."""
@@ -46,6 +55,7 @@ def mcp_serve(
             host=host,
             port=port,
             trace_dir=trace_dir,
+            shutdown_grace=shutdown_grace,
             echo=lambda line: click.echo(line, err=True),
         )
     )

@@ -15,16 +15,24 @@ Sessions are kept in memory, at most ``max_sessions`` (the least recently used i
 first), and one turn runs at a time per session. Over stdio (default) or streamable HTTP on ``--host``/``--port``: there, as with
 ``agentscript serve``, the keys of ``AGENTSCRIPT_API_KEYS`` are required as ``Authorization:
 Bearer`` and listening off loopback needs them.
+
+Over HTTP a graceful stop (``SIGTERM``, a first Ctrl-C) stops as ``agentscript serve`` does:
+no new connection, and the tool calls already running get their result within
+``--shutdown-grace`` seconds (``SHUTDOWN_GRACE``); those still running then are cut (their
+client gets ``503 shutting_down``, the log says how many). Each result is therefore sent as
+one JSON response, not an SSE stream: the SSE library behind the SDK ends every open stream
+the moment the signal comes, a result not yet sent included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +53,13 @@ MAX_MESSAGE_CHARS = 16_000
 LOCK_WAIT = 30.0
 # The sessions' histories kept in all, in characters (the bound of serve's kept sessions).
 MAX_KEPT_CHARS = 200_000_000
+# After SIGTERM, seconds the tool calls running get to finish: serve's --shutdown-grace
+# default (server/config.py), below Kubernetes' 30 s before SIGKILL.
+SHUTDOWN_GRACE = 25
+# How often the shutdown looks whether the last call ended (a stop at once ends it too).
+SHUTDOWN_SLICE = 0.1
+# What the client of a call cut at shutdown is told.
+CUT_AT_SHUTDOWN = "the server stopped before this turn finished: send it again"
 
 log = logging.getLogger("agentscript.mcp")
 
@@ -72,6 +87,9 @@ class AgentTools:
         # Each kept session's history size as of its last turn, and their sum (MAX_KEPT_CHARS).
         self._sizes: dict[str, int] = {}
         self.chars = 0
+        # Tool calls running now; once stopping, the shutdown waits for them (finish_turns).
+        self.running = 0
+        self.stopping = False
 
     def _new_session(self) -> Session:
         # The id is the only handle on a conversation (over HTTP, any key may pass it): 122
@@ -81,11 +99,40 @@ class AgentTools:
         )
 
     async def ask(self, message: str) -> dict[str, Any]:
-        _check_length(message)
-        session = self._new_session()
-        return result_json(session.id, await session.send_async(message))
+        with self._call():
+            _check_length(message)
+            session = self._new_session()
+            return result_json(session.id, await session.send_async(message))
 
     async def send(self, message: str, session_id: str | None) -> dict[str, Any]:
+        with self._call():
+            return await self._send(message, session_id)
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        if self.stopping:
+            # uvicorn takes no new connection once stopping; this is for a call that still
+            # reaches the tools (one the SDK had read already).
+            raise ToolRefused("the server is shutting down: send this again later")
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+
+    async def finish_turns(self, grace: float) -> int:
+        """At shutdown: refuse new calls and wait for the running ones, within ``grace``
+        seconds of the moment the server began to stop (``ShutdownClock``, which a stop at
+        once ends). How many still run: the caller cuts them."""
+        from agentscript.server.shutdown import ShutdownClock
+
+        self.stopping = True
+        ShutdownClock.mark()  # with no connection open, the shutdown begins here
+        while self.running and (left := ShutdownClock.left(grace)) > 0:
+            await asyncio.sleep(min(left, SHUTDOWN_SLICE))
+        return self.running
+
+    async def _send(self, message: str, session_id: str | None) -> dict[str, Any]:
         _check_length(message)
         if session_id:
             entry = self.sessions.get(session_id)
@@ -218,6 +265,7 @@ def mcp_serve_command(
     port: int,
     trace_dir: str | None,
     echo: Callable[[str], None],
+    shutdown_grace: int = SHUTDOWN_GRACE,
 ) -> ExitCode:
     """Serve until stopped; returns the exit code (``USAGE`` when no model can be built)."""
     from agentscript.chat import choose_model
@@ -243,17 +291,26 @@ def mcp_serve_command(
     if transport == "stdio":
         server.run("stdio")
         return ExitCode.OK
-    return _serve_http(server, agent.name, host, port, echo)
+    return _serve_http(
+        server, tools, host=host, port=port, shutdown_grace=shutdown_grace, echo=echo
+    )
 
 
 def _serve_http(
-    server: MCPServer, name: str, host: str, port: int, echo: Callable[[str], None]
+    server: MCPServer,
+    tools: AgentTools,
+    *,
+    host: str,
+    port: int,
+    shutdown_grace: int,
+    echo: Callable[[str], None],
 ) -> ExitCode:
     """Streamable HTTP, as ``agentscript serve`` listens: API keys from
     ``AGENTSCRIPT_API_KEYS`` (required off loopback), the port checked before anything is
     printed, and the same stops on signals (``server/runner.py``)."""
     from agentscript.server.auth import ApiKeys, KeyConfigError
     from agentscript.server.command import ServeError, check_port, is_loopback
+    from agentscript.server.nodelay import protocol
     from agentscript.server.runner import run
 
     try:
@@ -273,11 +330,71 @@ def _serve_http(
     except ServeError as exc:
         echo(f"mcp-serve: {exc}")
         return ExitCode.USAGE
-    app: Any = server.streamable_http_app(host=host)
+    # JSON, not SSE: uvicorn then waits for a running call's answer (the module's docstring).
+    starlette = server.streamable_http_app(host=host, json_response=True)
+    starlette.router.lifespan_context = _draining(
+        starlette.router.lifespan_context, tools, shutdown_grace
+    )
+    app: Any = CutAtShutdown(starlette)
     if keys.enabled:
         app = BearerKeys(app, keys)
-    echo(f"mcp-serve: agent '{name}' at http://{host}:{port}/mcp")
-    return ExitCode(run(app, host=host, port=port, log_level="warning"))
+    echo(f"mcp-serve: agent '{tools.agent.name}' at http://{host}:{port}/mcp")
+    code = run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        # Its connections mark when the shutdown began (ShutdownClock), as serve's do.
+        http=protocol(),
+        timeout_graceful_shutdown=shutdown_grace,
+    )
+    return ExitCode(code)
+
+
+def _draining(inner: Any, tools: AgentTools, grace: float) -> Any:
+    """The app's lifespan ``inner`` (the SDK's session manager), which at shutdown first waits
+    for the tool calls still running: leaving it cancels every one of them."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
+        from agentscript.server.shutdown import ShutdownClock
+
+        ShutdownClock.reset()
+        async with inner(app) as state:
+            yield state
+            cut = await tools.finish_turns(grace)
+            if cut:
+                log.error("shutdown: %d turn(s) cut after the %g s grace", cut, grace)
+
+    return lifespan
+
+
+class CutAtShutdown:
+    """ASGI middleware: a request uvicorn cancels at shutdown, past the grace or on a stop at
+    once (nothing else cancels one), gets ``503 shutting_down`` with ``Retry-After`` if its
+    answer had not begun, where uvicorn answered a plain-text ``500`` and logged a
+    traceback."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def sending(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if scope["type"] != "http" or started:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # handled here: the answer below awaits again
+            await _error(send, 503, "shutting_down", CUT_AT_SHUTDOWN, [(b"retry-after", b"1")])
 
 
 class BearerKeys:
@@ -293,28 +410,30 @@ class BearerKeys:
             headers = dict(scope.get("headers") or ())
             given = headers.get(b"authorization", b"").decode("latin-1")
             if self.keys.owner(given) is None:
-                await _unauthorized(send)
+                await _error(
+                    send,
+                    401,
+                    "unauthorized",
+                    "send an API key as 'Authorization: Bearer <key>'",
+                    [(b"www-authenticate", b"Bearer")],
+                )
                 return
         await self.app(scope, receive, send)
 
 
-async def _unauthorized(send: Any) -> None:
-    body = json.dumps(
-        {
-            "error": {
-                "code": "unauthorized",
-                "message": "send an API key as 'Authorization: Bearer <key>'",
-            }
-        }
-    ).encode()
+async def _error(
+    send: Any, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """An error answer in the shape of ``agentscript serve``'s."""
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b"Bearer"),
+                *headers,
             ],
         }
     )
