@@ -24,7 +24,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
-from pygls.workspace import TextDocument
+from pygls.workspace import TextDocument, Workspace
 
 from agentscript.authoring.index import (
     DocumentIndex,
@@ -35,7 +35,7 @@ from agentscript.authoring.index import (
     completions,
     document_diagnostics,
 )
-from agentscript.authoring.lsp_positions import ClientColumns
+from agentscript.authoring.lsp_positions import ClientColumns, replace_range
 from agentscript.diagnostics import Diagnostic, Severity
 
 SERVER_NAME = "agentscript"
@@ -71,6 +71,12 @@ class _OneLineForUnparsable(logging.Filter):
 
 
 _ONE_LINE_FOR_UNPARSABLE = _OneLineForUnparsable()
+
+
+def _encoding(workspace: Workspace) -> str | None:
+    """The position encoding negotiated at ``initialize``; None means LSP's UTF-16."""
+    chosen = workspace.position_encoding
+    return None if chosen is None else str(getattr(chosen, "value", chosen))
 
 
 class _Rejected:
@@ -144,9 +150,31 @@ class _Protocol(LanguageServerProtocol):
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
         # A change to a document never opened has nothing to apply to: pygls would fail on
         # it with a traceback, so it is ignored, as the protocol allows.
-        if unquote(params.text_document.uri) not in self.workspace.text_documents:
+        document = self.workspace.text_documents.get(unquote(params.text_document.uri))
+        if document is None:
             return
-        yield from super().lsp_text_document__did_change(params)
+        # Ranged changes are applied here, on the lines LSP counts: pygls splits with
+        # ``str.splitlines``, so after a \u2028 or \f in a comment an edit landed on another
+        # line than the editor's. pygls gets the result as one whole-document change.
+        text = document.source
+        encoding = _encoding(self.workspace)
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                start, end = change.range.start, change.range.end
+                text = replace_range(
+                    text,
+                    (start.line, start.character),
+                    (end.line, end.character),
+                    change.text,
+                    encoding,
+                )
+            else:
+                text = change.text
+        whole = types.DidChangeTextDocumentParams(
+            text_document=params.text_document,
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+        yield from super().lsp_text_document__did_change(whole)
 
 
 class _Snapshot:
@@ -191,8 +219,7 @@ def create_server() -> LanguageServer:
         return document
 
     def encoding() -> str | None:
-        chosen = server.workspace.position_encoding
-        return None if chosen is None else str(getattr(chosen, "value", chosen))
+        return _encoding(server.workspace)
 
     def snapshot_of(uri: str) -> _Snapshot | None:
         document = opened(uri)

@@ -9,6 +9,7 @@ every keystroke, so these conversions go through the C codecs instead.
 from __future__ import annotations
 
 import re
+from itertools import islice
 
 # LSP ends lines at \n, \r\n and \r only; ``str.splitlines`` also splits at \f, \u2028 and
 # others, which would shift every later line against what the client and the parser count.
@@ -71,3 +72,39 @@ class ClientColumns:
         # Past the end of the line (a client may ask there) stays past it, in code points.
         units = len(data) // 2
         return found + max(character - units, 0)
+
+
+def client_offset(text: str, line: int, character: int, encoding: str | None) -> int:
+    """The offset in ``text`` of the client's position (``character`` in its units). As LSP
+    says, a column past the end of its line means the line's end, and a line past the last
+    means the end of the document."""
+    start = 0
+    if line > 0:
+        # Only the lines up to ``line`` are scanned: a keystroke near the top of a large
+        # document does not split all of it.
+        ended = next(islice(_LINE_BREAK.finditer(text), line - 1, None), None)
+        if ended is None:
+            return len(text)
+        start = ended.end()
+    after = _LINE_BREAK.search(text, start)
+    end = len(text) if after is None else after.start()
+    column = ClientColumns(text[start:end], encoding).from_client(0, character)
+    return start + min(column, end - start)
+
+
+def replace_range(
+    text: str,
+    start: tuple[int, int],
+    end: tuple[int, int],
+    new_text: str,
+    encoding: str | None,
+) -> str:
+    """``text`` after an editor's ranged change, its (line, character) ends in the client's
+    units. pygls applies such a change on ``str.splitlines`` lines, which put an edit after a
+    \\u2028 or \\f on another line than the client meant, so the server's copy drifted."""
+    first = client_offset(text, *start, encoding)
+    last = client_offset(text, *end, encoding)
+    # A range given end first is read as the editor would, not as an insertion that
+    # duplicates the text between.
+    first, last = min(first, last), max(first, last)
+    return text[:first] + new_text + text[last:]
