@@ -115,3 +115,14 @@ def test_mantle_mutants_drop_constraints_and_block_steps() -> None:
     dropped = next(m for m in mutants if m.description == "- id: place_order")
     assert "execute_tool: order_replacement" not in dropped.text
     assert "id: pick_shipping" in dropped.text
+
+
+def test_mutate_is_not_run_when_the_suite_fails_on_the_unmutated_agent(tmp_path: Path) -> None:
+    failing = tmp_path / "failing.yaml"
+    text = (GATE / "weak" / "gold.yaml").read_text(encoding="utf-8")
+    failing.write_text(text.replace("node: account", "node: nowhere"), encoding="utf-8")
+    for extra in ([], ["--no-fail-on-assertion"]):
+        code, out, err = run_test(str(failing), "--agent", AGENT, "--mutate", *extra)
+        assert code == 1  # a mutation score was asked for and none can be given
+        assert "mutation testing of" in err and "not run: 1 case(s) do not pass" in err
+        assert "mutation score" not in out + err  # no mutant ran: each would count as killed

@@ -2,8 +2,9 @@
 
 Exit codes (``agentscript.commands.ExitCode``): ``OK`` every case passed; ``FAILED`` a case
 failed an expectation (judged ones only with ``judge_blocking``) or could not run (unless
-``fail_on_assertion`` is off: then only cases that could not run give ``FAILED``); ``USAGE`` bad
-usage or a bad spec (the message names the file and line).
+``fail_on_assertion`` is off: then only cases that could not run give ``FAILED``), or
+``mutate`` was asked for a suite that does not pass on the unmutated agent; ``USAGE`` bad usage
+or a bad spec (the message names the file and line).
 """
 
 from __future__ import annotations
@@ -199,9 +200,22 @@ def test_command(
     echo(text)
     try:
         below = _report_coverage(options, steps, echo, error)
+        unmutated_fails = False
         if options.mutate:
             out = echo if options.result_format == "human" else error
             for agent_path, group in _by_agent(suites, agents, options).items():
+                failing = _not_passing(run, group)
+                if failing:
+                    # Every mutant would "fail the suite": a score of 100% that means nothing.
+                    error(
+                        terminal_text(
+                            f"mutation testing of {agent_path} not run: {failing} case(s) do not "
+                            "pass on the unmutated agent, so every mutant would count as "
+                            "killed; make the suite pass first"
+                        )
+                    )
+                    unmutated_fails = True
+                    continue
                 out(asyncio.run(_mutation_run(agent_path, group, options)))
         if options.output_dir is not None:
             suffix = SUFFIXES[options.result_format]
@@ -210,7 +224,7 @@ def test_command(
         error(terminal_text(str(exc)))
         return ExitCode.USAGE
     counts = run.counts()
-    if below:
+    if below or unmutated_fails:
         return ExitCode.FAILED
     if counts[Status.ERROR]:
         return ExitCode.FAILED
@@ -302,6 +316,17 @@ def _by_agent(
         if agent.path is not None:
             groups.setdefault(agent.path.resolve(), []).append(suite)
     return groups
+
+
+def _not_passing(run: RunResult, suites: list[Suite]) -> int:
+    """How many of ``suites``' cases did not pass in ``run`` (as the exit code counts them)."""
+    paths = {str(suite.path) for suite in suites}
+    return sum(
+        1
+        for case in run.cases
+        if case.spec_path in paths
+        and case.status(judged_blocking=run.judged_blocking) is not Status.PASS
+    )
 
 
 async def _mutation_run(agent_path: Path, suites: list[Suite], options: TestOptions) -> str:
