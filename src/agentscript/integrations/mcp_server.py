@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -283,6 +284,7 @@ def mcp_serve_command(
             echo(f"error: --trace-dir {trace_dir}: {exc.strerror or exc}")
             return ExitCode.USAGE
     tools = AgentTools(agent, lambda: model, trace_dir=Path(trace_dir) if trace_dir else None)
+    _log_lines_to_stderr()
     try:
         server = build_server(tools)
     except RuntimeError as exc:
@@ -294,6 +296,18 @@ def mcp_serve_command(
     return _serve_http(
         server, tools, host=host, port=port, shutdown_grace=shutdown_grace, echo=echo
     )
+
+
+# One line per record, as serve's log lines (server/logs.py), without the request id.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _log_lines_to_stderr() -> None:
+    """Log one plain line per record to stderr. Set before the SDK's server is built: its
+    ``logging.basicConfig`` then does nothing, where it installed rich's handler, which wraps
+    a line at 80 columns when stderr is not a terminal, so a one-line error took several lines
+    of a collector's log."""
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
 
 
 def _serve_http(
@@ -370,24 +384,29 @@ def _draining(inner: Any, tools: AgentTools, grace: float) -> Any:
 
 
 class CutAtShutdown:
-    """ASGI middleware: a request uvicorn cancels at shutdown, past the grace or on a stop at
-    once (nothing else cancels one), gets ``503 shutting_down`` with ``Retry-After`` if its
-    answer had not begun, where uvicorn answered a plain-text ``500`` and logged a
-    traceback."""
+    """ASGI middleware for the stops: a request uvicorn cancels at shutdown, past the grace or
+    on a stop at once (nothing else cancels one), gets ``503 shutting_down`` with
+    ``Retry-After`` if its answer had not begun, where uvicorn answered a plain-text ``500``
+    and logged a traceback. A response the SDK leaves unfinished (the client's listening SSE
+    stream, which its SSE library ends at the signal) is finished here, where uvicorn logged
+    an error at every graceful stop."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        started = False
+        started = finished = False
 
         async def sending(message: Any) -> None:
-            nonlocal started
+            nonlocal started, finished
             started = started or message["type"] == "http.response.start"
+            finished = message["type"] == "http.response.body" and not message.get("more_body")
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
+            if scope["type"] == "http" and started and not finished:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if scope["type"] != "http" or started:
                 raise
