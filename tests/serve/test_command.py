@@ -300,3 +300,20 @@ def test_serve_refuses_an_agent_whose_name_cannot_be_part_of_a_url(tmp_path: Pat
     code, out = serve(str(agent), "--model", "standin", "--store", "memory://")
     assert code == 2 and "the agent's name 'My Notes' cannot be part of a URL" in out
     assert "Traceback" not in out
+
+
+def test_serve_root_path_reaches_uvicorn_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentscript.server import logs, runner
+
+    given: dict[str, object] = {}
+    monkeypatch.setattr(runner, "run", lambda app, **kwargs: given.update(kwargs) or 0)
+    monkeypatch.setattr(logs, "configure", lambda **options: None)
+    code, out = serve(
+        NOTES, "--model", "standin", "--store", "memory://", "--root-path", "/agents/"
+    )
+    assert code == 0 and given["root_path"] == "/agents"
+    assert "prefix: /agents (stripped by the proxy in front)" in out
+    for bad in ("agents", "/a b", "/a?x=1", "/a#b"):
+        code, out = serve(NOTES, "--model", "standin", "--root-path", bad)
+        assert code == 2 and "--root-path" in out and "e.g. /agents" in out, bad
+        assert "Traceback" not in out

@@ -85,6 +85,12 @@ def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
     help="Log lines as text or as one JSON object each.",
 )
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow this browser origin.")
+@click.option(
+    "--root-path",
+    default="",
+    help="The path prefix a proxy serves the server under and strips (e.g. /agents): "
+    "trace_url and the playground's links then carry it.",
+)
 @click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve agents over HTTP with durable sessions (needs agentscript[serve])."""

@@ -50,6 +50,8 @@ class ServeOptions:
     log_format: str = "text"  # or "json" (server/logs.py)
     shutdown_grace: int = ServerConfig.shutdown_grace
     cors_origins: list[str] = field(default_factory=list)
+    # The prefix a proxy strips before the request reaches the server (uvicorn's root_path).
+    root_path: str = ""
     # The playground page (agentscript.server.playground), its --stubs file and --var values.
     playground: bool = False
     stubs: str | None = None
@@ -153,6 +155,11 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         f"agentscript serve: listening on http://{options.host}:{options.port} "
         f"({options.workers} worker{'s' if options.workers != 1 else ''})",
         f"  store:  {store.url}",
+        *(
+            [f"  prefix: {options.root_path} (stripped by the proxy in front)"]
+            if options.root_path
+            else []
+        ),
         f"  keys:   {len(keys.hashes)} API key(s)"
         if keys.enabled
         else "  keys:   none (loopback only)",
@@ -284,6 +291,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         # JSON lines: uvicorn's loggers keep the handler logs.configure gave them.
         **({"log_config": None} if options.log_format == "json" else {}),
         "timeout_graceful_shutdown": options.shutdown_grace,
+        "root_path": options.root_path,
     }
     if options.workers == 1:
         # uvicorn's server, stopped by SIGINT, SIGTERM and SIGHUP as docs/serve.md says.
@@ -321,9 +329,24 @@ def parse_ttl(text: str | None) -> float | None:
     return value
 
 
+def parse_root_path(text: str | None) -> str:
+    """``--root-path``: empty, or a path such as ``/agents`` (a trailing slash dropped)."""
+    path = (text or "").strip()
+    if not path:
+        return ""
+    if (
+        not path.startswith("/")
+        or any(c in path for c in "?#%\\")
+        or any(c.isspace() for c in path)
+    ):
+        raise ServeError(f"--root-path {text!r}: write the prefix as a path, e.g. /agents")
+    return path.rstrip("/")
+
+
 def options_from_cli(paths: Sequence[str], **given: Any) -> ServeOptions:
     ttl = parse_ttl(given.pop("session_ttl", None))
-    return ServeOptions(paths=list(paths), session_ttl=ttl, **given)
+    root = parse_root_path(given.pop("root_path", ""))
+    return ServeOptions(paths=list(paths), session_ttl=ttl, root_path=root, **given)
 
 
 def serve_cli(paths: Sequence[str], echo: Callable[[str], None] = print, **given: Any) -> ExitCode:
