@@ -91,10 +91,15 @@ def test_mutation_runs_do_not_write_the_real_recording(order_copy: Path) -> None
 def test_mutation_run_never_writes_a_missing_snapshot(order_copy: Path) -> None:
     spec = order_copy / "snap.yaml"
     spec.write_text(SNAPSHOT_SPEC % "escalate_order", encoding="utf-8")
+    # The unmutated agent never reaches escalate_order, so the command does not run mutants
+    # for this suite at all (test_coverage_mutation.py); the mutants' own runs, called here
+    # directly, must not write the snapshot either.
     code, out, err = run_test(str(spec), "--mutate")
-    assert "Traceback" not in out + err
-    assert "mutation testing of" in out and "killed" in out
-    assert code == 1  # the unmutated agent never reaches escalate_order
+    assert code == 1 and "not run: 1 case(s) do not pass" in err
+    (agent,) = order_copy.glob("*.agent")
+    options = command.TestOptions(paths=[spec])
+    report = asyncio.run(command._mutation_run(agent, [read_spec(spec)], options))
+    assert "mutation testing of" in report and "killed" in report
     assert not (order_copy / "snap.yaml.snapshots").exists()
 
 
