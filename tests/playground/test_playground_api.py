@@ -102,6 +102,8 @@ def test_playground_page_behind_a_proxy_prefix_loads_everything_from_under_it(
     async def scenario(c: httpx.AsyncClient) -> None:
         assert await follow(c, "/agents/") == page_url
         assert await follow(c, "/agents/playground?agent=A") == page_url + "?agent=A"
+        if told:  # the prefix without its slash: a relative redirect would leave it
+            assert await follow(c, "/agents") == page_url
         page = await c.get(page_url)
         assert page.status_code == 200
         loaded = [urljoin(page_url, ref) for ref in references(page.text)]

@@ -313,7 +313,7 @@ def test_serve_root_path_reaches_uvicorn_and_is_checked(monkeypatch: pytest.Monk
     )
     assert code == 0 and given["root_path"] == "/agents"
     assert "prefix: /agents (stripped by the proxy in front)" in out
-    for bad in ("agents", "/a b", "/a?x=1", "/a#b"):
+    for bad in ("agents", "/a b", "/a?x=1", "/a#b", "//evil.example", "/a/../b", "/a//b", "/."):
         code, out = serve(NOTES, "--model", "standin", "--root-path", bad)
         assert code == 2 and "--root-path" in out and "e.g. /agents" in out, bad
         assert "Traceback" not in out

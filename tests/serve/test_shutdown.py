@@ -122,13 +122,29 @@ def _refused(url: str) -> bool:
     return False
 
 
-def test_sigterm_lets_the_turn_in_flight_finish_and_commit(api_store: str, tmp_path: Path) -> None:
-    turn = BlockedTurn(api_store, tmp_path)
+def _refused_at_once(url: str) -> bool:
+    """The connection is refused: not accepted into a queue nobody serves (a timeout)."""
+    try:
+        httpx.get(f"{url}/healthz", timeout=2)
+    except httpx.ConnectError:
+        return True
+    except httpx.TransportError:
+        return False
+    return False
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_lets_the_turn_in_flight_finish_and_commit(
+    api_store: str, tmp_path: Path, workers: int
+) -> None:
+    turn = BlockedTurn(api_store, tmp_path, "--workers", str(workers))
     try:
         turn.send()
-        turn.terminate()
-        time.sleep(0.3)
-        assert _refused(turn.server.url)  # no new connection while it drains
+        turn.terminate(group=False)  # to the server's pid, as an orchestrator does
+        time.sleep(0.5)
+        # No new connection while it drains: refused, not queued unanswered (the supervisor of
+        # two workers held the listening socket open until they had all stopped).
+        assert _refused_at_once(turn.server.url)
         assert turn.server.proc.poll() is None  # still waiting for the turn
         turn.block.unlink()
         turn.sender.join(timeout=30)

@@ -5,7 +5,9 @@ real servers through the same stops)."""
 
 from __future__ import annotations
 
+import itertools
 import signal
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -13,13 +15,22 @@ import uvicorn
 
 from agentscript.server import supervisor
 from agentscript.server.runner import STOPPED_AT_ONCE, ShutdownClock
-from agentscript.server.supervisor import STOP_AT_ONCE, Supervisor, WorkerServer
+from agentscript.server.supervisor import (
+    QUICK_DEATHS,
+    STOP_AT_ONCE,
+    Supervisor,
+    WorkerServer,
+    left_to_supervisor,
+)
 
 
 @dataclass
 class FakeWorker:
     pid: int
     exitcode: int | None = None
+
+    def join(self) -> None:
+        pass
 
 
 @pytest.fixture
@@ -32,6 +43,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 def two_workers() -> Supervisor:
     chief = Supervisor(uvicorn.Config(lambda *_: None, timeout_graceful_shutdown=25), 2)
     chief.workers = [FakeWorker(11), FakeWorker(12), FakeWorker(13, exitcode=0)]  # type: ignore[list-item]
+    chief.born = [time.monotonic()] * 3
     return chief
 
 
@@ -62,10 +74,13 @@ def test_a_second_ctrl_c_stops_the_workers_at_once_and_a_third_kills_them(
 def test_a_worker_leaves_the_terminals_signals_to_its_supervisor() -> None:
     server = WorkerServer(uvicorn.Config(lambda *_: None))
     handlers = server.signal_handlers()
-    assert handlers[signal.SIGINT] == signal.SIG_IGN
-    assert handlers[signal.SIGHUP] == signal.SIG_IGN
+    # A handler that does nothing, not SIG_IGN: what a worker starts keeps the defaults.
+    assert handlers[signal.SIGINT] is left_to_supervisor
+    assert handlers[signal.SIGHUP] is left_to_supervisor
     assert handlers[signal.SIGTERM] == server.handle_exit
     assert handlers[STOP_AT_ONCE] == server.stop_at_once
+    left_to_supervisor(signal.SIGINT, None)
+    assert not server.should_exit
 
 
 def test_a_worker_told_to_stop_at_once_stops_as_a_second_ctrl_c_does() -> None:
@@ -81,3 +96,34 @@ def test_a_worker_stopped_gracefully_is_not_stopped_at_once_by_more_sigterms() -
     for _ in range(3):
         server.handle_exit(signal.SIGTERM, None)
     assert server.should_exit and not server.force_exit
+
+
+def test_workers_dying_right_after_their_start_stop_the_server_as_a_failed_start(
+    sent: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chief = two_workers()
+    chief.workers = chief.workers[:2]
+    pids = itertools.count(100)
+    # Each new worker dies at once with an exit code that is not uvicorn's start-up failure.
+    monkeypatch.setattr(chief, "_start", lambda sockets: FakeWorker(next(pids), exitcode=1))
+    chief.workers[0].exitcode = 1
+    for _ in range(QUICK_DEATHS):
+        chief._replace_the_dead([])
+    assert chief.stops == 1 and chief.status == 1
+    assert (12, signal.SIGTERM) in sent  # the live worker is stopped gracefully
+    chief.on_signal(signal.SIGINT, None)  # a Ctrl-C then: at once, still a failed start
+    assert chief.status == 1
+
+
+def test_a_worker_that_served_a_while_is_started_again_without_counting(
+    sent: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chief = two_workers()
+    pids = itertools.count(100)
+    monkeypatch.setattr(chief, "_start", lambda sockets: FakeWorker(next(pids)))
+    for _ in range(QUICK_DEATHS + 2):
+        chief.workers[0].exitcode = -signal.SIGKILL  # an out-of-memory kill, long after start
+        chief.born[0] = time.monotonic() - 3600
+        chief._replace_the_dead([])
+    assert chief.stops == 0 and chief.status == 0 and chief.quick_deaths == 0
+    assert sent == []

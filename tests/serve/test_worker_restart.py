@@ -101,3 +101,33 @@ def test_a_store_and_data_inside_a_served_project_folder_do_not_count_as_changed
     finally:
         server.stop()
     assert "could not start" not in (tmp_path / "server.log").read_text()
+
+
+def _signal_masks(pid: int) -> dict[str, int]:
+    """The ignored (SigIgn), caught (SigCgt) and blocked (SigBlk) signals of ``pid``."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("SigIgn", "SigCgt", "SigBlk"):
+            fields[name] = int(value.strip(), 16)
+    return fields
+
+
+def test_workers_catch_the_terminals_signals_without_ignoring_them_for_their_children(
+    tmp_path: Path,
+) -> None:
+    args = [NOTES, "--model", "standin", "--store", f"sqlite:///{tmp_path / 's.db'}"]
+    server = ServerProcess([*args, "--workers", "2"], {}, tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        for worker in workers_of(server.proc.pid):
+            masks = _signal_masks(worker)
+            for sig in (signal.SIGINT, signal.SIGHUP):
+                bit = 1 << (sig - 1)
+                # Caught by a handler that leaves them to the supervisor: a process the worker
+                # starts (an action's subprocess) gets the default back at exec, which an
+                # ignored signal would not.
+                assert masks["SigCgt"] & bit and not masks["SigIgn"] & bit, (worker, masks)
+                assert not masks["SigBlk"] & bit  # held only while the worker started
+    finally:
+        server.stop()

@@ -94,7 +94,7 @@ def test_mutation_run_never_writes_a_missing_snapshot(order_copy: Path) -> None:
     # The unmutated agent never reaches escalate_order, so the command does not run mutants
     # for this suite at all (test_coverage_mutation.py); the mutants' own runs, called here
     # directly, must not write the snapshot either.
-    code, out, err = run_test(str(spec), "--mutate")
+    code, _out, err = run_test(str(spec), "--mutate")
     assert code == 1 and "not run: 1 case(s) do not pass" in err
     (agent,) = order_copy.glob("*.agent")
     options = command.TestOptions(paths=[spec])

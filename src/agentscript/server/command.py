@@ -192,10 +192,16 @@ def worker_app() -> Any:
     logs.configure(access_log=options.access_log, log_format=options.log_format)
     try:
         app, _lines = build_app(options, freeze_heap=True)
-    except ServeError as exc:
+    except Exception as exc:
         # One line, and uvicorn's exit code for a worker that cannot start: its supervisor
-        # then stops the server rather than start the worker again and again.
-        logging.getLogger("agentscript.server").error("%s", exc)
+        # then stops the server rather than start the worker again and again. (The command
+        # built the same app before it started any worker, so this is rare: files changed.)
+        line = (
+            str(exc)
+            if isinstance(exc, ServeError)
+            else f"a worker could not start: {type(exc).__name__}: {exc}"
+        )
+        logging.getLogger("agentscript.server").error("%s", line)
         sys.exit(WORKER_STARTUP_FAILURE)
     from agentscript.server.orphan import stop_when_orphaned
 
@@ -334,8 +340,13 @@ def parse_root_path(text: str | None) -> str:
     path = (text or "").strip()
     if not path:
         return ""
+    if path == "/":
+        return ""
+    segments = path.strip("/").split("/")
     if (
         not path.startswith("/")
+        or path.startswith("//")  # another host's URL, once trace_url starts with it
+        or any(segment in ("", ".", "..") for segment in segments)
         or any(c in path for c in "?#%\\")
         or any(c.isspace() for c in path)
     ):

@@ -9,15 +9,17 @@ uvicorn's own supervisor had three habits that did not suit a server stopped fro
   where one worker stops.
 - Its exit status did not say whether a worker could not start.
 
-Here the supervisor alone decides. Each worker runs :class:`WorkerServer` and ignores the
-terminal's ``SIGINT`` and ``SIGHUP`` (the whole foreground process group gets them). The first
-``SIGINT``, ``SIGTERM`` or ``SIGHUP`` the supervisor gets sends ``SIGTERM`` to each worker: a
-graceful stop within ``--shutdown-grace``, as with one worker. A second ``SIGINT`` sends
-:data:`STOP_AT_ONCE` to each: the one-worker server's stop at once (running requests get
-``503 shutting_down``, the app's shutdown gives the leases back and closes the store), and the
-command exits 130. A third sends ``SIGKILL``. A worker that dies is started again; one that
-could not start (exit 3: its agent files changed since the server started, a failed start-up)
-stops the server, which exits 1.
+Here the supervisor alone decides. Each worker runs :class:`WorkerServer` and lets the
+terminal's ``SIGINT`` and ``SIGHUP`` pass (the whole foreground process group gets them). The
+first ``SIGINT``, ``SIGTERM`` or ``SIGHUP`` the supervisor gets closes its copy of the listening
+socket (new connections are refused once the workers have closed theirs, as with one worker)
+and sends ``SIGTERM`` to each worker: a graceful stop within ``--shutdown-grace``. A second
+``SIGINT`` sends :data:`STOP_AT_ONCE` to each: the one-worker server's stop at once (running
+requests get ``503 shutting_down``, the app's shutdown gives the leases back and closes the
+store), and the command exits 130. A third sends ``SIGKILL``. A worker that dies is started
+again; one that could not start (exit 3: its agent files changed since the server started, a
+failed start-up), or :data:`QUICK_DEATHS` in a row each dying within :data:`QUICK_DEATH`
+seconds of its start, stops the server, which exits 1.
 """
 
 from __future__ import annotations
@@ -45,10 +47,20 @@ STARTUP_FAILURE = 3
 FAILED = 1
 # Seconds between two looks at the workers (a dead one is started again).
 CHECK_EVERY = 0.2
+# Workers dying this soon after their start, this many times in a row, are a start-up that
+# fails: started again, they would die again, forever.
+QUICK_DEATH = 10.0
+QUICK_DEATHS = 5
 # The signals a worker leaves to its supervisor: the terminal sends them to every process.
 LEFT_TO_SUPERVISOR = (signal.SIGINT, signal.SIGHUP)
 
 Handler = Callable[[int, FrameType | None], object] | int
+
+
+def left_to_supervisor(sig: int, frame: FrameType | None) -> None:
+    """A worker's handler of the terminal's signals: nothing; its supervisor acts on them. A
+    handler rather than ``SIG_IGN``, which the processes a worker starts (an action's
+    subprocess) would inherit across ``exec``."""
 
 
 class WorkerServer(SignalledServer):
@@ -59,7 +71,7 @@ class WorkerServer(SignalledServer):
         return {
             signal.SIGTERM: self.handle_exit,
             STOP_AT_ONCE: self.stop_at_once,
-            **{sig: signal.SIG_IGN for sig in LEFT_TO_SUPERVISOR},
+            **{sig: left_to_supervisor for sig in LEFT_TO_SUPERVISOR},
         }
 
     def stop_at_once(self, sig: int, frame: FrameType | None) -> None:
@@ -68,8 +80,13 @@ class WorkerServer(SignalledServer):
 
 
 def run_worker(config: uvicorn.Config, sockets: list[socket.socket]) -> None:
-    """A worker process's entry point (spawned: it imports this module afresh)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, LEFT_TO_SUPERVISOR)  # held while it was started
+    """A worker process's entry point (spawned: it imports this module afresh). It started
+    with the terminal's signals blocked (:func:`_held`); a Ctrl-C meanwhile is dropped here,
+    where the supervisor got it too."""
+    for sig in LEFT_TO_SUPERVISOR:
+        signal.signal(sig, signal.SIG_IGN)  # discards one pending since the start
+        signal.signal(sig, left_to_supervisor)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, LEFT_TO_SUPERVISOR)
     config.configure_logging()
     WorkerServer(config).run(sockets=sockets)
 
@@ -81,6 +98,8 @@ class Supervisor:
         self.config = config
         self.count = workers
         self.workers: list[multiprocessing.process.BaseProcess] = []
+        self.born: list[float] = []  # when each worker was started (time.monotonic())
+        self.quick_deaths = 0  # workers in a row that died within QUICK_DEATH of their start
         self.stops = 0  # stop signals received; the second SIGINT stops at once
         self.status = 0
         self._context = multiprocessing.get_context("spawn")
@@ -91,11 +110,16 @@ class Supervisor:
         sockets = [self.config.bind_socket()]
         before = {sig: signal.signal(sig, self.on_signal) for sig in HANDLED}
         try:
-            self.workers = [self._start(sockets) for _ in range(self.count)]
+            for _ in range(self.count):
+                self.workers.append(self._start(sockets))
+                self.born.append(time.monotonic())
             while not self.stops:
                 time.sleep(CHECK_EVERY)
                 self._replace_the_dead(sockets)
-            self._send(signal.SIGTERM)  # a worker started while the stop came gets it too
+            for sock in sockets:
+                sock.close()  # refused once the workers close theirs, not queued unanswered
+            # A worker started while the stop came gets it too.
+            self._send(STOP_AT_ONCE if self.stops > 1 else signal.SIGTERM)
             for worker in self.workers:
                 worker.join()
         finally:
@@ -111,7 +135,7 @@ class Supervisor:
             self.stops += 1
             if self.stops == 2:
                 log.warning("a second Ctrl-C: the workers stop at once, cutting their requests")
-                self.status = STOPPED_AT_ONCE
+                self.status = self.status or STOPPED_AT_ONCE  # a failed start stays a failure
                 self._send(STOP_AT_ONCE)
             else:
                 self._send(signal.SIGKILL)
@@ -134,7 +158,7 @@ class Supervisor:
 
     def _start(self, sockets: list[socket.socket]) -> multiprocessing.process.BaseProcess:
         worker = self._context.Process(target=run_worker, args=(self.config, sockets))
-        with _left_to_supervisor():
+        with _held():
             worker.start()
         return worker
 
@@ -144,27 +168,34 @@ class Supervisor:
             if code is None or self.stops:
                 continue
             worker.join()
-            if code == STARTUP_FAILURE:
-                log.error("worker process [%d] could not start: the server stops", worker.pid)
+            quick = time.monotonic() - self.born[index] < QUICK_DEATH
+            self.quick_deaths = self.quick_deaths + 1 if quick else 0
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            if code == STARTUP_FAILURE or self.quick_deaths >= QUICK_DEATHS:
+                why = (
+                    "could not start"
+                    if code == STARTUP_FAILURE
+                    else f"died ({how}), the {self.quick_deaths}th in a row within "
+                    f"{QUICK_DEATH:g} s of its start"
+                )
+                log.error("worker process [%d] %s: the server stops", worker.pid, why)
                 self.status = FAILED
                 self.stops = 1
                 self._send(signal.SIGTERM)
                 return
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             log.warning("worker process [%d] died (%s); starting another", worker.pid, how)
             self.workers[index] = self._start(sockets)
+            self.born[index] = time.monotonic()
 
 
 @contextlib.contextmanager
-def _left_to_supervisor() -> Iterator[None]:
-    """Start a worker ignoring the terminal's signals from its first instruction: an ignored
-    signal stays ignored across ``exec`` (a handler does not). Held meanwhile, not lost: a
-    Ctrl-C in between reaches the supervisor once the worker has started."""
+def _held() -> Iterator[None]:
+    """Start a worker with the terminal's signals blocked: it inherits the mask, and sets its
+    own handlers before it unblocks them (:func:`run_worker`), so a Ctrl-C during its start
+    never reaches Python's default handler there (a ``KeyboardInterrupt`` traceback). Here they
+    wait, blocked and not lost, until the worker has started."""
     signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_SUPERVISOR)
-    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in LEFT_TO_SUPERVISOR}
     try:
         yield
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, LEFT_TO_SUPERVISOR)

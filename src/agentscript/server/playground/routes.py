@@ -107,8 +107,11 @@ def mount_playground(
 
     # Relative redirects: a proxy that serves the app under a prefix keeps it, told or not.
     @app.get("/", include_in_schema=False)
-    async def root() -> RedirectResponse:
-        return RedirectResponse("playground/")
+    async def root(request: Request) -> RedirectResponse:
+        # The prefix itself without its slash (https://host/agents) resolves a relative URL
+        # beside it, out of the prefix: told the prefix (--root-path), name it.
+        root_path = request.scope.get("root_path", "")
+        return RedirectResponse(f"{root_path}/playground/" if root_path else "playground/")
 
     @app.get("/playground", include_in_schema=False)
     async def page_without_slash(request: Request) -> RedirectResponse:
@@ -225,6 +228,5 @@ async def _exported_turns(store: Store, record: SessionRecord) -> list[TurnRecor
             f"at most {MAX_EXPORT_TURNS}: read its traces one turn at a time "
             f"(GET /v1/sessions/{record.session_id}/turns/N/trace)",
         )
-    # Turns committed since the record was read come after those counted: the limit keeps
-    # the read as bounded as the check above.
-    return await store.list_turns_with_traces(record.session_id, MAX_EXPORT_TURNS)
+    # The turns the record counted: one committed since then is not half in the export.
+    return await store.list_turns_with_traces(record.session_id, record.turns)
