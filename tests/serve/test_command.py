@@ -317,3 +317,14 @@ def test_serve_root_path_reaches_uvicorn_and_is_checked(monkeypatch: pytest.Monk
         code, out = serve(NOTES, "--model", "standin", "--root-path", bad)
         assert code == 2 and "--root-path" in out and "e.g. /agents" in out, bad
         assert "Traceback" not in out
+
+
+def test_serve_takes_an_agent_named_twice_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentscript.server import logs, runner
+
+    monkeypatch.setattr(runner, "run", lambda app, **kwargs: 0)
+    monkeypatch.setattr(logs, "configure", lambda **options: None)
+    folder = str(Path(NOTES).parent)
+    code, out = serve(folder, NOTES, "--model", "standin", "--store", "memory://")
+    assert code == 0, out
+    assert out.count("agent:  Notes") == 1 and "two agents" not in out
