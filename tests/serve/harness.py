@@ -17,7 +17,7 @@ from agentscript.server.app import create_app
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.standin import StandInModel
-from agentscript.store import store_from_url
+from agentscript.store import Store, store_from_url
 
 AGENTS = Path(__file__).parent / "agents"
 NOTES = str(AGENTS / "notes" / "notes.agent")
@@ -78,3 +78,17 @@ def lease_rows(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute(LEASES).fetchone()
         return int(row[0]) if row else -1
+
+
+def run_store(url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
+    """``body`` on the store at ``url``, opened for it and closed after."""
+
+    async def main() -> Any:
+        store = store_from_url(url)
+        await store.open()
+        try:
+            return await body(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,18 +33,7 @@ from agentscript.store.sqlite import SQLiteStore
 
 from .conftest import pg_reset
 from .harness import LEASES
-
-
-def run(url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        store = store_from_url(url)
-        await store.open()
-        try:
-            return await body(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
+from .harness import run_store as run
 
 
 def record(sid: str = "s1", owner: str = "k1", agent: str = "A", **kw: Any) -> SessionRecord:

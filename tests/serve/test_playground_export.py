@@ -1,25 +1,23 @@
 """The playground's exports read a session's turns in one store call, the same on every
 backend (memory, SQLite, PostgreSQL), and refuse a session past their bound before reading.
 
-PostgreSQL: the server at 127.0.0.1:5432 (trust auth, database ``test``), in a database of
-this module's own, dropped at its end; without a server those cases are skipped (failed
-under ``CI=true``), as in tests/serve.
+PostgreSQL: the database of this run (``pg_dsn``, conftest.py), emptied for each case; without a
+server those cases are skipped (failed under ``CI=true``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
-import os
 import zipfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
 from tests.playground.harness import CARD_BANK, options, say, session
+from tests.serve.harness import run_store
 
 from agentscript.server.command import build_app
 from agentscript.server.playground import export, routes
@@ -28,10 +26,8 @@ from agentscript.store import (
     Store,
     TurnOutcome,
     TurnRecord,
-    store_from_url,
 )
 
-PG_ADMIN = os.environ.get("AGENTSCRIPT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 CARD_VARS = {
     "project.authenticated": True,
     "project.customer_id": "1001",
@@ -45,48 +41,6 @@ MOVES = [
 ]
 # Store methods that read turns: an export should make one such call, whatever the turns.
 TURN_READS = {"get_turn", "list_turns", "find_turn", "list_turns_with_traces"}
-
-
-@pytest.fixture(scope="module")
-def pg_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for this module (dropped afterwards)."""
-    try:
-        import psycopg
-
-        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
-    except Exception as exc:
-        message = (
-            f"PostgreSQL not reachable at {PG_ADMIN} ({type(exc).__name__}); start one on "
-            "127.0.0.1:5432 with trust auth and a database 'test' to run these tests"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    name = f"agentscript_playground_{os.getpid()}"
-    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
-    finally:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new, empty store on each backend."""
-    if request.param == "memory":
-        return "memory://"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/sessions.db"
-    dsn: str = request.getfixturevalue("pg_database")
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in ("agentscript_turns", "agentscript_sessions", "agentscript_locks"):
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
-        conn.execute("DROP TABLE IF EXISTS agentscript_meta")
-    return dsn
 
 
 class StoreSpy:
@@ -115,18 +69,6 @@ async def spied_client(store: str) -> AsyncIterator[tuple[httpx.AsyncClient, Sto
         spy = StoreSpy(app.state.service.store)
         app.state.service.store = spy
         yield c, spy
-
-
-def run_store(url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        store = store_from_url(url)
-        await store.open()
-        try:
-            return await body(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
 
 
 def entries(data: bytes) -> dict[str, bytes]:
