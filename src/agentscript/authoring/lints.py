@@ -42,6 +42,7 @@ UNREACHABLE_SUBAGENT = "unreachable-subagent"
 SELF_TRANSITION = "self-transition-no-change"
 WRITTEN_NEVER_READ = "variable-written-never-read"
 GATE_NEVER_OPENS = "gate-never-opens"
+CONFIRMATION_SKIPPED_BY_RUN = "confirmation-skipped-by-run"
 MANTLE_COLLECT_NO_UTTERANCE = "collect-without-utterance"
 MANTLE_CONSTRAINT_UNSATISFIABLE = "constraint-never-satisfiable"
 
@@ -56,6 +57,7 @@ LINT_CODES = (
     SELF_TRANSITION,
     WRITTEN_NEVER_READ,
     GATE_NEVER_OPENS,
+    CONFIRMATION_SKIPPED_BY_RUN,
     MANTLE_COLLECT_NO_UTTERANCE,
     MANTLE_CONSTRAINT_UNSATISFIABLE,
 )
@@ -351,6 +353,49 @@ def _unguarded_consequential(
             )
 
 
+def _runs_in(block: Block) -> Iterator[RunStmt]:
+    """Every ``run`` of a procedure or callback, nested ones included."""
+    for item in block.statements():
+        if isinstance(item, RunStmt):
+            yield item
+            if item.body is not None:
+                yield from _runs_in(item.body)
+        elif isinstance(item, IfStmt):
+            yield from _runs_in(item.body)
+            for branch in item.else_ifs:
+                yield from _runs_in(branch.body)
+            if item.else_clause is not None:
+                yield from _runs_in(item.else_clause.body)
+
+
+def _confirmation_skipped_by_run(
+    outline: AgentOutline, lines: list[str], program: Program
+) -> Iterator[Finding]:
+    # require_user_confirmation holds the model's calls of a tool (S13); a procedure's `run`
+    # is the author's own step and runs at once, even in the callback of a tool the model
+    # called. An author who marked the action may expect otherwise.
+    for info in outline.subagents.values():
+        blocks = [block for _where, block in _procedures(info)]
+        blocks += [b.body for b in info.tools.values() if b.body is not None]
+        for block in blocks:
+            for stmt in _runs_in(block):
+                path = program.path_of(stmt.target)
+                if not path or len(path) != 2 or path[0] != "actions":
+                    continue
+                action = info.actions.get(path[1])
+                if action is None or not action.require_user_confirmation:
+                    continue
+                yield Finding(
+                    warning(
+                        CONFIRMATION_SKIPPED_BY_RUN,
+                        f"run @actions.{path[1]} runs without asking the user: "
+                        "require_user_confirmation holds only the model's calls of the action; "
+                        "offer it as a tool for the model to call, or drop the run",
+                        stmt.span,
+                    )
+                )
+
+
 def _unreachable(outline: AgentOutline, lines: list[str], program: Program) -> Iterator[Finding]:
     if outline.start_agent is None:
         return
@@ -472,6 +517,7 @@ _AGENT_RULES: tuple[Callable[[AgentOutline, list[str], Program], Iterator[Findin
     _self_transition,
     _written_never_read,
     _gate_never_opens,
+    _confirmation_skipped_by_run,
 )
 
 
