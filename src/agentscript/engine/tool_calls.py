@@ -62,6 +62,8 @@ class ToolCalls:
         self.procedures = turn.procedures
         self._step_mark = 0  # history length before the current step's tool calls
         self._escalation_text = ""
+        # The text of the answer whose calls run now, until a call that ends the turn says it.
+        self._answer_text = ""
 
     async def dispatch(
         self, node: ProgramNode, response: ModelResponse, visible: dict[str, ProgramTool]
@@ -74,6 +76,8 @@ class ToolCalls:
         window.open(response.text or "", calls)
         outcome = StepOutcome()
         cut_short = "not completed: the turn was stopped"
+        # A delegate's answers run their own dispatch inside one of these calls.
+        outer_text, self._answer_text = self._answer_text, response.text or ""
         try:
             for index, call in enumerate(calls):
                 if index >= most:
@@ -86,7 +90,14 @@ class ToolCalls:
                     window.answer(call, self.refusal(node, call, reason)[0])
                     continue
                 try:
-                    result, transition, stop = await self.invoke(node, call, visible)
+                    # The first call is judged by the resolution's gates: nothing has run since.
+                    result, transition, stop = await self.invoke(
+                        node,
+                        call,
+                        visible,
+                        recheck_gate=index > 0,
+                        transition_requested=outcome.transition is not None,
+                    )
                 except TURN_ENDING as exc:
                     cut_short = f"not completed: {exc}"
                     raise
@@ -97,6 +108,7 @@ class ToolCalls:
                     outcome.stop = stop
         finally:
             window.close(cut_short)
+            self._answer_text = outer_text
         # What the engine said during the step follows the tool results: providers reject any
         # message between an assistant's tool calls and their results.
         if outcome.stop is StopReason.CONFIRMATION and turn.result.confirmation is not None:
@@ -122,20 +134,33 @@ class ToolCalls:
         return {"error": reason}, None, None
 
     async def invoke(
-        self, node: ProgramNode, call: ToolCall, visible: dict[str, ProgramTool]
+        self,
+        node: ProgramNode,
+        call: ToolCall,
+        visible: dict[str, ProgramTool],
+        *,
+        recheck_gate: bool = False,
+        transition_requested: bool = False,
     ) -> ToolOutcome:
-        """Run one tool call; returns (result for the model, transition target, stop)."""
+        """Run one tool call; returns (result for the model, transition target, stop).
+        ``recheck_gate``: earlier calls of the step ran, so the tool's ``available when`` is
+        judged again against the variables they left (S5). ``transition_requested``: an
+        earlier call of the step asked for a transition, which must not be lost (S7)."""
         turn = self.turn
         tool = node.tools.get(call.name)
-        if tool is None or call.name not in visible:
+        closed = None
+        if tool is not None and recheck_gate and call.name in visible:
+            closed = self.gate_closed(tool, node)
+        if tool is None or call.name not in visible or closed is not None:
             # The model gets one text for both, so it cannot tell a hidden tool exists; the
             # trace keeps the true cause for the developer.
             cause = NotOffered.UNKNOWN if tool is None else NotOffered.HIDDEN
-            reason = (
-                f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
-                if tool is None
-                else not_offered_message(call.name)
-            )
+            if tool is None:
+                reason = f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+            elif closed is not None:
+                reason = f"{not_offered_message(call.name)}: {closed}"
+            else:
+                reason = not_offered_message(call.name)
             refused_step(
                 turn.trace,
                 name=call.name,
@@ -165,6 +190,7 @@ class ToolCalls:
             turn.actions_run.append(tool.name)
             event_step(turn.trace, event="escalate", node=node.name, tool=tool.name)
             turn.result.escalated = True
+            self.say_answer_text(node)
             self.say_escalation_message(node)
             return {"status": "escalated to a human agent"}, None, StopReason.ESCALATE
         if kind is ToolKind.END_SESSION:
@@ -172,14 +198,51 @@ class ToolCalls:
             event_step(turn.trace, event="end_session", node=node.name, tool=tool.name)
             turn.result.ended = True
             turn.state.ended = True
+            self.say_answer_text(node)
             return {"status": "session ended"}, None, StopReason.END_SESSION
         if kind is ToolKind.DELEGATE:
             return await self.delegate(tool, node)
         if kind in (ToolKind.ACTION, ToolKind.CONNECTED) and tool.action is not None:
             if tool.requires_confirmation:
+                if transition_requested:
+                    # Holding would end the turn in this node and drop the transition the model
+                    # was already told about; the first transition wins (S7), so this call
+                    # gives way, neither held nor run.
+                    return self.refusal(
+                        node,
+                        call,
+                        f"'{call.name}' was not run: it needs the user's confirmation and a "
+                        "transition was requested earlier in the same answer",
+                    )
                 return hold_for_confirmation(turn, tool, node, call, arguments)
             return await self.run_tool_action(tool, node, arguments)
         return {"error": f"tool '{tool.name}' cannot be run by this runtime ({kind})"}, None, None
+
+    def gate_closed(self, tool: ProgramTool, node: ProgramNode) -> str | None:
+        """Why ``tool``'s ``available when`` no longer holds, or None when it holds. Fails
+        closed like the resolution's gating: a guard that cannot be evaluated hides the tool."""
+        if tool.guard is None:
+            return None
+        procedures = self.procedures
+        try:
+            if procedures.value(tool.guard, procedures.env(node)):
+                return None
+        except EvalError as exc:
+            return (
+                f"its available when (line {exc.span.line}) cannot be evaluated after the "
+                f"earlier calls of this step: {exc.message}"
+            )
+        return "its available when became false after the earlier calls of this step"
+
+    def say_answer_text(self, node: ProgramNode) -> None:
+        """S13: the model's text next to a call that ends the turn is its last word to the
+        user, since no text answer follows. Said before any escalation message: the history
+        has that order too (the text is in the calls' message, the escalation message follows
+        their results)."""
+        text, self._answer_text = self._answer_text, ""
+        if text:
+            self.turn.result.messages.append(text)
+            response_step(self.turn.trace, text=text, node=node.name, kind=ResponseKind.LLM)
 
     def say_escalation_message(self, node: ProgramNode) -> None:
         """The channel's `escalation_message` (messaging first), so the user is told."""
@@ -252,18 +315,26 @@ class ToolCalls:
         env = procedures.env(node)
         computed: dict[str, Any] = {}
         for name, expr in tool.bound_inputs.items():
-            try:
-                computed[name] = procedures.value(expr, env)
-            except EvalError as exc:
-                step["error"] = f"with {name}: {exc.message}"
-                step["postVars"] = procedures.snapshot()
-                step["durationMs"] = elapsed_ms(started)
-                return {"error": step["error"]}, None, None
-        turn.state.variables.update(arguments)
-        for name, value in computed.items():
             declared = procedures.declared.get(name)
-            if declared is not None and declared.is_mutable:
-                turn.state.variables[name] = value
+            if declared is None or not declared.is_mutable:
+                continue
+            # S12: a `with` expression is authored code like `set`, so one that cannot be
+            # evaluated, or whose value `set` would refuse (S8: type, JSON, size), ends the turn
+            # as it does on an action tool; nothing of this call is written.
+            try:
+                computed[name] = procedures.storable(name, procedures.value(expr, env))
+            except EvalError as exc:
+                problem = exc.message
+            except ValueError as exc:  # storable's refusal
+                problem = str(exc)
+            else:
+                continue
+            step["error"] = f"with {name} of tool '{tool.name}': {problem}"
+            step["postVars"] = procedures.snapshot()
+            step["durationMs"] = elapsed_ms(started)
+            raise ProcedureFailure(step["error"])
+        turn.state.variables.update(arguments)
+        turn.state.variables.update(computed)
         transition = await self.run_tool_callback(tool, node, {}, step)
         step["output"] = {"updated": sorted({*arguments, *computed})}
         step["postVars"] = procedures.snapshot()
@@ -346,17 +417,25 @@ class ToolCalls:
         outer_mark = self._step_mark
         turn.state.history = list(outer_history[:outer_mark])
         entered = len(turn.result.path)
+        came_back = True
         try:
             await turn.drive(target, f"delegated by {node.name}")
             reply = "\n".join(turn.result.messages)
+            came_back = not (
+                turn.result.escalated or turn.state.ended or turn.result.confirmation is not None
+            )
         finally:
-            # Control comes back: the delegate's nodes are reported apart from the path.
-            turn.result.delegated.extend(turn.result.path[entered:])
-            del turn.result.path[entered:]
+            said = turn.result.messages
             turn.result.messages = outer_messages
             turn.state.history = outer_history
             self._step_mark = outer_mark
-            turn.state.current_node = node.name
+            if came_back:
+                # Control comes back: the delegate's nodes are reported apart from the path.
+                turn.result.delegated.extend(turn.result.path[entered:])
+                del turn.result.path[entered:]
+                turn.state.current_node = node.name
+            # Otherwise the delegate ended the turn, so the conversation goes on where it
+            # ended, as after a transition: its nodes stay on the path and current_node stays.
         event_step(
             turn.trace,
             event="delegate_end",
@@ -365,13 +444,13 @@ class ToolCalls:
             target=target,
             reply=reply,
         )
+        if came_back:
+            return {"reply": reply}, None, None
+        # The delegate's last words (the model's text with the call, the escalation message,
+        # the confirmation question) end the caller's turn too, so they must reach the user.
+        turn.result.messages.extend(said)
         if turn.result.escalated:
             return {"reply": reply}, None, StopReason.ESCALATE
         if turn.state.ended:
             return {"reply": reply}, None, StopReason.END_SESSION
-        if turn.result.confirmation is not None:
-            # A call held inside the delegate ends the caller's turn too, and the question
-            # (said in the delegate's messages) must reach the user.
-            turn.result.messages.append(turn.result.confirmation)
-            return {"reply": reply}, None, StopReason.CONFIRMATION
-        return {"reply": reply}, None, None
+        return {"reply": reply}, None, StopReason.CONFIRMATION

@@ -140,6 +140,10 @@ class TurnRunner:
 
     def follow(self, source: str, signal: TransitionSignal) -> str:
         self.transitions += 1
+        if self.state.resume_node == source and signal.target != source:
+            # Leaving the collecting subagent gives the next turn back to the router (S1) and
+            # its checks; coming back to it in this turn collects (and resumes) again.
+            self.state.resume_node = None
         transition_step(self.trace, source=source, target=signal.target, via=signal.via)
         if self.transitions > self.limits.max_transitions:
             raise LimitReached(

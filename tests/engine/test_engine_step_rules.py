@@ -1,0 +1,452 @@
+"""Rules that hold across the calls of one LLM answer and across the turns after it.
+
+Each test pins a rule of the design (S1, S5, S7, S8, S12, S13) or the delegation decision of
+docs/semantics.md where an answer with several calls, or text next to a call, used to break it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from engine_helpers import Scripted, assert_histories_well_formed, steps
+
+import agentscript
+from agentscript.engine.session import AgentBase
+
+HEADER = """\
+system:
+    instructions: "Help."
+    messages:
+        welcome: "Hi"
+        error: "ERR"
+
+config:
+    developer_name: "{name}"
+"""
+
+
+def agent(tmp_path: Path, name: str, body: str) -> AgentBase:
+    path = tmp_path / f"{name}.agent"
+    path.write_text(HEADER.format(name=name) + body)
+    return agentscript.load(path)
+
+
+def tool_results(step: dict[str, object]) -> list[dict[str, object]]:
+    messages = step["input"]["messages"]  # type: ignore[index]
+    return [m for m in messages if m["role"] == "tool"]  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------- S5
+
+REFUND = """
+variables:
+    refund_issued: mutable boolean = False
+        description: "refund done"
+    count: mutable number = 0
+        description: "count"
+    payload: mutable object
+        description: "payload"
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Issue at most one refund.
+        actions:
+            refund: @actions.issue_refund
+                description: "Issue the refund"
+                available when @variables.refund_issued == False
+                set @variables.refund_issued = True
+                set @variables.count = @variables.count + 1
+            fragile: @actions.issue_refund
+                description: "Gate that breaks once the payload is cleared"
+                available when @variables.payload.level > 1
+                set @variables.payload = None
+            note: @utils.setVariables
+                description: "note"
+                with count=...
+    actions:
+        issue_refund:
+            description: "refund"
+            target: "flow://Refund"
+            outputs:
+                ok: boolean
+"""
+
+
+def test_S5_available_when_is_checked_again_before_each_call_of_one_answer(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(
+        agent(tmp_path, "Refund", REFUND), stubs={"issue_refund": {"outputs": {"ok": True}}}
+    )
+    reply = session.send(
+        "refund me three times",
+        {"tools": [{"tool": "refund"}, {"tool": "refund"}, {"tool": "refund"}]},
+        {"say": "done"},
+    )
+    # Only the first call ran: its callback closed the gate for the two after it.
+    assert reply.variables == {"refund_issued": True, "count": 1, "payload": None}
+    assert [s["name"] for s in steps(reply, "ACTION_STEP")] == ["refund"]
+    refused = steps(reply, "REFUSED_STEP")
+    assert [(r["name"], r["cause"]) for r in refused] == [("refund", "hidden")] * 2
+    assert "became false" in refused[0]["reason"]
+    # The model is told what it is told for an unknown tool, so it cannot tell the tool exists.
+    results = tool_results(steps(reply, "LLM_STEP")[-1])
+    assert [json.loads(r["content"]) for r in results[1:]] == [
+        {"error": "tool 'refund' is not available now"}
+    ] * 2
+    assert_histories_well_formed(reply)
+
+
+def test_S5_a_gate_that_cannot_be_evaluated_after_earlier_calls_hides_the_tool(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(
+        agent(tmp_path, "Refund", REFUND),
+        variables={"payload": {"level": 2}},
+        stubs={"issue_refund": {"outputs": {"ok": True}}},
+    )
+    reply = session.send(
+        "x", {"tools": [{"tool": "fragile"}, {"tool": "fragile"}]}, {"say": "done"}
+    )
+    assert [s["name"] for s in steps(reply, "ACTION_STEP")] == ["fragile"]
+    refused = steps(reply, "REFUSED_STEP")
+    assert [(r["name"], r["cause"]) for r in refused] == [("fragile", "hidden")]
+    assert "cannot be evaluated" in refused[0]["reason"]
+
+
+def test_S5_calls_of_an_ungated_tool_in_one_answer_all_run(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "Refund", REFUND))
+    reply = session.send(
+        "x",
+        {"tools": [{"tool": "note", "args": {"count": 1}}, {"tool": "note", "args": {"count": 2}}]},
+        {"say": "done"},
+    )
+    assert steps(reply, "REFUSED_STEP") == []
+    assert reply.variables["count"] == 2
+
+
+# ---------------------------------------------------------------------- S7
+
+CONFIRM = """
+variables:
+    n: mutable number = 0
+        description: "n"
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | main node
+        actions:
+            go_other: @utils.transition to @subagent.other
+                description: "go"
+            wipe: @actions.wipe_all
+                description: "wipe"
+
+    actions:
+        wipe_all:
+            description: "wipe"
+            target: "flow://Wipe"
+            require_user_confirmation: True
+            outputs:
+                ok: boolean
+
+subagent other:
+    description: "other"
+    before_reasoning:
+        set @variables.n = @variables.n + 1
+    reasoning:
+        instructions: ->
+            | other node
+"""
+
+
+def test_S7_a_transition_earlier_in_the_answer_wins_over_a_call_needing_confirmation(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(
+        agent(tmp_path, "Conf", CONFIRM), stubs={"wipe_all": {"outputs": {"ok": True}}}
+    )
+    reply = session.send(
+        "go and wipe",
+        {"tools": [{"tool": "go_other"}, {"tool": "wipe"}]},
+        {"say": "in other"},
+    )
+    # Not held and not run: the transition the model was told about took effect.
+    assert reply.confirmation is None and session.session.state.pending_confirmation is None
+    assert steps(reply, "ACTION_STEP") == []
+    assert reply.path == ["main", "other"] and reply.variables["n"] == 1
+    assert reply.text == "in other"
+    refused = steps(reply, "REFUSED_STEP")
+    assert [r["name"] for r in refused] == ["wipe"]
+    assert "transition was requested earlier in the same answer" in refused[0]["reason"]
+    results = tool_results(steps(reply, "LLM_STEP")[-1])
+    assert json.loads(results[0]["content"]) == {"status": "transferring to other"}
+    assert "transition was requested" in json.loads(results[1]["content"])["error"]
+    assert_histories_well_formed(reply)
+
+
+def test_S7_a_call_needing_confirmation_without_a_transition_is_still_held(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(agent(tmp_path, "Conf", CONFIRM))
+    reply = session.send("wipe", {"tool": "wipe"})
+    assert reply.confirmation is not None and reply.path == ["main"]
+
+
+# ---------------------------------------------------------------------- S8, S12
+
+SETV = """
+variables:
+    name: mutable string = "bob"
+        description: "name"
+    count: mutable number = 0
+        description: "count"
+    flag: mutable boolean = False
+        description: "flag"
+    customer: mutable object
+        description: "customer"
+    tier: mutable string = ""
+        description: "tier"
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | count is {!@variables.count}
+        actions:
+            save: @utils.setVariables
+                description: "save"
+                with count=@variables.name
+                with flag=...
+            save_tier: @utils.setVariables
+                description: "save the tier"
+                with tier=@variables.customer.tier
+                with flag=...
+            act: @actions.do_it
+                description: "do"
+                with tier=@variables.customer.tier
+    actions:
+        do_it:
+            description: "do"
+            target: "flow://Do"
+            inputs:
+                tier: string
+            outputs:
+                ok: boolean
+"""
+
+
+def test_S8_a_bound_set_variables_value_is_checked_like_an_authored_set(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "SetV", SETV))
+    reply = session.send("x", {"tool": "save", "args": {"flag": True}}, {"say": "done"})
+    # A number variable never gets a string; the turn ends as a refused `set` ends it, and
+    # nothing of the call is written (not even the model's valid `flag`).
+    assert reply.variables["count"] == 0 and reply.variables["flag"] is False
+    assert reply.error is not None and "@variables.count is number" in reply.error
+    assert reply.text == "ERR"
+    assert steps(reply, "ACTION_STEP")[0]["error"] == reply.error
+    assert [s["message"] for s in steps(reply, "ERROR_STEP")] == [reply.error]
+    assert_histories_well_formed(reply)
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"), [("save_tier", {"flag": True}), ("act", {})], ids=["setVariables", "action"]
+)
+def test_S12_a_with_expression_that_cannot_be_evaluated_ends_the_turn_on_every_tool(
+    tmp_path: Path, tool: str, args: dict[str, object]
+) -> None:
+    session = Scripted(agent(tmp_path, "SetV", SETV), stubs={"do_it": {"outputs": {"ok": True}}})
+    reply = session.send("x", {"tool": tool, "args": args}, {"say": "never said"})
+    assert reply.text == "ERR"
+    assert (
+        reply.error
+        == f"with tier of tool '{tool}': cannot read '.tier': @variables.customer is None"
+    )
+    assert len(steps(reply, "LLM_STEP")) == 1  # the model was not asked again
+    assert reply.variables["flag"] is False and reply.variables["tier"] == ""
+    assert_histories_well_formed(reply)
+    # The session stays usable.
+    assert session.send("again", {"say": "fine"}).text == "fine"
+
+
+# ---------------------------------------------------------------------- S13
+
+ESCALATE = """
+{connection}
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | main node
+        actions:
+            human: @utils.escalate
+                description: "escalate"
+            bye: @utils.end_session
+                description: "end"
+"""
+
+CONNECTION = """
+connection messaging:
+    escalation_message: "Transferring you to a human agent"
+    outbound_route_type: "OmniChannelFlow"
+    outbound_route_name: "flow://Route_To_Agent"
+"""
+
+
+def test_S13_text_said_with_escalate_or_end_session_reaches_the_user(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "Esc", ESCALATE.format(connection="")))
+    escalated = session.send(
+        "human please", {"say": "Let me connect you to a person.", "tool": "human"}
+    )
+    assert escalated.escalated and escalated.messages == ["Let me connect you to a person."]
+    said = [s for s in steps(escalated, "RESPONSE_STEP")]
+    assert [(s["text"], s["kind"]) for s in said] == [("Let me connect you to a person.", "llm")]
+    silent = session.send("again", {"tool": "human"})
+    assert silent.escalated and silent.text == ""
+    ended = session.send("bye", {"say": "Goodbye!", "tool": "bye"})
+    assert ended.ended and ended.text == "Goodbye!"
+    assert_histories_well_formed(escalated, silent, ended)
+
+
+def test_S13_the_models_text_comes_before_the_escalation_message(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "Esc", ESCALATE.format(connection=CONNECTION)))
+    reply = session.send("human please", {"say": "One moment.", "tool": "human"})
+    assert reply.messages == ["One moment.", "Transferring you to a human agent"]
+    assert reply.text == "One moment.\n\nTransferring you to a human agent"
+    # The history has the same order: the text with the call, the message after its result.
+    history = session.session.state.history
+    assert [(m.role, m.content) for m in history[-3:]] == [
+        ("assistant", "One moment."),
+        ("tool", history[-2].content),
+        ("assistant", "Transferring you to a human agent"),
+    ]
+
+
+# ---------------------------------------------------------------------- S1
+
+COLLECT = """
+variables:
+    city: mutable string
+        description: "city"
+    blocked: mutable boolean = False
+        description: "blocked"
+
+start_agent router:
+    description: "router"
+    before_reasoning:
+        if @variables.blocked == True:
+            transition to @subagent.blocked_node
+    reasoning:
+        instructions: ->
+            | route
+        actions:
+            go_form: @utils.transition to @subagent.form
+                description: "form"
+
+subagent form:
+    description: "form"
+    reasoning:
+        instructions: ->
+            collect @variables.city
+                message: "Which city?"
+        actions:
+            go_help: @utils.transition to @subagent.help
+                description: "help"
+
+subagent help:
+    description: "help"
+    reasoning:
+        instructions: ->
+            | help
+        actions:
+            block: @utils.setVariables
+                description: "block"
+                with blocked=...
+            back: @utils.transition to @subagent.form
+                description: "back to the form"
+
+subagent blocked_node:
+    description: "blocked"
+    reasoning:
+        instructions: ->
+            | you are blocked
+"""
+
+
+def test_S1_a_collect_left_by_a_transition_no_longer_skips_the_router(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "Collect", COLLECT))
+    first = session.send(
+        "form",
+        {"tool": "go_form"},
+        {"tool": "go_help"},
+        {"tool": "block", "args": {"blocked": True}},
+        {"say": "help here"},
+    )
+    assert first.path == ["router", "form", "help"]
+    second = session.send("hi again", {"say": "blocked"})
+    # The router's per-turn check ran: the turn did not resume the form it left.
+    assert second.path == ["router", "blocked_node"]
+    assert steps(second, "NODE_ENTER")[0]["reason"] == "turn start (router)"
+
+
+def test_S1_coming_back_to_the_collecting_subagent_resumes_it_next_turn(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "Collect", COLLECT))
+    session.send(
+        "form", {"tool": "go_form"}, {"tool": "go_help"}, {"tool": "back"}, {"say": "Which city?"}
+    )
+    reply = session.send("Paris", {"say": "noted"})
+    assert reply.path == ["form"]
+    assert steps(reply, "NODE_ENTER")[0]["reason"] == "collect in progress"
+
+
+# ---------------------------------------------------------------------- delegation
+
+DELEGATE = """
+    additional_parameter__reset_to_initial_node: False
+{connection}
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | main
+        actions:
+            ask_billing: @subagent.billing
+                description: "billing"
+
+subagent billing:
+    description: "billing"
+    reasoning:
+        instructions: ->
+            | billing
+        actions:
+            human: @utils.escalate
+                description: "escalate"
+"""
+
+
+def test_S13_delegation_that_escalates_continues_in_the_delegate(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "Deleg", DELEGATE.format(connection=CONNECTION)))
+    reply = session.send(
+        "x", {"tool": "ask_billing"}, {"say": "A person will help.", "tool": "human"}
+    )
+    # Control did not come back to the caller: the delegate is on the path and holds the
+    # conversation, and what it said ends the caller's turn too.
+    assert reply.escalated and reply.node == "billing"
+    assert reply.path == ["main", "billing"] and reply.delegated == []
+    assert reply.messages == ["A person will help.", "Transferring you to a human agent"]
+    assert_histories_well_formed(reply)
+    after = session.send("y", {"say": "ok"})
+    assert after.path == ["billing"]
+    assert steps(after, "NODE_ENTER")[0]["reason"] == "turn start (previous subagent)"
+
+
+def test_S13_delegation_that_comes_back_stays_off_the_path(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "Deleg", DELEGATE.format(connection="")))
+    reply = session.send("x", {"tool": "ask_billing"}, {"say": "billing says hi"}, {"say": "done"})
+    assert reply.node == "main" and reply.path == ["main"] and reply.delegated == ["billing"]
+    assert reply.text == "done"
