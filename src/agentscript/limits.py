@@ -80,6 +80,9 @@ class Limits:
     # Mantle block steps run without the model, per turn (a `call:`/`link:` or `next:` cycle
     # must end); hitting it cancels the skill stack so the session stays usable.
     max_deterministic_steps: int = 100
+    # Mantle skills on the stack at once: starting one more (activation, `call:` step) is
+    # refused past it, so interrupts and calls cannot grow a session without end.
+    max_stack_depth: int = 16
     # One LLM step: calls past this many are refused (REFUSED_STEP with `limit`).
     max_tool_calls_per_step: int = 8
     # What the model sends: arguments past these are refused (REFUSED_STEP with `limit`).

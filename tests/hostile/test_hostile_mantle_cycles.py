@@ -94,9 +94,11 @@ def test_examples_have_no_call_cycles() -> None:
 
 
 def test_a_looping_session_ends_the_turn_with_an_error_and_stays_usable(tmp_path: Path) -> None:
-    """The cycle reached at run time (loaded with the error ignored): the turn stops at the
-    deterministic-step limit, the skills are cancelled, and the next turn runs normally."""
-    root = project(tmp_path, CYCLES["a calls b calls a"])
+    """A cycle reached at run time (loaded with the error ignored): the turn stops at the
+    deterministic-step limit, the skills are cancelled, and the next turn runs normally. (A
+    skill linking to itself starts over each time; "a calls b calls a" no longer loops: b's
+    call to a, already on the stack, waits.)"""
+    root = project(tmp_path, CYCLES["a links to itself"])
     loaded, _ = load_project(root)
     assert loaded is not None
     agent = MantleAgent(loaded)

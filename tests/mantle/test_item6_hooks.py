@@ -109,10 +109,22 @@ def test_hooks_are_never_offered_to_the_model(agent: MantleAgent) -> None:
         assert "run_after_setting_card_id" not in [t["name"] for t in call["input"]["tools"]]
 
 
-def test_button_write_runs_the_hook_and_a_rejection_skips_the_tap(agent: MantleAgent) -> None:
+def test_button_write_runs_the_hook_and_a_rejection_skips_the_tap(tmp_path: Path) -> None:
+    project = copy_bank(tmp_path)
+    skill = project / "skills" / "card_replace"
+    (skill / "tools.py").write_text((skill / "tools.py").read_text() + HOOK)
+    # Only an offered button is applied: the card question offers the foreign card.
+    edit(
+        skill / "responses.yml",
+        "    - text: Which card should we replace?\n",
+        "    - text: Which card should we replace?\n"
+        "      buttons:\n"
+        "        - {title: C-21, payload: 'set:session.card_replace.card_id=C-21'}\n",
+    )
     playback = clean(
         run_text(
-            agent, TO_CARD + '  - user: "set:session.card_replace.card_id=C-21"\n    model: []\n'
+            load(project),
+            TO_CARD + '  - user: "set:session.card_replace.card_id=C-21"\n    model: []\n',
         )
     )
     assert [h["name"] for h in hook_runs(playback, 2)] == ["run_after_setting_card_id"]

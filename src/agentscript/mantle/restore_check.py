@@ -26,11 +26,12 @@ STACK_FIELDS = {
     "started",
     "offer",  # a resume offer waiting for the user's yes/no (lifecycle)
     "ending",  # conversation.before_end skills still to run (lifecycle)
+    "offered",  # the button payloads offered by the last turn
 }
 FRAME_FIELDS = {"skill", "status", "kind", "via_call", "blocks"}
 ENTRY_FIELDS = {"block", "step", "call", "asked", "held"}
 OPTIONAL_ENTRY_FIELDS = {"spoken"}  # the collect step whose question was said
-PENDING_FIELDS = {"skill", "tool", "arguments", "source", "block", "step"}
+PENDING_FIELDS = {"skill", "tool", "arguments", "source", "block", "step", "turn"}
 
 
 def project_shape(project: Project) -> dict[str, Any]:
@@ -109,6 +110,8 @@ def _check_stack(project: Project, c: Checker, data: dict[str, Any]) -> None:
         skill_id = c.one_of(item["skill"], f"{where}.skill", project.skills)
         c.one_of(item["tool"], f"{where}.tool", project.tools_for(skill_id))
         c.mapping(item["arguments"], f"{where}.arguments")
+        if item.get("turn") is not None:
+            c.count(item["turn"], f"{where}.turn")
     for index, key in enumerate(c.listing(data.get("fired", []), "extra.mantle.fired")):
         c.string(key, f"extra.mantle.fired[{index}]")
     for name in ("written", "activations"):
@@ -120,6 +123,8 @@ def _check_stack(project: Project, c: Checker, data: dict[str, Any]) -> None:
         item = c.mapping(offer, "extra.mantle.offer")
         c.keys(item, "extra.mantle.offer", {"skill"}, {"skill"})
         c.one_of(item["skill"], "extra.mantle.offer.skill", project.skills)
+    for index, payload in enumerate(c.listing(data.get("offered", []), "extra.mantle.offered")):
+        c.string(payload, f"extra.mantle.offered[{index}]")
     ending = data.get("ending")
     if ending is not None:
         for index, skill_id in enumerate(c.listing(ending, "extra.mantle.ending")):

@@ -22,7 +22,12 @@ from agentscript.mantle.run.block_pointer import advance, advance_past_call, hol
 from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation
 from agentscript.mantle.run.stack import PARKED, BlockEntry, Frame, SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
-from agentscript.mantle.run.transitions import finish, forget_pending, start_skill
+from agentscript.mantle.run.transitions import (
+    finish,
+    forget_pending,
+    start_refusal,
+    start_skill,
+)
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import ResponseKind, Source, block_event, skill_event
 
@@ -43,6 +48,12 @@ async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockE
     kind = step.kind
     if kind is StepKind.COLLECT:
         if collect_done(ctx, skill, entry, step):
+            # The wait at this step is over: if an authored `next:` brings the pointer back,
+            # the step is reached anew (asked again, and with ask_before_filling answered
+            # again), not passed on the strength of the first answer.
+            entry["asked"].pop(step.id, None)
+            if entry.get("spoken") == step.id:
+                entry["spoken"] = None
             advance(ctx, skill, entry, block, step)
             return True
         if step.ask_before_filling and step.id not in entry["asked"]:
@@ -164,14 +175,9 @@ def call_step(ctx: TurnContext, frame: Frame, skill: Skill, step: Step) -> bool:
     if target in skill.blocks:
         SkillStack.enter_block(frame, target, call=True)
         return True
-    callee = ctx.project.skills.get(target)
-    if callee is None or not holds(callee.requires, ctx.memory):
-        ctx.refuse_waiting_step(
-            target,
-            f"cannot call '{target}' now (unknown, or its requires does not hold)",
-            skill.id,
-            step.id,
-        )
+    refusal = start_refusal(ctx, target)
+    if refusal is not None:
+        ctx.refuse_waiting_step(target, f"cannot call '{target}' now: {refusal}", skill.id, step.id)
         return False
     frame["status"] = PARKED
     start_skill(ctx, target, "invoked", via_call=True, invoked_by=skill.id)
@@ -189,6 +195,13 @@ def link_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry, s
         return True
     if target not in ctx.project.skills:
         raise TurnError(f"step {step.id} of {skill.id}: link target '{target}' is unknown")
+    # The same gates as a `call:` (M1): a link must not reach a skill routing would not.
+    refusal = start_refusal(ctx, target, replacing=frame)
+    if refusal is not None:
+        ctx.refuse_waiting_step(
+            target, f"cannot link to '{target}' now: {refusal}", skill.id, step.id
+        )
+        return False
     ctx.stack.pop()
     skill_event(ctx.trace, event="completed", skill=skill.id, reason=f"link to {target}")
     forget_pending(ctx, frame)

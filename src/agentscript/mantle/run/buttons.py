@@ -4,11 +4,15 @@ supplies at delivery (``buttons: {source: <tool>}``). The payload grammar is in
 
 A payload ``set:session.<skill | project>.<entry>=<value>`` is what a channel sends back
 when the user taps the button. A user message that is exactly such a payload is applied by
-the engine: the value is coerced to the entry's type and written like any write (type and
-enum checks, write-once project entries, post-write hooks); a skill entry must belong to a
-skill on the stack. The turn then goes on as after any write (deterministic steps first;
-the model only when nothing else answers). A tap that cannot be applied (unknown, foreign,
-invalid or write-once value) says ``utter_set_memory_button_skipped`` and ends the turn.
+the engine only when it is one of the buttons offered with the previous turn's responses
+(the turn records them in the stack's ``offered`` list): otherwise anyone could type a
+payload and write any entry, gates that ``requires:`` reads included (M1, M6). A private
+entry is never written by a payload. The value is coerced to the entry's type and written
+like any write (type and enum checks, write-once project entries, post-write hooks); a skill
+entry must belong to a skill on the stack. The turn then goes on as after any write
+(deterministic steps first; the model only when nothing else answers). A tap that cannot be
+applied (not offered, unknown, private, foreign, invalid or write-once value) says
+``utter_set_memory_button_skipped`` and ends the turn.
 
 Tool-supplied buttons are filled at the end of the turn (tools are asynchronous): the tool
 runs with no arguments (as an ``ACTION_STEP`` with source ``buttons``) and returns a list of
@@ -34,8 +38,9 @@ SKIPPED_RESPONSE = "utter_set_memory_button_skipped"
 SKIPPED_TEXT = "That option is no longer available."
 
 
-async def apply_payload(ctx: TurnContext) -> bool:
-    """Apply the user's message when it is a ``set:`` payload; True when it was one."""
+async def apply_payload(ctx: TurnContext, offered: list[str]) -> bool:
+    """Apply the user's message when it is a ``set:`` payload among ``offered`` (the
+    payloads of the previous turn's buttons); True when it was a payload."""
     parsed = parse_payload(ctx.text)
     if parsed is None:
         return False
@@ -51,7 +56,7 @@ async def apply_payload(ctx: TurnContext) -> bool:
         pre_vars=ctx.snapshot(),
     )
     since = hooks.mark(ctx)
-    problem = _write(ctx, qualified, raw)
+    problem = _write(ctx, qualified, raw, parsed in {parse_payload(o) for o in offered})
     if problem is None:
         problem = await hooks.after_writes(ctx, since, engine_made=True)
     record.update(
@@ -68,13 +73,17 @@ async def apply_payload(ctx: TurnContext) -> bool:
     return True
 
 
-def _write(ctx: TurnContext, qualified: str, raw: str) -> str | None:
+def _write(ctx: TurnContext, qualified: str, raw: str, was_offered: bool) -> str | None:
     entry = ctx.project.memory_entry(qualified)
     namespace = qualified.partition(".")[0]
     if entry is None:
         return f"{qualified} is not a declared memory entry"
+    if entry.visibility == "private":
+        return f"{qualified} is private to its skill; a button cannot set it"
     if namespace != PROJECT_NAMESPACE and ctx.stack.find(namespace) is None:
         return f"{qualified} belongs to skill '{namespace}', which is not running"
+    if not was_offered:
+        return f"'set:session.{qualified}={raw}' is not a button of the last response"
     try:
         value = check_write(entry, ctx.memory, payload_value(raw))
     except MemoryWriteError as exc:

@@ -14,7 +14,13 @@ from agentscript.engine.kernel import bounds_problem
 from agentscript.mantle.queries import tool_allowed, tool_constraint
 from agentscript.mantle.run import hooks
 from agentscript.mantle.run import prompt as p
-from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation, resolve
+from agentscript.mantle.run.confirmation import (
+    answerable,
+    hold_for_confirmation,
+    live_pending,
+    needs_confirmation,
+    resolve,
+)
 from agentscript.mantle.run.skill_control import HANDLERS
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.tool_handler import check_arguments
@@ -84,13 +90,24 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
     since = hooks.mark(ctx)
     if handler is not None:
         result = handler(ctx, args)
+        # An activation may have paused or parked the skill holding a confirmation: drop
+        # it now, before a later call of this batch could resume that skill and answer it.
+        live_pending(ctx)
         if "error" not in result:
             rejected = await hooks.after_writes(ctx, since, engine_made=False)
             result = result if rejected is None else {"error": rejected}
     elif call.name == p.RESOLVE:
         confirmed = args.get("confirmed")
-        if ctx.stack.pending is None:
+        pending = live_pending(ctx)
+        if pending is None:
             result = {"error": "no tool call is waiting for a confirmation"}
+        elif not answerable(ctx, pending):
+            # The call was held this turn: only the user's answer, in their next message,
+            # may resolve it (M5).
+            result = {
+                "error": f"the user has not answered yet: ask them to confirm "
+                f"{pending['tool']} and wait for their next message"
+            }
         elif not isinstance(confirmed, bool):
             result = {"error": "resolve_tool_confirmation needs confirmed=true or false"}
         else:

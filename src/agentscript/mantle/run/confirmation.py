@@ -3,6 +3,13 @@
 A held call is kept in the stack's ``pending`` slot; the question is said (ending the turn)
 or left to the model. The answer comes as a plain yes/no from the user or through
 ``resolve_tool_confirmation``; on yes ``requires`` is checked again and the call runs.
+
+Only the user can answer: the slot records the turn that held the call, and nothing resolves
+it before a later turn (the model cannot confirm its own call). It belongs to the skill that
+held it while that skill is the active one: when the skill is paused (interrupt), parked or
+gone, the call is dropped (the user's next "yes" answers something else), and a held
+``execute_tool`` step holds it again, asking again, when its skill resumes. One slot: a second
+gated call while one waits is refused, never swapped in.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from agentscript.engine.kernel import read_yes_no
 from agentscript.mantle.model import Tool, ToolConstraint
 from agentscript.mantle.queries import tool_allowed, tool_constraint
 from agentscript.mantle.run.block_pointer import advance, hold
-from agentscript.mantle.run.stack import SkillStack
+from agentscript.mantle.run.stack import PendingCall, SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import (
@@ -21,6 +28,7 @@ from agentscript.trace_steps import (
     Source,
     confirmation_requested,
     confirmation_resolved,
+    event_step,
     refused_step,
 )
 
@@ -34,6 +42,32 @@ def needs_confirmation(constraint: ToolConstraint | None) -> bool:
     return gate is not None and gate.enabled
 
 
+def live_pending(ctx: TurnContext) -> PendingCall | None:
+    """The held call, dropped first when its skill is not the active one any more."""
+    pending = ctx.stack.pending
+    if pending is None:
+        return None
+    frame = ctx.stack.active()
+    if frame is not None and frame["skill"] == pending["skill"]:
+        return pending
+    ctx.stack.pending = None
+    event_step(
+        ctx.trace,
+        event="confirmation_dropped",
+        node=ctx.node_name(),
+        tool=pending["tool"],
+        skill=pending["skill"],
+        reason="its skill is no longer the active one",
+    )
+    return None
+
+
+def answerable(ctx: TurnContext, pending: PendingCall) -> bool:
+    """Whether the user has had a turn to answer: never in the turn that held the call."""
+    held = pending.get("turn")
+    return held is None or held < ctx.state.turn
+
+
 def hold_for_confirmation(
     ctx: TurnContext,
     skill_id: str,
@@ -44,6 +78,19 @@ def hold_for_confirmation(
     block: str | None = None,
     step: str | None = None,
 ) -> dict[str, Any]:
+    waiting = live_pending(ctx)
+    if waiting is not None:
+        reason = (
+            f"a confirmation of '{waiting['tool']}' is waiting for the user's answer; "
+            f"'{tool.name}' is not held or run until it is answered"
+        )
+        if source is Source.STEP and step is not None:
+            ctx.refuse_waiting_step(tool.name, reason, skill_id, step)
+        else:
+            refused_step(
+                ctx.trace, name=tool.name, reason=reason, node=ctx.node_name(), source=source
+            )
+        return {"error": reason}
     constraint = tool_constraint(ctx.project, skill_id, tool.name)
     gate = constraint.requires_confirmation if constraint else None
     ask = gate.utter_for_confirmation if gate else None
@@ -60,6 +107,7 @@ def hold_for_confirmation(
         "source": source.value,  # plain JSON in the saved session
         "block": block,
         "step": step,
+        "turn": ctx.state.turn,
     }
     confirmation_requested(
         ctx.trace,
@@ -74,7 +122,10 @@ def hold_for_confirmation(
         ctx.result.confirmation = question
         ctx.stop = True
         return {"status": "the user was asked to confirm"}
-    return {"status": "ask the user to confirm, then call resolve_tool_confirmation"}
+    return {
+        "status": "ask the user to confirm and end your reply; call "
+        "resolve_tool_confirmation only after the user answers in their next message"
+    }
 
 
 async def resolve(ctx: TurnContext, confirmed: bool, *, via: Source) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from agentscript.mantle.run import buttons, hooks, lifecycle
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.blocks import block_step
 from agentscript.mantle.run.call_dispatch import dispatch
-from agentscript.mantle.run.confirmation import resolve
+from agentscript.mantle.run.confirmation import answerable, live_pending, resolve
 from agentscript.mantle.run.resolution import resolve_prompt
 from agentscript.mantle.run.stack import SkillStack
 from agentscript.mantle.run.transitions import finish
@@ -59,9 +59,13 @@ class MantleTurnRunner:
         ctx = self.ctx
         try:
             ctx.state.history.append(Message("user", ctx.text))
+            offered = ctx.stack.take_offered()
             if not await lifecycle.before_turn(self):
-                await buttons.apply_payload(ctx)
-                if ctx.stack.pending is not None and not ctx.stop:
+                await buttons.apply_payload(ctx, offered)
+                # A plain yes/no answers the held call only while its skill is the active
+                # one (live_pending drops it otherwise) and only in a later turn (M5).
+                pending = live_pending(ctx)
+                if pending is not None and not ctx.stop and answerable(ctx, pending):
                     answer = read_yes_no(ctx.text)
                     if answer is not None:
                         since = hooks.mark(ctx)
@@ -76,6 +80,10 @@ class MantleTurnRunner:
             self.unwind(str(exc))
         except TURN_ENDING as exc:
             self.fail(exc)
+        # A tap applies only when its payload was offered with this turn's responses.
+        ctx.stack.data["offered"] = [
+            b["payload"] for b in ctx.result.buttons if isinstance(b.get("payload"), str)
+        ]
         top = ctx.stack.frames[-1]["skill"] if ctx.stack.frames else None
         ctx.state.current_node = top
         return ctx.result
@@ -141,6 +149,9 @@ class MantleTurnRunner:
                     "stack loop without the model or the user (a call:/link: or next: cycle) "
                     "and were cancelled",
                 )
+            # A step or lifecycle transition may have paused or parked the skill holding a
+            # confirmation; its held step asks again when reached again.
+            live_pending(ctx)
             frame = ctx.stack.active()
             if frame is None:
                 return

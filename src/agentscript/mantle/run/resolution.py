@@ -12,6 +12,7 @@ from agentscript.mantle.model import Skill, StepKind
 from agentscript.mantle.queries import holds, offered_skills, tool_allowed
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import step_at
+from agentscript.mantle.run.confirmation import answerable, live_pending
 from agentscript.mantle.run.instruction_lines import instruction_lines
 from agentscript.mantle.run.lifecycle import cannot_help_offered
 from agentscript.mantle.run.stack import BlockEntry, SkillStack
@@ -81,14 +82,22 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
             parts.append(p.KNOWLEDGE_NOTE)
     if cannot_help_offered(ctx):
         tools.append(p.cannot_help_spec())
-    pending = ctx.stack.pending
+    pending = live_pending(ctx)
     if pending is not None:
-        parts.append(
-            f"The user was asked to confirm {pending['tool']} with "
-            f"{json.dumps(pending['arguments'], default=repr)}. When they answer, call "
-            "resolve_tool_confirmation with confirmed=true or confirmed=false."
-        )
-        tools.append(p.resolve_spec())
+        arguments = json.dumps(pending["arguments"], default=repr)
+        if answerable(ctx, pending):
+            parts.append(
+                f"The user was asked to confirm {pending['tool']} with {arguments}. When "
+                "they answer, call resolve_tool_confirmation with confirmed=true or "
+                "confirmed=false."
+            )
+            tools.append(p.resolve_spec())
+        else:
+            # Held this turn: the answer can only come with the user's next message (M5).
+            parts.append(
+                f"{pending['tool']} with {arguments} needs the user's confirmation. Ask "
+                "them and end your reply; their answer comes in their next message."
+            )
     instructions = "\n\n".join(part for part in parts if part)
     resolution_step(
         ctx.trace,

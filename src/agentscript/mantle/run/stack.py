@@ -9,7 +9,8 @@
      "activations": {"skill": n},
      "started": bool,                # the session-start skill has run
      "offer": {"skill": id} | None,  # a resume offer waiting for the user's yes/no
-     "ending": [skill, ...] | None}  # ``before_end`` skills still to run (session end)
+     "ending": [skill, ...] | None,  # ``before_end`` skills still to run (session end)
+     "offered": [payload, ...]}      # ``set:`` payloads of the buttons the last turn offered
 
 A frame is ``{"skill", "status", "kind", "via_call", "blocks": [entry, ...]}`` where
 ``status`` is ``active`` (the top frame being worked on), ``parked`` (waiting for a skill it
@@ -66,6 +67,9 @@ class PendingCall(TypedDict):
     source: str  # "llm" (the model called it) or "step" (an execute_tool block step)
     block: str | None
     step: str | None
+    # The turn that held the call: only a later turn's user message may resolve it (absent
+    # in sessions saved before it was recorded; those were held in an earlier turn).
+    turn: NotRequired[int]
 
 
 class ResumeOffer(TypedDict):
@@ -85,6 +89,7 @@ class MantleState(TypedDict):
     started: bool
     offer: ResumeOffer | None
     ending: list[str] | None
+    offered: list[str]
 
 
 class SkillStack:
@@ -100,6 +105,7 @@ class SkillStack:
         data.setdefault("started", False)
         data.setdefault("offer", None)
         data.setdefault("ending", None)
+        data.setdefault("offered", [])  # absent in sessions saved before it was recorded
         # The same dict object: the session saves what the turn changes.
         self.data: MantleState = data
 
@@ -116,6 +122,12 @@ class SkillStack:
     @pending.setter
     def pending(self, value: PendingCall | None) -> None:
         self.data["pending"] = value
+
+    def take_offered(self) -> list[str]:
+        """The button payloads the last turn offered, cleared: a tap answers only the
+        response just before it."""
+        offered, self.data["offered"] = list(self.data["offered"]), []
+        return offered
 
     def active(self) -> Frame | None:
         """The top frame when it is being worked on (not paused or parked)."""

@@ -1,8 +1,10 @@
 """Skill activation, completion and the stack transitions between them (M1, M2).
 
 A skill starts routed (nothing active), invoked (the active skill names it where the model
-can see it, or through a ``call:`` step: the caller is parked and resumes when it ends) or
-as an interrupt (the active skill is paused and resumes only when activated again).
+can see it, or through a ``call:`` step: the caller is parked and resumes when it ends; a
+cancelled ``call:`` takes its caller with it) or as an interrupt (the active skill is paused
+and resumes only when activated again). A skill has at most one frame on the stack, and the
+stack at most ``Limits.max_stack_depth`` frames.
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ def start_skill(
     invoked_by: str | None = None,
 ) -> Frame:
     skill = ctx.project.skills[skill_id]
-    if ctx.stack.count_activation(skill_id) > 0:
-        # A skill starting again starts clean (its public values survived until now).
+    restarted = ctx.stack.count_activation(skill_id) > 0
+    if restarted and ctx.stack.find(skill_id) is None:
+        # A skill starting again starts clean (its public values survived until now). Memory
+        # is per skill, not per frame: a frame still on the stack keeps it (callers refuse
+        # to start a skill that is on the stack, see ``start_refusal``).
         for name, entry in skill.memory.items():
             ctx.memory[f"{skill_id}.{name}"] = (
                 entry.initial_value if entry.has_initial_value else None
@@ -76,6 +81,14 @@ def finish(ctx: TurnContext, frame: Frame, event: str, *, reason: str | None = N
     parent = ctx.stack.frames[-1]
     if parent["status"] != PARKED:
         return
+    if event == "cancelled" and frame["via_call"]:
+        # The caller's next steps rely on what its `call:` step's skill was to do, so it is
+        # cancelled too, as Rasa cancels through call frames down to the first flow that was
+        # not called; a prose invocation (below) resumes its caller instead.
+        finish(
+            ctx, parent, "cancelled", reason=f"the skill it called ({frame['skill']}) was cancelled"
+        )
+        return
     parent["status"] = ACTIVE
     reask(parent)
     ctx.result.path.append(parent["skill"])
@@ -103,20 +116,40 @@ def drop_paused(ctx: TurnContext) -> dict[str, Any]:
     frames.remove(dropped)
     skill_event(ctx.trace, event="cancelled", skill=dropped["skill"], reason="dropped")
     forget_pending(ctx, dropped)
-    if dropped["kind"] == "invoked" and below >= 0 and frames[below]["status"] == PARKED:
+    gone = dropped
+    callers: list[str] = []
+    while gone["kind"] == "invoked" and below >= 0 and frames[below]["status"] == PARKED:
+        caller = frames[below]
+        if gone["via_call"]:
+            # Dropped like a cancelled `call:` (see ``finish``): its caller goes too.
+            frames.remove(caller)
+            skill_event(
+                ctx.trace,
+                event="cancelled",
+                skill=caller["skill"],
+                reason=f"the skill it called ({gone['skill']}) was dropped",
+                **position(caller),
+            )
+            forget_pending(ctx, caller)
+            callers.append(caller["skill"])
+            gone, below = caller, below - 1
+            continue
         # Its caller waited for it; the user had moved on, so the caller is paused (resumed
         # when activated again) instead of waiting for a skill that is gone.
-        caller = frames[below]
         caller["status"] = PAUSED
         skill_event(
             ctx.trace,
             event="interrupted",
             skill=caller["skill"],
-            by=dropped["skill"],
+            by=gone["skill"],
             reason="the skill it started was dropped",
             **position(caller),
         )
-    return {"status": "cancelled", "skill": dropped["skill"]}
+        break
+    result: dict[str, Any] = {"status": "cancelled", "skill": dropped["skill"]}
+    if callers:
+        result["callers_cancelled"] = callers
+    return result
 
 
 def pause(ctx: TurnContext, frame: Frame, by: str) -> None:
@@ -140,16 +173,84 @@ def invokes(ctx: TurnContext, frame: Frame, target: str) -> bool:
     )
 
 
+def start_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = None) -> str | None:
+    """Why a ``call:`` or ``link:`` step cannot start ``skill_id`` now (None: it can).
+
+    ``replacing`` is the frame a ``link:`` ends, which makes room for the target (and may be
+    the target itself: linking to its own skill starts it over).
+    """
+    target = ctx.project.skills.get(skill_id)
+    if target is None:
+        return f"skill '{skill_id}' is unknown"
+    if target.disabled:
+        return f"skill '{skill_id}' is disabled"
+    if not holds(target.requires, ctx.memory):
+        return f"the requires of '{skill_id}' does not hold"
+    for frame in ctx.stack.frames:
+        if frame["skill"] == skill_id and frame is not replacing:
+            # Memory is per skill: a second frame would share (and its start would wipe)
+            # the memory of the one waiting, and resuming that one is the user's choice.
+            return f"skill '{skill_id}' is already on the stack ({frame['status']})"
+    depth = len(ctx.stack.frames) - (replacing is not None)
+    return stack_full(ctx, depth)
+
+
+def stack_full(ctx: TurnContext, depth: int) -> str | None:
+    """The refusal when ``depth`` frames leave no room for one more (else None)."""
+    most = ctx.limits.max_stack_depth
+    if depth < most:
+        return None
+    return (
+        f"the skill stack is full ({depth} skills; Limits.max_stack_depth = {most}): "
+        "finish or cancel a skill first"
+    )
+
+
+def enterable_blocks(ctx: TurnContext, skill_id: str) -> list[str]:
+    """The blocks ``activate_skill {skill: skill_id, block: ...}`` may start now: the ones the
+    active skill's visible prose names while no block of it runs (what the offered schema
+    lists; M4/M6: a block hidden by ``if:`` or reached only by ``call:`` is not among them)."""
+    active = ctx.stack.active()
+    if active is None or active["skill"] != skill_id or SkillStack.block(active) is not None:
+        return []
+    return p.visible_block_references(ctx.project.skills[skill_id], ctx.memory)
+
+
+def block_refusal(ctx: TurnContext, skill: Skill, block: str) -> str | None:
+    active = ctx.stack.active()
+    if active is None or active["skill"] != skill.id:
+        return (
+            f"a block can be started only in the active skill, where its prose names it; "
+            f"activate '{skill.id}' without a block first"
+        )
+    running = SkillStack.block(active)
+    if running is not None:
+        return f"block '{running['block']}' is running (step {running['step']})"
+    allowed = enterable_blocks(ctx, skill.id)
+    if block in allowed:
+        return None
+    if block not in skill.blocks:
+        return f"skill '{skill.id}' has no block '{block}'"
+    return (
+        f"block '{block}' of '{skill.id}' cannot be started now: its visible prose does not "
+        f"name it (blocks that can: {', '.join(allowed) or 'none'})"
+    )
+
+
 def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, Any]:
     """``activate_skill``: start, invoke, interrupt for or resume ``skill_id``."""
     target = ctx.project.skills.get(skill_id)
     if target is None:
         return {"error": f"unknown skill '{skill_id}'"}
     active = ctx.stack.active()
-    if active is not None and active["skill"] == skill_id:
-        if block is None:
-            return {"status": f"{skill_id} is already active"}
+    if block is not None:
+        # Checked before anything changes: a refused call takes no effect (S5).
+        refusal = block_refusal(ctx, target, block)
+        if refusal is not None or active is None:
+            return {"error": refusal or f"skill '{skill_id}' is not active"}
         return enter_prose_block(active, target, block)
+    if active is not None and active["skill"] == skill_id:
+        return {"status": f"{skill_id} is already active"}
     existing = ctx.stack.find(skill_id)
     unavailable = {"error": f"skill '{skill_id}' is not available now (its requires does not hold)"}
     offered = {s.id for s in offered_skills(ctx.project, ctx.memory)}
@@ -171,6 +272,9 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
         skill_event(ctx.trace, event="resumed", skill=skill_id, **where)
         status = {"status": "resumed", "skill": skill_id, **where}
     else:
+        full = stack_full(ctx, len(ctx.stack.frames))
+        if full is not None:
+            return {"error": full}
         if active is not None and invokes(ctx, active, skill_id):
             active["status"] = PARKED
             start_skill(ctx, skill_id, "invoked", invoked_by=active["skill"])
@@ -180,18 +284,12 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
         else:
             start_skill(ctx, skill_id, "routed")
         status = {"status": "activated", "skill": skill_id}
-    if block is not None:
-        frame = ctx.stack.active()
-        if frame is not None:
-            entered = enter_prose_block(frame, target, block)
-            if "error" in entered:
-                return entered
-            status["block"] = block
     return status
 
 
 def enter_prose_block(frame: Frame, skill: Skill, block: str) -> dict[str, Any]:
-    """The model starts a block its skill's prose names (``@block.x``)."""
+    """The model starts a block its skill's prose names (``@block.x``); ``activate`` has
+    checked that the prose names it where the model can see it."""
     if block not in skill.blocks:
         return {"error": f"skill '{skill.id}' has no block '{block}'"}
     running = SkillStack.block(frame)
