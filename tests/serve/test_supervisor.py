@@ -127,3 +127,35 @@ def test_a_worker_that_served_a_while_is_started_again_without_counting(
         chief._replace_the_dead([])
     assert chief.stops == 0 and chief.status == 0 and chief.quick_deaths == 0
     assert sent == []
+
+
+WORKER_STARTING_LATE = """
+import signal, sys, time
+from agentscript.server.orphan import stop_when_orphaned, supervisor_pid
+signal.signal(signal.SIGTERM, lambda *_: (print("stopping", flush=True), sys.exit(0)))
+stop_when_orphaned(supervisor_pid(), every=0.05)
+time.sleep(30)
+print("still serving", flush=True)
+"""
+
+
+def test_a_worker_whose_supervisor_died_before_it_looked_stops() -> None:
+    # Told its supervisor's pid, a worker that started after the supervisor died (reparented
+    # already: its parent is no longer that pid) stops at its first look. It used to take its
+    # new parent for the supervisor and serve on forever.
+    import os
+    import subprocess
+    import sys
+
+    dead_pid = 2**22 + 12345  # above pid_max's default: no such process
+    env = {**os.environ, "AGENTSCRIPT_SUPERVISOR_PID": str(dead_pid)}
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_STARTING_LATE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "stopping", done
+    assert f"supervisor (pid {dead_pid}) is gone" in done.stderr

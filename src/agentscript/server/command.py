@@ -203,9 +203,9 @@ def worker_app() -> Any:
         )
         logging.getLogger("agentscript.server").error("%s", line)
         sys.exit(WORKER_STARTUP_FAILURE)
-    from agentscript.server.orphan import stop_when_orphaned
+    from agentscript.server.orphan import stop_when_orphaned, supervisor_pid
 
-    stop_when_orphaned(os.getppid())  # a supervisor killed outright leaves no worker serving
+    stop_when_orphaned(supervisor_pid())  # a supervisor killed outright leaves no worker serving
     return app
 
 
@@ -304,10 +304,12 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         from agentscript.server.runner import run
 
         return ExitCode(run(app, **common))
+    from agentscript.server.orphan import SUPERVISOR_ENV
     from agentscript.server.supervisor import Supervisor
 
     # The workers check that they load the files the banner's agents came from.
     os.environ[ENV] = json.dumps(asdict(replace(options, sources=app.state.sources)))
+    os.environ[SUPERVISOR_ENV] = str(os.getpid())
     config = uvicorn.Config(
         "agentscript.server.command:worker_app",
         factory=True,

@@ -24,12 +24,22 @@ log = logging.getLogger("agentscript.server")
 
 # Seconds between two looks at the parent.
 EVERY = 1.0
+# The supervisor's pid, set in the environment its workers inherit: a worker still starting
+# when the supervisor died has been reparented already, so its own parent then names nobody.
+SUPERVISOR_ENV = "AGENTSCRIPT_SUPERVISOR_PID"
+
+
+def supervisor_pid() -> int:
+    """The pid of the supervisor that started this worker (its parent when not told)."""
+    given = os.environ.get(SUPERVISOR_ENV, "")
+    return int(given) if given.isdigit() else os.getppid()
 
 
 def stop_when_orphaned(parent: int, every: float = EVERY) -> threading.Thread:
     """Watch, in a daemon thread, that this process's parent stays ``parent``; when it
     changes, log it and send this process ``SIGTERM``. On Linux the kernel also sends it the
-    moment the parent dies (``PR_SET_PDEATHSIG``), which needs no thread to be scheduled."""
+    moment the parent dies (``PR_SET_PDEATHSIG``), which needs no thread to be scheduled. A
+    parent that died before this was asked for is noticed by the thread's first look."""
     _ask_kernel_for_sigterm()
 
     def watch() -> None:
