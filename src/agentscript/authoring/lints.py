@@ -21,7 +21,7 @@ from agentscript.authoring.graph import agent_graph
 from agentscript.authoring.lsp_positions import split_lines
 from agentscript.check.outline import AgentOutline, SubagentInfo
 from agentscript.diagnostics import Diagnostic, Span, warning
-from agentscript.engine.program import Program
+from agentscript.engine.program import Program, walk_statements
 from agentscript.syntax.tree import (
     Block,
     IfStmt,
@@ -353,21 +353,6 @@ def _unguarded_consequential(
             )
 
 
-def _runs_in(block: Block) -> Iterator[RunStmt]:
-    """Every ``run`` of a procedure or callback, nested ones included."""
-    for item in block.statements():
-        if isinstance(item, RunStmt):
-            yield item
-            if item.body is not None:
-                yield from _runs_in(item.body)
-        elif isinstance(item, IfStmt):
-            yield from _runs_in(item.body)
-            for branch in item.else_ifs:
-                yield from _runs_in(branch.body)
-            if item.else_clause is not None:
-                yield from _runs_in(item.else_clause.body)
-
-
 def _confirmation_skipped_by_run(
     outline: AgentOutline, lines: list[str], program: Program
 ) -> Iterator[Finding]:
@@ -378,7 +363,9 @@ def _confirmation_skipped_by_run(
         blocks = [block for _where, block in _procedures(info)]
         blocks += [b.body for b in info.tools.values() if b.body is not None]
         for block in blocks:
-            for stmt in _runs_in(block):
+            for stmt in walk_statements(block):
+                if not isinstance(stmt, RunStmt):
+                    continue
                 path = program.path_of(stmt.target)
                 if not path or len(path) != 2 or path[0] != "actions":
                     continue

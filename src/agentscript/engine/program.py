@@ -315,7 +315,7 @@ class Program:
     def _collect_slots(self, instructions: object) -> Iterator[CollectSlot]:
         if not isinstance(instructions, Block):
             return
-        for stmt in _walk_statements(instructions):
+        for stmt in walk_statements(instructions):
             if isinstance(stmt, CollectStmt):
                 variable = variable_of(stmt.target)
                 if variable is None:
@@ -383,14 +383,15 @@ def _schema(parameters: dict[str, Parameter]) -> dict[str, Any]:
     }
 
 
-def _walk_statements(block: Block) -> Iterator[object]:
+def walk_statements(block: Block) -> Iterator[object]:
+    """Every statement of ``block``, those nested in `if` branches and `run` bodies included."""
     for item in block.items:
         yield item
         if isinstance(item, IfStmt):
-            yield from _walk_statements(item.body)
+            yield from walk_statements(item.body)
             for clause in item.else_ifs:
-                yield from _walk_statements(clause.body)
+                yield from walk_statements(clause.body)
             if item.else_clause is not None:
-                yield from _walk_statements(item.else_clause.body)
+                yield from walk_statements(item.else_clause.body)
         elif isinstance(item, RunStmt) and item.body is not None:
-            yield from _walk_statements(item.body)
+            yield from walk_statements(item.body)
