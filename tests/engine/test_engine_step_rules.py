@@ -327,6 +327,80 @@ def test_S13_the_models_text_comes_before_the_escalation_message(tmp_path: Path)
     ]
 
 
+HELD = """
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | main node
+        actions:
+            wipe: @actions.wipe_all
+                description: "wipe"
+            ask_ops: @subagent.ops
+                description: "ops"
+
+    actions:
+        wipe_all:
+            description: "wipe"
+            target: "flow://Wipe"
+            require_user_confirmation: True
+            outputs:
+                ok: boolean
+
+subagent ops:
+    description: "ops"
+    reasoning:
+        instructions: ->
+            | ops node
+        actions:
+            wipe: @actions.wipe_all
+
+    actions:
+        wipe_all:
+            description: "wipe"
+            target: "flow://Wipe"
+            require_user_confirmation: True
+            outputs:
+                ok: boolean
+"""
+
+
+def test_S13_text_said_with_a_call_held_for_confirmation_reaches_the_user(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(agent(tmp_path, "Held", HELD), stubs={"wipe_all": {"outputs": {"ok": True}}})
+    held = session.send("wipe it", {"say": "I can wipe the account.", "tool": "wipe"})
+    question = held.confirmation
+    assert question is not None and session.session.state.pending_confirmation is not None
+    assert held.messages == ["I can wipe the account.", question]
+    said = [(s["text"], s["kind"]) for s in steps(held, "RESPONSE_STEP")]
+    assert said == [("I can wipe the account.", "llm")]
+    assert steps(held, "ACTION_STEP") == []
+    # The history has the reply's order: the text with the call, the question after its result.
+    history = session.session.state.history
+    assert [(m.role, m.content) for m in history[-3:]] == [
+        ("assistant", "I can wipe the account."),
+        ("tool", history[-2].content),
+        ("assistant", question),
+    ]
+    confirmed = session.send("yes", {"say": "Wiped."})
+    assert [s["name"] for s in steps(confirmed, "ACTION_STEP")] == ["wipe"]
+    assert confirmed.text == "Wiped." and confirmed.confirmation is None
+    # Held inside a delegate: what the caller said with its call, then the delegate's text,
+    # each once, before the question.
+    delegated = session.send(
+        "ops, wipe it",
+        {"say": "Asking ops.", "tool": "ask_ops"},
+        {"say": "Ops can do that.", "tool": "wipe"},
+    )
+    assert delegated.confirmation is not None and delegated.node == "ops"
+    assert delegated.messages == ["Asking ops.", "Ops can do that.", delegated.confirmation]
+    again = session.send("yes", {"say": "Done."})
+    assert [s["name"] for s in steps(again, "ACTION_STEP")] == ["wipe"]
+    assert again.text == "Done."
+    assert_histories_well_formed(held, confirmed, delegated, again)
+
+
 # ---------------------------------------------------------------------- S1
 
 COLLECT = """

@@ -214,6 +214,7 @@ class ToolCalls:
                         f"'{call.name}' was not run: it needs the user's confirmation and a "
                         "transition was requested earlier in the same answer",
                     )
+                self.say_answer_text(node)  # S13: said before the question, as in the history
                 return hold_for_confirmation(turn, tool, node, call, arguments)
             return await self.run_tool_action(tool, node, arguments)
         return {"error": f"tool '{tool.name}' cannot be run by this runtime ({kind})"}, None, None
@@ -235,10 +236,11 @@ class ToolCalls:
         return "its available when became false after the earlier calls of this step"
 
     def say_answer_text(self, node: ProgramNode) -> None:
-        """S13: the model's text next to a call that ends the turn is its last word to the
-        user, since no text answer follows. Said before any escalation message: the history
-        has that order too (the text is in the calls' message, the escalation message follows
-        their results)."""
+        """S13: the model's text next to a call that ends the turn (escalation, end of session,
+        a call held for confirmation) is its last word to the user, since no text answer
+        follows. Said before any escalation message or confirmation question: the history has
+        that order too (the text is in the calls' message, the engine's text follows their
+        results)."""
         text, self._answer_text = self._answer_text, ""
         if text:
             self.turn.result.messages.append(text)
@@ -447,7 +449,9 @@ class ToolCalls:
         if came_back:
             return {"reply": reply}, None, None
         # The delegate's last words (the model's text with the call, the escalation message,
-        # the confirmation question) end the caller's turn too, so they must reach the user.
+        # the confirmation question) end the caller's turn too, so they must reach the user,
+        # after what the caller said with its call of the delegate.
+        self.say_answer_text(node)
         turn.result.messages.extend(said)
         if turn.result.escalated:
             return {"reply": reply}, None, StopReason.ESCALATE
