@@ -277,13 +277,20 @@ turns:
 
 
 def test_M6_a_button_never_writes_a_private_entry(tmp_path: Path) -> None:
+    # A listed button on a private entry is a load error (mantle-button-private-entry), so
+    # the button comes from a tool, which validate cannot see.
     project = copy_bank(tmp_path)
+    skill = project / "skills" / "card_replace"
     edit(
-        project / "skills" / "card_replace" / "responses.yml",
+        skill / "responses.yml",
         "    - text: Which card should we replace?\n",
-        "    - text: Which card should we replace?\n"
-        "      buttons:\n"
-        "        - {title: Skip blocking, payload: 'set:session.card_replace.card_blocked=true'}\n",
+        "    - text: Which card should we replace?\n      buttons: {source: skip_buttons}\n",
+    )
+    (skill / "tools.py").write_text(
+        (skill / "tools.py").read_text()
+        + '\n\ndef skip_buttons() -> list:\n    """A button on a private entry."""\n'
+        '    return [{"title": "Skip blocking",'
+        ' "payload": "set:session.card_replace.card_blocked=true"}]\n'
     )
     playback = clean(
         run_text(

@@ -9,6 +9,7 @@ from pathlib import Path
 from mantle_helpers import EXAMPLE, SIGNED_IN, clean, copy_bank, edit, load, run_text, said, steps
 
 from agentscript.conversation import load_conversation
+from agentscript.diagnostics import Severity
 from agentscript.mantle import load_project
 from agentscript.playback import play
 
@@ -127,3 +128,36 @@ def test_bad_buttons_are_validate_errors(tmp_path: Path) -> None:
     assert any("card_replace.nothing' is not a declared" in m for m in problems)
     assert any("overnight" in m for m in problems)
     assert any("no_such_tool" in m for m in problems)
+
+
+def test_a_listed_button_on_a_private_entry_is_a_validate_error(tmp_path: Path) -> None:
+    project = copy_bank(tmp_path)
+    edit(
+        project / "responses.yml",
+        "responses:\n",
+        "responses:\n  utter_pick:\n    - text: Pick one\n      buttons:\n"
+        "        - {title: Skip, payload: 'set:session.card_replace.card_blocked=true'}\n"
+        "        - {title: Odd, payload: 'set:session.card_replace.card_blocked=maybe'}\n"
+        "        - {title: Express, payload: 'set:session.card_replace.shipping=express'}\n",
+    )
+    _, diagnostics = load_project(project)
+    private = [d for d in diagnostics if d.code == "mantle-button-private-entry"]
+    assert [d.message.split("'")[1] for d in private] == ["Skip", "Odd"]
+    assert all(d.severity is Severity.ERROR for d in private)
+    assert all(
+        "'card_replace.card_blocked' is a private memory entry" in d.message for d in private
+    )
+    assert all(d.file is not None and d.file.endswith("responses.yml") for d in private)
+    # the public entry (shipping) is fine; the private one is not also a mantle-button
+    assert not [d for d in diagnostics if d.code == "mantle-button"]
+
+
+def test_the_example_and_the_conformance_projects_have_no_private_button() -> None:
+    corpus = Path("/work/shared/conformance/mantle")
+    roots = [
+        EXAMPLE,
+        *(sorted(p for p in corpus.iterdir() if p.is_dir()) if corpus.is_dir() else []),
+    ]
+    for root in roots:
+        _, diagnostics = load_project(root, stub_missing_tools=True)
+        assert not [d for d in diagnostics if d.code.startswith("mantle-button")], root

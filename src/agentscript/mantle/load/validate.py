@@ -562,10 +562,21 @@ def _tool_collisions(project: Project) -> Iterator[Diagnostic]:
 
 
 def check_buttons(project: Project) -> Iterator[Diagnostic]:
-    """Malformed or impossible ``set:`` payloads and unknown button source tools."""
+    """Malformed or impossible ``set:`` payloads, payloads that write a private entry (the
+    engine never applies those) and unknown button source tools."""
     for response in project.responses.values():
         for variant in response.variants:
             for button in variant.buttons:
+                private = private_payload_problem(project, button)
+                if private is not None:
+                    yield Diagnostic(
+                        "mantle-button-private-entry",
+                        private,
+                        button.span,
+                        Severity.ERROR,
+                        variant.file,
+                    )
+                    continue
                 problem = payload_problem(project, button)
                 if problem is not None:
                     yield Diagnostic(
@@ -604,6 +615,24 @@ def payload_problem(project: Project, button: Button) -> str | None:
     except MemoryWriteError as exc:
         return f"button '{button.title}': {exc}"
     return None
+
+
+def private_payload_problem(project: Project, button: Button) -> str | None:
+    """A listed ``set:`` payload naming a private entry: a tap on it is always refused
+    (:mod:`agentscript.mantle.run.buttons`), so the button can never do anything."""
+    payload = button.payload
+    parsed = parse_payload(payload) if payload is not None else None
+    if parsed is None:
+        return None
+    qualified = parsed[0]
+    entry = project.memory_entry(qualified)
+    if entry is None or entry.visibility != "private":
+        return None
+    return (
+        f"button '{button.title}': '{qualified}' is a private memory entry, which a button "
+        "can never set (the tap is refused at run time); make the entry public, or set it "
+        "from a step or a tool"
+    )
 
 
 def check_hooks(project: Project) -> Iterator[Diagnostic]:
