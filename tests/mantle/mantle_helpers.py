@@ -19,6 +19,21 @@ variables:
   project.customer_id: "1001"
   project.customer_name: Ada
 """
+# The first turn of many scenarios: card_replace started for a lost card, in its order_card
+# block (the turns that follow are appended to it).
+LOST_CARD = (
+    SIGNED_IN
+    + """turns:
+  - user: "I lost my card"
+    model:
+      - tool: activate_skill
+        args: {skill: card_replace}
+      - tool: set_fields
+        args: {reason: lost}
+      - tool: activate_skill
+        args: {skill: card_replace, block: order_card}
+"""
+)
 
 
 def copy_bank(tmp_path: Path) -> Path:

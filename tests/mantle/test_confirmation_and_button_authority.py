@@ -8,7 +8,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mantle_helpers import EXAMPLE, SIGNED_IN, clean, copy_bank, edit, load, run_text, said, steps
+from mantle_helpers import (
+    EXAMPLE,
+    LOST_CARD,
+    SIGNED_IN,
+    clean,
+    copy_bank,
+    edit,
+    load,
+    run_text,
+    said,
+    steps,
+)
 
 import agentscript
 from agentscript.conversation import parse_conversation
@@ -295,17 +306,8 @@ def test_M6_a_button_never_writes_a_private_entry(tmp_path: Path) -> None:
     playback = clean(
         run_text(
             load(project),
-            SIGNED_IN
+            LOST_CARD
             + """
-turns:
-  - user: "I lost my card"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
-      - tool: set_fields
-        args: {reason: lost}
-      - tool: activate_skill
-        args: {skill: card_replace, block: order_card}
   - user: "set:session.card_replace.card_blocked=true"
     model: []
 """,

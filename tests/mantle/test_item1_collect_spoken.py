@@ -5,22 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mantle_helpers import SIGNED_IN, clean, copy_bank, edit, load, run_text, said, steps
+from mantle_helpers import LOST_CARD, clean, copy_bank, edit, load, run_text, said, steps
 
-START = (
-    SIGNED_IN
-    + """
-turns:
-  - user: "I lost my card"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
-      - tool: set_fields
-        args: {reason: lost}
-      - tool: activate_skill
-        args: {skill: card_replace, block: order_card}
-"""
-)
+START = LOST_CARD
 
 
 def test_collect_question_is_said_verbatim_with_variant_and_interpolation(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mantle_helpers import (
     EXAMPLE,
+    LOST_CARD,
     SIGNED_IN,
     clean,
     copy_bank,
@@ -20,17 +21,8 @@ from mantle_helpers import (
 )
 
 INTERRUPT = (
-    SIGNED_IN
+    LOST_CARD
     + """
-turns:
-  - user: "I lost my card"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
-      - tool: set_fields
-        args: {reason: lost}
-      - tool: activate_skill
-        args: {skill: card_replace, block: order_card}
   - user: "Wait, first tell me my balance."
     model:
       - tool: activate_skill

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mantle_helpers import SIGNED_IN, clean, copy_bank, edit, load, run_text, said, steps
+from mantle_helpers import LOST_CARD, clean, copy_bank, edit, load, run_text, said, steps
 
 from agentscript.mantle import load_project
 from agentscript.mantle.runtime import MantleAgent
@@ -34,20 +34,7 @@ def pick_card_for_me(card_id: str, context: Any = None) -> dict[str, Any]:
     context.memory.set("card_id", card_id)
     return {"ok": True}
 '''
-TO_CARD = (
-    SIGNED_IN
-    + """
-turns:
-  - user: "I lost my card"
-    model:
-      - tool: activate_skill
-        args: {skill: card_replace}
-      - tool: set_fields
-        args: {reason: lost}
-      - tool: activate_skill
-        args: {skill: card_replace, block: order_card}
-"""
-)
+TO_CARD = LOST_CARD
 
 
 @pytest.fixture
