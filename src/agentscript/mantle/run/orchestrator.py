@@ -81,9 +81,9 @@ class MantleTurnRunner:
         except TURN_ENDING as exc:
             self.fail(exc)
         # A tap applies only when its payload was offered with this turn's responses.
-        ctx.stack.data["offered"] = [
-            b["payload"] for b in ctx.result.buttons if isinstance(b.get("payload"), str)
-        ]
+        ctx.stack.offer(
+            [b["payload"] for b in ctx.result.buttons if isinstance(b.get("payload"), str)]
+        )
         top = ctx.stack.frames[-1]["skill"] if ctx.stack.frames else None
         ctx.state.current_node = top
         return ctx.result

@@ -129,6 +129,10 @@ class SkillStack:
         offered, self.data["offered"] = list(self.data["offered"]), []
         return offered
 
+    def offer(self, payloads: list[str]) -> None:
+        """Record the button payloads this turn's responses offered (see :meth:`take_offered`)."""
+        self.data["offered"] = list(payloads)
+
     def active(self) -> Frame | None:
         """The top frame when it is being worked on (not paused or parked)."""
         if self.frames and self.frames[-1]["status"] == ACTIVE:
