@@ -1,5 +1,5 @@
-"""Shared helpers for the Mantle runtime tests: copy card_bank, play conversation text,
-read trace steps by kind."""
+"""Shared helpers for the Mantle runtime tests: copy card_bank or write a small project, play
+conversation text or drive a session turn by turn, read trace steps by kind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from typing import Any
 
 import agentscript
 from agentscript.conversation import parse_conversation
+from agentscript.engine.session import Reply
+from agentscript.limits import Limits
 from agentscript.mantle.runtime import MantleAgent
+from agentscript.models.scripted import parse_move
 from agentscript.playback import Playback, play
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "card_bank"
@@ -34,6 +37,45 @@ LOST_CARD = (
         args: {skill: card_replace, block: order_card}
 """
 )
+
+
+AGENT = "agent:\n  id: t\n  persona: You are a bot.\n"
+
+
+def make(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A project of ``files`` (path -> text) with a minimal agent.yml unless one is given."""
+    root = tmp_path / "project"
+    for name, text in {"agent.yml": AGENT, **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+class Driver:
+    """One session driven turn by turn: each ``send`` scripts the model's moves for it."""
+
+    def __init__(self, root: Path, limits: Limits | None = None) -> None:
+        self.model = agentscript.ScriptedModel()
+        kwargs: dict[str, Any] = {} if limits is None else {"limits": limits}
+        self.session = agentscript.load(root).session(model=self.model, **kwargs)
+
+    def send(self, text: str, *moves: dict[str, Any]) -> Reply:
+        self.model.begin_turn([parse_move(m) for m in moves])
+        return self.session.send(text)
+
+    def restore(self, limits: Limits) -> None:
+        """Go on with the saved session under other limits (as after a configuration change)."""
+        saved = self.session.to_json()
+        self.session = self.session.agent.restore(saved, model=self.model, limits=limits)
+
+    def stack(self) -> list[tuple[str, str]]:
+        frames = self.session.state.extra["mantle"]["stack"]
+        return [(f["skill"], f["status"]) for f in frames]
+
+
+def start(skill: str) -> dict[str, Any]:
+    return {"tool": "activate_skill", "args": {"skill": skill}}
 
 
 def copy_bank(tmp_path: Path) -> Path:

@@ -7,22 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mantle_helpers import load, run_text, said, skill_events, steps
+from mantle_helpers import Driver, load, make, run_text, said, skill_events, start, steps
 
-import agentscript
 from agentscript.limits import Limits
-from agentscript.models.scripted import parse_move
-
-AGENT = "agent:\n  id: t\n  persona: You are a bot.\n"
-
-
-def make(tmp_path: Path, files: dict[str, str]) -> Path:
-    root = tmp_path / "project"
-    for name, text in {"agent.yml": AGENT, **files}.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def refused(playback: Any, turn: int) -> list[tuple[str, str]]:
@@ -289,25 +276,6 @@ Chat.
     - text: "What is y?"
 """,
 }
-
-
-class Driver:
-    def __init__(self, root: Path, limits: Limits | None = None) -> None:
-        self.model = agentscript.ScriptedModel()
-        kwargs: dict[str, Any] = {} if limits is None else {"limits": limits}
-        self.session = agentscript.load(root).session(model=self.model, **kwargs)
-
-    def send(self, text: str, *moves: dict[str, Any]) -> Any:
-        self.model.begin_turn([parse_move(m) for m in moves])
-        return self.session.send(text)
-
-    def stack(self) -> list[tuple[str, str]]:
-        frames = self.session.state.extra["mantle"]["stack"]
-        return [(f["skill"], f["status"]) for f in frames]
-
-
-def start(skill: str) -> dict[str, Any]:
-    return {"tool": "activate_skill", "args": {"skill": skill}}
 
 
 def test_rule1_a_link_to_a_paused_skill_waits_and_keeps_its_memory(tmp_path: Path) -> None:

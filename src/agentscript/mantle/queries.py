@@ -282,16 +282,18 @@ def select_variant(
     return response.default_variant or (response.variants[0] if response.variants else None)
 
 
-def render_response_text(text: str, memory: Memory, owner: str | None) -> str:
-    """Fill ``{entry}`` (owner skill first, then project) and ``{session.ns.entry}``;
-    placeholders without a value are left as written."""
+def render_response_text(text: str, memory: Memory, skill: str | None) -> str:
+    """Fill ``{session.ns.entry}`` and a bare ``{entry}`` (``skill``'s entry first, then the
+    project's: the response's own skill, else the skill it is delivered for, see
+    :func:`agentscript.mantle.run.delivery.render`); placeholders without a value are left
+    as written."""
 
     def fill(match: re.Match[str]) -> str:
         name = match.group(1)
         if name.startswith("session."):
             keys = [name[len("session.") :]]
         else:
-            keys = [f"{owner}.{name}"] if owner else []
+            keys = [f"{skill}.{name}"] if skill else []
             keys.append(f"project.{name}")
         for key in keys:
             value = memory.get(key)

@@ -74,7 +74,7 @@ class MantleAgent(AgentBase):
         if not isinstance(welcome, str):
             return ""
         if welcome in self.project.responses:
-            return response_text(self.project, welcome, variables) or ""
+            return response_text(self.project, welcome, variables, None) or ""
         return welcome
 
 

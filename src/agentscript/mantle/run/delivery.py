@@ -1,10 +1,15 @@
 """Delivering a response by name: the variant chosen now, placeholders filled, buttons and
 metadata carried along, all within the reader's memory scope (:mod:`.scopes`).
 
-A response is rendered against the memory its reader may see (the owning skill, else the
-active skill): another skill's private entries read as unset, so a condition on them does
-not hold and a placeholder naming them stays as written; each such name is recorded as a
-refused read. Nothing here raises for bad data: a response that renders empty is not said.
+A response's reader is its own skill (it is declared in ``skills/<id>/responses.yml``), else
+the skill active when it is delivered (a project-root or built-in response), else nobody
+(project-level). The reader is the "skill-local" of Mantle's "bare ``{entry}``: skill-local
+first, then project": a bare placeholder reads the reader's entry, then the project's.
+
+A response is rendered against the memory its reader may see: another skill's private
+entries read as unset, so a condition on them does not hold and a placeholder naming them
+stays as written; each such name is recorded as a refused read. Nothing here raises for bad
+data: a response that renders empty is not said.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ def render(
     name: str | None,
     active: str | None,
 ) -> Rendered | None:
-    """The response ``name`` for delivery now, or None (unknown, or renders empty)."""
+    """The response ``name`` for delivery now, or None (unknown, or renders empty).
+    ``active`` is the skill it is delivered for; ``trace`` None records no refused read."""
     if name is None:
         return None
     response = project.responses.get(name)
@@ -62,11 +68,11 @@ def render(
     variant = select_variant(response, view)
     if variant is None or variant.text is None:
         return None
-    text = render_response_text(variant.text, view, response.owner).strip()
+    text = render_response_text(variant.text, view, reader).strip()
     if not text:
         return None
     buttons = [
-        {"title": render_response_text(b.title, view, response.owner), "payload": b.payload}
+        {"title": render_response_text(b.title, view, reader), "payload": b.payload}
         for b in variant.buttons
     ]
     return Rendered(name, text, variant, buttons, dict(variant.metadata))

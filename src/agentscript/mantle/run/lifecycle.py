@@ -18,6 +18,12 @@ skill, also without a ``routing:`` key) and its wording by redeclaring the respo
 project's ``responses.yml``. Every run is traced as ``SKILL_STEP`` events with
 ``kind: "engine"`` (``builtin: true`` when no project skill overrides it).
 
+An override is pushed on the stack like any skill, so it keeps the stack rules (M2: one
+frame per skill, ``Limits.max_stack_depth``). A refused start pushes nothing: ``cannot_help``
+answers the model with the reason (a ``REFUSED_STEP`` of the call) and the turn goes on;
+the others are a ``REFUSED_STEP`` named after the skill, and what was due goes on without it
+(a ``/session_start`` does nothing more, the session still ends after ``before_end``).
+
 The built-in wording and the load-time checks are in :mod:`agentscript.mantle.load.lifecycle`.
 """
 
@@ -38,9 +44,9 @@ from agentscript.mantle.model import (
     Project,
 )
 from agentscript.mantle.run.stack import PARKED
-from agentscript.mantle.run.transitions import activate, drop_paused, start_skill
+from agentscript.mantle.run.transitions import activate, drop_paused, push_refusal, start_skill
 from agentscript.mantle.run.turn_context import TurnContext
-from agentscript.trace_steps import ResponseKind, event_step, skill_event
+from agentscript.trace_steps import ResponseKind, Source, event_step, refused_step, skill_event
 
 SESSION_START_MESSAGE = "/session_start"
 SESSION_END_MESSAGE = "/session_end"
@@ -75,16 +81,35 @@ def run_builtin(ctx: TurnContext, skill_id: str, response: str | None, **say: An
     skill_event(ctx.trace, event="completed", skill=skill_id, builtin=True)
 
 
+def start_override(ctx: TurnContext, skill_id: str) -> bool:
+    """Push the project's lifecycle skill ``skill_id`` (False, traced, when the stack refuses)."""
+    refusal = push_refusal(ctx, skill_id)
+    if refusal is not None:
+        refused_step(
+            ctx.trace,
+            name=skill_id,
+            reason=f"cannot start '{skill_id}' now: {refusal}",
+            node=ctx.node_name(),
+            source=Source.DETERMINISTIC,
+            skill=skill_id,
+        )
+        return False
+    start_skill(ctx, skill_id, "engine")
+    return True
+
+
 # --- session start ------------------------------------------------------------------------
 
 
-def start_session(ctx: TurnContext) -> None:
-    """``default_session_start``: the project's skill, else the silent built-in."""
+def start_session(ctx: TurnContext) -> bool:
+    """``default_session_start``: the project's skill, else the silent built-in. False when
+    the override could not start (already on the stack: a channel sent ``/session_start``
+    again)."""
     ctx.stack.data["started"] = True
     if overridden(ctx.project, SESSION_START_SKILL):
-        start_skill(ctx, SESSION_START_SKILL, "engine")
-    else:
-        run_builtin(ctx, SESSION_START_SKILL, None)
+        return start_override(ctx, SESSION_START_SKILL)
+    run_builtin(ctx, SESSION_START_SKILL, None)
+    return True
 
 
 async def before_turn(runner: TurnLoop) -> bool:
@@ -94,8 +119,8 @@ async def before_turn(runner: TurnLoop) -> bool:
     if text in (SESSION_START_MESSAGE, SESSION_END_MESSAGE):
         ctx.state.history.pop()  # a channel signal, not something the user said
         if text == SESSION_START_MESSAGE:
-            start_session(ctx)
-            await _run_engine_skill(runner, SESSION_START_SKILL)
+            if start_session(ctx):
+                await _run_engine_skill(runner, SESSION_START_SKILL)
         else:
             ctx.stack.data["ending"] = before_end_skills(ctx)
             await continue_ending(runner)
@@ -149,8 +174,7 @@ async def after_turn(runner: TurnLoop) -> None:
         if ended:
             completed = any(s["event"] == "completed" for s in ended)
             follow_up = after_skills_ended(ctx, completed=completed)
-            if follow_up is not None:
-                start_skill(ctx, follow_up, "engine")
+            if follow_up is not None and start_override(ctx, follow_up):
                 await _run_engine_skill(runner, follow_up)
     if ctx.stack.data.get("ending") is not None:
         await continue_ending(runner)
@@ -187,8 +211,13 @@ def after_skills_ended(ctx: TurnContext, *, completed: bool) -> str | None:
 
 
 def cannot_help(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
-    """The ``cannot_help`` engine tool: hand the request to the unsupported-request handler."""
+    """The ``cannot_help`` engine tool: hand the request to the unsupported-request handler.
+    An override the stack cannot take (on it already, or full) is an error result, checked
+    before the active skill is parked: a refused call changes nothing."""
     if overridden(ctx.project, UNSUPPORTED_SKILL):
+        refusal = push_refusal(ctx, UNSUPPORTED_SKILL)
+        if refusal is not None:
+            return {"error": f"cannot hand the request to '{UNSUPPORTED_SKILL}': {refusal}"}
         active = ctx.stack.active()
         if active is not None:
             active["status"] = PARKED  # the handler returns to it, like an @skill invocation
@@ -235,8 +264,9 @@ async def continue_ending(runner: TurnLoop) -> None:
                 reason="conversation.before_end names a skill the project does not define",
             )
             continue
-        start_skill(ctx, skill_id, "engine")
-        await _run_engine_skill(runner, skill_id)
+        # Refused (on the stack already, or a full stack): skipped, the user asked to end.
+        if start_override(ctx, skill_id):
+            await _run_engine_skill(runner, skill_id)
     if ctx.stack.active() is None and not ending:
         ctx.stack.data["ending"] = None
         ctx.state.ended = True

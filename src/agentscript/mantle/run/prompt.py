@@ -25,12 +25,11 @@ from agentscript.mantle.queries import (
     collect_key,
     engine_managed,
     holds,
-    render_response_text,
-    select_variant,
     skill_prompt,
     substitute,
 )
 from agentscript.mantle.run.collect import question_name
+from agentscript.mantle.run.delivery import render
 from agentscript.models.base import ToolSpec
 
 Memory = Mapping[str, Any]
@@ -84,17 +83,13 @@ def system_prompt(
     return "\n\n".join(parts)
 
 
-def response_text(project: Project, name: str | None, memory: Memory) -> str | None:
-    """A response rendered for delivery (variant chosen now, placeholders filled)."""
-    if name is None:
-        return None
-    response = project.responses.get(name)
-    if response is None:
-        return None
-    variant = select_variant(response, memory)
-    if variant is None or variant.text is None:
-        return None
-    return render_response_text(variant.text, memory, response.owner).strip()
+def response_text(
+    project: Project, name: str | None, memory: Memory, active: str | None
+) -> str | None:
+    """The text of response ``name`` as it is delivered while ``active`` is the active skill
+    (the same memory scope, so the prompt never quotes what the user was not shown)."""
+    rendered = render(project, None, memory, name, active)
+    return None if rendered is None else rendered.text
 
 
 def visible_skill_references(skill: Skill, memory: Memory) -> set[str]:
@@ -184,7 +179,7 @@ def step_section(
             text += f" ({entry.description})"
         if step.description:
             text += f". {step.description}"
-        question = response_text(project, question_name(project, skill, step), memory)
+        question = response_text(project, question_name(project, skill, step), memory, skill.id)
         if question:
             text += f'.\nThe user has been asked: "{question}". Do not ask it again.'
         else:

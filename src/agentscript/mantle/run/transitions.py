@@ -4,7 +4,8 @@ A skill starts routed (nothing active), invoked (the active skill names it where
 can see it, or through a ``call:`` step: the caller is parked and resumes when it ends; a
 cancelled ``call:`` takes its caller with it) or as an interrupt (the active skill is paused
 and resumes only when activated again). A skill has at most one frame on the stack, and the
-stack at most ``Limits.max_stack_depth`` frames.
+stack at most ``Limits.max_stack_depth`` frames, whoever starts it: the model, a block step or
+the engine's lifecycle (:func:`push_refusal`).
 """
 
 from __future__ import annotations
@@ -20,19 +21,11 @@ from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED, Frame, SkillSta
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import ResponseKind, block_event, skill_event
 
-SESSION_START_SKILL = "default_session_start"
-
 
 def position(frame: Frame) -> dict[str, Any]:
     """``{block, step}`` of the frame's running block, for trace steps (empty without one)."""
     entry = SkillStack.block(frame)
     return {} if entry is None else {"block": entry["block"], "step": entry["step"]}
-
-
-def start_session_skill(ctx: TurnContext) -> None:
-    skill = ctx.project.skills.get(SESSION_START_SKILL)
-    if skill is not None and not skill.disabled and skill.body_is_single_block:
-        start_skill(ctx, skill.id, "engine")
 
 
 def start_skill(
@@ -43,6 +36,8 @@ def start_skill(
     via_call: bool = False,
     invoked_by: str | None = None,
 ) -> Frame:
+    """Push a frame for ``skill_id`` and start it. Every caller asks :func:`push_refusal` (or
+    :func:`start_refusal`, which includes it) first, before it changes anything."""
     skill = ctx.project.skills[skill_id]
     restarted = ctx.stack.count_activation(skill_id) > 0
     if restarted and ctx.stack.find(skill_id) is None:
@@ -174,7 +169,8 @@ def invokes(ctx: TurnContext, frame: Frame, target: str) -> bool:
 
 
 def start_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = None) -> str | None:
-    """Why a ``call:`` or ``link:`` step cannot start ``skill_id`` now (None: it can).
+    """Why a ``call:`` or ``link:`` step cannot start ``skill_id`` now (None: it can): the
+    target's gates, then :func:`push_refusal`.
 
     ``replacing`` is the frame a ``link:`` ends, which makes room for the target (and may be
     the target itself: linking to its own skill starts it over).
@@ -186,6 +182,13 @@ def start_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = 
         return f"skill '{skill_id}' is disabled"
     if not holds(target.requires, ctx.memory):
         return f"the requires of '{skill_id}' does not hold"
+    return push_refusal(ctx, skill_id, replacing=replacing)
+
+
+def push_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = None) -> str | None:
+    """Why the stack cannot take a frame for ``skill_id`` now (None: it can): one frame per
+    skill, at most ``Limits.max_stack_depth`` frames. Every start asks, the engine's
+    lifecycle starts included. ``replacing``: as for :func:`start_refusal`."""
     for frame in ctx.stack.frames:
         if frame["skill"] == skill_id and frame is not replacing:
             # Memory is per skill: a second frame would share (and its start would wipe)
@@ -272,9 +275,9 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
         skill_event(ctx.trace, event="resumed", skill=skill_id, **where)
         status = {"status": "resumed", "skill": skill_id, **where}
     else:
-        full = stack_full(ctx, len(ctx.stack.frames))
-        if full is not None:
-            return {"error": full}
+        refusal = push_refusal(ctx, skill_id)
+        if refusal is not None:
+            return {"error": refusal}
         if active is not None and invokes(ctx, active, skill_id):
             active["status"] = PARKED
             start_skill(ctx, skill_id, "invoked", invoked_by=active["skill"])
