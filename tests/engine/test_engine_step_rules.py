@@ -13,7 +13,7 @@ import pytest
 from engine_helpers import Scripted, assert_histories_well_formed, steps
 
 import agentscript
-from agentscript.engine.session import AgentBase
+from agentscript.engine.session import AgentBase, Reply
 
 HEADER = """\
 system:
@@ -196,6 +196,249 @@ def test_S7_a_call_needing_confirmation_without_a_transition_is_still_held(
     session = Scripted(agent(tmp_path, "Conf", CONFIRM))
     reply = session.send("wipe", {"tool": "wipe"})
     assert reply.confirmation is not None and reply.path == ["main"]
+
+
+CONFIRM_IN_DELEGATE = """
+variables:
+    n: mutable number = 0
+        description: "n"
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | main node
+        actions:
+            go_other: @utils.transition to @subagent.other
+                description: "go"
+            ask_ops: @subagent.ops
+                description: "ops"
+            human: @utils.escalate
+                description: "escalate"
+
+subagent ops:
+    description: "ops"
+    reasoning:
+        instructions: ->
+            | ops node
+        actions:
+            wipe: @actions.wipe_all
+                description: "wipe"
+            ask_deeper: @subagent.deeper
+                description: "deeper"
+            human: @utils.escalate
+                description: "escalate"
+
+    actions:
+        wipe_all:
+            description: "wipe"
+            target: "flow://Wipe"
+            require_user_confirmation: True
+            outputs:
+                ok: boolean
+
+subagent deeper:
+    description: "deeper"
+    reasoning:
+        instructions: ->
+            | deeper node
+        actions:
+            wipe: @actions.wipe_all
+                description: "wipe"
+
+    actions:
+        wipe_all:
+            description: "wipe"
+            target: "flow://Wipe"
+            require_user_confirmation: True
+            outputs:
+                ok: boolean
+
+subagent other:
+    description: "other"
+    before_reasoning:
+        set @variables.n = @variables.n + 1
+    reasoning:
+        instructions: ->
+            | other node
+"""
+
+
+def event_names(reply: Reply) -> list[str]:
+    return [s["event"] for s in steps(reply, "EVENT_STEP")]
+
+
+def test_S7_a_transition_earlier_in_the_answer_wins_over_a_call_held_inside_a_delegate(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(
+        agent(tmp_path, "ConfDeleg", CONFIRM_IN_DELEGATE),
+        stubs={"wipe_all": {"outputs": {"ok": True}}},
+    )
+    reply = session.send(
+        "go and ask ops to wipe",
+        {"tools": [{"tool": "go_other"}, {"tool": "ask_ops"}]},
+        {"tool": "wipe"},
+        {"say": "ops cannot wipe now"},
+        {"say": "in other"},
+    )
+    # The delegate's call gave way as a direct one does: not held, not run, and the delegate
+    # came back, so the transition the caller's model was told about took effect.
+    assert reply.confirmation is None and session.session.state.pending_confirmation is None
+    assert steps(reply, "ACTION_STEP") == []
+    assert reply.node == "other" and reply.text == "in other" and reply.variables["n"] == 1
+    assert reply.path == ["main", "other"] and reply.delegated == ["ops"]
+    assert event_names(reply) == ["delegate_start", "delegate_end"]
+    assert steps(reply, "EVENT_STEP")[1]["reply"] == "ops cannot wipe now"
+    refused = steps(reply, "REFUSED_STEP")
+    assert [(r["name"], r["node"]) for r in refused] == [("wipe", "ops")]
+    assert "transition was requested before this subagent was called" in refused[0]["reason"]
+    [transition] = steps(reply, "TRANSITION_STEP")
+    assert (transition["from"], transition["to"], transition["via"]) == (
+        "main",
+        "other",
+        "tool go_other",
+    )
+    delegate_results = tool_results(steps(reply, "LLM_STEP")[2])
+    assert "transition was requested" in json.loads(delegate_results[0]["content"])["error"]
+    caller_results = tool_results(steps(reply, "LLM_STEP")[-1])
+    assert [json.loads(r["content"]) for r in caller_results] == [
+        {"status": "transferring to other"},
+        {"reply": "ops cannot wipe now"},
+    ]
+    assert_histories_well_formed(reply)
+
+
+def test_S7_a_transition_before_a_delegation_also_reaches_the_delegates_own_delegates(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(
+        agent(tmp_path, "ConfDeleg", CONFIRM_IN_DELEGATE),
+        stubs={"wipe_all": {"outputs": {"ok": True}}},
+    )
+    reply = session.send(
+        "go and ask ops to wipe",
+        {"tools": [{"tool": "go_other"}, {"tool": "ask_ops"}]},
+        {"tool": "ask_deeper"},
+        {"tool": "wipe"},
+        {"say": "deeper cannot wipe now"},
+        {"say": "ops: deeper said no"},
+        {"say": "in other"},
+    )
+    assert reply.confirmation is None and reply.node == "other"
+    assert [(r["name"], r["node"]) for r in steps(reply, "REFUSED_STEP")] == [("wipe", "deeper")]
+    # `delegated` lists a nested delegate first: it came back first.
+    assert reply.path == ["main", "other"] and reply.delegated == ["deeper", "ops"]
+    assert_histories_well_formed(reply)
+
+
+def test_S7_a_delegation_without_an_earlier_transition_still_holds_its_call(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(agent(tmp_path, "ConfDeleg", CONFIRM_IN_DELEGATE))
+    # The transition comes after the delegation here: the held call ends the turn first.
+    reply = session.send(
+        "ask ops to wipe", {"tools": [{"tool": "ask_ops"}, {"tool": "go_other"}]}, {"tool": "wipe"}
+    )
+    assert reply.confirmation is not None and reply.node == "ops"
+    assert session.session.state.pending_confirmation is not None
+    assert [r["name"] for r in steps(reply, "REFUSED_STEP")] == ["go_other"]
+    assert steps(reply, "TRANSITION_STEP") == []
+
+
+DELEGATE_CALLBACK = """
+variables:
+    asked: mutable number = 0
+        description: "asked"
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | main node
+        actions:
+            go_help: @utils.transition to @subagent.help
+                description: "help"
+            ask_ops: @subagent.ops
+                description: "ops"
+                set @variables.asked = @variables.asked + 1
+                transition to @subagent.other
+
+subagent ops:
+    description: "ops"
+    reasoning:
+        instructions: ->
+            | ops node
+        actions:
+            human: @utils.escalate
+                description: "escalate"
+
+subagent other:
+    description: "other"
+    reasoning:
+        instructions: ->
+            | other node
+
+subagent help:
+    description: "help"
+    reasoning:
+        instructions: ->
+            | help node
+"""
+
+
+def test_S7_a_delegation_runs_its_binding_body_and_defers_its_transition(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "DelegBody", DELEGATE_CALLBACK))
+    reply = session.send("ask ops", {"tool": "ask_ops"}, {"say": "ops says"}, {"say": "in other"})
+    assert reply.variables["asked"] == 1
+    assert reply.path == ["main", "other"] and reply.delegated == ["ops"]
+    [transition] = steps(reply, "TRANSITION_STEP")
+    assert (transition["from"], transition["to"], transition["via"]) == (
+        "main",
+        "other",
+        "tool ask_ops",
+    )
+    assert reply.text == "in other"
+
+
+def test_S7_a_transition_earlier_in_the_answer_wins_over_a_delegations_body(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(agent(tmp_path, "DelegBody", DELEGATE_CALLBACK))
+    reply = session.send(
+        "help, then ops",
+        {"tools": [{"tool": "go_help"}, {"tool": "ask_ops"}]},
+        {"say": "ops says"},
+        {"say": "in help"},
+    )
+    # The body ran (its `set`), and its transition came second.
+    assert reply.variables["asked"] == 1
+    assert reply.path == ["main", "help"] and reply.text == "in help"
+
+
+def test_S13_a_delegation_that_ends_the_turn_does_not_run_its_binding_body(
+    tmp_path: Path,
+) -> None:
+    session = Scripted(agent(tmp_path, "DelegBody", DELEGATE_CALLBACK))
+    reply = session.send("ops", {"tool": "ask_ops"}, {"tool": "human"})
+    # Control never came back to the caller, so nothing of the caller's ran after the call.
+    assert reply.escalated and reply.node == "ops" and reply.variables["asked"] == 0
+    assert steps(reply, "TRANSITION_STEP") == []
+
+
+def test_S13_a_delegate_that_escalates_wins_over_an_earlier_transition(tmp_path: Path) -> None:
+    session = Scripted(agent(tmp_path, "ConfDeleg", CONFIRM_IN_DELEGATE))
+    reply = session.send(
+        "go and ask ops", {"tools": [{"tool": "go_other"}, {"tool": "ask_ops"}]}, {"tool": "human"}
+    )
+    # Escalation hands the user to a person: stronger than picking the next node, as when the
+    # caller's own answer escalates after a transition.
+    assert reply.escalated and reply.node == "ops"
+    assert reply.path == ["main", "ops"] and reply.delegated == []
+    assert steps(reply, "TRANSITION_STEP") == [] and reply.variables["n"] == 0
+    caller = Scripted(agent(tmp_path, "ConfDeleg", CONFIRM_IN_DELEGATE))
+    direct = caller.send("go, then a person", {"tools": [{"tool": "go_other"}, {"tool": "human"}]})
+    assert direct.escalated and direct.node == "main" and steps(direct, "TRANSITION_STEP") == []
 
 
 # ---------------------------------------------------------------------- S8, S12

@@ -64,6 +64,9 @@ class ToolCalls:
         self._escalation_text = ""
         # The text of the answer whose calls run now, until a call that ends the turn says it.
         self._answer_text = ""
+        # Whether an answer that delegated to the running delegate (at any depth) had asked for
+        # a transition before its delegation: a call held in the delegate must give way to it.
+        self._transition_before_delegation = False
 
     async def dispatch(
         self, node: ProgramNode, response: ModelResponse, visible: dict[str, ProgramTool]
@@ -201,23 +204,35 @@ class ToolCalls:
             self.say_answer_text(node)
             return {"status": "session ended"}, None, StopReason.END_SESSION
         if kind is ToolKind.DELEGATE:
-            return await self.delegate(tool, node)
+            return await self.delegate(tool, node, transition_requested)
         if kind in (ToolKind.ACTION, ToolKind.CONNECTED) and tool.action is not None:
             if tool.requires_confirmation:
-                if transition_requested:
+                waiting = self.transition_waiting(transition_requested)
+                if waiting is not None:
                     # Holding would end the turn in this node and drop the transition the model
                     # was already told about; the first transition wins (S7), so this call
                     # gives way, neither held nor run.
                     return self.refusal(
                         node,
                         call,
-                        f"'{call.name}' was not run: it needs the user's confirmation and a "
-                        "transition was requested earlier in the same answer",
+                        f"'{call.name}' was not run: it needs the user's confirmation and "
+                        f"{waiting}",
                     )
                 self.say_answer_text(node)  # S13: said before the question, as in the history
                 return hold_for_confirmation(turn, tool, node, call, arguments)
             return await self.run_tool_action(tool, node, arguments)
         return {"error": f"tool '{tool.name}' cannot be run by this runtime ({kind})"}, None, None
+
+    def transition_waiting(self, transition_requested: bool) -> str | None:
+        """Why a call needing confirmation must give way to a transition (S7), or None when no
+        transition waits: one requested earlier in this answer, or in an answer that delegated
+        to the running subagent before calling it (the delegate comes back to it only if
+        nothing in it holds a call)."""
+        if transition_requested:
+            return "a transition was requested earlier in the same answer"
+        if self._transition_before_delegation:
+            return "a transition was requested before this subagent was called"
+        return None
 
     def gate_closed(self, tool: ProgramTool, node: ProgramNode) -> str | None:
         """Why ``tool``'s ``available when`` no longer holds, or None when it holds. Fails
@@ -400,8 +415,12 @@ class ToolCalls:
             return signal.target
         return None
 
-    async def delegate(self, tool: ProgramTool, node: ProgramNode) -> ToolOutcome:
-        """``@subagent.x`` as a tool: run x (and wherever it transitions), return its reply."""
+    async def delegate(
+        self, tool: ProgramTool, node: ProgramNode, transition_requested: bool = False
+    ) -> ToolOutcome:
+        """``@subagent.x`` as a tool: run x (and wherever it transitions), return its reply.
+        ``transition_requested``: the caller's answer asked for a transition before this call,
+        so no call in x may be held (S7)."""
         turn = self.turn
         target = tool.target_node
         if target is None or target not in turn.program.nodes:
@@ -420,6 +439,8 @@ class ToolCalls:
         turn.state.history = list(outer_history[:outer_mark])
         entered = len(turn.result.path)
         came_back = True
+        outer_waiting = self._transition_before_delegation
+        self._transition_before_delegation = outer_waiting or transition_requested
         try:
             await turn.drive(target, f"delegated by {node.name}")
             reply = "\n".join(turn.result.messages)
@@ -431,6 +452,7 @@ class ToolCalls:
             turn.result.messages = outer_messages
             turn.state.history = outer_history
             self._step_mark = outer_mark
+            self._transition_before_delegation = outer_waiting
             if came_back:
                 # Control comes back: the delegate's nodes are reported apart from the path.
                 turn.result.delegated.extend(turn.result.path[entered:])
@@ -447,7 +469,9 @@ class ToolCalls:
             reply=reply,
         )
         if came_back:
-            return {"reply": reply}, None, None
+            # The binding's own body runs as every tool's does (S7): a transition there is
+            # deferred like theirs, where it was dropped unread.
+            return {"reply": reply}, await self.run_tool_callback(tool, node, {}), None
         # The delegate's last words (the model's text with the call, the escalation message,
         # the confirmation question) end the caller's turn too, so they must reach the user,
         # after what the caller said with its call of the delegate.
