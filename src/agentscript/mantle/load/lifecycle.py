@@ -25,6 +25,7 @@ BUILTIN_RESPONSES = {
     CANNOT_HELP_RESPONSE: "I'm sorry, I can't help with that.",
 }
 BUILTIN_FILE = "<agentscript built-in>"
+SKIPPED = "it is skipped when the session ends"
 
 
 def install_builtin_responses(project: Project) -> None:
@@ -62,13 +63,17 @@ def check_lifecycle(project: Project) -> Iterator[Diagnostic]:
         )
         return
     for skill_id in listed:
-        if skill_id not in project.skills:
-            yield Diagnostic(
-                "mantle-lifecycle",
-                f"conversation.before_end names '{skill_id}', which is not a skill of this "
-                "project; it is skipped when the session ends (add skills/"
-                f"{skill_id}/skill.md to run it)",
-                project.agent.span,
-                Severity.WARNING,
-                project.agent.file,
-            )
+        skill = project.skills.get(skill_id)
+        if skill is None:
+            problem = f"is not a skill of this project; {SKIPPED} (add skills/{skill_id}/skill.md"
+        elif skill.disabled:
+            problem = f"is disabled; {SKIPPED} (remove its 'disabled: true'"
+        else:
+            continue
+        yield Diagnostic(
+            "mantle-lifecycle",
+            f"conversation.before_end names '{skill_id}', which {problem} to run it)",
+            project.agent.span,
+            Severity.WARNING,
+            project.agent.file,
+        )

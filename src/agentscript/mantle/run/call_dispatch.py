@@ -21,7 +21,7 @@ from agentscript.mantle.run.confirmation import (
     needs_confirmation,
     resolve,
 )
-from agentscript.mantle.run.skill_control import HANDLERS
+from agentscript.mantle.run.skill_control import HANDLERS, withheld
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.tool_handler import check_arguments
 from agentscript.mantle.run.turn_context import TurnContext
@@ -86,6 +86,9 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
     bound = bounds_problem(call.name, args, ctx.limits)
     if bound is not None:
         return refuse(ctx, call, bound[0], limit=bound[1])
+    reason = withheld(ctx, call.name)
+    if reason is not None:
+        return refuse(ctx, call, reason, cause=NotOffered.HIDDEN)
     handler = HANDLERS.get(call.name)
     since = hooks.mark(ctx)
     if handler is not None:

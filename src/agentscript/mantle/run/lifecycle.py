@@ -1,28 +1,34 @@
 """Lifecycle skills the engine runs itself (Mantle "default skills").
 
 - ``default_session_start`` runs at session start (the first turn, or a ``/session_start``
-  message from a channel, which then never reaches the model). Built in, it says nothing.
+  message from a channel, which then never reaches the model). Built in, it says nothing. A
+  ``/session_start`` once the session started is ignored (``EVENT_STEP signal_ignored``).
 - ``default_completed`` runs after a user skill completes and the stack is empty: built in,
   it says ``utter_can_do_something_else``.
 - The resume offer (``default_resume_offer``) runs after an interrupting skill ends while a
   paused skill waits: it says ``utter_ask_wants_to_continue``; a plain yes on the next turn
   resumes the paused skill at the same step (its question is asked again), a plain no drops
-  it from the stack; any other answer goes to the model, which still sees the paused skill.
+  it from the stack and ``default_completed`` follows (the project's, as after any ending);
+  any other answer goes to the model, which still sees the paused skill.
 - ``default_unsupported_request_handler`` runs when the model calls the ``cannot_help``
-  engine tool: built in, it says ``utter_cannot_help`` and ends the turn.
+  engine tool: built in, it says ``utter_cannot_help`` and ends the turn. A call of it when
+  it was not offered (:func:`cannot_help_withheld`) is refused like any tool not offered.
 - ``conversation.before_end`` skills run, in order, when a ``/session_end`` message arrives;
-  the session ends once none of them is active any more.
+  the session ends once none of them is active any more. A ``/session_end`` while they run
+  is ignored: the ending goes on where it is, a finished skill does not run again.
 
 Each is overridable by a project skill of the same id (it then runs as an engine-managed
 skill, also without a ``routing:`` key) and its wording by redeclaring the response in the
-project's ``responses.yml``. Every run is traced as ``SKILL_STEP`` events with
+project's ``responses.yml``. A disabled skill is no override; one whose ``requires`` does not
+hold does not start (M1, a ``REFUSED_STEP``) and the built-in runs instead (a ``before_end``
+skill, which has none, is skipped). Every run is traced as ``SKILL_STEP`` events with
 ``kind: "engine"`` (``builtin: true`` when no project skill overrides it).
 
-An override is pushed on the stack like any skill, so it keeps the stack rules (M2: one
-frame per skill, ``Limits.max_stack_depth``). A refused start pushes nothing: ``cannot_help``
-answers the model with the reason (a ``REFUSED_STEP`` of the call) and the turn goes on;
-the others are a ``REFUSED_STEP`` named after the skill, and what was due goes on without it
-(a ``/session_start`` does nothing more, the session still ends after ``before_end``).
+An override is pushed on the stack like any skill, so it keeps the gates of a ``call:`` step
+(M2: one frame per skill, ``Limits.max_stack_depth``; M1: its ``requires``). A refused start
+pushes nothing: ``cannot_help`` answers the model with the reason (a ``REFUSED_STEP`` of the
+call) and the turn goes on; the others are a ``REFUSED_STEP`` named after the skill, and what
+was due goes on without it (the session still ends after ``before_end``).
 
 The built-in wording and the load-time checks are in :mod:`agentscript.mantle.load.lifecycle`.
 """
@@ -44,7 +50,14 @@ from agentscript.mantle.model import (
     Project,
 )
 from agentscript.mantle.run.stack import PARKED
-from agentscript.mantle.run.transitions import activate, drop_paused, push_refusal, start_skill
+from agentscript.mantle.run.transitions import (
+    activate,
+    drop_paused,
+    push_refusal,
+    requires_refusal,
+    start_refusal,
+    start_skill,
+)
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import ResponseKind, Source, event_step, refused_step, skill_event
 
@@ -64,8 +77,46 @@ class TurnLoop(Protocol):
 
 
 def overridden(project: Project, skill_id: str) -> bool:
+    """Whether the project defines ``skill_id`` (a disabled skill is no override)."""
     skill = project.skills.get(skill_id)
     return skill is not None and not skill.disabled
+
+
+def takes_over(ctx: TurnContext, skill_id: str) -> bool:
+    """Whether the project's override of a built-in lifecycle skill runs now instead of the
+    built-in: defined, not disabled, and its ``requires`` holds (M1). The framework enforces
+    what the author wrote, so an override gated on memory does not run while the gate is
+    closed; the built-in keeps the lifecycle working meanwhile (traced)."""
+    if not overridden(ctx.project, skill_id):
+        return False
+    unmet = requires_refusal(ctx, ctx.project.skills[skill_id])
+    if unmet is None:
+        return True
+    refuse_start(ctx, skill_id, f"{unmet}; the built-in runs instead")
+    return False
+
+
+def refuse_start(ctx: TurnContext, skill_id: str, reason: str) -> None:
+    refused_step(
+        ctx.trace,
+        name=skill_id,
+        reason=f"cannot start '{skill_id}' now: {reason}",
+        node=ctx.node_name(),
+        source=Source.DETERMINISTIC,
+        skill=skill_id,
+    )
+
+
+def ignore_signal(ctx: TurnContext, signal: str, reason: str) -> None:
+    """A channel signal that changes nothing (a repeat): traced, never given to the model."""
+    event_step(
+        ctx.trace,
+        event="signal_ignored",
+        node=ctx.node_name(),
+        tool=None,
+        signal=signal,
+        reason=reason,
+    )
 
 
 def run_builtin(ctx: TurnContext, skill_id: str, response: str | None, **say: Any) -> None:
@@ -82,17 +133,11 @@ def run_builtin(ctx: TurnContext, skill_id: str, response: str | None, **say: An
 
 
 def start_override(ctx: TurnContext, skill_id: str) -> bool:
-    """Push the project's lifecycle skill ``skill_id`` (False, traced, when the stack refuses)."""
-    refusal = push_refusal(ctx, skill_id)
+    """Push the project's lifecycle skill ``skill_id``; False, traced, when it cannot start
+    now (the gates of a ``call:`` step: its ``requires``, the stack)."""
+    refusal = start_refusal(ctx, skill_id)
     if refusal is not None:
-        refused_step(
-            ctx.trace,
-            name=skill_id,
-            reason=f"cannot start '{skill_id}' now: {refusal}",
-            node=ctx.node_name(),
-            source=Source.DETERMINISTIC,
-            skill=skill_id,
-        )
+        refuse_start(ctx, skill_id, refusal)
         return False
     start_skill(ctx, skill_id, "engine")
     return True
@@ -102,28 +147,51 @@ def start_override(ctx: TurnContext, skill_id: str) -> bool:
 
 
 def start_session(ctx: TurnContext) -> bool:
-    """``default_session_start``: the project's skill, else the silent built-in. False when
-    the override could not start (already on the stack: a channel sent ``/session_start``
-    again)."""
+    """``default_session_start``: the project's skill, else the silent built-in. True when
+    the project's skill was pushed (it runs with the turn)."""
     ctx.stack.data["started"] = True
-    if overridden(ctx.project, SESSION_START_SKILL):
+    if takes_over(ctx, SESSION_START_SKILL):
         return start_override(ctx, SESSION_START_SKILL)
     run_builtin(ctx, SESSION_START_SKILL, None)
-    return True
+    return False
+
+
+async def session_start_signal(runner: TurnLoop) -> None:
+    """``/session_start``: starts the session once. The spec has the channel send it to let
+    the agent speak first; once the session started (that signal or a first message) a
+    repeat is ignored rather than pushing the start skill over the active one."""
+    ctx = runner.ctx
+    if ctx.stack.data["started"]:
+        ignore_signal(ctx, SESSION_START_MESSAGE, "the session has already started")
+    elif start_session(ctx):
+        await _run_engine_skill(runner, SESSION_START_SKILL)
+
+
+async def session_end_signal(runner: TurnLoop) -> None:
+    """``/session_end``: run the ``before_end`` skills, then end. A repeat while they run
+    (a channel retrying, a user closing twice) neither restarts the list nor forces the
+    end: the skill that is asking keeps waiting for its answer."""
+    ctx = runner.ctx
+    if ctx.stack.data["ending"] is None:
+        ctx.stack.data["ending"] = before_end_skills(ctx)
+    else:
+        ignore_signal(ctx, SESSION_END_MESSAGE, "the session is already ending")
+    await continue_ending(runner)
+
+
+SIGNALS = {
+    SESSION_START_MESSAGE: session_start_signal,
+    SESSION_END_MESSAGE: session_end_signal,
+}
 
 
 async def before_turn(runner: TurnLoop) -> bool:
     """Lifecycle work before the model is involved; True when the turn is fully handled."""
     ctx = runner.ctx
-    text = ctx.text.strip()
-    if text in (SESSION_START_MESSAGE, SESSION_END_MESSAGE):
+    signal = SIGNALS.get(ctx.text.strip())
+    if signal is not None:
         ctx.state.history.pop()  # a channel signal, not something the user said
-        if text == SESSION_START_MESSAGE:
-            if start_session(ctx):
-                await _run_engine_skill(runner, SESSION_START_SKILL)
-        else:
-            ctx.stack.data["ending"] = before_end_skills(ctx)
-            await continue_ending(runner)
+        await signal(runner)
         return True
     if not ctx.stack.data["started"]:
         start_session(ctx)
@@ -139,17 +207,15 @@ async def before_turn(runner: TurnLoop) -> bool:
             await runner.loop()
         else:
             drop_paused(ctx)
-            after_skills_ended(ctx, completed=True)
+            await follow_up(runner, completed=True)
         return True
     return False
 
 
 async def _run_engine_skill(runner: TurnLoop, skill_id: str) -> None:
-    """Run a project lifecycle skill this turn: its deterministic part, then the model when
+    """Run a project lifecycle skill just pushed: its deterministic part, then the model when
     it still needs one (a prose override)."""
     ctx = runner.ctx
-    if not overridden(ctx.project, skill_id):
-        return
     await runner.settle()
     frame = ctx.stack.active()
     if not ctx.stop and frame is not None and frame["skill"] == skill_id:
@@ -172,18 +238,25 @@ async def after_turn(runner: TurnLoop) -> None:
             and s["skill"] not in engine_run
         ]
         if ended:
-            completed = any(s["event"] == "completed" for s in ended)
-            follow_up = after_skills_ended(ctx, completed=completed)
-            if follow_up is not None and start_override(ctx, follow_up):
-                await _run_engine_skill(runner, follow_up)
+            await follow_up(runner, completed=any(s["event"] == "completed" for s in ended))
     if ctx.stack.data.get("ending") is not None:
         await continue_ending(runner)
 
 
+async def follow_up(runner: TurnLoop, *, completed: bool) -> None:
+    """What follows skills that ended (:func:`after_skills_ended`); a project override of
+    ``default_completed`` runs this turn, whichever path ended them."""
+    override = after_skills_ended(runner.ctx, completed=completed)
+    if override is not None and start_override(runner.ctx, override):
+        await _run_engine_skill(runner, override)
+
+
 def after_skills_ended(ctx: TurnContext, *, completed: bool) -> str | None:
     """Offer to resume a paused skill, or run ``default_completed`` when nothing is left.
-    Returns the id of a project override to start (the caller runs it)."""
-    if ctx.stack.active() is not None or ctx.stack.data.get("ending") is not None:
+    Returns the id of a project override to start (the caller runs it). Nothing while an
+    offer made this turn waits (a "no" that dropped one skill offered the next already)."""
+    data = ctx.stack.data
+    if ctx.stack.active() is not None or data["ending"] is not None or data["offer"] is not None:
         return None
     paused = ctx.stack.paused()
     if paused:
@@ -201,7 +274,7 @@ def after_skills_ended(ctx: TurnContext, *, completed: bool) -> str | None:
         return None
     if ctx.stack.frames or not completed:
         return None
-    if overridden(ctx.project, COMPLETED_SKILL):
+    if takes_over(ctx, COMPLETED_SKILL):
         return COMPLETED_SKILL
     run_builtin(ctx, COMPLETED_SKILL, ASK_ANYTHING_ELSE)
     return None
@@ -212,9 +285,10 @@ def after_skills_ended(ctx: TurnContext, *, completed: bool) -> str | None:
 
 def cannot_help(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     """The ``cannot_help`` engine tool: hand the request to the unsupported-request handler.
-    An override the stack cannot take (on it already, or full) is an error result, checked
-    before the active skill is parked: a refused call changes nothing."""
-    if overridden(ctx.project, UNSUPPORTED_SKILL):
+    The dispatcher has checked that it was offered (:func:`cannot_help_withheld`). An
+    override the stack cannot take (paused on it, or a full stack) is an error result,
+    checked before the active skill is parked: a refused call changes nothing."""
+    if takes_over(ctx, UNSUPPORTED_SKILL):
         refusal = push_refusal(ctx, UNSUPPORTED_SKILL)
         if refusal is not None:
             return {"error": f"cannot hand the request to '{UNSUPPORTED_SKILL}': {refusal}"}
@@ -230,16 +304,32 @@ def cannot_help(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     return {"status": "declined"}
 
 
-def cannot_help_offered(ctx: TurnContext) -> bool:
-    """Offered unless the scope handler is the active skill."""
+def cannot_help_withheld(ctx: TurnContext) -> str | None:
+    """Why ``cannot_help`` is not offered now (None: it is). The prompt leaves it out and
+    the dispatcher refuses a call of it for the same reason: the model never reaches a tool
+    it was not offered."""
     frame = ctx.stack.active()
     if frame is not None and frame["skill"] == UNSUPPORTED_SKILL:
-        return False
-    # With a knowledge base, the model must look there before declining.
-    return ctx.project.knowledge is None or ctx.searched
+        return (
+            f"tool '{CANNOT_HELP}' is not offered while '{UNSUPPORTED_SKILL}' is the active skill"
+        )
+    if ctx.project.knowledge is not None and not ctx.searched:
+        # With a knowledge base, the model must look there before declining.
+        return f"tool '{CANNOT_HELP}' is withheld until search_knowledge has run this turn"
+    return None
+
+
+def cannot_help_offered(ctx: TurnContext) -> bool:
+    return cannot_help_withheld(ctx) is None
 
 
 # --- session end --------------------------------------------------------------------------
+
+
+def _not_a_skill(ctx: TurnContext, skill_id: str) -> str:
+    if skill_id in ctx.project.skills:
+        return "conversation.before_end names a disabled skill"
+    return "conversation.before_end names a skill the project does not define"
 
 
 def before_end_skills(ctx: TurnContext) -> list[str]:
@@ -258,13 +348,11 @@ async def continue_ending(runner: TurnLoop) -> None:
         skill_id = ending.pop(0)
         if not overridden(ctx.project, skill_id):
             skill_event(
-                ctx.trace,
-                event="skipped",
-                skill=skill_id,
-                reason="conversation.before_end names a skill the project does not define",
+                ctx.trace, event="skipped", skill=skill_id, reason=_not_a_skill(ctx, skill_id)
             )
             continue
-        # Refused (on the stack already, or a full stack): skipped, the user asked to end.
+        # Refused (its requires, on the stack already, a full stack): skipped, the user asked
+        # to end; there is no built-in to run instead.
         if start_override(ctx, skill_id):
             await _run_engine_skill(runner, skill_id)
     if ctx.stack.active() is None and not ending:

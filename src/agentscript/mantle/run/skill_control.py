@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agentscript.mantle.memory import MemoryWriteError, check_write
@@ -119,3 +120,15 @@ HANDLERS = {
     p.CANCEL: cancel_skill,
     p.SET_FIELDS: set_fields,
 }
+
+# Engine tools offered only in some states, with why each is withheld now (None: offered):
+# the prompt leaves a withheld one out and the dispatcher refuses a call of it.
+WITHHELD: dict[str, Callable[[TurnContext], str | None]] = {
+    lifecycle.CANNOT_HELP: lifecycle.cannot_help_withheld,
+}
+
+
+def withheld(ctx: TurnContext, name: str) -> str | None:
+    """Why the engine tool ``name`` is not offered now (None: it is, or it is no such tool)."""
+    reason_now = WITHHELD.get(name)
+    return None if reason_now is None else reason_now(ctx)

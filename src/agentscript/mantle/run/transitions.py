@@ -180,9 +180,14 @@ def start_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = 
         return f"skill '{skill_id}' is unknown"
     if target.disabled:
         return f"skill '{skill_id}' is disabled"
-    if not holds(target.requires, ctx.memory):
-        return f"the requires of '{skill_id}' does not hold"
-    return push_refusal(ctx, skill_id, replacing=replacing)
+    return requires_refusal(ctx, target) or push_refusal(ctx, skill_id, replacing=replacing)
+
+
+def requires_refusal(ctx: TurnContext, skill: Skill) -> str | None:
+    """Why ``skill``'s ``requires`` keeps it from starting now (None: it holds; M1, M6)."""
+    if holds(skill.requires, ctx.memory):
+        return None
+    return f"the requires of '{skill.id}' does not hold"
 
 
 def push_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = None) -> str | None:
