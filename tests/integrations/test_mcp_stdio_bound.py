@@ -14,12 +14,8 @@ from typing import Any
 
 from tests.integrations.test_mcp_serve import AGENT, _arguments
 
-from agentscript.integrations.mcp_server import (
-    MAX_WIRE_MESSAGE_BYTES,
-    TOO_LARGE_CODE,
-    TOO_LARGE_TEXT,
-    BoundedLines,
-)
+from agentscript.integrations.mcp_server import MAX_WIRE_MESSAGE_BYTES
+from agentscript.integrations.mcp_stdio import TOO_LARGE_CODE, TOO_LARGE_TEXT, BoundedLines
 
 # Hangs are bounded by this, never timed.
 WAIT = 60.0

@@ -17,9 +17,8 @@ first), and one turn runs at a time per session. Over stdio (default) or streama
 Bearer`` and listening off loopback needs them.
 
 One JSON-RPC message is at most ``MAX_WIRE_MESSAGE_BYTES`` on either transport. Over HTTP a
-longer body gets ``413``; over stdio a longer line is dropped as it is read (never held whole,
-:class:`BoundedLines`), answered with the JSON-RPC error ``-32600 "message too large"`` (id
-null), logged in one line on stderr, and the next line is served.
+longer body gets ``413``; over stdio (``mcp_stdio``, which also says how signals stop it
+there) a longer line is dropped as it is read and answered with a JSON-RPC error.
 
 Over HTTP a graceful stop (``SIGTERM``, a first Ctrl-C) stops as ``agentscript serve`` does:
 no new connection, and the tool calls already running get their result within
@@ -35,7 +34,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import sys
 import uuid
 from collections import OrderedDict
@@ -47,7 +45,6 @@ from agentscript.commands import ExitCode
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
-    from mcp.shared.message import SessionMessage
 
     from agentscript.engine.session import AgentBase, Reply, Session
     from agentscript.models.base import Model
@@ -73,11 +70,6 @@ CUT_AT_SHUTDOWN = "the server stopped before this turn finished: send it again"
 # where the SDK reads a line whole however long it is. A tool call's arguments are far below
 # it (MAX_MESSAGE_CHARS).
 MAX_WIRE_MESSAGE_BYTES = 4 * 1024 * 1024
-# What one read of stdin takes at most: what is held past the bound while a line is dropped.
-STDIO_READ_BYTES = 64 * 1024
-# JSON-RPC's "Invalid Request", with the text the client gets for a line over the bound.
-TOO_LARGE_CODE = -32600
-TOO_LARGE_TEXT = "message too large"
 
 log = logging.getLogger("agentscript.mcp")
 
@@ -146,8 +138,7 @@ class AgentTools:
 
         self.stopping = True
         ShutdownClock.mark()  # with no connection open, the shutdown begins here
-        while self.running and (left := ShutdownClock.left(grace)) > 0:
-            await asyncio.sleep(min(left, SHUTDOWN_SLICE))
+        await within_grace(lambda: self.running > 0, grace)
         return self.running
 
     async def _send(self, message: str, session_id: str | None) -> dict[str, Any]:
@@ -204,6 +195,15 @@ class AgentTools:
     def _forget(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.chars -= self._sizes.pop(session_id, 0)
+
+
+async def within_grace(busy: Callable[[], bool], grace: float) -> None:
+    """Wait while ``busy()``, at most until ``grace`` seconds after the shutdown began
+    (``ShutdownClock``: a stop at once ends the wait at the next look)."""
+    from agentscript.server.shutdown import ShutdownClock
+
+    while busy() and (left := ShutdownClock.left(grace)) > 0:
+        await asyncio.sleep(min(left, SHUTDOWN_SLICE))
 
 
 def _check_length(message: str) -> None:
@@ -308,13 +308,24 @@ def mcp_serve_command(
         echo(f"error: {exc}")
         return ExitCode.USAGE
     if transport == "stdio":
-        import anyio
-
-        anyio.run(serve_stdio, server, MAX_WIRE_MESSAGE_BYTES)
-        return ExitCode.OK
+        return _serve_stdio(server, tools, shutdown_grace)
     return _serve_http(
         server, tools, host=host, port=port, shutdown_grace=shutdown_grace, echo=echo
     )
+
+
+def _serve_stdio(server: MCPServer, tools: AgentTools, shutdown_grace: int) -> ExitCode:
+    """Over stdin and stdout until stdin ends or a signal stops it (``mcp_stdio``)."""
+    import functools
+
+    import anyio
+
+    from agentscript.integrations.mcp_stdio import serve_stdio
+
+    try:
+        return anyio.run(functools.partial(serve_stdio, server, tools, grace=shutdown_grace))
+    except KeyboardInterrupt:  # a Ctrl-C before the server took the signals
+        return ExitCode.INTERRUPTED
 
 
 # One line per record, as serve's log lines (server/logs.py), without the request id.
@@ -478,156 +489,3 @@ async def _error(
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-# ---------------------------------------------------------------------- stdio
-
-
-class BoundedLines:
-    """The lines of a byte stream, as text, each at most ``limit`` bytes (its newline not
-    counted; a last line without one counts too). A longer line is dropped as it is read, so
-    what is held never passes ``limit`` plus one read; ``too_long(size)`` is awaited with its
-    size once it has ended, and the lines after it follow. ``read()`` gives the next bytes,
-    ``b""`` at the end. Text is decoded as the SDK's stdio transport decodes it (UTF-8, bad
-    bytes replaced)."""
-
-    def __init__(
-        self,
-        read: Callable[[], Awaitable[bytes]],
-        limit: int,
-        too_long: Callable[[int], Awaitable[None]],
-    ) -> None:
-        self._read = read
-        self.limit = limit
-        self._too_long = too_long
-        self._buffer = bytearray()
-        self._dropped: int | None = None  # bytes of the line being dropped, so far
-        self._ended = False
-
-    @property
-    def held(self) -> int:
-        """The bytes held now (what the tests bound)."""
-        return len(self._buffer)
-
-    def __aiter__(self) -> BoundedLines:
-        return self
-
-    async def __anext__(self) -> str:
-        while True:
-            end = self._buffer.find(b"\n")
-            if end >= 0:
-                line = await self._take_line(end)
-                if line is not None:
-                    return line.decode("utf-8", errors="replace")
-            elif self._ended:
-                raise StopAsyncIteration
-            else:
-                await self._read_more()
-
-    async def _take_line(self, end: int) -> bytes | None:
-        """The line ending at ``end``, or None when it was too long (then reported)."""
-        size = end + (self._dropped or 0)
-        too_long = self._dropped is not None or end > self.limit
-        line = None if too_long else bytes(self._buffer[:end])
-        del self._buffer[: end + 1]
-        self._dropped = None
-        if too_long:
-            await self._too_long(size)
-        return line
-
-    async def _read_more(self) -> None:
-        if self._dropped is not None:
-            self._dropped += len(self._buffer)
-            self._buffer.clear()
-        elif len(self._buffer) > self.limit:  # no newline within the bound: drop from here on
-            self._dropped = len(self._buffer)
-            self._buffer.clear()
-        chunk = await self._read()
-        if chunk:
-            self._buffer += chunk
-            return
-        self._ended = True
-        if self._buffer or self._dropped is not None:
-            self._buffer += b"\n"  # the last line had no newline: it ends here
-
-
-class TooLargeAnswer:
-    """What a stdio line over the bound gets: a line in the log, and the JSON-RPC error on the
-    SDK's write stream (id null: the request's id was in the part not kept). The stream is
-    known only once the SDK's transport runs; ``write_stream`` is set then."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.write_stream: Any = None  # the SDK's, for SessionMessage
-
-    async def __call__(self, size: int) -> None:
-        log.warning(
-            "stdin: dropped a message of %d bytes: over MAX_WIRE_MESSAGE_BYTES (%d)",
-            size,
-            self.limit,
-        )
-        if self.write_stream is None:
-            return
-        import anyio
-
-        # Closed only once the server stops: there is nobody left to answer.
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await self.write_stream.send(too_large_message(self.limit))
-
-
-def too_large_message(limit: int) -> SessionMessage:
-    import mcp_types
-    from mcp.shared.message import SessionMessage
-
-    error = mcp_types.ErrorData(
-        code=TOO_LARGE_CODE, message=TOO_LARGE_TEXT, data={"max_bytes": limit}
-    )
-    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error))
-
-
-@contextlib.contextmanager
-def _claimed_stdin() -> Iterator[int]:
-    """A descriptor of the client's stream, while fd 0 reads the null device, so that nothing
-    else in the process (an action, a child process) reads the client's bytes: what the SDK's
-    transport does for the stdin it reads itself. fd 0 is restored at the end; the duplicate
-    is never closed, since a reader thread may still wait on it (closed, its number could be
-    reused under that thread)."""
-    wire = os.dup(0)
-    null = os.open(os.devnull, os.O_RDONLY)
-    try:
-        os.dup2(null, 0)
-    finally:
-        os.close(null)
-    try:
-        yield wire
-    finally:
-        os.dup2(wire, 0)
-
-
-def _fd_reader(fd: int) -> Callable[[], Awaitable[bytes]]:
-    """``read()`` for :class:`BoundedLines`: up to ``STDIO_READ_BYTES`` of ``fd``, in a thread
-    (abandoned, not awaited, when the server is cancelled)."""
-    import anyio.to_thread
-
-    async def read() -> bytes:
-        return await anyio.to_thread.run_sync(os.read, fd, STDIO_READ_BYTES, abandon_on_cancel=True)
-
-    return read
-
-
-async def serve_stdio(server: MCPServer, limit: int = MAX_WIRE_MESSAGE_BYTES) -> None:
-    """``server`` over stdin and stdout, each message at most ``limit`` bytes. The SDK's
-    transport writes stdout (and keeps stray output off it) and parses what it reads; it
-    reads :class:`BoundedLines` of stdin instead of the unbounded lines of its own reader.
-    ``MCPServer.run`` has no way to pass a transport, so its low-level server runs here as
-    ``MCPServer.run_stdio_async`` runs it."""
-    from mcp.server.stdio import stdio_server
-
-    answer = TooLargeAnswer(limit)
-    with _claimed_stdin() as wire:
-        # Typed as an AsyncFile, but the SDK's transport only iterates it (`async for`).
-        lines: Any = BoundedLines(_fd_reader(wire), limit, answer)
-        async with stdio_server(stdin=lines) as (read_stream, write_stream):
-            answer.write_stream = write_stream
-            lowlevel = server._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
