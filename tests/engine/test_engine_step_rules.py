@@ -721,6 +721,109 @@ def test_S1_coming_back_to_the_collecting_subagent_resumes_it_next_turn(tmp_path
     assert steps(reply, "NODE_ENTER")[0]["reason"] == "collect in progress"
 
 
+COLLECTING_DELEGATE = """
+variables:
+    city: mutable string
+        description: "city"
+
+start_agent router:
+    description: "router"
+    reasoning:
+        instructions: ->
+            | route
+        actions:
+            ask_form: @subagent.form
+                description: "ask the form"
+            go_help: @utils.transition to @subagent.help
+                description: "help"
+
+subagent form:
+    description: "form"
+    reasoning:
+        instructions: ->
+            collect @variables.city
+                message: "Which city?"
+        actions:
+            wipe: @actions.wipe_all
+                description: "wipe"
+            human: @utils.escalate
+                description: "escalate"
+
+    actions:
+        wipe_all:
+            description: "wipe"
+            target: "flow://Wipe"
+            require_user_confirmation: True
+            outputs:
+                ok: boolean
+
+subagent help:
+    description: "help"
+    reasoning:
+        instructions: ->
+            | help
+"""
+
+
+def _collecting_delegate(tmp_path: Path) -> Scripted:
+    return Scripted(
+        agent(tmp_path, "CollectDeleg", COLLECTING_DELEGATE),
+        stubs={"wipe_all": {"outputs": {"ok": True}}},
+    )
+
+
+def start_reason(reply: Reply) -> str:
+    return str(steps(reply, "NODE_ENTER")[0]["reason"])
+
+
+def test_S1_a_collecting_delegate_that_came_back_does_not_resume_next_turn(
+    tmp_path: Path,
+) -> None:
+    session = _collecting_delegate(tmp_path)
+    first = session.send("form", {"tool": "ask_form"}, {"say": "Which city?"}, {"say": "asked"})
+    assert first.path == ["router"] and first.delegated == ["form"]
+    # The delegate handed control back: the conversation goes on where the caller is.
+    second = session.send("hi", {"say": "routed"})
+    assert second.path == ["router"] and start_reason(second) == "turn start (router)"
+    assert session.session.state.resume_node is None
+
+
+def test_S1_a_collecting_delegate_does_not_resume_after_the_caller_moved_on(
+    tmp_path: Path,
+) -> None:
+    session = _collecting_delegate(tmp_path)
+    first = session.send(
+        "form, then help",
+        {"tools": [{"tool": "ask_form"}, {"tool": "go_help"}]},
+        {"say": "Which city?"},
+        {"say": "help here"},
+    )
+    assert first.path == ["router", "help"] and first.delegated == ["form"]
+    second = session.send("hi", {"say": "routed"})
+    assert second.path == ["router"] and start_reason(second) == "turn start (router)"
+
+
+def test_S1_a_collecting_delegate_that_escalates_resumes_next_turn(tmp_path: Path) -> None:
+    session = _collecting_delegate(tmp_path)
+    first = session.send("form", {"tool": "ask_form"}, {"tool": "human"})
+    # The delegate ended the turn: the conversation continues there, collect included.
+    assert first.escalated and first.node == "form"
+    second = session.send("Paris", {"say": "noted"})
+    assert second.path == ["form"] and start_reason(second) == "collect in progress"
+
+
+def test_S1_a_collecting_delegate_that_holds_a_call_resumes_after_the_answer(
+    tmp_path: Path,
+) -> None:
+    session = _collecting_delegate(tmp_path)
+    held = session.send("form", {"tool": "ask_form"}, {"tool": "wipe"})
+    assert held.confirmation is not None and held.node == "form"
+    confirmed = session.send("yes", {"say": "Wiped. Which city?"})
+    assert confirmed.path == ["form"] and start_reason(confirmed) == "confirmation resolved"
+    after = session.send("Paris", {"say": "noted"})
+    assert after.path == ["form"] and start_reason(after) == "collect in progress"
+
+
 # ---------------------------------------------------------------------- delegation
 
 DELEGATE = """

@@ -438,6 +438,7 @@ class ToolCalls:
         outer_mark = self._step_mark
         turn.state.history = list(outer_history[:outer_mark])
         entered = len(turn.result.path)
+        outer_resume = turn.state.resume_node
         came_back = True
         outer_waiting = self._transition_before_delegation
         self._transition_before_delegation = outer_waiting or transition_requested
@@ -458,6 +459,9 @@ class ToolCalls:
                 turn.result.delegated.extend(turn.result.path[entered:])
                 del turn.result.path[entered:]
                 turn.state.current_node = node.name
+                # A collect in the delegate must not outlive it (S1): the next turn starts
+                # where the caller leaves the conversation, not in the delegate.
+                turn.state.resume_node = outer_resume
             # Otherwise the delegate ended the turn, so the conversation goes on where it
             # ended, as after a transition: its nodes stay on the path and current_node stays.
         event_step(
