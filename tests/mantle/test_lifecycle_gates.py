@@ -106,6 +106,27 @@ def test_M6_cannot_help_after_a_knowledge_search_in_the_turn_still_runs(tmp_path
     assert said(reply) == [BUILTIN_DECLINE]
 
 
+def test_M6_search_knowledge_without_a_knowledge_base_is_refused_as_not_offered(
+    tmp_path: Path,
+) -> None:
+    run = Driver(make(tmp_path, {"skills/a/skill.md": prose_skill("a")}))
+    search = {"tool": "search_knowledge", "args": {"query": "opening hours"}}
+    reply = run.send("when are you open?", search, {"say": "I cannot look that up."})
+    assert reply.error is None
+    (refusal,) = trace(reply, "REFUSED_STEP")
+    assert (refusal["name"], refusal["source"], refusal["cause"]) == (
+        "search_knowledge",
+        "llm",
+        "hidden",
+    )
+    assert "no knowledge base" in refusal["reason"]
+    assert tool_results(run, "search_knowledge") == [
+        {"error": not_offered_message("search_knowledge")}
+    ]
+    assert trace(reply, "KNOWLEDGE_STEP") == []
+    assert reply.text == "I cannot look that up."
+
+
 # --- 2. /session_start once the session started ---------------------------------------------
 
 GREETING = {

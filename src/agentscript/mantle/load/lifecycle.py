@@ -12,6 +12,7 @@ from agentscript.mantle.model import (
     ASK_ANYTHING_ELSE,
     ASK_TO_CONTINUE,
     CANNOT_HELP_RESPONSE,
+    RESUME_OFFER_SKILL,
     UNSUPPORTED_SKILL,
     Project,
     Response,
@@ -39,7 +40,14 @@ def install_builtin_responses(project: Project) -> None:
 
 
 def check_lifecycle(project: Project) -> Iterator[Diagnostic]:
-    """The unsupported-request handler stays engine-managed; ``before_end`` names skills."""
+    """The lifecycle settings and overrides a project may get wrong."""
+    yield from _check_unsupported_handler(project)
+    yield from _check_resume_offer(project)
+    yield from _check_before_end(project)
+
+
+def _check_unsupported_handler(project: Project) -> Iterator[Diagnostic]:
+    """The unsupported-request handler stays engine-managed."""
     handler = project.skills.get(UNSUPPORTED_SKILL)
     if handler is not None and handler.engine_managed is False:
         yield Diagnostic(
@@ -50,6 +58,26 @@ def check_lifecycle(project: Project) -> Iterator[Diagnostic]:
             Severity.ERROR,
             handler.file,
         )
+
+
+def _check_resume_offer(project: Project) -> Iterator[Diagnostic]:
+    """A skill named after the resume offer never runs: the research read no id or files of
+    Rasa's resume-offer skill (only its response), so the engine runs the offer itself and
+    only its wording is the project's to change."""
+    skill = project.skills.get(RESUME_OFFER_SKILL)
+    if skill is not None:
+        yield Diagnostic(
+            "mantle-lifecycle",
+            f"{RESUME_OFFER_SKILL} cannot be overridden by a skill; redeclare {ASK_TO_CONTINUE} "
+            "in responses.yml to change its wording",
+            skill.span,
+            Severity.WARNING,
+            skill.file,
+        )
+
+
+def _check_before_end(project: Project) -> Iterator[Diagnostic]:
+    """``conversation.before_end`` is a list of enabled skills of the project."""
     listed = project.agent.conversation.get("before_end")
     if listed is None:
         return

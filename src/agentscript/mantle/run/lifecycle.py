@@ -9,7 +9,9 @@
   paused skill waits: it says ``utter_ask_wants_to_continue``; a plain yes on the next turn
   resumes the paused skill at the same step (its question is asked again), a plain no drops
   it from the stack and ``default_completed`` follows (the project's, as after any ending);
-  any other answer goes to the model, which still sees the paused skill.
+  any other answer goes to the model, which still sees the paused skill. A yes to a skill
+  that cannot resume now (:func:`resume_offered`) is refused and the model answers. Only its
+  wording is the project's: a skill of that id is no override (``validate`` warns).
 - ``default_unsupported_request_handler`` runs when the model calls the ``cannot_help``
   engine tool: built in, it says ``utter_cannot_help`` and ends the turn. A call of it when
   it was not offered (:func:`cannot_help_withheld`) is refused like any tool not offered.
@@ -17,12 +19,13 @@
   the session ends once none of them is active any more. A ``/session_end`` while they run
   is ignored: the ending goes on where it is, a finished skill does not run again.
 
-Each is overridable by a project skill of the same id (it then runs as an engine-managed
-skill, also without a ``routing:`` key) and its wording by redeclaring the response in the
-project's ``responses.yml``. A disabled skill is no override; one whose ``requires`` does not
-hold does not start (M1, a ``REFUSED_STEP``) and the built-in runs instead (a ``before_end``
-skill, which has none, is skipped). Every run is traced as ``SKILL_STEP`` events with
-``kind: "engine"`` (``builtin: true`` when no project skill overrides it).
+Each but the resume offer is overridable by a project skill of the same id (it then runs as an
+engine-managed skill, also without a ``routing:`` key), and the wording of all of them by
+redeclaring the response in the project's ``responses.yml``. A disabled skill is no
+override; one whose ``requires`` does not hold does not start (M1, a ``REFUSED_STEP``) and
+the built-in runs instead (a ``before_end`` skill, which has none, is skipped). Every run
+is traced as ``SKILL_STEP`` events with ``kind: "engine"`` (``builtin: true`` when no
+project skill overrides it).
 
 An override is pushed on the stack like any skill, so it keeps the gates of a ``call:`` step
 (M2: one frame per skill, ``Limits.max_stack_depth``; M1: its ``requires``). A refused start
@@ -97,10 +100,15 @@ def takes_over(ctx: TurnContext, skill_id: str) -> bool:
 
 
 def refuse_start(ctx: TurnContext, skill_id: str, reason: str) -> None:
+    refuse(ctx, skill_id, f"cannot start '{skill_id}' now: {reason}")
+
+
+def refuse(ctx: TurnContext, skill_id: str, reason: str) -> None:
+    """A lifecycle transition of ``skill_id`` that does not happen: a ``REFUSED_STEP``."""
     refused_step(
         ctx.trace,
         name=skill_id,
-        reason=f"cannot start '{skill_id}' now: {reason}",
+        reason=reason,
         node=ctx.node_name(),
         source=Source.DETERMINISTIC,
         skill=skill_id,
@@ -203,13 +211,24 @@ async def before_turn(runner: TurnLoop) -> bool:
             return False  # the model decides; the paused skill stays offered in the prompt
         skill_event(ctx.trace, event="completed", skill=RESUME_OFFER_SKILL, answer=answer)
         if answer:
-            activate(ctx, offer["skill"], None)
-            await runner.loop()
+            await resume_offered(runner, offer["skill"])
         else:
             drop_paused(ctx)
             await follow_up(runner, completed=True)
         return True
     return False
+
+
+async def resume_offered(runner: TurnLoop, skill_id: str) -> None:
+    """The offer answered yes: the paused skill resumes at the same step, then the turn goes
+    on. One that cannot resume now (:func:`resume_refusal`: its ``requires`` stopped holding,
+    it was disabled) is refused like any other lifecycle start and stays paused: the user
+    said yes to it, so only their no drops it. The model answers without it on offer."""
+    ctx = runner.ctx
+    refusal = activate(ctx, skill_id, None).get("error")
+    if refusal is not None:
+        refuse(ctx, skill_id, str(refusal))
+    await runner.loop()
 
 
 async def _run_engine_skill(runner: TurnLoop, skill_id: str) -> None:

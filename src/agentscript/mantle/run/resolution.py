@@ -9,13 +9,15 @@ import json
 import time
 
 from agentscript.mantle.model import Skill, StepKind
-from agentscript.mantle.queries import holds, offered_skills, tool_allowed
+from agentscript.mantle.queries import offered_skills, tool_allowed
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import step_at
 from agentscript.mantle.run.confirmation import answerable, live_pending
 from agentscript.mantle.run.instruction_lines import instruction_lines
 from agentscript.mantle.run.lifecycle import cannot_help_offered
+from agentscript.mantle.run.skill_control import knowledge_withheld
 from agentscript.mantle.run.stack import BlockEntry, SkillStack
+from agentscript.mantle.run.transitions import resume_refusal
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ToolSpec
 from agentscript.trace import elapsed_ms
@@ -32,7 +34,9 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
     offered = offered_skills(project, memory)
     offered_ids = {s.id for s in offered}
     paused = [
-        f["skill"] for f in ctx.stack.paused() if holds(project.skills[f["skill"]].requires, memory)
+        f["skill"]
+        for f in ctx.stack.paused()
+        if resume_refusal(ctx, project.skills[f["skill"]]) is None
     ]
     activatable = [s.id for s in offered] + [s for s in paused if s not in offered_ids]
     parts: list[str] = []
@@ -76,7 +80,7 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
                 tools.append(ToolSpec(name, tool.description, dict(tool.parameters_schema)))
             else:
                 hidden.append(name)
-    if project.knowledge is not None:
+    if knowledge_withheld(ctx) is None:
         tools.append(p.search_knowledge_spec())
         if ctx.searched:
             parts.append(p.KNOWLEDGE_NOTE)

@@ -96,11 +96,11 @@ def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def search_knowledge(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
-    """Ranked passages from the project's references; the query and hits are traced."""
+    """Ranked passages from the project's references; the query and hits are traced. The
+    dispatcher has checked that there are references (:func:`knowledge_withheld`)."""
     index = ctx.project.knowledge
+    assert index is not None, "search_knowledge is withheld without a knowledge base"
     query = args.get("query")
-    if index is None:
-        return {"error": "this project has no knowledge base (no references/ folder)"}
     if not isinstance(query, str) or not query.strip():
         return {"error": "search_knowledge needs query=<text>"}
     try:
@@ -110,6 +110,16 @@ def search_knowledge(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     knowledge_step(ctx.trace, node=ctx.node_name(), query=query, passages=passages)
     ctx.searched = True
     return {"passages": passages} if passages else {"passages": [], "note": "nothing found"}
+
+
+def knowledge_withheld(ctx: TurnContext) -> str | None:
+    """Why ``search_knowledge`` is not offered now (None: it is): only with references."""
+    if ctx.project.knowledge is None:
+        return (
+            f"tool '{p.SEARCH_KNOWLEDGE}' is not offered: this project has no knowledge base "
+            "(no references/ folder)"
+        )
+    return None
 
 
 HANDLERS = {
@@ -125,6 +135,7 @@ HANDLERS = {
 # the prompt leaves a withheld one out and the dispatcher refuses a call of it.
 WITHHELD: dict[str, Callable[[TurnContext], str | None]] = {
     lifecycle.CANNOT_HELP: lifecycle.cannot_help_withheld,
+    p.SEARCH_KNOWLEDGE: knowledge_withheld,
 }
 
 

@@ -190,6 +190,15 @@ def requires_refusal(ctx: TurnContext, skill: Skill) -> str | None:
     return f"the requires of '{skill.id}' does not hold"
 
 
+def resume_refusal(ctx: TurnContext, skill: Skill) -> str | None:
+    """Why ``skill``, on the stack, cannot resume now (None: it can): its ``requires`` no
+    longer holds (M1: the skill that interrupted it may have closed the gate), or it was
+    disabled since it paused (a saved session going on under a redeployed project)."""
+    if skill.disabled:
+        return f"skill '{skill.id}' is disabled"
+    return requires_refusal(ctx, skill)
+
+
 def push_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = None) -> str | None:
     """Why the stack cannot take a frame for ``skill_id`` now (None: it can): one frame per
     skill, at most ``Limits.max_stack_depth`` frames. Every start asks, the engine's
@@ -260,16 +269,16 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
     if active is not None and active["skill"] == skill_id:
         return {"status": f"{skill_id} is already active"}
     existing = ctx.stack.find(skill_id)
-    unavailable = {"error": f"skill '{skill_id}' is not available now (its requires does not hold)"}
     offered = {s.id for s in offered_skills(ctx.project, ctx.memory)}
     if existing is None and skill_id not in offered:
-        return unavailable
+        return {"error": f"skill '{skill_id}' is not available now (its requires does not hold)"}
     status: dict[str, Any]
     if existing is not None:
         if existing["status"] == PARKED:
             return {"error": f"skill '{skill_id}' waits for a skill it started"}
-        if not holds(target.requires, ctx.memory):
-            return unavailable
+        refusal = resume_refusal(ctx, target)
+        if refusal is not None:
+            return {"error": f"cannot resume '{skill_id}' now: {refusal}"}
         if active is not None:
             pause(ctx, active, by=skill_id)
         ctx.stack.move_to_top(existing)
