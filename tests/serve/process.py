@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,9 +25,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(
+        self, args: list[str], env: dict[str, str], log: Path, *, port: int | None = None
+    ) -> None:
+        """``port=0``: the server binds a port the system chooses, which :meth:`wait_ready`
+        reads from its banner."""
+        self.port = free_port() if port is None else port
+        self._log_path = log
         self._log = log.open("ab")
         self.proc = subprocess.Popen(
             [AGENTSCRIPT, "serve", *args, "--port", str(self.port)],
@@ -36,11 +41,19 @@ class ServerProcess:
             start_new_session=True,
         )
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def wait_ready(self, seconds: float = 30.0) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agentscript serve exited with {self.proc.returncode}")
+            if not self.port:
+                self.port = self._banner_port()
+                time.sleep(0.05)
+                continue
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
                     return
@@ -48,6 +61,13 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError("agentscript serve did not become ready")
+
+    def _banner_port(self) -> int:
+        """The port the banner says the server listens on (0 until it is printed)."""
+        found = re.search(r"listening on http://[^ ]+:(\d+) ", self._log_path.read_text())
+        if found and found[1] == "0":
+            raise RuntimeError("the banner names port 0, not the port the server listens on")
+        return int(found[1]) if found else 0
 
     def kill(self) -> None:
         """SIGKILL the server and every worker it started."""

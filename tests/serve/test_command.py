@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,7 @@ def test_serve_bounds_default_to_the_server_configs() -> None:
         "max_concurrent_turns",
         "store_connections",
         "shutdown_grace",
+        "worker_timeout",
     ):
         assert by_option[name] == getattr(options, name) == getattr(defaults, name), name
     from agentscript.store.postgres import MAX_CONNECTIONS
@@ -287,6 +289,109 @@ def test_the_port_check_binds_ipv6_as_the_server_does() -> None:
         check_port("localhost", 0)
         with pytest.raises(ServeError, match="Address already in use"):
             check_port("0.0.0.0", port)
+
+
+def test_the_server_binds_one_port_for_every_address_a_host_names_and_several_workers_one_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from agentscript.server import command
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # Several workers share one socket bound as uvicorn's supervisor bound it: "::" takes
+        # IPv4 too (the system's default), so another program's IPv4 port is a clash there.
+        with pytest.raises(ServeError, match="Address already in use"):
+            command.bind_sockets("::", port, workers=2)
+    both = [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0)),
+        (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 0, 0, 0)),
+    ]
+    monkeypatch.setattr(command.socket, "getaddrinfo", lambda *args: both)
+    sockets = command.bind_sockets("localhost", 0)
+    try:
+        # The system chose the first port; the banner names one port, so every address has it.
+        assert [s.family for s in sockets] == [socket.AF_INET, socket.AF_INET6]
+        assert sockets[0].getsockname()[1] == sockets[1].getsockname()[1] != 0
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_the_port_the_server_bound_is_its_own_until_it_stops() -> None:
+    # Bound only, the port could still be bound by another socket setting SO_REUSEADDR, as
+    # servers do: the banner's port, then uvicorn failing to listen on it.
+    import socket
+
+    from agentscript.server.command import bind_sockets
+
+    for workers in (1, 2):
+        sockets = bind_sockets("127.0.0.1", 0, workers=workers)
+        port = sockets[0].getsockname()[1]
+        with socket.socket() as other:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError, match="Address already in use"):
+                other.bind(("127.0.0.1", port))
+        for sock in sockets:
+            sock.close()
+
+
+def banner_port(out: str) -> int:
+    return int(out.split("listening on http://127.0.0.1:", 1)[1].split(" ", 1)[0])
+
+
+def test_serve_on_port_0_hands_the_socket_it_bound_to_uvicorn_and_names_its_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentscript.server import logs, runner
+
+    given: list[object] = []
+    monkeypatch.setattr(runner, "run", lambda app, sockets, **kwargs: given.extend(sockets) or 0)
+    monkeypatch.setattr(logs, "configure", lambda **options: None)
+    code, out = serve(NOTES, "--model", "standin", "--store", "memory://", "--port", "0")
+    assert code == 0 and len(given) == 1
+    sock = given[0]
+    assert isinstance(sock, socket.socket)
+    assert sock.fileno() == -1  # closed once the server stopped
+    assert banner_port(out) != 0
+
+
+def test_serve_with_workers_hands_the_supervisor_its_socket_and_worker_timeout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from agentscript.server import command, logs, orphan, supervisor
+
+    ran: dict[str, object] = {}
+
+    class FakeSupervisor:
+        def __init__(self, config: object, workers: int, worker_timeout: float) -> None:
+            ran.update(workers=workers, worker_timeout=worker_timeout)
+
+        def run(self, sockets: list[socket.socket]) -> int:
+            ran["ports"] = [sock.getsockname()[1] for sock in sockets]
+            return 0
+
+    monkeypatch.setattr(supervisor, "Supervisor", FakeSupervisor)
+    monkeypatch.setattr(logs, "configure", lambda **options: None)
+    for name in (command.ENV, orphan.SUPERVISOR_ENV):  # set for the workers: undone after
+        monkeypatch.delenv(name, raising=False)
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    args = (NOTES, "--model", "standin", "--store", store, "--port", "0", "--workers", "2")
+    code, out = serve(*args, "--worker-timeout", "0")
+    assert code == 0 and ran["workers"] == 2 and ran["worker_timeout"] == 0
+    assert ran["ports"] == [banner_port(out)] and banner_port(out) != 0
+    code, out = serve(*args)
+    assert code == 0 and ran["worker_timeout"] == 30
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf"])
+def test_serve_refuses_a_worker_timeout_that_is_not_seconds_in_one_line(bad: str) -> None:
+    code, out = serve(NOTES, "--model", "standin", "--workers", "2", "--worker-timeout", bad)
+    assert code == 2 and out.count("\n") == 1 and "Traceback" not in out
+    assert out.startswith("agentscript serve: --worker-timeout") and "0 to turn" in out
 
 
 def test_serve_refuses_an_agent_whose_name_cannot_be_part_of_a_url(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """``serve --root-path``: behind a proxy that serves the server under a prefix and strips it,
 the URLs the server hands out (``trace_url``) carry the prefix, so a client that follows them
-through the proxy reaches the trace."""
+through the proxy reaches the trace. The access log names the public path, with the prefix, as
+the proxy's own log does."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from .process import ServerProcess
 
 def test_trace_url_carries_the_root_path_a_proxy_strips(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 's.db'}"
-    args = [NOTES, "--model", "standin", "--store", store, "--root-path", "/agents"]
-    server = ServerProcess(args, {"NOTES_LOG": str(tmp_path / "calls.jsonl")}, tmp_path / "log")
+    args = [NOTES, "--model", "standin", "--store", store, "--root-path", "/agents", "--access-log"]
+    log = tmp_path / "log"
+    server = ServerProcess(args, {"NOTES_LOG": str(tmp_path / "calls.jsonl")}, log)
     try:
         server.wait_ready()
         # What the proxy forwards: the path with its prefix stripped.
@@ -31,3 +33,6 @@ def test_trace_url_carries_the_root_path_a_proxy_strips(tmp_path: Path) -> None:
         assert trace.status_code == 200 and trace.json()["format"].startswith("agentscript-trace")
     finally:
         server.stop()
+    text = log.read_text()
+    assert " POST /agents/v1/agents/Notes/sessions 201 " in text
+    assert f" GET /agents/v1/sessions/{session}/turns/1/trace 200 " in text

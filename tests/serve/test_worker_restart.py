@@ -5,8 +5,11 @@ then stops the server (docs/serve.md, "Several workers")."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -131,3 +134,64 @@ def test_workers_catch_the_terminals_signals_without_ignoring_them_for_their_chi
                 assert not masks["SigBlk"] & bit  # held only while the worker started
     finally:
         server.stop()
+
+
+def _wait_for(line: str, log: Path, seconds: float = 20.0) -> str:
+    deadline = time.monotonic() + seconds
+    while line not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return log.read_text()
+
+
+def _server_end(client_port: int) -> str:
+    """The socket inode of the server's end of the loopback connection from ``client_port``."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].split(":")[1], 16) == client_port:
+            return fields[9]
+    raise AssertionError(f"no server end for the connection from port {client_port}")
+
+
+def _a_worker_that_answered(port: int, workers: list[int]) -> int:
+    """A worker that has answered a request, so whose server has started (a worker still
+    starting is not pinged): the one holding the server's end of a connection answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert conn.recv(1024).startswith(b"HTTP/1.1 200")
+        held = f"socket:[{_server_end(conn.getsockname()[1])}]"
+        for pid in workers:
+            with contextlib.suppress(OSError):  # an fd closed while listed
+                if held in {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}:
+                    return pid
+    raise AssertionError(f"none of the workers {workers} holds the connection")
+
+
+def test_a_worker_whose_event_loop_is_stuck_is_killed_and_replaced(tmp_path: Path) -> None:
+    # SIGSTOP stands for a deadlock or an action that never gives the loop back: the process
+    # lives on and keeps its share of the connections, answering none.
+    args = [NOTES, "--model", "standin", "--store", f"sqlite:///{tmp_path / 's.db'}"]
+    log = tmp_path / "server.log"
+    server = ServerProcess([*args, "--workers", "2", "--worker-timeout", "1"], {}, log)
+    try:
+        server.wait_ready()
+        workers = workers_of(server.proc.pid)
+        stuck = _a_worker_that_answered(server.port, workers)
+        (other,) = set(workers) - {stuck}
+        os.kill(stuck, signal.SIGSTOP)
+        text = _wait_for(f"worker process [{stuck}] did not answer for 1 s: killed", log)
+        assert f"worker process [{stuck}] did not answer for 1 s: killed; starting another" in text
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            again = workers_of(server.proc.pid)
+            if len(again) == 2 and stuck not in again:
+                break
+            time.sleep(0.1)
+        assert stuck not in again and other in again and len(again) == 2
+        server.wait_ready()
+        for _ in range(6):  # each connection may go to either worker: none goes unanswered
+            assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+    finally:
+        server.stop()
+    text = log.read_text()
+    assert f"worker process [{stuck}] died" not in text  # one line for it, said above
+    assert "Traceback" not in text

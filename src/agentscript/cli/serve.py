@@ -75,6 +75,14 @@ def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
     "Seconds the turns running at SIGTERM get to finish and commit; then they are cancelled.",
 )
 @click.option(
+    "--worker-timeout",
+    default=ServerConfig.worker_timeout,
+    show_default=True,
+    type=float,
+    help="With --workers > 1: seconds a worker may leave its supervisor's ping unanswered "
+    "(its event loop stuck) before it is killed and replaced (0: no check).",
+)
+@click.option(
     "--access-log", is_flag=True, help="Log one line per request (errors are logged anyway)."
 )
 @click.option(

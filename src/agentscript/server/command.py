@@ -1,8 +1,10 @@
 """``agentscript serve``: check the set-up, say what will be served, then run uvicorn.
 
-Everything that can be wrong is found before the server binds, and reported in one line with
-its fix (exit 2): no agents or an agent with errors, two agents with one name, no model, an
-unknown store, bad API key configuration, or a non-loopback address without API keys.
+Everything that can be wrong is found before the server listens, and reported in one line
+with its fix (exit 2): a port in use, no agents or an agent with errors, two agents with one
+name, no model, an unknown store or one that cannot be opened, bad API key configuration, or
+a non-loopback address without API keys. The sockets bound for that check are the ones the
+server then listens on (:func:`bind_sockets`).
 With ``--workers N`` a supervisor (:mod:`.supervisor`) starts N processes; each rebuilds the
 same app from the options (passed in the environment variable ``AGENTSCRIPT_SERVE``).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -49,6 +52,7 @@ class ServeOptions:
     access_log: bool = ServerConfig.access_log
     log_format: str = "text"  # or "json" (server/logs.py)
     shutdown_grace: int = ServerConfig.shutdown_grace
+    worker_timeout: float = ServerConfig.worker_timeout  # with --workers N (server/pings.py)
     cors_origins: list[str] = field(default_factory=list)
     # The prefix a proxy strips before the request reaches the server (uvicorn's root_path).
     root_path: str = ""
@@ -241,24 +245,61 @@ def check_store(options: ServeOptions) -> None:
         ) from None
 
 
-def check_port(host: str, port: int) -> None:
-    """Bind ``host:port`` once and let go, before the banner says the server listens there:
-    a port in use is one line and exit 2, not a banner then uvicorn's error and exit 3. Each
-    address the host names is bound as asyncio's server binds it (IPv6 without IPv4, so ``::``
-    is not refused for another program's IPv4 port). Another process may still take the port
-    in between; uvicorn then says so."""
+def bind_sockets(host: str, port: int, *, workers: int = 1) -> list[socket.socket]:
+    """The sockets the server will listen on, bound and listening before the banner, and kept
+    for uvicorn: the banner names the port really bound (``--port 0``: the one the system
+    chose), a port in use is one line and exit 2 (not a banner, then uvicorn's error and exit
+    3), and no other process takes the port in between. A socket only bound would not keep
+    it: another one with ``SO_REUSEADDR`` (most servers set it) may bind the same port until
+    one of them listens. Connections that come while the app starts wait in the backlog.
+
+    One worker binds as asyncio's server binds ``host``: each address it names, IPv6 without
+    IPv4 (``::`` is not refused for another program's IPv4 port), the same port for each
+    when the system chooses it. Several bind one socket, as uvicorn's supervisor did: IPv6
+    when the host is an IPv6 address, taking IPv4 too as the system's default has it.
+    ``SO_REUSEADDR`` as uvicorn sets it."""
     try:
-        found = socket.getaddrinfo(
-            host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
-        )
-        for family, kind, proto, _name, address in found:
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                probe.bind(address)
+        if workers == 1:
+            return _bind_each(_addresses(host, port), ipv6_only=True)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return _bind_each([(family, (host, port))], ipv6_only=False)
     except OSError as exc:
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind ``host:port`` as a one-worker server does, and let go (ServeError when it cannot
+    be bound)."""
+    for sock in bind_sockets(host, port):
+        sock.close()
+
+
+def _addresses(host: str, port: int) -> list[tuple[int, Any]]:
+    found = socket.getaddrinfo(
+        host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+    )
+    return list(dict.fromkeys((family, address) for family, _kind, _proto, _name, address in found))
+
+
+def _bind_each(addresses: list[tuple[int, Any]], *, ipv6_only: bool) -> list[socket.socket]:
+    bound: list[socket.socket] = []
+    try:
+        for family, address in addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if ipv6_only and family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if address[1] == 0 and len(bound) > 1:
+                # One port for every address: the banner names one.
+                address = (address[0], bound[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen()  # uvicorn listens again, with its backlog
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
 
 
 def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) -> ExitCode:
@@ -266,6 +307,21 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
     if options.workers < 1:
         echo("--workers must be at least 1")
         return ExitCode.USAGE
+    try:
+        sockets = bind_sockets(options.host, options.port, workers=options.workers)
+    except ServeError as exc:
+        echo(f"agentscript serve: {exc}")
+        return ExitCode.USAGE
+    try:
+        return _serve_on(sockets, replace(options, port=sockets[0].getsockname()[1]), echo)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _serve_on(
+    sockets: list[socket.socket], options: ServeOptions, echo: Callable[[str], None]
+) -> ExitCode:
     try:
         app, lines = build_app(options, freeze_heap=True)
     except ServeError as exc:
@@ -278,7 +334,6 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         return ExitCode.USAGE
     try:
         check_store(options)
-        check_port(options.host, options.port)
     except ServeError as exc:
         echo(f"agentscript serve: {exc}")
         return ExitCode.USAGE
@@ -303,7 +358,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         # uvicorn's server, stopped by SIGINT, SIGTERM and SIGHUP as docs/serve.md says.
         from agentscript.server.runner import run
 
-        return ExitCode(run(app, **common))
+        return ExitCode(run(app, sockets=sockets, **common))
     from agentscript.server.orphan import SUPERVISOR_ENV
     from agentscript.server.supervisor import Supervisor
 
@@ -317,7 +372,7 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
         lifespan="on",
         **common,
     )
-    return ExitCode(Supervisor(config, options.workers).run())
+    return ExitCode(Supervisor(config, options.workers, options.worker_timeout).run(sockets))
 
 
 def parse_ttl(text: str | None) -> float | None:
@@ -356,10 +411,22 @@ def parse_root_path(text: str | None) -> str:
     return path.rstrip("/")
 
 
+def check_worker_timeout(seconds: float) -> float:
+    """``--worker-timeout``: seconds above 0, or 0 for no check."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ServeError(
+            f"--worker-timeout {seconds:g}: write seconds above 0, or 0 to turn the check off"
+        )
+    return seconds
+
+
 def options_from_cli(paths: Sequence[str], **given: Any) -> ServeOptions:
     ttl = parse_ttl(given.pop("session_ttl", None))
     root = parse_root_path(given.pop("root_path", ""))
-    return ServeOptions(paths=list(paths), session_ttl=ttl, root_path=root, **given)
+    timeout = check_worker_timeout(given.pop("worker_timeout", ServerConfig.worker_timeout))
+    return ServeOptions(
+        paths=list(paths), session_ttl=ttl, root_path=root, worker_timeout=timeout, **given
+    )
 
 
 def serve_cli(paths: Sequence[str], echo: Callable[[str], None] = print, **given: Any) -> ExitCode:

@@ -34,6 +34,11 @@ class ServerConfig:
     # those still running then are cancelled, uncommitted. Below Kubernetes' default 30 s
     # before SIGKILL, so that a rolling update ends every turn cleanly.
     shutdown_grace: int = 25
+    # With --workers N: seconds a worker's event loop may leave its supervisor's ping
+    # unanswered before the worker is killed and replaced (server/pings.py); 0: never. Well
+    # above a healthy loop's longest pause (an inline python:// action computing a while);
+    # uvicorn's own check allowed 5 s.
+    worker_timeout: float = 30.0
     # Largest page of GET /v1/sessions.
     max_page: int = 100
     # One log line per request (server/logs.py); errors are logged either way.

@@ -3,9 +3,10 @@
 Lines go to stderr, one per event, prefixed with the time, level, logger and the id of the
 request being handled (``-`` outside one; :mod:`.requestid`), so that a process manager or a
 log collector (journald, Docker, Kubernetes) can take them as they are, and a response's
-``X-Request-ID`` finds its lines. A request line names the client address, method, path,
-status (0 when no response was sent: the client left or the server cut the request at
-shutdown) and the time until the response ended (a streamed turn: until its last event).
+``X-Request-ID`` finds its lines. A request line names the client address, method, path
+(the public one: with ``--root-path``'s prefix, as the proxy in front logs it), status (0
+when no response was sent: the client left or the server cut the request at shutdown) and the
+time until the response ended (a streamed turn: until its last event).
 Never a header, a body or a query string: a key or anything a user typed cannot reach the
 log this way.
 
@@ -111,7 +112,9 @@ class AccessLog(HttpMiddleware):
             await self.app(scope, receive, sending)
         finally:
             client = scope.get("client")
-            # As it came on the wire (percent-encoded): a decoded %0a would forge a line.
+            # The public path: with --root-path's prefix (uvicorn puts it back in raw_path), as
+            # the proxy in front logs the request, although the proxy stripped it. Percent-
+            # encoded as the client sent it: a decoded %0a would forge a line.
             path = (scope.get("raw_path") or scope["path"].encode("utf-8")).split(b"?", 1)[0]
             fields = {
                 "client": client[0] if client else "-",

@@ -98,13 +98,14 @@ class SignalledServer(uvicorn.Server):
         return done is not None and done.is_set()
 
 
-def run(app: object, **settings: object) -> int:
-    """Serve ``app`` with uvicorn's ``settings`` until a signal stops it; 0 after a graceful
-    stop, :data:`STOPPED_AT_ONCE` after a stop at once, 1 when it could not start (uvicorn
-    logged why)."""
+def run(app: object, sockets: list[socket.socket] | None = None, **settings: object) -> int:
+    """Serve ``app`` with uvicorn's ``settings`` until a signal stops it, on ``sockets`` when
+    given (bound already), else on the host and port of ``settings``; 0 after a graceful stop,
+    :data:`STOPPED_AT_ONCE` after a stop at once, 1 when it could not start (uvicorn logged
+    why)."""
     server = SignalledServer(uvicorn.Config(app, lifespan="on", **settings))  # type: ignore[arg-type]
     try:
-        server.run()
+        server.run(sockets=sockets)
     except KeyboardInterrupt:  # a Ctrl-C before uvicorn took the signals
         return STOPPED_AT_ONCE
     if not server.started:

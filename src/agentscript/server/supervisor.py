@@ -20,6 +20,11 @@ store), and the command exits 130. A third sends ``SIGKILL``. A worker that dies
 again; one that could not start (exit 3: its agent files changed since the server started, a
 failed start-up), or :data:`QUICK_DEATHS` in a row each dying within :data:`QUICK_DEATH`
 seconds of its start, stops the server, which exits 1.
+
+A worker whose event loop leaves a ping unanswered ``--worker-timeout`` seconds (:mod:`.pings`:
+a deadlock, an action that never gives the loop back, a stopped process) is killed with
+``SIGKILL`` and started again as one that died, with one line in the log. A worker still
+starting is not pinged, nor is any once the server stops.
 """
 
 from __future__ import annotations
@@ -32,10 +37,13 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from types import FrameType
 
 import uvicorn
 
+from agentscript.server.config import ServerConfig
+from agentscript.server.pings import Pings, answer_pings
 from agentscript.server.runner import HANDLED, STOPPED_AT_ONCE, SignalledServer
 
 log = logging.getLogger("agentscript.server")
@@ -65,7 +73,17 @@ def left_to_supervisor(sig: int, frame: FrameType | None) -> None:
 
 class WorkerServer(SignalledServer):
     """A worker's server: ``SIGTERM`` stops it gracefully, :data:`STOP_AT_ONCE` at once; the
-    terminal's ``SIGINT`` and ``SIGHUP`` are its supervisor's to act on."""
+    terminal's ``SIGINT`` and ``SIGHUP`` are its supervisor's to act on. Once started, its
+    event loop answers the supervisor's pings on ``pings`` (:mod:`.pings`)."""
+
+    def __init__(self, config: uvicorn.Config, pings: Connection | None = None) -> None:
+        super().__init__(config)
+        self.pings = pings
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.pings is not None:
+            answer_pings(self.pings)
 
     def signal_handlers(self) -> dict[int, Handler]:
         return {
@@ -79,7 +97,7 @@ class WorkerServer(SignalledServer):
         self.handle_exit(signal.SIGINT, frame)  # a SIGINT after a stop: at once
 
 
-def run_worker(config: uvicorn.Config, sockets: list[socket.socket]) -> None:
+def run_worker(config: uvicorn.Config, sockets: list[socket.socket], pings: Connection) -> None:
     """A worker process's entry point (spawned: it imports this module afresh). It started
     with the terminal's signals blocked (:func:`_held`); a Ctrl-C meanwhile is dropped here,
     where the supervisor got it too."""
@@ -88,26 +106,36 @@ def run_worker(config: uvicorn.Config, sockets: list[socket.socket]) -> None:
         signal.signal(sig, left_to_supervisor)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, LEFT_TO_SUPERVISOR)
     config.configure_logging()
-    WorkerServer(config).run(sockets=sockets)
+    WorkerServer(config, pings).run(sockets=sockets)
 
 
 class Supervisor:
-    """Start ``workers`` processes serving ``config`` on one socket; :meth:`run` until stopped."""
+    """Start ``workers`` processes serving ``config`` on the given sockets; :meth:`run` until
+    stopped. A worker that leaves a ping unanswered ``worker_timeout`` seconds is killed (0:
+    never)."""
 
-    def __init__(self, config: uvicorn.Config, workers: int) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        workers: int,
+        worker_timeout: float = ServerConfig.worker_timeout,
+    ) -> None:
         self.config = config
         self.count = workers
+        self.worker_timeout = worker_timeout
         self.workers: list[multiprocessing.process.BaseProcess] = []
         self.born: list[float] = []  # when each worker was started (time.monotonic())
+        self.pings: dict[int, Pings] = {}  # each worker's end of its ping pipe, by pid
+        self.silent: set[int] = set()  # the workers killed for leaving a ping unanswered
         self.quick_deaths = 0  # workers in a row that died within QUICK_DEATH of their start
         self.stops = 0  # stop signals received; the second SIGINT stops at once
         self.status = 0
         self._context = multiprocessing.get_context("spawn")
 
-    def run(self) -> int:
-        """0 after a graceful stop, :data:`STOPPED_AT_ONCE` after a stop at once,
-        :data:`FAILED` when a worker could not start."""
-        sockets = [self.config.bind_socket()]
+    def run(self, sockets: list[socket.socket]) -> int:
+        """Serve on ``sockets`` (bound, and closed here); 0 after a graceful stop,
+        :data:`STOPPED_AT_ONCE` after a stop at once, :data:`FAILED` when a worker could not
+        start."""
         before = {sig: signal.signal(sig, self.on_signal) for sig in HANDLED}
         try:
             for _ in range(self.count):
@@ -116,6 +144,7 @@ class Supervisor:
             while not self.stops:
                 time.sleep(CHECK_EVERY)
                 self._replace_the_dead(sockets)
+                self._kill_the_silent(time.monotonic())
             for sock in sockets:
                 sock.close()  # refused once the workers close theirs, not queued unanswered
             # A worker started while the stop came gets it too.
@@ -127,6 +156,8 @@ class Supervisor:
                 signal.signal(sig, handler)
             for sock in sockets:
                 sock.close()
+            for pings in self.pings.values():
+                pings.close()
         return self.status
 
     def on_signal(self, sig: int, frame: FrameType | None) -> None:
@@ -157,9 +188,13 @@ class Supervisor:
                     os.kill(worker.pid, sig)
 
     def _start(self, sockets: list[socket.socket]) -> multiprocessing.process.BaseProcess:
-        worker = self._context.Process(target=run_worker, args=(self.config, sockets))
+        ours, theirs = self._context.Pipe()
+        worker = self._context.Process(target=run_worker, args=(self.config, sockets, theirs))
         with _held():
             worker.start()
+        theirs.close()  # the worker has its own copy
+        if worker.pid is not None:
+            self.pings[worker.pid] = Pings(ours)
         return worker
 
     def _replace_the_dead(self, sockets: list[socket.socket]) -> None:
@@ -168,6 +203,7 @@ class Supervisor:
             if code is None or self.stops:
                 continue
             worker.join()
+            said = self._forget(worker.pid)
             quick = time.monotonic() - self.born[index] < QUICK_DEATH
             self.quick_deaths = self.quick_deaths + 1 if quick else 0
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
@@ -183,9 +219,41 @@ class Supervisor:
                 self.stops = 1
                 self._send(signal.SIGTERM)
                 return
-            log.warning("worker process [%d] died (%s); starting another", worker.pid, how)
+            if not said:
+                log.warning("worker process [%d] died (%s); starting another", worker.pid, how)
             self.workers[index] = self._start(sockets)
             self.born[index] = time.monotonic()
+
+    def _kill_the_silent(self, now: float) -> None:
+        """Ping each ready worker; kill one whose ping has waited ``worker_timeout`` seconds
+        (:meth:`_replace_the_dead` then starts another)."""
+        if not self.worker_timeout or self.stops:
+            return
+        for worker in self.workers:
+            pid = worker.pid
+            pings = self.pings.get(pid) if pid is not None else None
+            if pid is None or pings is None or pid in self.silent or worker.exitcode is not None:
+                continue
+            if pings.check(now) >= self.worker_timeout:
+                log.warning(
+                    "worker process [%d] did not answer for %g s: killed; starting another",
+                    pid,
+                    self.worker_timeout,
+                )
+                self.silent.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def _forget(self, pid: int | None) -> bool:
+        """Close the pipe of a worker that ended; whether it was killed for leaving a ping
+        unanswered (a line said so then)."""
+        pings = self.pings.pop(pid, None) if pid is not None else None
+        if pings is not None:
+            pings.close()
+        if pid in self.silent:
+            self.silent.remove(pid)
+            return True
+        return False
 
 
 @contextlib.contextmanager
