@@ -74,6 +74,22 @@ class Driver:
         return [(f["skill"], f["status"]) for f in frames]
 
 
+def reply_steps(reply: Reply, kind: str) -> list[dict[str, Any]]:
+    """The trace steps of ``kind`` in one reply (``steps`` reads a playback's turn)."""
+    found: list[dict[str, Any]] = reply.trace["planTrace"]["steps"]
+    return [s for s in found if s["type"] == kind]
+
+
+def reply_said(reply: Reply) -> list[str]:
+    """What one reply said, in order (``said`` reads a playback's turn)."""
+    return [s["text"] for s in reply_steps(reply, "RESPONSE_STEP")]
+
+
+def reply_skill_events(reply: Reply) -> list[tuple[str, str]]:
+    """``(event, skill)`` of one reply's ``SKILL_STEP`` events (``skill_events``: a playback's)."""
+    return [(s["event"], s["skill"]) for s in reply_steps(reply, "SKILL_STEP")]
+
+
 def start(skill: str) -> dict[str, Any]:
     return {"tool": "activate_skill", "args": {"skill": skill}}
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mantle_helpers import Driver, make, start
+from mantle_helpers import Driver, make, reply_said, reply_skill_events, reply_steps, start
 
 from agentscript.engine.session import Reply
 from agentscript.mantle import load_project
@@ -43,22 +43,10 @@ def saying(name: str, response: str, extra: str = "") -> str:
     )
 
 
-def trace(reply: Reply, kind: str) -> list[dict[str, Any]]:
-    return [s for s in reply.trace["planTrace"]["steps"] if s["type"] == kind]
-
-
-def said(reply: Reply) -> list[str]:
-    return [s["text"] for s in trace(reply, "RESPONSE_STEP")]
-
-
-def skill_events(reply: Reply) -> list[tuple[str, str]]:
-    return [(s["event"], s["skill"]) for s in trace(reply, "SKILL_STEP")]
-
-
 def ignored_signals(reply: Reply) -> list[tuple[str, str]]:
     return [
         (s["signal"], s["reason"])
-        for s in trace(reply, "EVENT_STEP")
+        for s in reply_steps(reply, "EVENT_STEP")
         if s["event"] == "signal_ignored"
     ]
 
@@ -82,7 +70,7 @@ def test_M6_cannot_help_called_before_a_knowledge_search_is_refused_as_not_offer
     run = Driver(make(tmp_path, KNOWLEDGE))
     reply = run.send("buy me a car", CANNOT_HELP, {"say": "Let me look that up first."})
     assert reply.error is None
-    (refusal,) = trace(reply, "REFUSED_STEP")
+    (refusal,) = reply_steps(reply, "REFUSED_STEP")
     assert (refusal["name"], refusal["source"], refusal["cause"]) == (
         "cannot_help",
         "llm",
@@ -91,8 +79,8 @@ def test_M6_cannot_help_called_before_a_knowledge_search_is_refused_as_not_offer
     assert "search_knowledge" in refusal["reason"]
     # The model reads what it reads for any tool it was not offered; nothing was declined.
     assert tool_results(run, "cannot_help") == [{"error": not_offered_message("cannot_help")}]
-    assert BUILTIN_DECLINE not in said(reply)
-    assert ("activated", HANDLER) not in skill_events(reply)
+    assert BUILTIN_DECLINE not in reply_said(reply)
+    assert ("activated", HANDLER) not in reply_skill_events(reply)
     assert reply.text == "Let me look that up first."
     assert reply.actions == []
 
@@ -102,8 +90,8 @@ def test_M6_cannot_help_after_a_knowledge_search_in_the_turn_still_runs(tmp_path
     search = {"tool": "search_knowledge", "args": {"query": "cars"}}
     reply = run.send("buy me a car", search, CANNOT_HELP)
     assert reply.error is None
-    assert trace(reply, "REFUSED_STEP") == []
-    assert said(reply) == [BUILTIN_DECLINE]
+    assert reply_steps(reply, "REFUSED_STEP") == []
+    assert reply_said(reply) == [BUILTIN_DECLINE]
 
 
 def test_M6_search_knowledge_without_a_knowledge_base_is_refused_as_not_offered(
@@ -113,7 +101,7 @@ def test_M6_search_knowledge_without_a_knowledge_base_is_refused_as_not_offered(
     search = {"tool": "search_knowledge", "args": {"query": "opening hours"}}
     reply = run.send("when are you open?", search, {"say": "I cannot look that up."})
     assert reply.error is None
-    (refusal,) = trace(reply, "REFUSED_STEP")
+    (refusal,) = reply_steps(reply, "REFUSED_STEP")
     assert (refusal["name"], refusal["source"], refusal["cause"]) == (
         "search_knowledge",
         "llm",
@@ -123,7 +111,7 @@ def test_M6_search_knowledge_without_a_knowledge_base_is_refused_as_not_offered(
     assert tool_results(run, "search_knowledge") == [
         {"error": not_offered_message("search_knowledge")}
     ]
-    assert trace(reply, "KNOWLEDGE_STEP") == []
+    assert reply_steps(reply, "KNOWLEDGE_STEP") == []
     assert reply.text == "I cannot look that up."
 
 
@@ -154,7 +142,7 @@ def test_M2_a_session_start_signal_mid_session_is_ignored_and_leaves_the_active_
     again = run.send("/session_start")  # the model is not asked: no moves scripted
     assert again.error is None
     assert run.stack() == [("a", "active")]  # not a second active frame on top
-    assert said(again) == [] and skill_events(again) == []
+    assert reply_said(again) == [] and reply_skill_events(again) == []
     assert ignored_signals(again) == [("/session_start", "the session has already started")]
     assert run.session.state.variables["default_session_start.name"] == "Ada"  # not reset
 
@@ -162,10 +150,10 @@ def test_M2_a_session_start_signal_mid_session_is_ignored_and_leaves_the_active_
 def test_M2_a_second_session_start_signal_does_not_run_the_builtin_again(tmp_path: Path) -> None:
     run = Driver(make(tmp_path, {"skills/a/skill.md": prose_skill("a")}))
     first = run.send("hi", {"say": "Hello."})
-    assert ("activated", "default_session_start") in skill_events(first)
+    assert ("activated", "default_session_start") in reply_skill_events(first)
     again = run.send("/session_start")
     assert again.error is None
-    assert skill_events(again) == []
+    assert reply_skill_events(again) == []
     assert ignored_signals(again) == [("/session_start", "the session has already started")]
 
 
@@ -184,14 +172,14 @@ def test_M2_the_resume_offer_answered_no_runs_the_default_completed_override(
 ) -> None:
     run = Driver(make(tmp_path, RESUMABLE))
     offered = run.send("a, then d", start("a"), start("d"), COMPLETE, {"say": "Done with d."})
-    assert said(offered)[-1] == "Would you like to continue with A?"
+    assert reply_said(offered)[-1] == "Would you like to continue with A?"
     assert run.stack() == [("a", "paused")]
     reply = run.send("no")
     assert reply.error is None
     assert run.stack() == []
-    assert said(reply) == ["Anything else for you today?"]
-    assert ("activated", "default_completed") in skill_events(reply)
-    assert ("completed", "default_completed") in skill_events(reply)
+    assert reply_said(reply) == ["Anything else for you today?"]
+    assert ("activated", "default_completed") in reply_skill_events(reply)
+    assert ("completed", "default_completed") in reply_skill_events(reply)
 
 
 def test_M2_the_resume_offer_answered_no_offers_the_next_paused_skill_once(
@@ -203,7 +191,7 @@ def test_M2_the_resume_offer_answered_no_offers_the_next_paused_skill_once(
     reply = run.send("no")
     assert reply.error is None
     assert run.stack() == [("a", "paused")]
-    assert said(reply) == ["Would you like to continue with A?"]
+    assert reply_said(reply) == ["Would you like to continue with A?"]
     assert run.send("yes", {"say": "Back to a."}).text == "Back to a."
     assert run.stack() == [("a", "active")]
 
@@ -212,7 +200,7 @@ def test_M2_the_resume_offer_answered_no_offers_the_next_paused_skill_once(
 
 
 def refused_lifecycle(reply: Reply) -> list[tuple[str, str]]:
-    return [(s["name"], s["reason"]) for s in trace(reply, "REFUSED_STEP")]
+    return [(s["name"], s["reason"]) for s in reply_steps(reply, "REFUSED_STEP")]
 
 
 def requires_refusal(skill_id: str, then: str = "") -> tuple[str, str]:
@@ -231,11 +219,11 @@ def test_M1_a_default_completed_override_whose_requires_fails_leaves_the_builtin
     )
     reply = run.send("a", start("a"), COMPLETE, {"say": "Done with a."})
     assert reply.error is None
-    assert said(reply) == ["Done with a.", BUILTIN_ANYTHING_ELSE]
+    assert reply_said(reply) == ["Done with a.", BUILTIN_ANYTHING_ELSE]
     assert refused_lifecycle(reply) == [
         requires_refusal("default_completed", "; the built-in runs instead")
     ]
-    builtin = [s for s in trace(reply, "SKILL_STEP") if s["skill"] == "default_completed"]
+    builtin = [s for s in reply_steps(reply, "SKILL_STEP") if s["skill"] == "default_completed"]
     assert builtin[0]["builtin"] is True
 
 
@@ -243,7 +231,7 @@ def test_M1_a_disabled_default_completed_override_is_no_override(tmp_path: Path)
     override = saying("More", "utter_more", "disabled: true\n")
     run = Driver(make(tmp_path, {**RESUMABLE, "skills/default_completed/skill.md": override}))
     reply = run.send("a", start("a"), COMPLETE, {"say": "Done with a."})
-    assert said(reply) == ["Done with a.", BUILTIN_ANYTHING_ELSE]
+    assert reply_said(reply) == ["Done with a.", BUILTIN_ANYTHING_ELSE]
 
 
 def test_M1_a_session_start_override_whose_requires_fails_leaves_the_silent_builtin(
@@ -256,11 +244,11 @@ def test_M1_a_session_start_override_whose_requires_fails_leaves_the_silent_buil
     run = Driver(make(tmp_path, files))
     reply = run.send("/session_start")
     assert reply.error is None
-    assert said(reply) == [] and run.stack() == []
+    assert reply_said(reply) == [] and run.stack() == []
     assert refused_lifecycle(reply) == [
         requires_refusal("default_session_start", "; the built-in runs instead")
     ]
-    builtin = [s for s in trace(reply, "SKILL_STEP") if s["skill"] == "default_session_start"]
+    builtin = [s for s in reply_steps(reply, "SKILL_STEP") if s["skill"] == "default_session_start"]
     assert [s["event"] for s in builtin] == ["activated", "completed"]
     assert builtin[0]["builtin"] is True
 
@@ -278,7 +266,7 @@ def test_M1_a_cannot_help_handler_whose_requires_fails_leaves_the_builtin_declin
     reply = run.send("buy a car", start("a"), CANNOT_HELP)
     assert reply.error is None
     assert run.stack() == [("a", "active")]  # not parked for a handler that did not start
-    assert said(reply) == [BUILTIN_DECLINE]
+    assert reply_said(reply) == [BUILTIN_DECLINE]
     assert refused_lifecycle(reply) == [requires_refusal(HANDLER, "; the built-in runs instead")]
 
 
@@ -300,7 +288,7 @@ def test_M1_a_before_end_skill_whose_requires_fails_is_skipped_and_the_session_e
     run = Driver(make(tmp_path, files))
     reply = run.send("/session_end")
     assert reply.error is None
-    assert said(reply) == []
+    assert reply_said(reply) == []
     assert refused_lifecycle(reply) == [requires_refusal("survey")]
     assert reply.ended
 
@@ -312,8 +300,8 @@ def test_M1_a_disabled_before_end_skill_is_skipped_as_disabled(tmp_path: Path) -
         make(tmp_path, {**ENDING, "agent.yml": only_survey, "skills/survey/skill.md": survey})
     )
     reply = run.send("/session_end")
-    assert said(reply) == []
-    (skipped,) = [s for s in trace(reply, "SKILL_STEP") if s["event"] == "skipped"]
+    assert reply_said(reply) == []
+    (skipped,) = [s for s in reply_steps(reply, "SKILL_STEP") if s["event"] == "skipped"]
     assert skipped["skill"] == "survey" and "disabled" in skipped["reason"]
     assert reply.ended
 
@@ -334,15 +322,15 @@ def test_lifecycle_a_second_session_end_does_not_run_finished_before_end_skills_
 ) -> None:
     run = Driver(make(tmp_path, ENDING))
     first = run.send("/session_end", {"say": "How did we do today?"})
-    assert said(first) == ["Goodbye!", "How did we do today?"]
+    assert reply_said(first) == ["Goodbye!", "How did we do today?"]
     assert run.stack() == [("feedback", "active")] and not first.ended
     again = run.send("/session_end")  # the model is not asked: no moves scripted
     assert again.error is None
-    assert said(again) == [] and skill_events(again) == []
+    assert reply_said(again) == [] and reply_skill_events(again) == []
     assert ignored_signals(again) == [("/session_end", "the session is already ending")]
     assert run.stack() == [("feedback", "active")] and not again.ended
     answer = run.send("Great, thanks", COMPLETE, {"say": "Thank you!"})
     assert answer.error is None
-    assert said(answer) == ["Thank you!"]  # the survey did not say goodbye again
-    assert ("activated", "survey") not in skill_events(answer)
+    assert reply_said(answer) == ["Thank you!"]  # the survey did not say goodbye again
+    assert ("activated", "survey") not in reply_skill_events(answer)
     assert answer.ended

@@ -1,17 +1,17 @@
-"""The resume offer (``default_resume_offer``) keeps the gates of any resume: a "yes" to a
-paused skill that can no longer resume (its ``requires`` stopped holding, or it was disabled
-since) is a ``REFUSED_STEP`` naming it, the skill stays paused (only the user's "no" drops
-it) and the turn goes on to the model. The offer itself is no skill a project can override:
-``validate`` says so and points at its wording."""
+"""The resume offer (``default_resume_offer``) keeps the gates of any resume. It names the
+most recent paused skill that can resume now; when none can, ``default_completed`` follows as
+if none waited, and the ones that cannot stay paused. A "yes" to an offered skill that can no
+longer resume (its ``requires`` stopped holding, or it was disabled since the offer) is a
+``REFUSED_STEP`` naming it, the skill stays paused (only the user's "no" drops it) and the turn
+goes on to the model. The offer itself is no skill a project can override: ``validate`` says
+so and points at its wording."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from mantle_helpers import Driver, make, start
+from mantle_helpers import Driver, make, reply_said, reply_skill_events, reply_steps, start
 
-from agentscript.engine.session import Reply
 from agentscript.mantle import load_project
 
 COMPLETE = {"tool": "complete_skill", "args": {}}
@@ -28,30 +28,77 @@ GATED = {
 CLOSE_A = {"tool": "set_fields", "args": {"open": False}}
 
 
-def trace(reply: Reply, kind: str) -> list[dict[str, Any]]:
-    return [s for s in reply.trace["planTrace"]["steps"] if s["type"] == kind]
+ANYTHING_ELSE = "Is there anything else I can help you with?"
+# `b` runs only while d's `open` holds, like `a` in GATED; `a` has no gate.
+TWO_PAUSED = {
+    **GATED,
+    "skills/a/skill.md": "---\nname: A\ndescription: Talk about a.\n---\nTalk about a.\n",
+    "skills/b/skill.md": GATED["skills/a/skill.md"].replace("A", "B").replace(" a.", " b."),
+}
 
 
-def said(reply: Reply) -> list[str]:
-    return [s["text"] for s in trace(reply, "RESPONSE_STEP")]
-
-
-def offered_a_then_closed_it(run: Driver) -> None:
-    """Turn 1: a starts, d interrupts it, closes a's gate and completes: a is offered."""
-    reply = run.send("a, then d", start("a"), start("d"), CLOSE_A, COMPLETE, {"say": "Done."})
-    assert reply.error is None
-    assert said(reply)[-1] == OFFER
-    assert run.stack() == [("a", "paused")]
-
-
-def test_M1_a_yes_to_the_resume_offer_whose_skill_requires_no_longer_holds_is_refused(
+def test_M1_no_resume_offer_names_a_paused_skill_whose_requires_no_longer_holds(
     tmp_path: Path,
 ) -> None:
     run = Driver(make(tmp_path, GATED))
-    offered_a_then_closed_it(run)
+    reply = run.send("a, then d", start("a"), start("d"), CLOSE_A, COMPLETE, {"say": "Done."})
+    assert reply.error is None
+    # As when no paused skill waits: the user is not asked about a skill a yes cannot resume.
+    assert reply_said(reply) == ["Done.", ANYTHING_ELSE]
+    assert ("activated", "default_resume_offer") not in reply_skill_events(reply)
+    assert ("activated", "default_completed") in reply_skill_events(reply)
+    assert run.stack() == [("a", "paused")]  # kept: it resumes once its gate holds again
+
+
+def offered_a_over_a_closed_b(run: Driver) -> None:
+    """Turn 1: a, then b, then d start; d closes b's gate and completes. b paused last but
+    cannot resume, so a is offered."""
+    reply = run.send(
+        "a, b, d", start("a"), start("b"), start("d"), CLOSE_A, COMPLETE, {"say": "Done."}
+    )
+    assert reply.error is None
+    assert reply_said(reply) == ["Done.", OFFER]
+    assert run.stack() == [("a", "paused"), ("b", "paused")]
+
+
+def test_M1_the_resume_offer_names_the_most_recent_paused_skill_that_can_resume(
+    tmp_path: Path,
+) -> None:
+    run = Driver(make(tmp_path, TWO_PAUSED))
+    offered_a_over_a_closed_b(run)
+    reply = run.send("yes", {"say": "Back to a."})
+    assert reply.error is None
+    assert reply_steps(reply, "REFUSED_STEP") == []
+    assert ("resumed", "a") in reply_skill_events(reply)
+    assert run.stack() == [("b", "paused"), ("a", "active")]
+
+
+def test_M1_the_resume_offer_answered_no_drops_the_offered_skill_not_a_more_recent_one(
+    tmp_path: Path,
+) -> None:
+    run = Driver(make(tmp_path, TWO_PAUSED))
+    offered_a_over_a_closed_b(run)
+    reply = run.send("no")
+    assert reply.error is None
+    (dropped,) = [s for s in reply_steps(reply, "SKILL_STEP") if s["event"] == "cancelled"]
+    assert (dropped["skill"], dropped["reason"]) == ("a", "dropped")
+    # b cannot resume, so nothing more is offered and default_completed follows.
+    assert run.stack() == [("b", "paused")]
+    assert reply_said(reply) == [ANYTHING_ELSE]
+
+
+def test_M1_a_yes_to_the_resume_offer_whose_skill_requires_stopped_holding_is_refused(
+    tmp_path: Path,
+) -> None:
+    run = Driver(make(tmp_path, GATED))
+    offered = run.send("a, then d", start("a"), start("d"), COMPLETE, {"say": "Done."})
+    assert reply_said(offered)[-1] == OFFER
+    # Between the offer and the answer the host closes a's gate (a sign-out, say).
+    saved = run.session.to_json()
+    run.session = run.session.agent.restore(saved, model=run.model, variables={"d.open": False})
     reply = run.send("yes", {"say": "A is not available now."})
     assert reply.error is None
-    (refusal,) = trace(reply, "REFUSED_STEP")
+    (refusal,) = reply_steps(reply, "REFUSED_STEP")
     assert (refusal["name"], refusal["source"], refusal["skill"]) == (
         "a",
         "deterministic",
@@ -61,9 +108,8 @@ def test_M1_a_yes_to_the_resume_offer_whose_skill_requires_no_longer_holds_is_re
     # Kept for the user to resume once its gate holds again; the model answers meanwhile.
     assert run.stack() == [("a", "paused")]
     assert reply.text == "A is not available now."
-    events = [(s["event"], s["skill"]) for s in trace(reply, "SKILL_STEP")]
-    assert ("completed", "default_resume_offer") in events
-    assert ("resumed", "a") not in events
+    assert ("completed", "default_resume_offer") in reply_skill_events(reply)
+    assert ("resumed", "a") not in reply_skill_events(reply)
 
 
 def test_M1_a_skill_disabled_since_it_paused_is_not_resumed_by_the_offer_or_the_model(
@@ -77,7 +123,7 @@ def test_M1_a_skill_disabled_since_it_paused_is_not_resumed_by_the_offer_or_the_
     run.session.agent.project.skills["a"].disabled = True
     reply = run.send("yes", start("a"), {"say": "A is gone."})
     assert reply.error is None
-    reasons = [(s["name"], s["reason"]) for s in trace(reply, "REFUSED_STEP")]
+    reasons = [(s["name"], s["reason"]) for s in reply_steps(reply, "REFUSED_STEP")]
     assert reasons == [
         ("a", "cannot resume 'a' now: skill 'a' is disabled"),
         ("activate_skill", "cannot resume 'a' now: skill 'a' is disabled"),
@@ -85,7 +131,7 @@ def test_M1_a_skill_disabled_since_it_paused_is_not_resumed_by_the_offer_or_the_
     assert run.stack() == [("a", "paused")]
     assert reply.text == "A is gone."
     # Nor is it offered in the prompt, which said "Paused skills (...): a" before.
-    prompts = [s["instructions"] for s in trace(reply, "RESOLUTION_STEP")]
+    prompts = [s["instructions"] for s in reply_steps(reply, "RESOLUTION_STEP")]
     assert prompts and not any("Paused skills" in text for text in prompts)
 
 
@@ -95,7 +141,7 @@ def test_M2_a_yes_to_the_resume_offer_still_resumes_a_skill_whose_gate_holds(
     run = Driver(make(tmp_path, GATED))
     run.send("a, then d", start("a"), start("d"), COMPLETE, {"say": "Done."})
     reply = run.send("yes", {"say": "Back to a."})
-    assert trace(reply, "REFUSED_STEP") == []
+    assert reply_steps(reply, "REFUSED_STEP") == []
     assert run.stack() == [("a", "active")]
     assert reply.text == "Back to a."
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mantle_helpers import Driver, make, start
+from mantle_helpers import Driver, make, reply_said, reply_steps, start
 
 from agentscript.engine.session import Reply
 from agentscript.limits import Limits
@@ -31,11 +31,7 @@ SKILLS = {
 
 
 def refusals(reply: Reply) -> list[dict[str, Any]]:
-    return [s for s in reply.trace["planTrace"]["steps"] if s["type"] == "REFUSED_STEP"]
-
-
-def said(reply: Reply) -> list[str]:
-    return [s["text"] for s in reply.trace["planTrace"]["steps"] if s["type"] == "RESPONSE_STEP"]
+    return reply_steps(reply, "REFUSED_STEP")
 
 
 # --- cannot_help: the unsupported-request handler ------------------------------------------
@@ -115,7 +111,7 @@ def test_M2_a_before_end_skill_already_on_the_stack_is_not_pushed_and_the_sessio
     assert refusal["name"] == "feedback" and refusal["source"] == "deterministic"
     assert "cannot start 'feedback' now" in refusal["reason"]
     assert "already on the stack (paused)" in refusal["reason"]
-    assert said(reply) == ["Goodbye!"]  # the next before_end skill still ran
+    assert reply_said(reply) == ["Goodbye!"]  # the next before_end skill still ran
     assert reply.ended
 
 
@@ -132,7 +128,7 @@ def test_M2_a_full_stack_skips_the_before_end_skills_and_the_session_still_ends(
     (refusal,) = refusals(reply)
     assert refusal["name"] == "survey"
     assert "Limits.max_stack_depth = 1" in refusal["reason"]
-    assert said(reply) == []
+    assert reply_said(reply) == []
     assert reply.ended
 
 
@@ -156,7 +152,7 @@ def test_M2_a_second_session_start_signal_does_not_stack_the_session_start_skill
     again = run.send("/session_start")  # a channel may send it again; the model is not asked
     assert again.error is None
     assert run.stack() == [("default_session_start", "active")]
-    assert refusals(again) == [] and said(again) == []
+    assert refusals(again) == [] and reply_said(again) == []
     (ignored,) = [s for s in again.trace["planTrace"]["steps"] if s["type"] == "EVENT_STEP"]
     assert (ignored["event"], ignored["signal"]) == ("signal_ignored", "/session_start")
     answer = run.send("Ada", {"tool": "set_fields", "args": {"name": "Ada"}}, {"say": "Hi Ada."})

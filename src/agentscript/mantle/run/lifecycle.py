@@ -3,14 +3,16 @@
 - ``default_session_start`` runs at session start (the first turn, or a ``/session_start``
   message from a channel, which then never reaches the model). Built in, it says nothing. A
   ``/session_start`` once the session started is ignored (``EVENT_STEP signal_ignored``).
-- ``default_completed`` runs after a user skill completes and the stack is empty: built in,
-  it says ``utter_can_do_something_else``.
+- ``default_completed`` runs after a user skill completes and no skill on the stack is
+  active or can resume: built in, it says ``utter_can_do_something_else``.
 - The resume offer (``default_resume_offer``) runs after an interrupting skill ends while a
-  paused skill waits: it says ``utter_ask_wants_to_continue``; a plain yes on the next turn
-  resumes the paused skill at the same step (its question is asked again), a plain no drops
-  it from the stack and ``default_completed`` follows (the project's, as after any ending);
-  any other answer goes to the model, which still sees the paused skill. A yes to a skill
-  that cannot resume now (:func:`resume_offered`) is refused and the model answers. Only its
+  paused skill that can resume waits (:func:`~.transitions.resumable`, the most recent one;
+  one whose ``requires`` stopped holding or that was disabled is not offered and stays
+  paused): it says ``utter_ask_wants_to_continue``; a plain yes on the next turn resumes the
+  offered skill at the same step (its question is asked again), a plain no drops it from the
+  stack and ``default_completed`` follows (the project's, as after any ending); any other
+  answer goes to the model, which still sees the paused skill. A yes to a skill that cannot
+  resume by then (:func:`resume_offered`) is refused and the model answers. Only its
   wording is the project's: a skill of that id is no override (``validate`` warns).
 - ``default_unsupported_request_handler`` runs when the model calls the ``cannot_help``
   engine tool: built in, it says ``utter_cannot_help`` and ends the turn. A call of it when
@@ -58,6 +60,7 @@ from agentscript.mantle.run.transitions import (
     drop_paused,
     push_refusal,
     requires_refusal,
+    resumable,
     start_refusal,
     start_skill,
 )
@@ -213,7 +216,7 @@ async def before_turn(runner: TurnLoop) -> bool:
         if answer:
             await resume_offered(runner, offer["skill"])
         else:
-            drop_paused(ctx)
+            drop_paused(ctx, offer["skill"])
             await follow_up(runner, completed=True)
         return True
     return False
@@ -271,15 +274,18 @@ async def follow_up(runner: TurnLoop, *, completed: bool) -> None:
 
 
 def after_skills_ended(ctx: TurnContext, *, completed: bool) -> str | None:
-    """Offer to resume a paused skill, or run ``default_completed`` when nothing is left.
+    """Offer to resume a paused skill, or run ``default_completed`` when none can resume.
     Returns the id of a project override to start (the caller runs it). Nothing while an
     offer made this turn waits (a "no" that dropped one skill offered the next already)."""
     data = ctx.stack.data
     if ctx.stack.active() is not None or data["ending"] is not None or data["offer"] is not None:
         return None
-    paused = ctx.stack.paused()
-    if paused:
-        skill = ctx.project.skills[paused[0]["skill"]]
+    # A paused skill that cannot resume now is not offered (a yes would be refused); it
+    # stays paused until its gate holds again, and the ending is followed up as if it were
+    # not there.
+    candidates = resumable(ctx)
+    if candidates:
+        skill = ctx.project.skills[candidates[0]["skill"]]
         ctx.stack.data["offer"] = {"skill": skill.id}
         skill_event(
             ctx.trace, event="activated", skill=RESUME_OFFER_SKILL, kind="engine", offers=skill.id
@@ -291,7 +297,7 @@ def after_skills_ended(ctx: TurnContext, *, completed: bool) -> str | None:
                 text, ResponseKind.LIFECYCLE, response=ASK_TO_CONTINUE, skill=RESUME_OFFER_SKILL
             )
         return None
-    if ctx.stack.frames or not completed:
+    if not completed:
         return None
     if takes_over(ctx, COMPLETED_SKILL):
         return COMPLETED_SKILL

@@ -17,7 +17,7 @@ from agentscript.mantle.run.instruction_lines import instruction_lines
 from agentscript.mantle.run.lifecycle import cannot_help_offered
 from agentscript.mantle.run.skill_control import knowledge_withheld
 from agentscript.mantle.run.stack import BlockEntry, SkillStack
-from agentscript.mantle.run.transitions import resume_refusal
+from agentscript.mantle.run.transitions import resumable
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ToolSpec
 from agentscript.trace import elapsed_ms
@@ -33,11 +33,7 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
     frame = ctx.stack.active()
     offered = offered_skills(project, memory)
     offered_ids = {s.id for s in offered}
-    paused = [
-        f["skill"]
-        for f in ctx.stack.paused()
-        if resume_refusal(ctx, project.skills[f["skill"]]) is None
-    ]
+    paused = [f["skill"] for f in resumable(ctx)]
     activatable = [s.id for s in offered] + [s for s in paused if s not in offered_ids]
     parts: list[str] = []
     tools: list[ToolSpec] = []

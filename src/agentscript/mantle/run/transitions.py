@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.mantle.model import ReferenceKind, Skill
-from agentscript.mantle.queries import holds, offered_skills
+from agentscript.mantle.queries import engine_managed, holds, offered_skills
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import advance_past_call, step_at
 from agentscript.mantle.run.collect import reask
@@ -100,9 +100,10 @@ def forget_pending(ctx: TurnContext, frame: Frame) -> None:
         ctx.stack.pending = None
 
 
-def drop_paused(ctx: TurnContext) -> dict[str, Any]:
-    """``cancel_skill`` with no active skill: drop the most recently paused one."""
-    paused = ctx.stack.paused()
+def drop_paused(ctx: TurnContext, skill_id: str | None = None) -> dict[str, Any]:
+    """``cancel_skill`` with no active skill: drop the most recently paused one, or the paused
+    ``skill_id`` (the one the resume offer named, which need not be the most recent)."""
+    paused = [f for f in ctx.stack.paused() if skill_id in (None, f["skill"])]
     if not paused:
         return {"error": "no skill to cancel"}
     dropped = paused[0]
@@ -199,6 +200,22 @@ def resume_refusal(ctx: TurnContext, skill: Skill) -> str | None:
     return requires_refusal(ctx, skill)
 
 
+def resumable(ctx: TurnContext) -> list[Frame]:
+    """The paused frames that can resume now (:func:`resume_refusal`), most recent first:
+    the ones the prompt lists and the resume offer may name."""
+    skills = ctx.project.skills
+    return [f for f in ctx.stack.paused() if resume_refusal(ctx, skills[f["skill"]]) is None]
+
+
+def not_offered_refusal(skill: Skill) -> str:
+    """Why ``skill``, which ``offered_skills`` leaves out, cannot be activated."""
+    if skill.disabled:
+        return f"skill '{skill.id}' is disabled"
+    if engine_managed(skill):
+        return f"skill '{skill.id}' is run by the engine; activate_skill cannot start it"
+    return f"skill '{skill.id}' is not available now (its requires does not hold)"
+
+
 def push_refusal(ctx: TurnContext, skill_id: str, *, replacing: Frame | None = None) -> str | None:
     """Why the stack cannot take a frame for ``skill_id`` now (None: it can): one frame per
     skill, at most ``Limits.max_stack_depth`` frames. Every start asks, the engine's
@@ -271,7 +288,7 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
     existing = ctx.stack.find(skill_id)
     offered = {s.id for s in offered_skills(ctx.project, ctx.memory)}
     if existing is None and skill_id not in offered:
-        return {"error": f"skill '{skill_id}' is not available now (its requires does not hold)"}
+        return {"error": not_offered_refusal(target)}
     status: dict[str, Any]
     if existing is not None:
         if existing["status"] == PARKED:
