@@ -29,7 +29,7 @@ from agentscript.integrations.mcp_server import SHUTDOWN_GRACE
     type=click.IntRange(min=0),
     default=SHUTDOWN_GRACE,
     show_default=True,
-    help="Seconds the calls running at SIGTERM get to finish; then they are cut.",
+    help="Seconds the calls running at SIGTERM (or, over stdio, at the end of stdin) get to finish; then they are cut.",
 )
 @trace_dir_option
 def mcp_serve(

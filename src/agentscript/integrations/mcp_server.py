@@ -17,8 +17,9 @@ first), and one turn runs at a time per session. Over stdio (default) or streama
 Bearer`` and listening off loopback needs them.
 
 One JSON-RPC message is at most ``MAX_WIRE_MESSAGE_BYTES`` on either transport. Over HTTP a
-longer body gets ``413``; over stdio (``mcp_stdio``, which also says how signals stop it
-there) a longer line is dropped as it is read and answered with a JSON-RPC error.
+longer body gets ``413``; over stdio (``mcp_stdio``, which also says how signals and the end
+of stdin stop it there) a longer line is dropped as it is read and answered with a JSON-RPC
+error.
 
 Over HTTP a graceful stop (``SIGTERM``, a first Ctrl-C) stops as ``agentscript serve`` does:
 no new connection, and the tool calls already running get their result within

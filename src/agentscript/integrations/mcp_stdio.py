@@ -18,8 +18,17 @@ Signals stop it as they stop the server over HTTP (``agentscript serve``'s stops
 ``SIGINT``, ``SIGTERM`` or ``SIGHUP`` stops reading stdin, refuses new tool calls, waits up to
 the grace for the requests read to be answered, then ends (exit 0); what is still running then
 is cut (its client gets the SDK's ``Connection closed`` error) and the log says how many. A
-second Ctrl-C ends the grace at once (exit 130); a third ends the process on the spot, for a
-shutdown that hangs itself (a client that no longer reads stdout).
+second Ctrl-C ends the grace at once (exit 130); a third ends the process on the spot.
+
+The end of stdin (a client that wrote its requests and closed its end, or a file redirected to
+stdin) stops it as the first signal does, without refusing anything: every request read gets
+its answer within the grace (the SDK alone would cut them all the moment stdin ends), then it
+ends (exit 0). A signal during that wait is a second one (a Ctrl-C cuts at once).
+
+Once the requests are answered or cut, the SDK's transport gets what is left of the grace, and
+at least ``FINAL_FLUSH``, to end; past that the process exits on its own (logged), where a
+client that no longer reads stdout held it for good: the SDK writes stdout in a thread that
+then stays blocked, and is waited for.
 """
 
 from __future__ import annotations
@@ -54,6 +63,11 @@ TOO_LARGE_CODE = -32600
 TOO_LARGE_TEXT = "message too large"
 # The signals that stop the server, as they stop `agentscript serve` (SIGHUP: a closed terminal).
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Seconds the SDK's transport gets at least, once the requests are answered or cut, to write
+# the cut ones' errors and end, before the process exits without it. Its own bound on each
+# such write is 1 s (mcp.shared.jsonrpc_dispatcher._SHUTDOWN_WRITE_TIMEOUT), and they run
+# side by side; an unblocked transport ends in milliseconds.
+FINAL_FLUSH = 1.5
 
 log = logging.getLogger("agentscript.mcp")
 
@@ -201,11 +215,11 @@ class StdinReader:
 
 class OwedAnswers:
     """The JSON-RPC requests read and not answered yet, by id: what a graceful stop waits for.
-    ``reading`` and ``answering`` wrap the SDK's two streams to note them; a request the
+    :class:`NotedReads` and :class:`NotedSends` show it the SDK's two streams; a request the
     client cancels is owed nothing (the SDK then never answers it). An answer counts once the
     SDK's stdout writer took it: the transport writes what it took before it ends, where a
     tool's return (``AgentTools.running``) comes before its answer is even sent, and the SDK
-    cuts every request still unanswered when stdin ends."""
+    cuts every request still unanswered when its read stream ends."""
 
     def __init__(self) -> None:
         self._owed: Counter[Any] = Counter()
@@ -233,12 +247,6 @@ class OwedAnswers:
         self._owed[key] -= 1
         if self._owed[key] <= 0:
             del self._owed[key]
-
-    def reading(self, stream: ReadStream[SessionMessage | Exception]) -> NotedReads:
-        return NotedReads(stream, self.read)
-
-    def answering(self, stream: WriteStream[SessionMessage]) -> NotedSends:
-        return NotedSends(stream, self.sent)
 
 
 def _key(request_id: Any) -> Any:
@@ -283,15 +291,18 @@ class _Wrapped:
 
 
 class NotedReads(_Wrapped):
-    """The SDK's read stream, each item shown to ``note`` as it passes."""
+    """The SDK's read stream, each item shown to ``note`` as it passes; its end is passed on
+    once ``at_end()`` returned, since the SDK cuts every request unanswered at that end."""
 
     def __init__(
         self,
         inner: ReadStream[SessionMessage | Exception],
         note: Callable[[SessionMessage | Exception], None],
+        at_end: Callable[[], Awaitable[None]],
     ) -> None:
         super().__init__(inner)
         self._note = note
+        self._at_end = at_end
 
     @property
     def last_context(self) -> Any:
@@ -299,7 +310,11 @@ class NotedReads(_Wrapped):
         return getattr(self._inner, "last_context", None)
 
     async def receive(self) -> SessionMessage | Exception:
-        item: SessionMessage | Exception = await self._inner.receive()
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except anyio.EndOfStream:
+            await self._at_end()
+            raise
         self._note(item)
         return item
 
@@ -327,8 +342,10 @@ class NotedSends(_Wrapped):
         self._note(item)
 
 
-class SignalStop:
-    """The stops of the module's docstring, driven by the signals ``watch`` receives."""
+class StdioStop:
+    """The stops of the module's docstring: by the signals ``watch`` receives, or by the end
+    of stdin (``stdin_ended``), whichever comes first; ``bound_the_end`` ends the process if
+    the transport does not end after them."""
 
     def __init__(
         self, tools: AgentTools, reader: StdinReader, owed: OwedAnswers, grace: float
@@ -338,30 +355,70 @@ class SignalStop:
         self.owed = owed
         self.grace = grace
         self.exit_code = ExitCode.OK
-        self.signals = 0
+        self.stopping = False
+        self._drained = anyio.Event()
+
+    def _first(self) -> bool:
+        """Whether the stop now beginning is the first: the one that drains."""
+        first = not self.stopping
+        self.stopping = True
+        return first
 
     async def watch(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         with anyio.open_signal_receiver(*STOPPING) as received:
             task_status.started()
             async with anyio.create_task_group() as draining:
                 async for sig in received:
-                    self.signals += 1
-                    if self.signals == 1:
-                        draining.start_soon(self.drain)
-                    elif sig == signal.SIGINT:
-                        self.stop_at_once()
+                    self.on_signal(sig, draining)
+
+    def on_signal(self, sig: int, draining: anyio.abc.TaskGroup) -> None:
+        """The first stop drains in ``draining``; a Ctrl-C after it, a signal's or the end of
+        stdin's, cuts at once."""
+        if self._first():
+            draining.start_soon(self.drain)
+        elif sig == signal.SIGINT:
+            self.stop_at_once()
 
     async def drain(self) -> None:
         """Stop reading, let the requests read get their answer within the grace, then end."""
         self.reader.hold()
         await self.tools.finish_turns(self.grace)  # new calls refused, running ones end
-        await within_grace(lambda: len(self.owed) > 0, self.grace)  # their answers written
-        if cut := len(self.owed):
-            if self.exit_code == ExitCode.INTERRUPTED:
-                log.error("stopped at once: %d request(s) cut", cut)
-            else:
-                log.error("shutdown: %d turn(s) cut after the %g s grace", cut, self.grace)
+        await self._wait_for_answers()
         self.reader.end()
+
+    async def stdin_ended(self) -> None:
+        """Hold the end of stdin back from the SDK until the requests read are answered
+        (within the grace), or until the signal's drain under way ended. Nothing is refused:
+        once stdin ended, nothing new comes."""
+        if self._first():
+            ShutdownClock.mark()
+            await self._wait_for_answers()
+        else:
+            await self._drained.wait()
+
+    async def _wait_for_answers(self) -> None:
+        """Wait for the answers owed, within the grace, then log how many are cut."""
+        try:
+            await within_grace(lambda: len(self.owed) > 0, self.grace)
+            if cut := len(self.owed):
+                if self.exit_code == ExitCode.INTERRUPTED:
+                    log.error("stopped at once: %d request(s) cut", cut)
+                else:
+                    log.error("shutdown: %d turn(s) cut after the %g s grace", cut, self.grace)
+        finally:
+            self._drained.set()
+
+    async def bound_the_end(self) -> None:
+        """Once drained, end the process if the transport still runs after what is left of
+        the grace, and at least ``FINAL_FLUSH``: its stdout writer is blocked in a thread
+        (the client no longer reads stdout), which nothing can cancel."""
+        await self._drained.wait()
+        await anyio.sleep(max(ShutdownClock.left(self.grace), FINAL_FLUSH))
+        log.error(
+            "shutdown: stdout is not read: exiting with answers unwritten after the %g s grace",
+            self.grace,
+        )
+        os._exit(self.exit_code)
 
     def stop_at_once(self) -> None:
         if self.exit_code == ExitCode.INTERRUPTED:
@@ -403,17 +460,19 @@ async def serve_stdio(
     ShutdownClock.reset()
     with _claimed_stdin() as wire:
         reader = StdinReader(wire)
-        stop = SignalStop(tools, reader, OwedAnswers(), grace)
-        async with anyio.create_task_group() as signals:
-            await signals.start(stop.watch)
-            await _serve(server, reader, limit, stop.owed)
-            signals.cancel_scope.cancel()
+        stop = StdioStop(tools, reader, OwedAnswers(), grace)
+        async with anyio.create_task_group() as stopping:
+            await stopping.start(stop.watch)
+            stopping.start_soon(stop.bound_the_end)
+            await _serve(server, reader, limit, stop)
+            stopping.cancel_scope.cancel()
     return stop.exit_code
 
 
-async def _serve(server: MCPServer, reader: StdinReader, limit: int, owed: OwedAnswers) -> None:
+async def _serve(server: MCPServer, reader: StdinReader, limit: int, stop: StdioStop) -> None:
     """The SDK's transport, reading :class:`BoundedLines` of ``reader`` instead of the
-    unbounded lines of its own reader, with ``owed`` noting requests and answers."""
+    unbounded lines of its own reader, with ``stop.owed`` noting requests and answers and
+    the end of stdin passed on once ``stop`` lets it."""
     from mcp.server.stdio import stdio_server
 
     answer = TooLargeAnswer(limit)
@@ -423,7 +482,7 @@ async def _serve(server: MCPServer, reader: StdinReader, limit: int, owed: OwedA
         answer.write_stream = write_stream
         lowlevel = server._lowlevel_server
         await lowlevel.run(
-            owed.reading(read_stream),
-            owed.answering(write_stream),
+            NotedReads(read_stream, stop.owed.read, stop.stdin_ended),
+            NotedSends(write_stream, stop.owed.sent),
             lowlevel.create_initialization_options(),
         )
