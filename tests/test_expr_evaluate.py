@@ -739,6 +739,26 @@ def test_bad_type_names(type_name: str, param: str | None, message: str) -> None
     assert not type_matches([], type_name, param)
 
 
+@pytest.mark.parametrize(
+    ("type_name", "param", "shown"),
+    [
+        (("list", "number"), None, "the tuple ('list', 'number')"),
+        (["list", "number"], None, "the list ['list', 'number']"),  # unhashable: past the cache
+        (None, None, "the NoneType None"),
+        ("list", 5, "the int 5"),
+    ],
+)
+def test_a_type_that_is_not_a_string_is_a_type_mismatch(
+    type_name: object, param: object, shown: str
+) -> None:
+    # The documented API takes the item type as `param`, never a (type, item) tuple.
+    with pytest.raises(TypeMismatch) as info:
+        coerce_to_type([1, "2"], type_name, param)  # type: ignore[arg-type]
+    assert f"a type is a string such as 'number' or 'list[number]', not {shown}" in str(info.value)
+    assert "coerce_to_type(value, 'list', 'number')" in info.value.message
+    assert not type_matches([1], type_name, param)  # type: ignore[arg-type]
+
+
 def test_parse_type() -> None:
     assert parse_type("List[ Number ]") == ("list", "Number")
     assert parse_type("BOOLEAN") == ("boolean", None)

@@ -94,9 +94,8 @@ def _integrated(agent: AgentBase, file: Path) -> AgentBase:
     try:
         configure_agent(agent)
     except (ConfigError, BudgetConfigError, TelemetryConfigError) as exc:
-        config = find_config(file)
-        diag = _file_error("config-error", str(exc), config or file)
-        raise AgentScriptError([diag], str(config or file)) from None
+        diag = config_error(file, exc)
+        raise AgentScriptError([diag], diag.file) from None
     return agent
 
 
@@ -106,7 +105,27 @@ def _limits(file: Path) -> Limits:
     try:
         limits, _ = configured_limits(file)
     except ValueError as exc:
-        config = find_config(file)
-        diag = _file_error("invalid-limits", f"{exc}; fix the [limits] table", config or file)
-        raise AgentScriptError([diag], str(config or file)) from None
+        diag = limits_error(file, exc)
+        raise AgentScriptError([diag], diag.file) from None
     return limits
+
+
+# `agentscript.load` and `agentscript validate` (validation.config_diagnostics) report a bad
+# table of agentscript.toml with these two, so both give the same code, file and position.
+
+
+def limits_error(file: Path, exc: ValueError) -> Diagnostic:
+    """``invalid-limits`` on the ``agentscript.toml`` that applies to ``file``: ``exc`` is
+    the ValueError :func:`configured_limits` raised."""
+    return _on_config("invalid-limits", f"{exc}; fix the [limits] table", file)
+
+
+def config_error(file: Path, exc: Exception) -> Diagnostic:
+    """``config-error`` on the ``agentscript.toml`` that applies to ``file``: ``exc`` names
+    the table and the fix."""
+    return _on_config("config-error", str(exc), file)
+
+
+def _on_config(code: str, message: str, file: Path) -> Diagnostic:
+    # A table of the file as a whole has no line of its own: the file's first position.
+    return _file_error(code, message, find_config(file) or file)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentscript.authoring.gates import gate_proofs
+from agentscript.authoring.gates import gate_proofs, load_asserts
 from agentscript.authoring.graph import (
     EdgeKind,
     Graph,
@@ -227,6 +227,85 @@ def test_an_unreadable_assert_is_reported(tmp_path: Path) -> None:
     result = invoke("check-gates", agent)
     assert result.exit_code == 2
     assert "does not read '<tool> never offered unless <condition>'" in result.stderr
+
+
+GATED = "available when @variables.is_verified == True"
+
+
+def test_an_assert_naming_no_tool_of_the_agent_is_invalid_with_the_close_name(
+    tmp_path: Path,
+) -> None:
+    # A typo would otherwise hold on every path: the tool it names is never offered.
+    agent = _project(tmp_path, 'description: "x"', "refnd never offered unless is_verified")
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 2, result.output
+    assert "assert 1: the agent has no tool 'refnd'. Did you mean 'refund'?" in result.stderr
+    assert "All 1 assertions hold." not in result.stdout
+    validate = invoke("validate", agent)
+    assert validate.exit_code == 1
+    assert "error[assert-invalid]" in validate.stdout and "no tool 'refnd'" in validate.stdout
+
+
+def test_an_assert_naming_an_unrelated_name_lists_the_tools(tmp_path: Path) -> None:
+    agent = _project(tmp_path, GATED, "payout never offered unless is_verified")
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 2
+    assert "the agent has no tool 'payout'. Name one of its tools: refund, verify" in (
+        result.stderr
+    )
+    assert "Did you mean" not in result.stderr
+
+
+def test_an_assert_naming_the_action_instead_of_its_tool_is_invalid(tmp_path: Path) -> None:
+    # refund_order is offered ungated as `refund`: a rule on the action's name must not hold.
+    agent = _project(tmp_path, 'description: "x"', "refund_order never offered unless is_verified")
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 2
+    assert "'refund_order' is an action; name the tool the model sees it as: refund" in (
+        result.stderr
+    )
+
+
+def test_an_assert_on_an_action_no_node_offers_holds(tmp_path: Path) -> None:
+    agent = _project(tmp_path, GATED, "payout_order never offered unless is_verified")
+    agent.write_text(
+        agent.read_text()
+        + '        payout_order:\n            description: "Pay out"\n'
+        + '            target: "flow://Payout"\n'
+    )
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 0, result.output
+    assert "All 1 assertions hold." in result.stdout
+
+
+def test_load_asserts_checks_tool_names_against_a_given_outline(tmp_path: Path) -> None:
+    agent = _project(tmp_path, GATED, "refnd never offered unless is_verified")
+    agent.write_text("not an agent")  # the outline given is used, not the file
+    rules, problems = load_asserts(agent, outline_of(swap(REFUND, "GUARD", GATED)))
+    assert rules == []
+    assert problems == [
+        f"{tmp_path / 'agentscript.toml'}: assert 1: the agent has no tool 'refnd'. "
+        "Did you mean 'refund'? Name one of its tools: refund, verify"
+    ]
+
+
+def test_asserts_come_from_agentscript_config_like_the_other_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The toml beside the agent holds; the one $AGENTSCRIPT_CONFIG names does not.
+    agent = _project(tmp_path, 'description: "x"', "verify never offered unless is_verified")
+    assert invoke("check-gates", agent).exit_code == 1
+    chosen = tmp_path / "elsewhere" / "chosen.toml"
+    chosen.parent.mkdir()
+    chosen.write_text('[[assert]]\nrule = "refund never offered unless is_verified"\n')
+    monkeypatch.setenv("AGENTSCRIPT_CONFIG", str(chosen))
+    result = invoke("check-gates", agent)
+    assert result.exit_code == 1
+    assert "'refund never offered unless is_verified' fails in main" in result.stdout
+    assert "verify never offered" not in result.stdout
+    monkeypatch.setenv("AGENTSCRIPT_CONFIG", str(tmp_path / "missing.toml"))
+    no_rules = invoke("check-gates", agent)  # a named file that is missing: no configuration
+    assert no_rules.exit_code == 0 and "ASSERT FAILED" not in no_rules.stdout
 
 
 # Everything Mermaid or Graphviz could read as syntax, markup or an entity inside a label.

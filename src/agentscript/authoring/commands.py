@@ -173,7 +173,7 @@ def gates_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:
         )
         return 2
     proofs = gate_proofs(loaded.outline)
-    asserts, problems = load_asserts(path)
+    asserts, problems = load_asserts(path, loaded.outline)
     for problem in problems:
         err.write(f"{terminal_safe(str(problem))}\n")
     if problems:

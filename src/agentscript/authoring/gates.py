@@ -29,7 +29,7 @@ from agentscript.check.outline import AgentOutline
 from agentscript.engine.program import Program
 from agentscript.expr.nodes import AtName, Expr, Literal, Member
 from agentscript.expr.parser import parse_expression
-from agentscript.models.config import read_toml
+from agentscript.models.config import find_config, read_toml
 from agentscript.syntax.tree import Block, CollectStmt, IfStmt, RunStmt, SetStmt
 
 ANY = object()  # a write whose value is not known statically (an action output, the model)
@@ -254,6 +254,7 @@ class Assertion:
     tool: str
     condition: Expr
     source: str
+    index: int = 0  # its place among the file's [[assert]] tables, from 1 (for messages)
 
 
 @dataclass(slots=True)
@@ -277,12 +278,28 @@ class AssertFailure:
         }
 
 
-def load_asserts(agent_path: Path) -> tuple[list[Assertion], list[str]]:
-    """The ``[[assert]]`` rules of the ``agentscript.toml`` beside the agent (or a parent
-    folder). Returns the rules and the problems that keep a rule from being read."""
-    config = _find_config(agent_path)
-    if config is None:
-        return [], []
+def load_asserts(agent_path: Path, outline: AgentOutline) -> tuple[list[Assertion], list[str]]:
+    """The ``[[assert]]`` rules of the ``agentscript.toml`` that applies to the agent (the
+    one :func:`~agentscript.models.config.find_config` picks, as for ``[limits]``). Returns
+    the rules and the problems that keep a rule from being read or from applying: a rule
+    naming a tool the agent does not have would hold on every path, so it is a problem.
+
+    ``outline`` is the agent's checked outline, whose tools the rules are compared with."""
+    rules, problems = _read_rules(agent_path)
+    known: list[Assertion] = []
+    for rule in rules:
+        problem = _unknown_tool(rule, outline)
+        if problem is None:
+            known.append(rule)
+        else:
+            problems.append(f"{rule.source}: assert {rule.index}: {problem}")
+    return known, problems
+
+
+def _read_rules(agent_path: Path) -> tuple[list[Assertion], list[str]]:
+    config = find_config(agent_path)
+    if config is None or not config.is_file():
+        return [], []  # $AGENTSCRIPT_CONFIG naming no file means no configuration
     try:
         data = read_toml(config)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -322,18 +339,43 @@ def load_asserts(agent_path: Path) -> tuple[list[Assertion], list[str]]:
                 f"{match.group('cond')!r}: {diags[0].message}"
             )
             continue
-        rules.append(Assertion(text, match.group("tool"), expr, str(config)))
+        rules.append(Assertion(text, match.group("tool"), expr, str(config), index))
     return rules, problems
 
 
-def _find_config(agent_path: Path) -> Path | None:
-    folder = agent_path.resolve()
-    folder = folder if folder.is_dir() else folder.parent
-    for candidate in (folder, *folder.parents):
-        config = candidate / "agentscript.toml"
-        if config.is_file():
-            return config
-    return None
+def _unknown_tool(rule: Assertion, outline: AgentOutline) -> str | None:
+    """Why ``rule`` names no tool of the agent, or None. An action no node offers is a tool
+    that exists and is never offered (the rule holds); an action offered under another name
+    is named wrongly, since rules name the tools the model sees."""
+    from agentscript.check.context import suggest
+    from agentscript.limits import MAX_NAMES_SHOWN
+
+    offered_as = _tools_by_action(outline)
+    tools = sorted({name for names in offered_as.values() for name in names})
+    if rule.tool in tools:
+        return None
+    if rule.tool in offered_as:
+        return (
+            f"'{rule.tool}' is an action; name the tool the model sees it as: "
+            f"{', '.join(sorted(offered_as[rule.tool]))}"
+        )
+    if any(rule.tool in node.actions for node in outline.subagents.values()):
+        return None
+    shown = ", ".join(tools[:MAX_NAMES_SHOWN]) + (", ..." if len(tools) > MAX_NAMES_SHOWN else "")
+    return (
+        f"the agent has no tool '{rule.tool}'.{suggest(rule.tool, tools)} Name one of its "
+        f"tools: {shown or 'none'}"
+    )
+
+
+def _tools_by_action(outline: AgentOutline) -> dict[str, set[str]]:
+    """The names of the tools the model can see, by the name of the action each runs (a
+    transition or utility tool by its own name)."""
+    found: dict[str, set[str]] = {}
+    for node in Program(outline).nodes.values():
+        for tool in node.tools.values():
+            found.setdefault(tool.action.name if tool.action else tool.name, set()).add(tool.name)
+    return found
 
 
 def check_asserts(outline: AgentOutline, rules: list[Assertion]) -> list[AssertFailure]:

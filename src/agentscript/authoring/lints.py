@@ -648,7 +648,7 @@ def file_lints(path: str, outline: AgentOutline, source: str) -> list[Diagnostic
     from agentscript.diagnostics import error
 
     found = lint_agent(outline, source)
-    rules, problems = load_asserts(Path(path))
+    rules, problems = load_asserts(Path(path), outline)
     for problem in problems:
         found.append(error(ASSERT_INVALID, problem, Span(1, 1, 1, 2)))
     for failure in check_asserts(outline, rules):

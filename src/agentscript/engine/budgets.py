@@ -183,9 +183,11 @@ class BudgetMeter:
             return None  # no cap (so no cost cap either): nothing to price or estimate
         price = self.budget.price_of(model)
         if price is None and self.budget.needs_prices:
+            # The Budget may come from agentscript.toml or from Python: name both remedies.
             raise TurnError(
-                f"budget: a cost cap is set but agentscript.toml has no price for model "
-                f"'{model}'; add [prices.\"{model}\"] with input and output per million tokens"
+                f"budget: a cost cap is set but no price is known for model '{model}'; add "
+                f'[prices."{model}"] (input and output per million tokens) to agentscript.toml, '
+                f'or prices={{"{model}": Price(input=..., output=...)}} to the Budget'
             )
         scopes = [c for c in (self.budget.turn, self.budget.session) if c.any()]
         if not scopes:

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import re
+import reprlib
 from collections.abc import Iterable, Mapping
 
 from agentscript.errors import Signal
@@ -85,13 +86,33 @@ _ARTICLE = {
 }
 
 
-@functools.lru_cache(maxsize=1024)
 def parse_type(type_name: str, param: str | None = None) -> tuple[str, str | None]:
     """Normalise a declared type: ``("List[Number]", None)`` -> ``("list", "number")``.
 
     Type names are case-insensitive. ``param`` is the item type of a list, if the caller
-    already split it off. Raises :class:`TypeMismatch` for an unknown type name.
+    already split it off. Raises :class:`TypeMismatch` for an unknown type name, and for a
+    type or item type that is not a string (``("list", "number")`` as one argument).
     """
+    if not isinstance(type_name, str):
+        raise _not_a_type_name(type_name)
+    if param is not None and not isinstance(param, str):
+        raise _not_a_type_name(param)
+    return _parse_type(type_name, param)
+
+
+def _not_a_type_name(given: object) -> TypeMismatch:
+    shown = reprlib.repr(given)  # bounded: the value may be any object a caller passed
+    return TypeMismatch(
+        f"a type is a string such as 'number' or 'list[number]', not the "
+        f"{type(given).__name__} {shown}; give a list's item type inside the string or "
+        "as param: coerce_to_type(value, 'list', 'number')",
+        shown,
+    )
+
+
+# Checked above: every argument is a string, so the cache never sees an unhashable one.
+@functools.lru_cache(maxsize=1024)
+def _parse_type(type_name: str, param: str | None) -> tuple[str, str | None]:
     match = _LIST_TYPE.fullmatch(type_name)
     if match is not None:
         if param is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from agentscript.integrations.openapi import OpenApiConfig, OpenApiHub, parse_op
 if TYPE_CHECKING:
     from agentscript.engine.budgets import Budget
     from agentscript.engine.session import AgentBase
+    from agentscript.models.fallback import FallbackSettings
 
 _hubs: dict[tuple[McpServerConfig, ...], McpHub] = {}
 _hubs_guard = threading.Lock()
@@ -91,25 +93,40 @@ def configure_agent(agent: AgentBase, *, config_path: Path | None = None) -> Int
 
         if mcp_imports(project):
             add_mcp_tools(project, hub)
-    from agentscript.engine.budgets import budget_from_config
-
-    agent.budget = budget_from_config(config)
-    if agent.budget is not None and agent.budget.needs_prices and config.path is not None:
-        check_prices(agent.budget, config.path)
+    tables = check_tables(config)
+    agent.budget = tables.budget
+    agent.fallback = tables.fallback
     from agentscript.integrations.otel import telemetry_from_env
-    from agentscript.models.base import ModelError
-    from agentscript.models.fallback import parse_resilience
-
-    try:
-        agent.fallback = parse_resilience(
-            config.resilience, where=str(config.path or "agentscript.toml")
-        )
-    except ModelError as exc:
-        raise ConfigError(str(exc)) from None
 
     agent.telemetry = telemetry_from_env()
     agent.integration_config = config
     return config
+
+
+@dataclass(frozen=True)
+class CheckedTables:
+    """What ``[budgets]``, ``[prices]`` and ``[resilience]`` give an agent, once checked."""
+
+    budget: Budget | None
+    fallback: FallbackSettings | None
+
+
+def check_tables(config: IntegrationConfig) -> CheckedTables:
+    """The budget and resilience tables of ``config``, checked as :func:`configure_agent`
+    and ``validate`` both need them (a malformed one raises ConfigError or
+    BudgetConfigError); nothing connects."""
+    from agentscript.engine.budgets import budget_from_config
+    from agentscript.models.base import ModelError
+    from agentscript.models.fallback import parse_resilience
+
+    budget = budget_from_config(config)
+    if budget is not None and budget.needs_prices and config.path is not None:
+        check_prices(budget, config.path)
+    try:
+        fallback = parse_resilience(config.resilience, where=str(config.path or "agentscript.toml"))
+    except ModelError as exc:
+        raise ConfigError(str(exc)) from None
+    return CheckedTables(budget, fallback)
 
 
 def check_prices(budget: Budget, path: Path) -> None:
