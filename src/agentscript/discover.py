@@ -19,7 +19,17 @@ UNREADABLE_CODES = frozenset({"file-not-found", "unreadable-file"})
 
 
 def agent_files(paths: Sequence[str | Path]) -> Iterator[Path]:
-    """Each path as given; folders expand to Mantle projects and every ``.agent`` below them."""
+    """Each path as given; folders expand to Mantle projects and every ``.agent`` below them.
+    An agent reached twice (by its folder and by its own path) comes once, the first time."""
+    seen: set[Path] = set()
+    for path in _expanded(paths):
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            yield path
+
+
+def _expanded(paths: Sequence[str | Path]) -> Iterator[Path]:
     from agentscript.mantle import is_mantle_project
 
     for raw in paths:
