@@ -36,6 +36,11 @@ from agentscript.models.retry import (
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_HEAD = 64 * 1024  # status line and headers
 MAX_IDLE = 64  # kept-alive connections per client
+# A finished stream (its [DONE] read) whose body goes on for more than this is not read to its
+# end: its connection is closed rather than kept. What follows [DONE] is normally nothing, or
+# the 5 bytes that end a chunked body.
+MAX_DRAIN = 64 * 1024
+_READ_SIZE = 65536  # the most one read of a body asks for
 # What reading a body can raise when the server misbehaves (a bad chunk size is a ValueError).
 _READ_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 
@@ -97,37 +102,71 @@ class _Connection:
 
 
 class _Response:
+    """A response whose head is read; its body is read here, piece by piece, to its end and
+    never past it. Where the body stands (bytes left, a chunk's end due) is kept on the
+    instance, so a read that resumes after a pause (a stream's close) goes on where the last
+    one stopped: the next request's answer follows on the same connection."""
+
     def __init__(self, status: int, headers: dict[str, str], conn: _Connection) -> None:
         self.status = status
         self.headers = headers
         self.conn = conn
         self.reusable = headers.get("connection", "").lower() != "close"
+        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self._left: int | None = None  # bytes of a Content-Length body still unread
+        self._chunk_end_due = False  # a chunk's data was read, not yet the CRLF after it
+        if _is_bodiless(status):
+            self._left = 0
+        elif not self._chunked and "content-length" in headers:
+            self._left = _content_length(headers["content-length"])
+        elif not self._chunked:
+            self.reusable = False  # the body ends when the server closes the connection
+        self.complete = self._left == 0
+
+    async def read_piece(self) -> bytes:
+        """The body's next bytes as they arrive; ``b""`` once it has ended, and ever after."""
+        if self.complete:
+            return b""
+        if self._chunked:
+            piece = await self._next_chunk()
+        elif self._left is not None:
+            piece = await self._next_counted(self._left)
+        else:
+            piece = await self.conn.reader.read(_READ_SIZE)
+        if not piece:
+            self.complete = True
+        return piece
+
+    async def _next_counted(self, left: int) -> bytes:
+        piece = await self.conn.reader.read(min(left, _READ_SIZE))
+        if not piece:
+            raise asyncio.IncompleteReadError(b"", left)
+        self._left = left - len(piece)
+        self.complete = self._left == 0
+        return piece
+
+    async def _next_chunk(self) -> bytes:
+        reader = self.conn.reader
+        if self._chunk_end_due:
+            # Read with the next chunk, not the last: a stream's event is handed on as soon
+            # as its bytes are in, without waiting for two more.
+            if await reader.readexactly(2) != b"\r\n":
+                raise ValueError("a chunk does not end where its size said")
+            self._chunk_end_due = False
+        size_line = await reader.readuntil(b"\r\n")
+        size = int(size_line.split(b";", 1)[0].strip(), 16)  # an empty line is a ValueError
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
+                pass
+            return b""
+        piece = await reader.readexactly(size)
+        self._chunk_end_due = True
+        return piece
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive (chunked, Content-Length or until close)."""
-        reader = self.conn.reader
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            while True:
-                size_line = await reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
-                        pass
-                    return
-                yield await reader.readexactly(size)
-                await reader.readexactly(2)
-        elif "content-length" in self.headers:
-            left = int(self.headers["content-length"])
-            while left > 0:
-                piece = await reader.read(min(left, 65536))
-                if not piece:
-                    raise asyncio.IncompleteReadError(b"", left)
-                left -= len(piece)
-                yield piece
-        else:
-            self.reusable = False
-            while piece := await reader.read(65536):
-                yield piece
+        """The rest of the body's bytes as they arrive (chunked, Content-Length or until close)."""
+        while piece := await self.read_piece():
+            yield piece
 
     async def body(self) -> bytes:
         parts: list[bytes] = []
@@ -135,10 +174,30 @@ class _Response:
         async for piece in self.chunks():
             size += len(piece)
             if size > sdk_provider.MAX_ANSWER_BYTES:
-                self.reusable = False
                 raise sdk_provider.AnswerTooLarge(sdk_provider.MAX_ANSWER_BYTES)
             parts.append(piece)
         return b"".join(parts)
+
+    async def drain(self, most: int) -> None:
+        """Read the rest of the body, if it is at most about ``most`` bytes, so that the
+        connection can carry the next request; a longer rest is left unread (and the
+        connection is then closed by :meth:`LeanClient.release`)."""
+        read = 0
+        while not self.complete and read <= most:
+            read += len(await self.read_piece())
+
+
+def _content_length(value: str) -> int:
+    """A Content-Length header's value; a ValueError unless it is a count of bytes."""
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"Content-Length {value[:40]!r} is not a number of bytes")
+    return int(digits)
+
+
+def _is_bodiless(status: int) -> bool:
+    """Statuses whose answers have no body, whatever their headers say (RFC 9112, 6.3)."""
+    return 100 <= status < 200 or status in (204, 304)
 
 
 class LeanClient:
@@ -205,8 +264,10 @@ class LeanClient:
             return _parse_head(head, conn)
 
     def release(self, response: _Response) -> None:
-        """Keep the connection for the next request, or close it."""
-        if response.reusable and len(self._idle) < MAX_IDLE:
+        """Keep the connection for the next request, or close it: it is kept only when its
+        answer's body was read to the end (bytes left unread would be taken for the next
+        answer) and the server did not say it would close it."""
+        if response.complete and response.reusable and len(self._idle) < MAX_IDLE:
             self._idle.append(response.conn)
         else:
             response.conn.close()
@@ -234,7 +295,11 @@ def _parse_head(head: bytes, conn: _Connection) -> _Response:
         name, sep, value = line.partition(":")
         if sep:
             headers[name.strip().lower()] = value.strip()
-    response = _Response(int(parts[1]), headers, conn)
+    try:
+        response = _Response(int(parts[1]), headers, conn)
+    except ValueError as exc:
+        conn.close()
+        raise LeanConnectionError(exc, broken=True) from None
     if parts[0] == "HTTP/1.0":
         response.reusable = False
     return response
@@ -283,17 +348,17 @@ class _Events:
                 yield _wrap(event)
 
     async def close(self) -> None:
-        if self._done and self._response.reusable:
-            # Read the stream's end (the last empty chunk) so the connection can be reused.
-            try:
+        """Release the connection. After [DONE] the body's short rest (the end of a chunked
+        body) is read first so the connection can be kept; a stream left before its end
+        keeps its unread bytes, and so closes its connection, without waiting for them."""
+        try:
+            if self._done and self._response.reusable:
                 async with asyncio.timeout(self._timeout):
-                    async for _ in self._response.chunks():
-                        pass
-                self._client.release(self._response)
-                return
-            except Exception:
-                pass
-        self._response.conn.close()
+                    await self._response.drain(MAX_DRAIN)
+        except (TimeoutError, *_READ_ERRORS):
+            pass  # not read to its end: release() closes the connection
+        finally:
+            self._client.release(self._response)
 
 
 class LeanOpenAIModel(OpenAIModel):
@@ -322,41 +387,29 @@ class LeanOpenAIModel(OpenAIModel):
     async def _send(self, client: Any, kwargs: dict[str, Any]) -> Any:
         stream = bool(kwargs.get("stream"))
         response = await client.post("/chat/completions", kwargs, stream=stream)
-        if response.status >= 400 or (
-            not stream
-            and not response.headers.get("content-type", "").startswith("application/json")
-        ):
-            try:
-                async with asyncio.timeout(self.timeout):
-                    raw = await response.body()
-            except Exception as exc:
-                response.conn.close()
-                raise LeanConnectionError(exc, broken=True) from None
-            client.release(response)
-            if response.status >= 400:
-                raise LeanStatusError(response.status, _json_or_text(raw), response.headers)
-            return _json_or_text(raw)  # refused by _parse_whole as not an answer
-        if stream:
-            if "text/event-stream" not in response.headers.get("content-type", ""):
-                raw = await response.body()
-                client.release(response)
-                return _json_or_text(raw)
+        kind = response.headers.get("content-type", "")
+        if stream and response.status < 400 and "text/event-stream" in kind:
             return _Events(client, response, self.timeout)
+        data = await self._read_whole(client, response)
+        if response.status >= 400:
+            raise LeanStatusError(response.status, data, response.headers)
+        if stream or not kind.startswith("application/json") or not isinstance(data, dict):
+            return data  # refused as not an answer (by _relay, or by _parse_whole)
+        return _View(data)
+
+    async def _read_whole(self, client: LeanClient, response: _Response) -> Any:
+        """The response's whole body as JSON (or text), read within the model's timeout;
+        its connection released whatever happens (kept only when the body was read whole)."""
         try:
             async with asyncio.timeout(self.timeout):
                 raw = await response.body()
         except TimeoutError:
-            response.conn.close()
             raise LeanTimeout() from None
-        except sdk_provider.AnswerTooLarge:
-            response.conn.close()
-            raise
         except _READ_ERRORS as exc:
-            response.conn.close()
             raise LeanConnectionError(exc, broken=True) from None
-        client.release(response)
-        data = _json_or_text(raw)
-        return _View(data) if isinstance(data, dict) else data
+        finally:
+            client.release(response)
+        return _json_or_text(raw)
 
     # -- errors: the same wording and retry rules as the SDK path --------------------------
 
