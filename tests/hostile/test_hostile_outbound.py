@@ -6,6 +6,7 @@ in an error, and a document cannot move calls to another host or expand without 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from http.server import BaseHTTPRequestHandler
@@ -21,7 +22,9 @@ from agentscript.integrations.config import ConfigError
 from agentscript.integrations.openapi import (
     OpenApiConfig,
     OpenApiHub,
+    call_operation,
     load_document,
+    parse_openapi_configs,
 )
 
 TOKEN = "s3cret-token-value"
@@ -234,3 +237,140 @@ def test_openapi_yaml_aliases_that_expand_exponentially_are_refused_at_load(
     text = "\n".join(lines) + "\nopenapi: 3.0.3\npaths: {}\n"
     with pytest.raises(ConfigError, match="not valid JSON or YAML"):
         load_document(_config(tmp_path, text))
+
+
+# ---------------------------------------------------------------------- secrets, URLs, paths
+
+
+def _echo_bare_credential(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    credential = handler.headers.get("Authorization", "").split()[-1]
+    answer = {"error": {"message": f"Incorrect API key provided: {credential}"}}
+    send(handler, 401, "application/json", json.dumps(answer).encode())
+
+
+def _echo_credentials_at_the_cut(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    # The error detail keeps 200 characters: the padding puts that cut inside the credential.
+    padded = {"error": "x" * 170 + f" got {handler.headers.get('Authorization')}"}
+    send(handler, 401, "application/json", json.dumps(padded).encode())
+
+
+def _from_environment(config: OpenApiConfig) -> OpenApiConfig:
+    return dataclasses.replace(config, headers=(("Authorization", "Bearer ${NOTES_TOKEN}"),))
+
+
+@pytest.mark.parametrize("answer", [_echo_bare_credential, _echo_credentials_at_the_cut])
+def test_openapi_error_body_echoing_the_credential_in_any_form_is_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: Any
+) -> None:
+    monkeypatch.setenv("NOTES_TOKEN", TOKEN)
+    with RawServer(answer) as server:
+        config = _from_environment(_config(tmp_path, _document(server.url)))
+        with pytest.raises(ActionError) as caught:
+            _call(config, server.url)
+    message = str(caught.value)
+    assert "answered HTTP 401" in message and "***" in message
+    assert TOKEN[:6] not in message
+
+
+@pytest.mark.parametrize("key", ["base_url", "spec"])
+def test_openapi_url_holding_a_user_or_password_is_refused_at_load(key: str) -> None:
+    table = {"spec": "notes.json", key: "https://svc:p4ssw0rd@api.example/v1?key=k3y"}
+    with pytest.raises(ConfigError) as caught:
+        parse_openapi_configs({"openapi": {"notes": table}}, path=None)
+    message = str(caught.value)
+    assert f"`{key}` holds a user or password" in message and "headers" in message
+    assert "p4ssw0rd" not in message and "k3y" not in message
+
+
+def test_openapi_document_server_holding_a_user_or_password_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_document(_config(tmp_path, _document("http://svc:p4ssw0rd@127.0.0.1/v1")))
+    assert "the base URL holds a user or password" in str(caught.value)
+    assert "p4ssw0rd" not in str(caught.value)
+
+
+def test_openapi_spec_url_query_never_shows_in_a_load_error(tmp_path: Path) -> None:
+    with RawServer(_recorded) as server:
+        closed = server.url  # nothing listens there once the server is gone
+    config = OpenApiConfig("notes", f"{closed}/openapi.json?token=k3y-in-the-query")
+    with pytest.raises(ConfigError, match="cannot fetch") as caught:
+        load_document(config)
+    assert "k3y" not in str(caught.value)
+
+
+def test_openapi_call_error_never_shows_the_base_urls_user_or_password(tmp_path: Path) -> None:
+    # Load refuses such a base URL; a document indexed some other way is shown without them.
+    with RawServer(_recorded) as server:
+        document = load_document(_config(tmp_path, _document(server.url)))
+        document.base_url = server.url.replace("://", "://svc:p4ssw0rd@")
+        request = ActionRequest("save", f"{server.url}#saveNote", {"text": "hi"})
+        with pytest.raises(ActionError, match="holds a user or password") as caught:
+            call_operation(
+                _config(tmp_path, _document(server.url)),
+                document,
+                document.operations["saveNote"],
+                request,
+            )
+        assert server.bodies == []
+    assert "p4ssw0rd" not in str(caught.value)
+
+
+def _note_by_id(base: str, route: str = "/notes/{note_id}") -> dict[str, Any]:
+    parameter = {"name": "note_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    operation = {"operationId": "saveNote", "parameters": [parameter], "responses": {}}
+    return _document(base, {route: {"post": operation}})
+
+
+@pytest.mark.parametrize("note_id", ["..", ".", "../admin", "..\\admin", "a/./b"])
+def test_openapi_path_parameter_holding_a_dot_segment_sends_nothing(
+    tmp_path: Path, note_id: str
+) -> None:
+    with RawServer(_recorded) as server:
+        config = _config(tmp_path, _note_by_id(server.url))
+        request = ActionRequest("save", f"{server.url}#saveNote", {"note_id": note_id})
+        with pytest.raises(ActionError, match=r"'note_id' holds a '\.' or '\.\.' path segment"):
+            OpenApiHub([config]).handle(request)
+        assert server.bodies == []
+
+
+@pytest.mark.parametrize("note_id", ["v1.2", "...", "a/b"])
+def test_openapi_path_parameter_with_dots_that_are_no_segment_is_sent_quoted(
+    tmp_path: Path, note_id: str
+) -> None:
+    with RawServer(_recorded) as server:
+        config = _config(tmp_path, _note_by_id(server.url))
+        request = ActionRequest("save", f"{server.url}#saveNote", {"note_id": note_id})
+        assert OpenApiHub([config]).handle(request) == {"ok": True}
+        assert len(server.bodies) == 1
+
+
+@pytest.mark.parametrize("route", ["/notes/../../admin/{note_id}", "/notes/%2e%2e/%2E%2E/x"])
+def test_openapi_route_resolving_above_the_base_path_sends_nothing(
+    tmp_path: Path, route: str
+) -> None:
+    with RawServer(_recorded) as server:
+        config = _config(tmp_path, _note_by_id(server.url, route))
+        request = ActionRequest("save", f"{server.url}#saveNote", {"note_id": "7"})
+        with pytest.raises(ActionError, match="the operation's path leaves"):
+            OpenApiHub([config]).handle(request)
+        assert server.bodies == []
+
+
+def test_http_action_url_holding_a_user_or_password_sends_nothing_and_shows_neither() -> None:
+    with RawServer(_recorded) as server:
+        with_credentials = server.url.replace("://", "://svc:p4ssw0rd@")
+        with pytest.raises(ActionError, match="holds a user or password") as caught:
+            _post(http_json_handler(), f"{with_credentials}/save")
+        assert server.bodies == []
+    assert "p4ssw0rd" not in str(caught.value) and "svc" not in str(caught.value)
+
+
+def test_http_action_error_shows_no_query_string() -> None:
+    def unavailable(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        send(handler, 503, "application/json", b"{}")
+
+    with RawServer(unavailable) as server, pytest.raises(ActionError, match="HTTP 503") as caught:
+        _post(http_json_handler(), f"{server.url}/save?token=k3y-in-the-query")
+    assert "k3y" not in str(caught.value)

@@ -113,6 +113,9 @@ class Api(BaseHTTPRequestHandler):
             self._answer(200, {"status": "shipped", "total": 12.5})
         elif self.path.startswith("/v1/orders/bad"):
             self._answer(200, {"status": 7})  # contradicts the schema
+        elif self.path.startswith("/v1/orders/leak"):  # echoes the credential alone
+            credential = self.headers["Authorization"].split()[-1]
+            self._answer(401, {"error": {"message": f"Incorrect API key provided: {credential}"}})
         else:
             self._answer(404, {"error": "no such order"})
 
@@ -299,3 +302,32 @@ def test_validate_connect_accepts_matching_actions(tmp_path: Path, api: str) -> 
         main, ["validate", "--connect", "--format", "json", "--dialect", "agentscript", str(path)]
     )
     assert [d["code"] for d in json.loads(result.stdout) if d["code"].startswith("openapi-")] == []
+
+
+def test_s12_an_error_echoing_the_bare_token_reaches_neither_the_model_nor_the_trace(
+    tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORDERS_TOKEN", "sk-orders-0123456789")
+    agent = agentscript.load(write(tmp_path, api), dialect="agentscript")
+    model = ScriptedModel(
+        [Move(calls=[("get", {"order_id": "leak", "verbose": False})]), Move(text="Sorry.")]
+    )
+    reply = agent.session(model=model).send("x")
+    (step,) = action_steps(reply)
+    assert "HTTP 401" in step["error"] and "Incorrect API key provided: ***" in step["error"]
+    assert "sk-orders" not in json.dumps(reply.trace) and "sk-orders" not in reply.text
+
+
+def test_s12_a_dot_segment_path_parameter_is_an_error_result_and_sends_nothing(
+    tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORDERS_TOKEN", "t0ken")
+    agent = agentscript.load(write(tmp_path, api), dialect="agentscript")
+    model = ScriptedModel(
+        [Move(calls=[("get", {"order_id": "..", "verbose": False})]), Move(text="Sorry.")]
+    )
+    reply = agent.session(model=model).send("x")
+    (step,) = action_steps(reply)
+    assert "'order_id' holds a '.' or '..' path segment" in step["error"]
+    assert reply.error is None and reply.text == "Sorry."
+    assert [r["path"] for r in received] == ["/openapi.json"]

@@ -14,7 +14,9 @@ follows redirects to any host with the request's headers, credentials included, 
   redirects, :func:`fetch_following`);
 - the body is read up to ``max_bytes``;
 - a header value that HTTP cannot carry (a token read with its trailing newline) is refused
-  without showing it, where ``http.client`` quoted it in its error.
+  without showing it, where ``http.client`` quoted it in its error;
+- a URL holding a user or password is refused before connecting: the connection is made to
+  the host alone, so the credential would silently never be sent (send it as a header).
 """
 
 from __future__ import annotations
@@ -123,6 +125,11 @@ def fetch(
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FetchError(f"not an http:// or https:// URL: {parts.scheme}://{parts.hostname}")
+    if "@" in parts.netloc:
+        raise FetchError(
+            "the URL holds a user or password, which is never sent; "
+            "send the credential as a header (Authorization) instead"
+        )
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = kind(parts.hostname, parts.port, timeout=min(timeout, total))
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

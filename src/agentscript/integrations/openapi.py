@@ -17,12 +17,19 @@ that is not JSON or a JSON object whose fields contradict the documented 2xx res
 are :class:`ActionError` with a message naming the action, the operation and the cause. A JSON
 object answer becomes the outputs; any other JSON value becomes ``{"result": value}``.
 Documents are read once per process; a malformed one is a :class:`ConfigError` naming the
-file. Header values never appear in messages or traces.
+file.
+
+What never happens: a configured header value, or the credential or ``${VAR}`` value inside
+it, in a message or a trace (:mod:`agentscript.actions.redaction`); a URL's user, password or
+query string in a message (a base or spec URL holding a user or password is refused at load:
+it would never be sent); a request whose path leaves the base URL's path (a path parameter
+holding a ``.`` or ``..`` segment is refused before anything is sent).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
@@ -32,10 +39,17 @@ from typing import Any
 
 import yaml
 
-from agentscript.actions.outbound import FetchError, fetch, fetch_following, redirect_note
+from agentscript.actions.outbound import (
+    Fetched,
+    FetchError,
+    fetch,
+    fetch_following,
+    redirect_note,
+)
+from agentscript.actions.redaction import secret_forms, without_secrets
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, expand_env
-from agentscript.models.retry import redact
+from agentscript.models.retry import shown_url
 from agentscript.reading import load_yaml
 
 MAX_RESPONSE_BYTES = 5_000_000
@@ -43,6 +57,7 @@ MAX_REF_DEPTH = 32
 MAX_RESOLVED_NODES = 100_000
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _API_KEYS = frozenset({"spec", "base_url", "headers", "timeout"})
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +118,9 @@ def parse_openapi_configs(data: Mapping[str, Any], *, path: Path | None) -> list
             isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
         ):
             raise ConfigError(f"{head} `base_url` must be an http:// or https:// URL")
+        for key in ("spec", "base_url"):
+            if isinstance(spec.get(key), str) and _is_url(spec[key]):
+                _refuse_url_credentials(spec[key], f"{head} `{key}`")
         headers = spec.get("headers", {})
         if not isinstance(headers, Mapping) or not all(
             isinstance(v, str) for v in headers.values()
@@ -115,9 +133,7 @@ def parse_openapi_configs(data: Mapping[str, Any], *, path: Path | None) -> list
         configs.append(
             OpenApiConfig(
                 name=str(name),
-                spec=spec["spec"]
-                if spec["spec"].startswith(("http://", "https://"))
-                else str(folder / spec["spec"]),
+                spec=spec["spec"] if _is_url(spec["spec"]) else str(folder / spec["spec"]),
                 base_url=base_url,
                 headers=tuple((str(k), v) for k, v in headers.items()),
                 timeout=float(timeout),
@@ -126,12 +142,35 @@ def parse_openapi_configs(data: Mapping[str, Any], *, path: Path | None) -> list
     return configs
 
 
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def _refuse_url_credentials(url: str, what: str) -> None:
+    """A user or password written in a URL is never sent (requests connect to the host alone)
+    and would show in messages: refused, pointing to the header that does send it."""
+    try:
+        netloc = urllib.parse.urlsplit(url).netloc
+    except ValueError:
+        raise ConfigError(f"{what} is not a valid URL") from None
+    if "@" in netloc:
+        raise ConfigError(
+            f"{what} holds a user or password ({shown_url(url)}), which is never sent; "
+            "remove it and send the credential as a header, e.g. headers = { Authorization = "
+            '"Basic ${API_CREDENTIALS}" }'
+        )
+
+
+def _shown_spec(spec: str) -> str:
+    return shown_url(spec) if _is_url(spec) else spec
+
+
 # ---------------------------------------------------------------------- documents
 
 
 def load_document(config: OpenApiConfig) -> OpenApiDocument:
     """Read and index one document; every problem is a ConfigError naming the file."""
-    where = f"[openapi.{config.name}] {config.spec}"
+    where = f"[openapi.{config.name}] {_shown_spec(config.spec)}"
     text = _read_spec(config, where)
     try:
         # Aliases are counted as the nodes they expand to (a 1 kB document of nested aliases
@@ -146,6 +185,7 @@ def load_document(config: OpenApiConfig) -> OpenApiDocument:
     base_url = config.base_url or _first_server(data)
     if not base_url:
         raise ConfigError(f"{where}: no `servers` URL; set base_url in [openapi.{config.name}]")
+    _refuse_url_credentials(base_url, f"{where}: the base URL")
     document = OpenApiDocument(config.name, base_url.rstrip("/"))
     paths = data.get("paths")
     if not isinstance(paths, dict):
@@ -179,7 +219,7 @@ def load_document(config: OpenApiConfig) -> OpenApiDocument:
 
 
 def _read_spec(config: OpenApiConfig, where: str) -> str:
-    if not config.spec.startswith(("http://", "https://")):
+    if not _is_url(config.spec):
         try:
             return Path(config.spec).read_text(encoding="utf-8")
         except OSError as exc:
@@ -199,7 +239,7 @@ def _first_server(data: Mapping[str, Any]) -> str | None:
     servers = data.get("servers")
     if isinstance(servers, list) and servers and isinstance(servers[0], dict):
         url = servers[0].get("url")
-        return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+        return url if isinstance(url, str) and _is_url(url) else None
     return None
 
 
@@ -312,8 +352,9 @@ class OpenApiHub:
         """The API and operation a ``URL#operationId`` target names; ActionError otherwise."""
         url, sep, operation_id = target.partition("#")
         if not sep or not operation_id:
+            shown = shown_url(url)
             raise ActionError(
-                f"'{target}' names no operation: write {url}#operationId, or register "
+                f"'{shown}' names no operation: write {shown}#operationId, or register "
                 "http_json_handler for plain JSON POSTs"
             )
         for config in self.configs:
@@ -331,7 +372,7 @@ class OpenApiHub:
                 return config, document, operation
         known = ", ".join(f"{c.name}" for c in self.configs) or "none"
         raise ActionError(
-            f"'{url}' is not the base URL of an API declared in agentscript.toml "
+            f"'{shown_url(url)}' is not the base URL of an API declared in agentscript.toml "
             f"([openapi.NAME], declared: {known})"
         )
 
@@ -349,39 +390,19 @@ class OpenApiHub:
 def call_operation(
     config: OpenApiConfig, document: OpenApiDocument, op: Operation, request: ActionRequest
 ) -> dict[str, Any]:
+    """Send ``op`` built from ``request``'s inputs; its JSON answer as the action's outputs."""
     where = f"action '{request.name}' ({op.operation_id})"
     inputs = dict(request.inputs)
-    path = op.path
-    query: dict[str, str] = {}
-    headers = {"Accept": "application/json"}
-    for param in op.parameters:
-        if param.name not in inputs or inputs[param.name] is None:
-            inputs.pop(param.name, None)
-            if param.required:
-                raise ActionError(
-                    f"{where}: the {param.location} parameter '{param.name}' is required"
-                )
-            continue
-        value = inputs.pop(param.name)
-        text = json.dumps(value) if isinstance(value, bool | dict | list) else str(value)
-        if param.location == "path":
-            path = path.replace("{" + param.name + "}", urllib.parse.quote(text, safe=""))
-        elif param.location == "query":
-            query[param.name] = text
-        else:
-            headers[param.name] = text
-    for name, value in config.headers:
-        headers[name] = expand_env(value, f"[openapi.{config.name}] header {name}")
+    path, query, headers = _parameters(op, inputs, where)
+    configured, secrets = _configured_headers(config)
+    headers.update(configured)
     body: bytes | None = None
     if op.body_schema is not None:
         payload = inputs.pop("body") if "body" in inputs else inputs
         if payload or op.body_required:
             body = json.dumps(payload, default=str).encode("utf-8")
             headers["Content-Type"] = "application/json"
-    url = document.base_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-    if _origin(url) != _origin(document.base_url):  # a route may not move the call elsewhere
-        raise ActionError(f"{where}: the operation's path leaves {document.base_url}")
-    secrets = [value for name, value in headers.items() if name not in ("Accept", "Content-Type")]
+    url = _operation_url(document, path, query, where)
     try:
         answer = fetch(
             url,
@@ -393,13 +414,16 @@ def call_operation(
             max_bytes=MAX_RESPONSE_BYTES,
         )
     except FetchError as exc:
+        shown = shown_url(document.base_url + op.path)
         raise ActionError(
-            redact(f"{where}: {op.method} {document.base_url}{op.path}: {exc}", secrets)
+            without_secrets(f"{where}: {op.method} {shown}: {exc}", secrets)
         ) from None
     if answer.status >= 300:
-        detail = redirect_note(answer) if answer.status < 400 else _error_detail(answer.body)
+        detail = redirect_note(answer) if answer.status < 400 else _error_detail(answer, secrets)
         raise ActionError(
-            redact(f"{where}: {op.method} {op.path} answered HTTP {answer.status}{detail}", secrets)
+            without_secrets(
+                f"{where}: {op.method} {op.path} answered HTTP {answer.status}{detail}", secrets
+            )
         )
     raw = answer.body
     if not raw.strip():
@@ -414,14 +438,88 @@ def call_operation(
     return data if isinstance(data, dict) else {"result": data}
 
 
-def _error_detail(body: bytes) -> str:
-    text = body[:500].decode("utf-8", "replace").strip()
+def _parameters(
+    op: Operation, inputs: dict[str, Any], where: str
+) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The request's path, query and headers from the inputs named after the operation's
+    parameters, which are taken out of ``inputs`` (the rest may form the body)."""
+    path = op.path
+    query: dict[str, str] = {}
+    headers = {"Accept": "application/json"}
+    for param in op.parameters:
+        if param.name not in inputs or inputs[param.name] is None:
+            inputs.pop(param.name, None)
+            if param.required:
+                raise ActionError(
+                    f"{where}: the {param.location} parameter '{param.name}' is required"
+                )
+            continue
+        value = inputs.pop(param.name)
+        text = json.dumps(value) if isinstance(value, bool | dict | list) else str(value)
+        if param.location == "path":
+            path = path.replace("{" + param.name + "}", _path_segment(text, param.name, where))
+        elif param.location == "query":
+            query[param.name] = text
+        else:
+            headers[param.name] = text
+    return path, query, headers
+
+
+def _path_segment(text: str, name: str, where: str) -> str:
+    """A path parameter's value, quoted. ``quote`` keeps dots: ``..`` would be a dot-segment,
+    which a normalising proxy reads as the folder above, outside the API yet still sent with
+    its credentials; ``../x`` too where a proxy decodes ``%2F``. The value is not shown: the
+    model wrote it."""
+    if any(part in _DOT_SEGMENTS for part in re.split(r"[/\\]", text)):
+        raise ActionError(
+            f"{where}: the path parameter '{name}' holds a '.' or '..' path segment, which "
+            "could reach outside the API; nothing was sent: pass an identifier instead"
+        )
+    return urllib.parse.quote(text, safe="")
+
+
+def _configured_headers(config: OpenApiConfig) -> tuple[dict[str, str], frozenset[str]]:
+    """The headers of ``[openapi.NAME]`` with ``${VAR}`` expanded, and every form their values
+    may take in a message."""
+    headers = {
+        name: expand_env(value, f"[openapi.{config.name}] header {name}")
+        for name, value in config.headers
+    }
+    return headers, secret_forms(config.headers, headers.values())
+
+
+def _operation_url(document: OpenApiDocument, path: str, query: dict[str, str], where: str) -> str:
+    """The request's URL, refused unless it stays at the base URL's origin and, read as a
+    server that resolves dot-segments reads it, below its path."""
+    url = document.base_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    base, parts = urllib.parse.urlsplit(document.base_url), urllib.parse.urlsplit(url)
+    folder = base.path.rstrip("/")
+    resolved = _resolved_path(parts.path)
+    if (parts.scheme, parts.netloc.lower()) != (base.scheme, base.netloc.lower()) or not (
+        resolved == folder or resolved.startswith(folder + "/")
+    ):
+        raise ActionError(f"{where}: the operation's path leaves {shown_url(document.base_url)}")
+    return url
+
+
+def _resolved_path(path: str) -> str:
+    """``path`` with its dot-segments resolved (RFC 3986 5.2.4), percent-encoded dots
+    included, as a normalising proxy may resolve them."""
+    kept: list[str] = []
+    for segment in path.split("/")[1:]:
+        dots = urllib.parse.unquote(segment)
+        if dots == "..":
+            if kept:
+                kept.pop()
+        elif dots != ".":
+            kept.append(segment)
+    return "/" + "/".join(kept)
+
+
+def _error_detail(answer: Fetched, secrets: frozenset[str]) -> str:
+    # Redacted whole, then cut: a cut through a credential leaves a part no form matches.
+    text = without_secrets(answer.body.decode("utf-8", "replace"), secrets).strip()
     return f": {text[:200]}" if text else ""
-
-
-def _origin(url: str) -> tuple[str, str]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme, parts.netloc.lower()
 
 
 _JSON_CHECKS: dict[str, type | tuple[type, ...]] = {

@@ -1,0 +1,55 @@
+"""Credentials kept out of messages: every form a configured value may take in an error's text,
+and that text with each of them blotted out.
+
+Contract. :func:`secret_forms` takes the configured ``(name, template)`` pairs and their
+expanded values; it returns each value as configured (``Bearer sk-...``), the credential of
+an ``Authorization``-style value alone (``sk-...``: what a backend answering ``401 invalid
+key sk-...`` echoes), the value of each environment variable a ``${VAR}`` names, and all of
+these stripped and escaped as Python shows str and bytes. :func:`without_secrets` replaces
+them, longest first, so a shorter form never leaves the tail of a longer one. Forms shorter
+than :data:`MIN_SECRET_CHARS` are left alone. Redact a whole text before cutting it: a cut
+through a credential leaves a part that no form matches.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+REDACTED = "***"
+# "1" or "on" would garble every message and are no secrets.
+MIN_SECRET_CHARS = 4
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# An auth scheme, blanks, then one credential (RFC 9110 11.4): "Bearer sk-...", "Basic dXNl...".
+_SCHEME_AND_CREDENTIAL = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*[ \t]+(\S+)")
+
+
+def secret_forms(
+    templates: Iterable[tuple[str, str]],
+    expanded: Iterable[str],
+    env: Mapping[str, str] | None = None,
+) -> frozenset[str]:
+    """Every way the ``expanded`` values of ``templates`` may show up in a message."""
+    source = os.environ if env is None else env
+    values = list(expanded)
+    for _, template in templates:
+        values += [source.get(name, "") for name in _ENV_REF.findall(template)]
+    values += [credential for value in values if (credential := _credential(value))]
+    forms: set[str] = set()
+    for value in values:
+        for text in (value, value.strip()):
+            forms |= {text, repr(text)[1:-1], repr(text.encode("utf-8", "replace"))[2:-1]}
+    return frozenset(form for form in forms if len(form.strip()) >= MIN_SECRET_CHARS)
+
+
+def without_secrets(text: str, forms: Iterable[str], marker: str = REDACTED) -> str:
+    """``text`` with each of ``forms`` replaced by ``marker``, longest first."""
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, marker)
+    return text
+
+
+def _credential(value: str) -> str | None:
+    match = _SCHEME_AND_CREDENTIAL.fullmatch(value.strip())
+    return match.group(1) if match else None
