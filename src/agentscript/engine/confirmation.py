@@ -2,19 +2,19 @@
 
 :func:`hold_for_confirmation` keeps the call in the session state and asks the question (the
 turn ends); next turn :func:`resolve_confirmation` reads the answer with the kernel's
-:func:`~.kernel.read_yes_no` rule (only a plain yes confirms), runs the call on yes, reports a
-refusal on no, and says where the turn goes on.
+:func:`~.kernel.read_yes_no` rule (only a plain yes confirms), runs the call on yes if its
+``available when`` still holds (S5: refused as a hidden tool otherwise), reports a refusal on
+no, and says where the turn goes on.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentscript.engine.kernel import ToolCallWindow, read_yes_no
+from agentscript.engine.kernel import TURN_ENDING, ToolCallWindow, read_yes_no
 from agentscript.engine.procedures import TransitionSignal
 from agentscript.engine.program import ProgramNode, ProgramTool
 from agentscript.engine.state import PendingConfirmation
-from agentscript.errors import TurnError
 from agentscript.models.base import Message, ToolCall
 from agentscript.trace_steps import (
     Source,
@@ -47,9 +47,13 @@ def hold_for_confirmation(
     return {"status": "waiting for the user to confirm"}, None, StopReason.CONFIRMATION
 
 
-async def resolve_confirmation(turn: TurnRunner, pending: PendingConfirmation) -> tuple[str, bool]:
-    """The user's answer to a held call: run it on yes, report a refusal on no. Returns the
-    node the turn goes on in and whether a transition took it there."""
+async def resolve_confirmation(
+    turn: TurnRunner, pending: PendingConfirmation
+) -> tuple[str, str | None]:
+    """The user's answer to a held call: run it on yes (if its ``available when`` still
+    holds, S5), report a refusal on no. Returns the node the turn goes on in and the reason to
+    enter it, None when it goes on in the asking node, which this enters before the call runs
+    (the node that ran the action is on the turn's path)."""
     state = turn.state
     state.pending_confirmation = None
     confirmed = read_yes_no(turn.user_input) is True
@@ -59,32 +63,41 @@ async def resolve_confirmation(turn: TurnRunner, pending: PendingConfirmation) -
         turn.trace, node=pending.node, tool=pending.tool, confirmed=confirmed, via=Source.USER
     )
     state.history.append(Message("user", turn.user_input))
-    if node is None or tool is None:
-        return turn.program.start, True
-    state.current_node = node.name
+    if node is None or tool is None:  # a redeploy removed it: nothing to answer
+        return turn.program.start, "turn start (router)"
+    turn.enter(node.name, "confirmation resolved")
     call = ToolCall(f"{pending.call_id}-confirmed", tool.name, dict(pending.arguments))
     window = ToolCallWindow(state.history)
     window.open("", [call])
-    cut_short = "not completed: the turn was stopped"
+    tool_calls = turn.tool_calls
     try:
-        if not confirmed:
-            result: dict[str, Any] = {"status": "the user did not confirm; the action was not run"}
-            transition = None
-        else:
-            try:
-                result, transition, _ = await turn.tool_calls.run_tool_action(
-                    tool, node, dict(pending.arguments)
-                )
-            except TurnError as exc:
-                cut_short = f"not completed: {exc}"
-                raise
+        result, transition = await _answer(turn, tool, node, call, confirmed)
         window.answer(call, result)
+    except TURN_ENDING as exc:
+        window.answer(call, tool_calls.cut_short_answer(exc))
+        raise
     finally:
-        window.close(cut_short)
+        window.close()
     if transition is not None:
         turn.follow(node.name, TransitionSignal(transition, f"tool {tool.name}"))
-        return transition, True
-    return node.name, False
+        return transition, f"transition from {node.name}"
+    return node.name, None
+
+
+async def _answer(
+    turn: TurnRunner, tool: ProgramTool, node: ProgramNode, call: ToolCall, confirmed: bool
+) -> tuple[dict[str, Any], str | None]:
+    """What the held call gives the model, and the transition its callback asked for."""
+    tool_calls = turn.tool_calls
+    if not confirmed:
+        return {"status": "the user did not confirm; the action was not run"}, None
+    # The gate was judged when the model called; the variables may have changed since (the
+    # host's restore) and so may the gate (a redeploy): a "yes" does not reopen it (S5).
+    closed = tool_calls.gate_closed(tool, node, since="since the call was held")
+    if closed is not None:
+        return tool_calls.refuse_hidden(node, call, closed), None
+    result, transition, _ = await tool_calls.run_tool_action(tool, node, dict(call.arguments or {}))
+    return result, transition
 
 
 def humanize_action(name: str) -> str:

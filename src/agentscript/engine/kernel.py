@@ -6,7 +6,11 @@
   already in the history gets an answer, then the message said to the user is appended as an
   assistant message, so after a failed turn the history is ``[..., user, (calls and their
   answers), assistant]`` in both formats: the model sees next turn that this one failed, and
-  the roles keep alternating as providers require.
+  the roles keep alternating as providers require. A call whose action ran before the failure
+  is answered with what it returned and a note (:func:`ran_then_failed`), never as "not
+  completed": the model must not run it again. Any other exception (a bug, a model or
+  observer raising something else) fails the turn the same way as an internal error
+  (:func:`internal_error`), with URL credentials removed from its text.
 - **LLM-call budget** (:func:`spend_llm_call`): ``Limits.max_llm_calls`` per turn.
 - **Argument bounds** (:func:`bounds_problem`): size and depth of a tool call's arguments,
   checked before their values are read; a value JSON cannot print (an integer of more than
@@ -23,6 +27,7 @@ Nothing here knows either format's agent model; the runners pass in what they ow
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +36,7 @@ from agentscript.errors import LimitReached, TurnError, UnansweredToolCall
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import Limits
 from agentscript.models.base import Message, ToolCall
+from agentscript.models.retry import shown_url
 from agentscript.trace import TurnTrace
 from agentscript.trace_steps import ResponseKind, error_step, response_step
 
@@ -45,6 +51,8 @@ __all__ = [
     "bounds_problem",
     "check_answered",
     "fail_turn",
+    "internal_error",
+    "ran_then_failed",
     "read_yes_no",
     "spend_llm_call",
     "unanswered_calls",
@@ -73,6 +81,11 @@ NO = frozenset({"no", "n", "nope", "cancel", "stop", "don't", "do not", "decline
 TURN_ENDING = (TurnError,)
 
 NOT_COMPLETED = "not completed: the turn was stopped"
+
+# An internal error's text reaches the user's client (reply.error, the trace); a longer one is
+# a dump, not a message.
+MAX_INTERNAL_ERROR_CHARS = 500
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 @dataclass
@@ -214,16 +227,37 @@ class ToolCallWindow:
 # --- failure ---------------------------------------------------------------------------------
 
 
+def ran_then_failed(answer: dict[str, Any], error: Exception) -> dict[str, Any]:
+    """The answer of a call whose action ran (``answer``) but whose follow-up (its callback)
+    failed with ``error``: what the action did stays visible, so the model does not run it
+    again as it would a call "not completed"."""
+    return {**answer, "note": f"the action ran; its follow-up failed: {error}"}
+
+
+def internal_error(exc: Exception) -> TurnError:
+    """``exc`` (not a TurnError: a bug, a model, sink or observer raising something else) as
+    the TurnError that fails the turn. Its text names the exception's type; a URL in it loses
+    its user, password and query string, where credentials travel (``models.retry.shown_url``)."""
+    detail = _URL.sub(lambda match: shown_url(match.group(0)), str(exc))
+    if len(detail) > MAX_INTERNAL_ERROR_CHARS:
+        detail = detail[:MAX_INTERNAL_ERROR_CHARS] + "..."
+    text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return TurnError(f"internal error: {text}")
+
+
 def fail_turn(
     *,
     history: list[Message],
     trace: TurnTrace,
     result: TurnResult,
-    error: TurnError,
+    error: Exception,
     text: str,
     node: str | None,
 ) -> None:
-    """End the turn on ``error`` with ``text`` said to the user (the history rule above)."""
+    """End the turn on ``error`` with ``text`` said to the user (the history rule above);
+    an ``error`` that is not a TurnError is reported as an :func:`internal_error`."""
+    if not isinstance(error, TurnError):
+        error = internal_error(error)
     result.exhausted = error.exhausted
     result.error = str(error)
     error_step(trace, message=str(error), node=node)

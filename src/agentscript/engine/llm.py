@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentscript.engine.budgets import BudgetExceeded, BudgetMeter, active_meter
-from agentscript.engine.kernel import check_answered
+from agentscript.engine.kernel import check_answered, internal_error
 from agentscript.errors import LimitReached, TurnError
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
@@ -112,7 +112,9 @@ async def _answer(
     model: Model, request: ModelRequest, step: dict[str, Any], stream: TextSink | None
 ) -> ModelResponse:
     """``model``'s answer; its failures recorded on ``step`` and raised as TurnError (or
-    LimitReached, when the streamed text outgrew the reply limit)."""
+    LimitReached, when the streamed text outgrew the reply limit). An exception that is not a
+    ModelError is an internal error (:func:`~.kernel.internal_error`); a cancelled call
+    (``CancelledError``, not an Exception) is not caught."""
     if stream is not None:
         stream = _after_leading_space(stream)
     try:
@@ -127,6 +129,12 @@ async def _answer(
         step["error"] = str(exc)
         step["modelEvents"] = list(exc.events)
         raise TurnError(f"the model failed: {exc}") from None
+    except TurnError:
+        raise
+    except Exception as exc:  # a model, or the stream sink it feeds, raising anything else
+        error = internal_error(exc)
+        step["error"] = str(error)
+        raise error from None
 
 
 # Stop reasons that say the model ran out of tokens: asking again would end the same way.

@@ -404,7 +404,7 @@ class Session:
         if self.ledger is None:
             self.ledger = HistoryLedger()
         trace.ledger = self.ledger
-        trace.observer = self.on_step
+        trace.observer = _silenced_once_raising(self.on_step) if self.on_step is not None else None
         if state.ended:
             message = "the session has ended; start a new session to continue"
             error_step(trace, message=message, node=state.current_node)
@@ -497,3 +497,23 @@ class Session:
         data = self.state.to_json(detached=detached)
         data["agent"] = self.agent.identity()
         return sign(data)
+
+
+def _silenced_once_raising(
+    observer: Callable[[dict[str, Any]], None],
+) -> Callable[[dict[str, Any]], None]:
+    """``observer`` for one turn, not called again after it raised: its exception fails the
+    turn (an internal error), and the failure's own steps must not raise it a second time."""
+    broken = False
+
+    def observe(step: dict[str, Any]) -> None:
+        nonlocal broken
+        if broken:
+            return
+        try:
+            observer(step)
+        except Exception:
+            broken = True
+            raise
+
+    return observe

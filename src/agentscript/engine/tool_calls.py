@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentscript.engine.confirmation import hold_for_confirmation
-from agentscript.engine.kernel import TURN_ENDING, ToolCallWindow, bounds_problem
+from agentscript.engine.kernel import TURN_ENDING, ToolCallWindow, bounds_problem, ran_then_failed
 from agentscript.engine.procedures import ProcedureFailure, TransitionSignal
 from agentscript.engine.program import ProgramNode, ProgramTool, ToolKind
+from agentscript.errors import TurnError
 from agentscript.expr.evaluate import EvalError
 from agentscript.expr.values import TypeMismatch, coerce_to_type
 from agentscript.models.base import Message, ModelResponse, ToolCall
@@ -67,6 +68,8 @@ class ToolCalls:
         # Whether an answer that delegated to the running delegate (at any depth) had asked for
         # a transition before its delegation: a call held in the delegate must give way to it.
         self._transition_before_delegation = False
+        # The answer of the running call once its action ran, for when its callback fails.
+        self._ran: dict[str, Any] | None = None
 
     async def dispatch(
         self, node: ProgramNode, response: ModelResponse, visible: dict[str, ProgramTool]
@@ -78,9 +81,9 @@ class ToolCalls:
         window = ToolCallWindow(turn.state.history)
         window.open(response.text or "", calls)
         outcome = StepOutcome()
-        cut_short = "not completed: the turn was stopped"
         # A delegate's answers run their own dispatch inside one of these calls.
         outer_text, self._answer_text = self._answer_text, response.text or ""
+        outer_ran = self._ran
         try:
             for index, call in enumerate(calls):
                 if index >= most:
@@ -92,6 +95,7 @@ class ToolCalls:
                     reason = f"not run: the turn already ended ({outcome.stop})"
                     window.answer(call, self.refusal(node, call, reason)[0])
                     continue
+                self._ran = None
                 try:
                     # The first call is judged by the resolution's gates: nothing has run since.
                     result, transition, stop = await self.invoke(
@@ -102,7 +106,7 @@ class ToolCalls:
                         transition_requested=outcome.transition is not None,
                     )
                 except TURN_ENDING as exc:
-                    cut_short = f"not completed: {exc}"
+                    window.answer(call, self.cut_short_answer(exc))
                     raise
                 window.answer(call, result)
                 if transition is not None and outcome.transition is None:
@@ -110,8 +114,9 @@ class ToolCalls:
                 if stop is not None:
                     outcome.stop = stop
         finally:
-            window.close(cut_short)
+            window.close()
             self._answer_text = outer_text
+            self._ran = outer_ran
         # What the engine said during the step follows the tool results: providers reject any
         # message between an assistant's tool calls and their results.
         if outcome.stop is StopReason.CONFIRMATION and turn.result.confirmation is not None:
@@ -119,6 +124,18 @@ class ToolCalls:
         if outcome.stop is StopReason.ESCALATE and self._escalation_text:
             turn.state.history.append(Message("assistant", self._escalation_text))
         return outcome
+
+    def ran(self, answer: dict[str, Any]) -> None:
+        """The running call's action ran and ``answer`` is what the model is told; only its
+        follow-up (callback) is left. Should that fail, the model still learns it ran."""
+        self._ran = answer
+
+    def cut_short_answer(self, error: TurnError) -> dict[str, Any]:
+        """The answer of the running call when ``error`` ends the turn during it (S12): what
+        its action returned if it ran, else that it was not completed."""
+        if self._ran is not None:
+            return ran_then_failed(self._ran, error)
+        return {"error": f"not completed: {error}"}
 
     def refusal(
         self, node: ProgramNode, call: ToolCall, reason: str, limit: str | None = None
@@ -153,27 +170,12 @@ class ToolCalls:
         tool = node.tools.get(call.name)
         closed = None
         if tool is not None and recheck_gate and call.name in visible:
-            closed = self.gate_closed(tool, node)
-        if tool is None or call.name not in visible or closed is not None:
-            # The model gets one text for both, so it cannot tell a hidden tool exists; the
-            # trace keeps the true cause for the developer.
-            cause = NotOffered.UNKNOWN if tool is None else NotOffered.HIDDEN
-            if tool is None:
-                reason = f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
-            elif closed is not None:
-                reason = f"{not_offered_message(call.name)}: {closed}"
-            else:
-                reason = not_offered_message(call.name)
-            refused_step(
-                turn.trace,
-                name=call.name,
-                reason=reason,
-                node=node.name,
-                source=Source.LLM,
-                arguments=call.arguments,
-                cause=cause,
-            )
-            return {"error": not_offered_message(call.name)}, None, None
+            closed = self.gate_closed(tool, node, since="after the earlier calls of this step")
+        if tool is None:
+            reason = f"unknown tool '{call.name}'; available tools: {sorted(visible)}"
+            return self.refuse_not_offered(node, call, reason, NotOffered.UNKNOWN), None, None
+        if call.name not in visible or closed is not None:
+            return self.refuse_hidden(node, call, closed), None, None
         arguments, problem, limit = self.check_arguments(tool, call)
         if problem is not None:
             return self.refusal(node, call, problem, limit)
@@ -234,9 +236,36 @@ class ToolCalls:
             return "a transition was requested before this subagent was called"
         return None
 
-    def gate_closed(self, tool: ProgramTool, node: ProgramNode) -> str | None:
-        """Why ``tool``'s ``available when`` no longer holds, or None when it holds. Fails
-        closed like the resolution's gating: a guard that cannot be evaluated hides the tool."""
+    def refuse_hidden(
+        self, node: ProgramNode, call: ToolCall, closed: str | None = None
+    ) -> dict[str, Any]:
+        """S5: ``call`` names a tool not offered now (``closed``: why its gate shut since
+        it was offered)."""
+        reason = not_offered_message(call.name)
+        if closed is not None:
+            reason = f"{reason}: {closed}"
+        return self.refuse_not_offered(node, call, reason, NotOffered.HIDDEN)
+
+    def refuse_not_offered(
+        self, node: ProgramNode, call: ToolCall, reason: str, cause: NotOffered
+    ) -> dict[str, Any]:
+        """The model gets one text for a hidden and an unknown tool, so it cannot tell a hidden
+        tool exists; the REFUSED_STEP keeps the true cause and ``reason`` for the developer."""
+        refused_step(
+            self.turn.trace,
+            name=call.name,
+            reason=reason,
+            node=node.name,
+            source=Source.LLM,
+            arguments=call.arguments,
+            cause=cause,
+        )
+        return {"error": not_offered_message(call.name)}
+
+    def gate_closed(self, tool: ProgramTool, node: ProgramNode, *, since: str) -> str | None:
+        """Why ``tool``'s ``available when`` no longer holds (``since``: when it held, for the
+        message), or None when it holds. Fails closed like the resolution's gating: a guard
+        that cannot be evaluated hides the tool."""
         if tool.guard is None:
             return None
         procedures = self.procedures
@@ -245,10 +274,10 @@ class ToolCalls:
                 return None
         except EvalError as exc:
             return (
-                f"its available when (line {exc.span.line}) cannot be evaluated after the "
-                f"earlier calls of this step: {exc.message}"
+                f"its available when (line {exc.span.line}) cannot be evaluated {since}: "
+                f"{exc.message}"
             )
-        return "its available when became false after the earlier calls of this step"
+        return f"its available when became false {since}"
 
     def say_answer_text(self, node: ProgramNode) -> None:
         """S13: the model's text next to a call that ends the turn (escalation, end of session,
@@ -352,11 +381,14 @@ class ToolCalls:
             raise ProcedureFailure(step["error"])
         turn.state.variables.update(arguments)
         turn.state.variables.update(computed)
+        updated = sorted({*arguments, *computed})
+        answer = {"status": "updated", "variables": updated}
+        self.ran(answer)
         transition = await self.run_tool_callback(tool, node, {}, step)
-        step["output"] = {"updated": sorted({*arguments, *computed})}
+        step["output"] = {"updated": updated}
         step["postVars"] = procedures.snapshot()
         step["durationMs"] = elapsed_ms(started)
-        return {"status": "updated", "variables": sorted({*arguments, *computed})}, transition, None
+        return answer, transition, None
 
     def tool_inputs(
         self, tool: ProgramTool, node: ProgramNode, arguments: dict[str, Any]
@@ -386,15 +418,18 @@ class ToolCalls:
         )
         if outputs is None:
             return {"error": step["error"] or "the action failed"}, None, None
+        hidden = {k for k, p in tool.action.outputs.items() if p.filter_from_agent}
+        answer = {k: v for k, v in outputs.items() if k not in hidden}
+        self.ran(answer)
         transition = None
         if tool.after_response is not None:  # a connected subagent's own follow-up
             transition = await self.run_tool_callback(
                 tool, node, outputs, step, tool.after_response
             )
-        if transition is None:
-            transition = await self.run_tool_callback(tool, node, outputs, step)
-        hidden = {k for k, p in tool.action.outputs.items() if p.filter_from_agent}
-        return {k: v for k, v in outputs.items() if k not in hidden}, transition, None
+        # The binding's callback runs too (its transition deferred like every tool's); the
+        # first transition requested wins (S7).
+        own = await self.run_tool_callback(tool, node, outputs, step)
+        return answer, transition or own, None
 
     async def run_tool_callback(
         self,
@@ -475,6 +510,7 @@ class ToolCalls:
         if came_back:
             # The binding's own body runs as every tool's does (S7): a transition there is
             # deferred like theirs, where it was dropped unread.
+            self.ran({"reply": reply})
             return {"reply": reply}, await self.run_tool_callback(tool, node, {}), None
         # The delegate's last words (the model's text with the call, the escalation message,
         # the confirmation question) end the caller's turn too, so they must reach the user,

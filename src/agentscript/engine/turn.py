@@ -29,9 +29,8 @@ from agentscript.engine.kernel import (
 from agentscript.engine.llm import call_model
 from agentscript.engine.procedures import ProcedureExecutor, TransitionSignal
 from agentscript.engine.program import Program, ProgramNode, ProgramTool, ToolKind
-from agentscript.engine.state import SessionState
+from agentscript.engine.state import PendingConfirmation, SessionState
 from agentscript.engine.tool_calls import ToolCalls
-from agentscript.errors import TurnError
 from agentscript.limits import Limits
 from agentscript.models.base import Message, Model, ModelRequest, ModelResponse
 from agentscript.syntax.tree import Block
@@ -83,30 +82,43 @@ class TurnRunner:
     async def run(self) -> TurnResult:
         """Run the turn (once: its counters and result start fresh only in ``__init__``)."""
         state = self.state
-        program = self.program
         try:
             if state.pending_confirmation is not None:
-                node_name, transitioned = await resolve_confirmation(
-                    self, state.pending_confirmation
-                )
-                reason = (
-                    "transition after confirmation" if transitioned else "confirmation resolved"
-                )
-                await self.drive(node_name, reason, skip_before=not transitioned)
+                await self.answer_confirmation(state.pending_confirmation)
             else:
                 state.history.append(Message("user", self.user_input))
-                if state.resume_node and state.resume_node in program.nodes:
-                    start, reason = state.resume_node, "collect in progress"
-                elif program.outline.reset_to_initial_node or not state.current_node:
-                    start, reason = program.start, "turn start (router)"
-                else:
-                    start, reason = state.current_node, "turn start (previous subagent)"
-                await self.drive(start, reason)
-        except TURN_ENDING as exc:
+                await self.drive(*self.start_node())
+        except Exception as exc:
+            # TURN_ENDING's failures, and anything else (a bug, a raising step observer) as an
+            # internal error: a failed turn, never a traceback out of send() with half a turn
+            # in the state. CancelledError is no Exception: a cancelled turn stays cancelled.
             self.fail(exc)
         return self.result
 
-    def fail(self, error: TurnError) -> None:
+    def start_node(self) -> tuple[str, str]:
+        """S1: where a turn that answers no held call starts, and why."""
+        state = self.state
+        program = self.program
+        resume = state.resume_node
+        if resume is not None and not (
+            resume in program.nodes and self.collecting(program.nodes[resume])
+        ):
+            # Filled since it was set (after_reasoning, a capture call in an answer that ended
+            # the turn, the host's restore): nothing is left to collect, so the router decides.
+            state.resume_node = resume = None
+        if resume is not None:
+            return resume, "collect in progress"
+        if program.outline.reset_to_initial_node or not state.current_node:
+            return program.start, "turn start (router)"
+        return state.current_node, "turn start (previous subagent)"
+
+    async def answer_confirmation(self, pending: PendingConfirmation) -> None:
+        """S13: the held call's node goes on where it asked (already entered by
+        :func:`resolve_confirmation`), or the turn goes where its confirmed call transitioned."""
+        node_name, reason = await resolve_confirmation(self, pending)
+        await self.drive(node_name, reason)
+
+    def fail(self, error: Exception) -> None:
         procedures = self.procedures
         error_text = procedures.render(
             self.program.outline.messages.error, procedures.env(self.any_node())
@@ -126,17 +138,18 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ nodes
 
-    async def drive(self, node_name: str, reason: str, *, skip_before: bool = False) -> None:
-        """Run ``node_name`` and follow transitions until a node ends the turn."""
+    async def drive(self, node_name: str, reason: str | None) -> None:
+        """Run ``node_name`` and follow transitions until a node ends the turn. ``reason`` is
+        the NODE_ENTER's; None when the node was already entered (:meth:`enter`) in this turn
+        and goes on in the same entry."""
         current = node_name
         while True:
             try:
-                await self.run_node(current, reason, skip_before)
+                await self.run_node(current, reason)
                 return
             except TransitionSignal as signal:
                 reason = f"transition from {current}"
                 current = self.follow(current, signal)
-                skip_before = False
 
     def follow(self, source: str, signal: TransitionSignal) -> str:
         self.transitions += 1
@@ -154,13 +167,19 @@ class TurnRunner:
             )
         return signal.target
 
-    async def run_node(self, name: str, reason: str, skip_before: bool) -> None:
-        node = self.program.nodes[name]
+    def enter(self, name: str, reason: str) -> None:
+        """``name`` has control now: it is the current node, on the path, with a NODE_ENTER."""
         self.state.current_node = name
         self.result.path.append(name)
         node_enter(self.trace, node=name, reason=reason)
-        if not skip_before and node.info.before_reasoning is not None:
-            await self.run_hook(node, "before_reasoning")
+
+    async def run_node(self, name: str, reason: str | None) -> None:
+        """S2: a new entry (``reason`` given) runs ``before_reasoning``, then the loop."""
+        node = self.program.nodes[name]
+        if reason is not None:
+            self.enter(name, reason)
+            if node.info.before_reasoning is not None:
+                await self.run_hook(node, "before_reasoning")
         iteration = 0
         while True:
             iteration += 1

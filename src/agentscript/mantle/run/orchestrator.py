@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentscript.engine.kernel import (
-    TURN_ENDING,
     LimitReached,
     TurnResult,
     fail_turn,
@@ -20,7 +19,6 @@ from agentscript.engine.kernel import (
     spend_llm_call,
 )
 from agentscript.engine.llm import call_model
-from agentscript.errors import TurnError
 from agentscript.limits import Limits
 from agentscript.mantle.model import Skill
 from agentscript.mantle.queries import holds
@@ -78,7 +76,10 @@ class MantleTurnRunner:
         except StepLimitReached as exc:
             self.fail(exc)
             self.unwind(str(exc))
-        except TURN_ENDING as exc:
+        except Exception as exc:
+            # TURN_ENDING's failures, and anything else (a bug, a raising step observer) as an
+            # internal error, as in an Agent Script turn: never a traceback out of send() with
+            # half a turn in the state. CancelledError is no Exception: it stays cancelled.
             self.fail(exc)
         # A tap applies only when its payload was offered with this turn's responses.
         ctx.stack.offer(
@@ -123,7 +124,7 @@ class MantleTurnRunner:
         ctx.stack.pending = None
         ctx.stack.data["offer"] = None  # a resume offer names a skill no longer on the stack
 
-    def fail(self, error: TurnError) -> None:
+    def fail(self, error: Exception) -> None:
         ctx = self.ctx
         ctx.close_calls()  # a window left open by the failure is answered first
         fail_turn(
