@@ -106,17 +106,23 @@ class TurnTrace:
         return data
 
     def write(self, directory: Path) -> Path:
-        folder = directory / _safe(self.agent) / "sessions" / _safe(self.session_id) / "traces"
+        agent, session = path_component(self.agent), path_component(self.session_id)
+        folder = directory / agent / "sessions" / session / "traces"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{_safe(self.plan_id)}.json"
+        path = folder / f"{path_component(self.plan_id)}.json"
         path.write_text(
             json.dumps(self.to_json(), indent=2, default=_json_default) + "\n", encoding="utf-8"
         )
         return path
 
 
-def _safe(name: str) -> str:
-    return _SAFE.sub("_", name) or "_"
+def path_component(name: str) -> str:
+    """``name`` as one file or folder name: each run of other characters than letters, digits,
+    ``_``, ``.`` and ``-`` becomes ``_``, and a name of dots only (or none) is ``_``, never
+    ``.`` or ``..``, which would name a folder above (an agent named ``..`` wrote its traces
+    beside ``--trace-dir``, not inside it)."""
+    safe = _SAFE.sub("_", name)
+    return safe if safe.strip(".") else "_"
 
 
 def _json_default(value: object) -> object:

@@ -213,7 +213,7 @@ def test_mcp_send_waits_for_a_busy_session_only_so_long(monkeypatch: pytest.Monk
     async def scenario(tools: Any) -> str:
         first = await tools.send("hi", None)
         sid = first["session_id"]
-        _session, lock = tools.sessions[sid]
+        lock = tools.sessions[sid].lock
         await lock.acquire()  # a turn of it still runs
         try:
             await tools.send("again", sid)
@@ -232,7 +232,7 @@ def test_mcp_sessions_past_the_cap_evict_the_oldest_idle_one_never_a_running_one
     async def scenario(tools: Any) -> tuple[list[str], str, str]:
         first = (await tools.send("one", None))["session_id"]
         second = (await tools.send("two", None))["session_id"]
-        _session, lock = tools.sessions[first]
+        lock = tools.sessions[first].lock
         await lock.acquire()  # the oldest is mid-turn
         await tools.send("three", None)  # one over the cap
         lock.release()
@@ -282,7 +282,10 @@ def test_mcp_sessions_past_their_history_budget_evict_the_oldest_idle_one(
     async def scenario(tools: Any) -> tuple[list[str], str, str]:
         first = (await tools.send("one " * 50, None))["session_id"]
         second = (await tools.send("two", None))["session_id"]
-        size = tools.sessions[first][0].history_chars() + tools.sessions[second][0].history_chars()
+        size = (
+            tools.sessions[first].session.history_chars()
+            + tools.sessions[second].session.history_chars()
+        )
         monkeypatch.setattr(mcp_server, "MAX_KEPT_CHARS", size - 1)
         third = (await tools.send("three", None))["session_id"]
         return list(tools.sessions), first, third

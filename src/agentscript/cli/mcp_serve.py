@@ -8,6 +8,7 @@ import click
 from agentscript.cli.common import exit_with, load_agent_or_exit
 from agentscript.cli.options import trace_dir_option
 from agentscript.integrations.mcp_server import SHUTDOWN_GRACE
+from agentscript.server.config import ServerConfig
 
 
 @click.command("mcp-serve")
@@ -31,6 +32,13 @@ from agentscript.integrations.mcp_server import SHUTDOWN_GRACE
     show_default=True,
     help="Seconds the calls running at SIGTERM (or, over stdio, at the end of stdin) get to finish; then they are cut.",
 )
+@click.option(
+    "--rate-limit",
+    default=ServerConfig.rate_limit,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Over streamable HTTP: requests per second per API key (0: no limit).",
+)
 @trace_dir_option
 def mcp_serve(
     agent: str,
@@ -40,6 +48,7 @@ def mcp_serve(
     host: str,
     port: int,
     shutdown_grace: int,
+    rate_limit: float,
     trace_dir: str | None,
 ) -> None:
     """Serve AGENT as an MCP server (tools `ask` and `send`)."""
@@ -56,6 +65,7 @@ def mcp_serve(
             port=port,
             trace_dir=trace_dir,
             shutdown_grace=shutdown_grace,
+            rate_limit=rate_limit,
             echo=lambda line: click.echo(line, err=True),
         )
     )

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.models.config import find_config
+from agentscript.models.retry import shown_url
 
 DEFAULT_CALL_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 20.0
@@ -62,10 +63,12 @@ class McpServerConfig:
         return "stdio" if self.command else "http"
 
     def describe(self) -> str:
-        """Where the server is, without header or environment values (they may be secrets)."""
+        """Where the server is, without header or environment values, nor the URL's user,
+        password and query string (they may be secrets: a message reaches the model, the
+        client and the trace)."""
         if self.command:
             return " ".join([self.command, *self.args])
-        return self.url or ""
+        return shown_url(self.url) if self.url else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,9 @@ Contract:
   the bound the model clients keep); the SDK bounds each server-sent event itself;
 - header and environment values are expanded from ``${VAR}`` when connecting and never
   appear in a message or a trace: a header value that HTTP does not allow (a trailing newline)
-  is refused before any request, and every expanded value is blotted out of error messages.
+  is refused before any request, and every expanded value is blotted out of error messages;
+  so are a server URL's user, password and query string (a message names the URL without
+  them, and their values are blotted out of the transport's own messages).
 
 The sessions live on one background event loop owned by the hub: ``Session.send`` runs each
 turn under its own ``asyncio.run``, and a client session is bound to the loop that opened it.
@@ -39,6 +41,7 @@ import threading
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote_plus, urlsplit
 
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, McpServerConfig, expand_env
@@ -224,7 +227,7 @@ class _Connection:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         headers = {k: expand_env(v, f"{table} header {k}") for k, v in config.headers}
-        self.secrets = _secret_forms(config.headers, headers.values())
+        self.secrets = _secret_forms(config.headers, [*headers.values(), *_url_secrets(config.url)])
         for name, value in headers.items():
             _check_header(name, value, table)
         # The SDK's own client (its timeouts and redirect rules), asked for uncompressed answers
@@ -507,6 +510,20 @@ def _secret_forms(
         for text in (value, value.strip()):
             forms |= {text, repr(text)[1:-1], repr(text.encode("utf-8", "replace"))[2:-1]}
     return frozenset(f for f in forms if len(f.strip()) >= _MIN_SECRET_CHARS)
+
+
+def _url_secrets(url: str | None) -> list[str]:
+    """The URL's password and query values, as written and decoded: either may be a
+    credential, and an HTTP status error of the transport quotes the URL whole (httpx's
+    ``raise_for_status``)."""
+    try:
+        parts = urlsplit(url or "")
+        password = parts.password
+    except ValueError:  # an unparsable URL: none of it is shown
+        return [url or ""]
+    raw = [password or ""]
+    raw += [value for _, _, value in (pair.partition("=") for pair in parts.query.split("&"))]
+    return [*raw, *(unquote_plus(value) for value in raw)]
 
 
 def _devnull() -> Any:

@@ -12,9 +12,12 @@ turn is a normal result with ``error`` set (the agent's error message is the tex
 unknown ``session_id``, a message over ``MAX_MESSAGE_CHARS``, a session whose previous turn
 still runs after ``LOCK_WAIT`` and a failure of the server itself are one-line tool errors.
 Sessions are kept in memory, at most ``max_sessions`` (the least recently used idle one goes
-first), and one turn runs at a time per session. Over stdio (default) or streamable HTTP on ``--host``/``--port``: there, as with
-``agentscript serve``, the keys of ``AGENTSCRIPT_API_KEYS`` are required as ``Authorization:
-Bearer`` and listening off loopback needs them.
+first), and one turn runs at a time per session. Over stdio (default) or streamable HTTP on
+``--host``/``--port``: there, as with ``agentscript serve``, the keys of
+``AGENTSCRIPT_API_KEYS`` are required as ``Authorization: Bearer`` (listening off loopback
+needs them), a session belongs to the key that started it (another key's ``session_id`` is
+answered as an unknown one), and each key gets ``--rate-limit`` requests per second (one more
+is answered ``429`` with ``Retry-After``).
 
 One JSON-RPC message is at most ``MAX_WIRE_MESSAGE_BYTES`` on either transport. Over HTTP a
 longer body gets ``413``; over stdio (``mcp_stdio``, which also says how signals and the end
@@ -39,10 +42,12 @@ import sys
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentscript.commands import ExitCode
+from agentscript.server.config import ServerConfig
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
     from agentscript.engine.session import AgentBase, Reply, Session
     from agentscript.models.base import Model
     from agentscript.server.auth import ApiKeys
+    from agentscript.server.ratelimit import RateLimiter
 
 DEFAULT_MAX_SESSIONS = 1000
 EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
@@ -71,12 +77,26 @@ CUT_AT_SHUTDOWN = "the server stopped before this turn finished: send it again"
 # where the SDK reads a line whole however long it is. A tool call's arguments are far below
 # it (MAX_MESSAGE_CHARS).
 MAX_WIRE_MESSAGE_BYTES = 4 * 1024 * 1024
+# Where BearerKeys leaves an HTTP request's owner id (its key's hash, "" without keys) in the
+# ASGI scope; the tools read it from the request the SDK hands each call. Not a contextvar:
+# the SDK runs an MCP session's calls in a task started by the request that opened it, whose
+# context (and key) they would all see.
+OWNER_SCOPE_KEY = "agentscript.owner"
 
 log = logging.getLogger("agentscript.mcp")
 
 
 class ToolRefused(Exception):
     """A call the tools refuse; the message, one line, is the tool error the client sees."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeptSession:
+    """An open conversation, the lock its turns take one at a time, and its owner."""
+
+    session: Session
+    lock: asyncio.Lock
+    owner: str  # the owner id of the key that started it ("" over stdio or without keys)
 
 
 class AgentTools:
@@ -94,7 +114,7 @@ class AgentTools:
         self.model = model
         self.trace_dir = trace_dir
         self.max_sessions = max_sessions
-        self.sessions: OrderedDict[str, tuple[Session, asyncio.Lock]] = OrderedDict()
+        self.sessions: OrderedDict[str, KeptSession] = OrderedDict()
         # Each kept session's history size as of its last turn, and their sum (MAX_KEPT_CHARS).
         self._sizes: dict[str, int] = {}
         self.chars = 0
@@ -103,8 +123,9 @@ class AgentTools:
         self.stopping = False
 
     def _new_session(self) -> Session:
-        # The id is the only handle on a conversation (over HTTP, any key may pass it): 122
-        # random bits, where the engine's default id is made to be short in traces.
+        # The id is the only handle on a conversation (over stdio, or over HTTP without
+        # keys, anyone may pass it): 122 random bits, where the engine's default id is made to
+        # be short in traces.
         return self.agent.session(
             model=self.model(), trace_dir=self.trace_dir, session_id=uuid.uuid4().hex
         )
@@ -115,9 +136,10 @@ class AgentTools:
             session = self._new_session()
             return result_json(session.id, await session.send_async(message))
 
-    async def send(self, message: str, session_id: str | None) -> dict[str, Any]:
+    async def send(self, message: str, session_id: str | None, owner: str = "") -> dict[str, Any]:
+        """A turn of the session ``session_id`` (of ``owner``'s), or of a new one of theirs."""
         with self._call():
-            return await self._send(message, session_id)
+            return await self._send(message, session_id, owner)
 
     @contextlib.contextmanager
     def _call(self) -> Iterator[None]:
@@ -142,21 +164,16 @@ class AgentTools:
         await within_grace(lambda: self.running > 0, grace)
         return self.running
 
-    async def _send(self, message: str, session_id: str | None) -> dict[str, Any]:
+    async def _send(self, message: str, session_id: str | None, owner: str) -> dict[str, Any]:
         _check_length(message)
         if session_id:
-            entry = self.sessions.get(session_id)
-            if entry is None:
-                raise ToolRefused(
-                    f"unknown session_id '{session_id}' (it ended or was evicted); "
-                    "call send without session_id to start a new conversation"
-                )
+            kept = self._owned(session_id, owner)
             self.sessions.move_to_end(session_id)
         else:
-            session = self._new_session()
-            entry = self.sessions[session.id] = (session, asyncio.Lock())
+            kept = KeptSession(self._new_session(), asyncio.Lock(), owner)
+            self.sessions[kept.session.id] = kept
             self._evict()
-        session, lock = entry
+        session, lock = kept.session, kept.lock
         try:
             async with asyncio.timeout(LOCK_WAIT):
                 await lock.acquire()
@@ -183,14 +200,25 @@ class AgentTools:
             self._evict()
         return result_json(session.id, reply)
 
+    def _owned(self, session_id: str, owner: str) -> KeptSession:
+        """The kept session ``session_id`` if ``owner`` started it. Another key's session is
+        answered as one that does not exist, as serve answers it: its id is no proof."""
+        kept = self.sessions.get(session_id)
+        if kept is None or kept.owner != owner:
+            raise ToolRefused(
+                f"unknown session_id '{session_id}' (it ended or was evicted); "
+                "call send without session_id to start a new conversation"
+            )
+        return kept
+
     def _evict(self) -> None:
         """Forget the least recently used sessions past ``max_sessions`` or past
         ``MAX_KEPT_CHARS`` of histories in all, never one whose turn is running (its result
         would name a session already gone)."""
-        for sid, (_session, lock) in list(self.sessions.items()):
+        for sid, kept in list(self.sessions.items()):
             if len(self.sessions) <= self.max_sessions and self.chars <= MAX_KEPT_CHARS:
                 return
-            if not lock.locked():
+            if not kept.lock.locked():
                 self._forget(sid)
 
     def _forget(self, session_id: str) -> None:
@@ -244,7 +272,7 @@ async def _as_tool_error(
 def build_server(tools: AgentTools) -> MCPServer:
     """The MCP server for ``tools``' agent (tools ``ask`` and ``send``)."""
     try:
-        from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver import Context, MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:
         raise RuntimeError(f"mcp-serve needs the `mcp` package: {EXTRA_HINT}") from None
@@ -260,10 +288,14 @@ def build_server(tools: AgentTools) -> MCPServer:
         """Ask the agent one question in a new conversation (nothing is kept)."""
         return await _as_tool_error(tools.ask(message), ToolError)
 
-    async def send(message: str, session_id: str | None = None) -> dict[str, Any]:
+    async def send(ctx: Context, message: str, session_id: str | None = None) -> dict[str, Any]:
         """Send a message to the agent. Omit session_id to start a conversation; pass the
         session_id of the result to continue it."""
-        return await _as_tool_error(tools.send(message, session_id), ToolError)
+        return await _as_tool_error(tools.send(message, session_id, owner_of(ctx)), ToolError)
+
+    # This module's annotations are strings, which the SDK resolves in the module's globals,
+    # where the optional SDK is not imported: it finds the Context parameter by this class.
+    send.__annotations__["ctx"] = Context
 
     server.add_tool(ask, name="ask", description=f"Ask the agent '{name}' one question.")
     server.add_tool(
@@ -272,6 +304,14 @@ def build_server(tools: AgentTools) -> MCPServer:
         description=f"Send a message in a conversation with the agent '{name}'.",
     )
     return server
+
+
+def owner_of(ctx: Any) -> str:
+    """The owner id BearerKeys left on the HTTP request of a tool call; "" over stdio, where
+    there is no request (and no key)."""
+    request = ctx.request_context.request
+    scope = getattr(request, "scope", None) or {}
+    return str(scope.get(OWNER_SCOPE_KEY, ""))
 
 
 def mcp_serve_command(
@@ -285,6 +325,7 @@ def mcp_serve_command(
     trace_dir: str | None,
     echo: Callable[[str], None],
     shutdown_grace: int = SHUTDOWN_GRACE,
+    rate_limit: float = ServerConfig.rate_limit,
 ) -> ExitCode:
     """Serve until stopped; returns the exit code (``USAGE`` when no model can be built)."""
     from agentscript.chat import choose_model
@@ -311,7 +352,13 @@ def mcp_serve_command(
     if transport == "stdio":
         return _serve_stdio(server, tools, shutdown_grace)
     return _serve_http(
-        server, tools, host=host, port=port, shutdown_grace=shutdown_grace, echo=echo
+        server,
+        tools,
+        host=host,
+        port=port,
+        shutdown_grace=shutdown_grace,
+        rate_limit=rate_limit,
+        echo=echo,
     )
 
 
@@ -348,14 +395,16 @@ def _serve_http(
     host: str,
     port: int,
     shutdown_grace: int,
+    rate_limit: float,
     echo: Callable[[str], None],
 ) -> ExitCode:
     """Streamable HTTP, as ``agentscript serve`` listens: API keys from
-    ``AGENTSCRIPT_API_KEYS`` (required off loopback), the port checked before anything is
-    printed, and the same stops on signals (``server/runner.py``)."""
+    ``AGENTSCRIPT_API_KEYS`` (required off loopback), the same rate limit per key, the port
+    checked before anything is printed, and the same stops on signals (``server/runner.py``)."""
     from agentscript.server.auth import ApiKeys, KeyConfigError
     from agentscript.server.command import ServeError, check_port, is_loopback
     from agentscript.server.nodelay import protocol
+    from agentscript.server.ratelimit import RateLimiter
     from agentscript.server.runner import run
 
     try:
@@ -382,9 +431,8 @@ def _serve_http(
     starlette.router.lifespan_context = _draining(
         starlette.router.lifespan_context, tools, shutdown_grace
     )
-    app: Any = CutAtShutdown(starlette)
-    if keys.enabled:
-        app = BearerKeys(app, keys)
+    limiter = RateLimiter(rate_limit, ServerConfig.rate_burst)
+    app = BearerKeys(CutAtShutdown(starlette), keys, limiter)
     echo(f"mcp-serve: agent '{tools.agent.name}' at http://{host}:{port}/mcp")
     code = run(
         app,
@@ -450,27 +498,46 @@ class CutAtShutdown:
 
 
 class BearerKeys:
-    """ASGI middleware: an HTTP request without ``Authorization: Bearer`` and one of the keys
-    gets ``401``, as from ``agentscript serve``."""
+    """ASGI middleware, as ``agentscript serve`` authenticates: an HTTP request without
+    ``Authorization: Bearer`` and one of the keys gets ``401`` (with keys on), one past its
+    key's rate limit ``429`` with ``Retry-After``; the others go on with their owner id (the
+    key's hash, "" without keys) in the scope, at ``OWNER_SCOPE_KEY``."""
 
-    def __init__(self, app: Any, keys: ApiKeys) -> None:
+    def __init__(self, app: Any, keys: ApiKeys, limiter: RateLimiter) -> None:
         self.app = app
         self.keys = keys
+        self.limiter = limiter
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or ())
-            given = headers.get(b"authorization", b"").decode("latin-1")
-            if self.keys.owner(given) is None:
-                await _error(
-                    send,
-                    401,
-                    "unauthorized",
-                    "send an API key as 'Authorization: Bearer <key>'",
-                    [(b"www-authenticate", b"Bearer")],
-                )
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        owner = self.keys.owner(headers.get(b"authorization", b"").decode("latin-1"))
+        if owner is None:
+            await _error(
+                send,
+                401,
+                "unauthorized",
+                "send an API key as 'Authorization: Bearer <key>'",
+                [(b"www-authenticate", b"Bearer")],
+            )
+            return
+        wait = self.limiter.take(owner)
+        if wait > 0:
+            await self._rate_limited(send, wait)
+            return
+        await self.app({**scope, OWNER_SCOPE_KEY: owner}, receive, send)
+
+    async def _rate_limited(self, send: Any, wait: float) -> None:
+        from agentscript.server.ratelimit import retry_after
+
+        message = (
+            f"too many requests for this key (rate_limit {self.limiter.rate:g}/s); "
+            f"retry in {wait:.2f} s"
+        )
+        retry = retry_after(wait).encode()
+        await _error(send, 429, "rate_limited", message, [(b"retry-after", retry)])
 
 
 async def _error(

@@ -77,8 +77,16 @@ def discover(paths: Sequence[str]) -> Iterator[Path]:
             yield path
 
 
-# An agent's name as the API's paths take it (/v1/agents/{agent}/...).
+# An agent's name as the API's paths take it (/v1/agents/{agent}/...); a served name must
+# also pass is_agent_name.
 AGENT_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+
+
+def is_agent_name(name: str) -> bool:
+    """``name`` matches AGENT_NAME and is not dots only: ``.`` and ``..`` are relative
+    references in a URL path and in ``--trace-dir``. (AGENT_NAME cannot say it: the routes'
+    pattern runs on pydantic's regex engine, which has no look-ahead.)"""
+    return re.fullmatch(AGENT_NAME, name) is not None and name.strip(".") != ""
 
 
 def load_agents(paths: Sequence[str]) -> list[AgentBase]:
@@ -94,11 +102,11 @@ def load_agents(paths: Sequence[str]) -> list[AgentBase]:
             raise AgentLoadError(
                 f"{path}: cannot serve an agent with errors\n" + "\n".join(errors)
             ) from None
-        if re.fullmatch(AGENT_NAME, agent.name) is None:
+        if not is_agent_name(agent.name):
             raise AgentLoadError(
                 f"{path}: the agent's name {agent.name!r} cannot be part of a URL (letters, "
-                "digits, '_', '.' and '-', at most 128); rename it (config.developer_name, or "
-                "the project's id)"
+                "digits, '_', '.' and '-', not dots only, at most 128); rename it "
+                "(config.developer_name, or the project's id)"
             )
         if agent.name in agents:
             other = agents[agent.name][1]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import zipfile
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from agentscript.models.base import ModelResponse, ToolCall
 from agentscript.models.recording import ConversationRecorder, move_of
 from agentscript.models.scripted import Move
 from agentscript.store import TurnRecord
+from agentscript.trace import path_component
 
 
 def moves_of(trace: dict[str, Any]) -> list[Move]:
@@ -53,17 +53,15 @@ def conversation_yaml(agent: str, variables: dict[str, Any], turns: Sequence[Tur
     return head + recorder.dump()
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
-
-
 def traces_zip(agent: str, session_id: str, turns: Sequence[TurnRecord]) -> bytes:
-    """The turns' trace files as ``--trace-dir`` lays them out:
+    """The turns' trace files as ``--trace-dir`` lays them out, names made safe the same way:
     ``<agent>/sessions/<session id>/traces/<plan id>.json``."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for record in turns:
-            plan = _safe(str(record.trace.get("planId") or f"turn-{record.turn}"))
-            path = f"{_safe(agent)}/sessions/{_safe(session_id)}/traces/{plan}.json"
-            archive.writestr(path, json.dumps(record.trace, indent=2, default=repr))
+            plan = path_component(str(record.trace.get("planId") or f"turn-{record.turn}"))
+            folder = f"{path_component(agent)}/sessions/{path_component(session_id)}/traces"
+            archive.writestr(
+                f"{folder}/{plan}.json", json.dumps(record.trace, indent=2, default=repr)
+            )
     return buffer.getvalue()
