@@ -96,7 +96,8 @@ def test_action_match_rules(
 
 
 def test_topic_accepts_org_style_prefixed_and_hashed_names() -> None:
-    assert topic_matches("p_16jABC_local_events_16j8d0fa", "local_events")
+    # The org's runtime suffix is a 15- or 18-character Salesforce Id (16j9d687a53f890).
+    assert topic_matches("p_16jABC_local_events_16j9d687a53f890", "local_events")
     assert not topic_matches("local_weather", "local_events")
     assert topic_matches("Order", "Order_Management", "contains")
 

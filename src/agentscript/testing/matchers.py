@@ -2,10 +2,11 @@
 data) and returns a :class:`Verdict` whose explanation names the rule that failed.
 
 Matching rules (docs/testing.md): the topic is the subagent (or Mantle skill) the turn ended
-in, compared exactly, also accepting Salesforce org-style names (``p_<id>_<Name>`` prefixes,
-``_<hash>`` suffixes); format C's ``contains`` operator compares by substring. Actions are the
+in, compared exactly and case-sensitively, also accepting Salesforce org-style names
+(``p_<plannerId>_<Name>``, ``<Name>_<Id>``, or both); format C's ``contains`` operator passes
+when the expected name (or its org-style bare name) is part of the actual one. Actions are the
 actions and tools that ran, transitions included, compared by :class:`MatchRule` (``exact`` by
-default).
+default). A turn that ends in an error fails unless the turn expects it (:func:`turn_error`).
 """
 
 from __future__ import annotations
@@ -13,25 +14,45 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Collection, Mapping
+from itertools import pairwise
 from typing import Any
 
+from agentscript.expectations import Expectations
 from agentscript.testing.jsonpath import JsonPath
 from agentscript.testing.results import TurnOutcome, Verdict, generated_data
 from agentscript.testing.spec import Check, CheckKind, MatchRule
 
-_ORG_PREFIX = re.compile(r"^p_[A-Za-z0-9]+_")
-_ORG_SUFFIX = re.compile(r"_[0-9A-Za-z]{8,}$")
+# What an org adds around a topic's local name, as its test results show it
+# (p_16jPl000000GwEX_Field_Support_Routing_16j8eeef13560aa): topics promoted in Setup get a
+# ``p_<plannerId>_`` prefix, and runtime names a ``_<Id>`` suffix, a 15- or 18-character
+# Salesforce Id that changes on every republish. Both hold a digit, so a word such as
+# ``_Escalated`` or ``_Management`` is never taken for one.
+_ORG_PREFIX = re.compile(r"p_(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]+_")
+_ORG_SUFFIX = re.compile(r"_(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]{15,18}$")
+
+
+def topic_names(expected: str) -> set[str]:
+    """``expected`` as written, without its org prefix, without its org suffix, and without
+    both: the names a local subagent may have when a spec was written against an org."""
+    names = {expected}
+    prefix = _ORG_PREFIX.match(expected)
+    if prefix:
+        names.add(expected[prefix.end() :])
+    for name in list(names):
+        suffix = _ORG_SUFFIX.search(name)
+        if suffix and suffix.start() > 0:
+            names.add(name[: suffix.start()])
+    return names
 
 
 def topic_matches(expected: str, actual: str | None, operator: str = "equals") -> bool:
     if actual is None:
         return False
+    names = topic_names(expected)
     if operator == "contains":
-        return expected in actual or actual in expected
-    if expected == actual:
-        return True
-    bare = _ORG_SUFFIX.sub("", _ORG_PREFIX.sub("", expected))
-    return bare == actual or bare.lower() == actual.lower()
+        return any(name in actual for name in names)
+    return actual in names
 
 
 def actions_match(expected: list[str], actual: list[str], rule: MatchRule) -> bool:
@@ -118,22 +139,90 @@ def check_turn(check: Check, turn: TurnOutcome, rule: MatchRule, number: int) ->
         return verdict(*_compare(check, data))
     if kind is CheckKind.EXPECT:
         assert isinstance(check.expected, dict)
-        from agentscript.expectations import Expectations
+        return _expect_verdicts(check, check.expected, reply, number)
+    raise ValueError(f"not a deterministic turn check: {kind}")
 
-        failures = Expectations(check.expected).check(reply)
-        return [
+
+def _expect_verdicts(
+    check: Check, spec: Mapping[str, Any], reply: Any, number: int
+) -> list[Verdict]:
+    """One verdict per key of an ``expect:`` block, each key checked alone, so a failure is
+    always its own key's (telling them apart by the wording of the messages once let every
+    ``response_contains`` pass). A failure of the whole block that no key reports alone
+    becomes a failing ``expect`` verdict: a failure never vanishes."""
+    by_key = {key: Expectations({key: value}).check(reply) for key, value in spec.items()}
+    verdicts = [
+        Verdict(
+            f"expect.{key}",
+            spec[key],
+            _actual_of(key, reply),
+            not failures,
+            explanation="; ".join(failures),
+            line=check.line,
+            turn=number,
+        )
+        for key, failures in by_key.items()
+    ]
+    reported = {failure for failures in by_key.values() for failure in failures}
+    unreported = [f for f in Expectations(spec).check(reply) if f not in reported]
+    if unreported:
+        verdicts.append(
             Verdict(
-                f"expect.{key}",
-                check.expected[key],
-                _actual_of(key, reply),
-                not [f for f in failures if f.startswith(key)],
-                explanation="; ".join(f for f in failures if f.startswith(key)),
+                "expect",
+                dict(spec),
+                None,
+                False,
+                explanation="; ".join(unreported),
                 line=check.line,
                 turn=number,
             )
-            for key in check.expected
-        ]
-    raise ValueError(f"not a deterministic turn check: {kind}")
+        )
+    return verdicts
+
+
+def turn_error(
+    turn: TurnOutcome,
+    checks: list[Check],
+    faulted: Collection[str],
+    number: int,
+    line: int | None = None,
+) -> Verdict | None:
+    """A failing verdict when the turn ended in an error that nothing expects, as
+    ``agentscript run`` fails it. Expected are: an error its ``expect:`` names (``error:``
+    judges it), one an ``action_failed`` assertion is about, and one where an action the case
+    injects a fault into failed. A turn whose scripted moves ran out is the case's error."""
+    reply = turn.reply
+    if reply.error is None or reply.exhausted:
+        return None
+    if any(_expects_error(check) for check in checks):
+        return None
+    failed = {
+        name
+        for step in turn.steps
+        if step.get("type") == "ACTION_STEP" and step.get("error")
+        for name in (step.get("name"), step.get("action"))
+    }
+    if failed & set(faulted):
+        return None
+    return Verdict(
+        "turn_error",
+        None,
+        reply.error,
+        False,
+        explanation=(
+            f"the turn ended in an error no expectation expected: {reply.error}; if it "
+            "should, say so (expect: {error: true}, or the text it contains, in a "
+            "conversation file; an action_failed assertion in any spec)"
+        ),
+        line=line,
+        turn=number,
+    )
+
+
+def _expects_error(check: Check) -> bool:
+    if check.kind is CheckKind.EXPECT:
+        return isinstance(check.expected, dict) and "error" in check.expected
+    return check.kind is CheckKind.WHITEBOX and check.name == "action_failed"
 
 
 def _actual_of(key: str, reply: Any) -> Any:
@@ -185,8 +274,9 @@ def _compare(check: Check, data: dict[str, Any]) -> tuple[bool, Any, Any, str]:
     return ok, expected, actual, f"{check.name} {operator}: expected {expected!r}, got {actual!r}"
 
 
-def check_mantle(check: Check, turns: list[TurnOutcome]) -> Verdict:
-    """A Mantle goal assertion over every step of every turn of the case."""
+def check_mantle(check: Check, turns: list[TurnOutcome], before: Mapping[str, Any]) -> Verdict:
+    """A Mantle goal assertion over every step of every turn of the case; ``before`` is the
+    memory before the first turn (after the scenario's ``setup``)."""
     steps = [step for turn in turns for step in turn.steps]
     params = check.params
     kind = check.name
@@ -209,10 +299,7 @@ def check_mantle(check: Check, turns: list[TurnOutcome]) -> Verdict:
         )
         found = ran if kind == "tool_executed" else not ran
     elif kind == "memory_was_set":
-        final = turns[-1].reply.variables if turns else {}
-        found = params["name"] in final and (
-            "value" not in params or final[params["name"]] == params["value"]
-        )
+        found = _memory_was_set(params, turns, before)
     else:
         found = any(str(params["text_matches"]) in t.reply.text for t in turns)
     return Verdict(
@@ -224,3 +311,34 @@ def check_mantle(check: Check, turns: list[TurnOutcome]) -> Verdict:
         line=check.line,
         turn=len(turns),
     )
+
+
+def _memory_was_set(
+    params: Mapping[str, Any], turns: list[TurnOutcome], before: Mapping[str, Any]
+) -> bool:
+    """Whether the conversation wrote the slot: its value changed to something other than
+    None (to ``value`` when given) between two successive views of memory. The final memory
+    alone cannot tell: it holds every declared slot, None when unset, and keeps what
+    ``setup`` seeded."""
+    name = params["name"]
+    views = [view for view in _memory_views(turns, before) if name in view]
+    return any(
+        new[name] is not None
+        and new[name] != old[name]
+        and ("value" not in params or new[name] == params["value"])
+        for old, new in pairwise(views)
+    )
+
+
+def _memory_views(turns: list[TurnOutcome], before: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Memory before the conversation, around each step that records it (``preVars``,
+    ``postVars``) and at each turn's end, in order; a slot set and cleared within one turn
+    shows in the step views."""
+    views: list[Mapping[str, Any]] = [before]
+    for turn in turns:
+        for step in turn.steps:
+            views += [
+                step[key] for key in ("preVars", "postVars") if isinstance(step.get(key), dict)
+            ]
+        views.append(turn.reply.variables)
+    return views

@@ -6,7 +6,8 @@ For a case: start ``agent.session`` with the context variables (by variable name
 ``restore``, the active subagent set from the last agent turn's ``topic``, no model call);
 then send each turn with ``send_async``. The model is the scripted one when the turn has moves,
 else a :class:`ReplayModel` (recorded answers, or the live ``--model`` when recording). Then
-:mod:`.matchers` and :mod:`.judge` give the verdicts. A failure to run a case (bad variable, no
+:mod:`.matchers` and :mod:`.judge` give the verdicts; a turn that ends in an error nothing expects
+is a failed verdict (``turn_error``). A failure to run a case (bad variable, no
 recorded answer, stale recording, a judge model that cannot answer) makes the case an ERROR
 with the reason, never a traceback.
 """
@@ -26,7 +27,7 @@ from agentscript.testing.faults import fault_function, fault_timeouts
 from agentscript.testing.judge import JudgeSettings, judge
 from agentscript.testing.replay import ReplayModel, ReplayStore
 from agentscript.testing.results import CaseResult, TurnOutcome, Verdict
-from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, Suite
+from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, Suite, TurnSpec
 from agentscript.testing.whitebox import check_whitebox
 
 SIMULATOR_SYSTEM = (
@@ -153,6 +154,7 @@ class CaseRunner:
         scripted = ScriptedModel()
         chooser = _Chooser(replay, scripted)
         session = self._session(case, chooser)
+        memory_before = session.variables
         transcript = result.transcript
         for turn in case.history:
             transcript.append({"role": turn.role, "text": turn.message})
@@ -189,6 +191,7 @@ class CaseRunner:
                     )
                 else:
                     result.verdicts.extend(matchers.check_turn(check, outcome, self.rule, number))
+            self._check_turn_error(case, outcome, spec, number, result)
             if outcome.reply.exhausted:
                 raise ModelError(
                     f"turn {number}: the scripted moves ran out (the agent asked the model "
@@ -196,11 +199,21 @@ class CaseRunner:
                 )
         for check in case.final_checks:
             if check.kind is CheckKind.MANTLE:
-                result.verdicts.append(matchers.check_mantle(check, result.turns))
+                result.verdicts.append(matchers.check_mantle(check, result.turns, memory_before))
             else:
                 result.verdicts.append(
                     await self._judge(replay.case, check, transcript, len(result.turns))
                 )
+
+    @staticmethod
+    def _check_turn_error(
+        case: Case, outcome: TurnOutcome, spec: TurnSpec | None, number: int, result: CaseResult
+    ) -> None:
+        checks = spec.checks if spec is not None else []
+        line = spec.line if spec is not None else None
+        verdict = matchers.turn_error(outcome, checks, case.faults, number, line)
+        if verdict is not None:
+            result.verdicts.append(verdict)
 
     async def _send(self, session: Session, text: str) -> TurnOutcome:
         started = time.perf_counter()
@@ -230,6 +243,7 @@ class CaseRunner:
             result.turns.append(outcome)
             if replay.failure is not None:
                 raise ModelError(f"turn {number}: {replay.failure}")
+            self._check_turn_error(case, outcome, None, number, result)
             result.transcript += [
                 {"role": "user", "text": text},
                 {"role": "agent", "text": outcome.reply.text},

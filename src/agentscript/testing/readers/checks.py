@@ -120,6 +120,7 @@ def custom_check(
     allowed = STRING_OPERATORS if name == "string_comparison" else NUMERIC_OPERATORS
     if operator not in allowed:
         raise SpecError(path, line, f"{name}: unknown operator {operator!r}; use {sorted(allowed)}")
+    _refuse_unmarked_path(name, *parameters["actual"], path, line)
     params: dict[str, Any] = {"operator": operator}
     for role in ("actual", "expected"):
         value, is_reference = parameters[role]
@@ -132,3 +133,18 @@ def custom_check(
             params[role] = value
     kind = CheckKind.STRING if name == "string_comparison" else CheckKind.NUMERIC
     return Check(kind, name, params.get("expected"), params=params, line=line, label=label)
+
+
+def _refuse_unmarked_path(
+    name: str, value: Any, is_reference: bool, path: Path, line: int | None
+) -> None:
+    """An ``actual`` written as a JSONPath but not marked ``isReference: true`` would be
+    compared as the path's own text, so ``contains`` passes whenever the path names the
+    expected value: refused rather than silently passing."""
+    if not is_reference and isinstance(value, str) and value.lstrip().startswith(("$.", "$[")):
+        raise SpecError(
+            path,
+            line,
+            f"{name}: 'actual' {value!r} is a JSONPath but would be compared as text; "
+            "add isReference: true to that parameter",
+        )
