@@ -172,7 +172,7 @@ def test_mantle_scenario_user_played_by_a_model(tmp_path: Path) -> None:
     criteria: [The agent greets the customer.]
     assertions:
       - bot_uttered: {text_matches: "Hello there"}
-      - tool_not_executed: {tool_name: order_card}
+      - tool_not_executed: {tool_name: order_replacement}
 """,
         encoding="utf-8",
     )

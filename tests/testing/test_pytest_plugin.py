@@ -59,3 +59,25 @@ def test_a_bad_spec_is_a_collection_error_with_its_line(project: pytest.Pytester
     result = project.runpytest("-p", PLUGIN)
     result.stdout.fnmatch_lines(["*bad.yaml:5: unknown field 'expectedTopc'*"])
     assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_a_whitebox_name_the_agent_lacks_fails_the_case_as_the_command_does(
+    project: pytest.Pytester,
+) -> None:
+    # tools_hidden of a misspelt tool would hold whatever the agent does: a spec error instead.
+    spec = project.path / "order_status" / "specs" / "Order_Status-testSpec.yaml"
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(
+        text.replace(
+            "    x-agentscript:\n      model:\n        - tool: go_to_orders\n",
+            "    x-agentscript:\n      assert:\n        - tools_hidden: {tools: [go_to_ordrs]}\n"
+            "      model:\n        - tool: go_to_orders\n",
+            1,
+        ),
+        encoding="utf-8",
+    )
+    project.makeini("[pytest]\nagentscript_specs = order_status/specs\n")
+    result = project.runpytest("-p", PLUGIN)
+    # The spec is refused as a whole, as `agentscript test` refuses it (exit 2): every case fails.
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*'go_to_ordrs' is not a tool of the agent Order_Status*"])

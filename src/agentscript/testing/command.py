@@ -4,7 +4,8 @@ Exit codes (``agentscript.commands.ExitCode``): ``OK`` every case passed; ``FAIL
 failed an expectation (judged ones only with ``judge_blocking``) or could not run (unless
 ``fail_on_assertion`` is off: then only cases that could not run give ``FAILED``), or
 ``mutate`` was asked for a suite that does not pass on the unmutated agent; ``USAGE`` bad usage
-or a bad spec (the message names the file and line).
+or a bad spec (the message names the file and line). A spec that is legal but checks
+(nearly) nothing gets a ``warning:`` line on the error stream (:func:`weak_checks`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from agentscript.commands import ExitCode
 from agentscript.engine.session import AgentBase
 from agentscript.models.base import Model, ModelError
 from agentscript.testing import coverage as agent_coverage
-from agentscript.testing.discovery import AgentCache, collect
+from agentscript.testing.discovery import AgentCache, bind_to_agent, collect, shown_path
 from agentscript.testing.errors import NotASpec, SpecError
 from agentscript.testing.judge import JudgeSettings
 from agentscript.testing.readers import read_spec
@@ -31,7 +32,7 @@ from agentscript.testing.reporters import REPORTERS, SUFFIXES
 from agentscript.testing.reporters.escaping import terminal_text
 from agentscript.testing.results import CaseResult, RunResult, Status
 from agentscript.testing.runner import CaseRunner, RunOptions
-from agentscript.testing.spec import MatchRule, Suite
+from agentscript.testing.spec import CheckKind, MatchRule, Suite
 
 
 @dataclass
@@ -189,7 +190,9 @@ def test_command(
             return ExitCode.USAGE
         agents = AgentCache()
         for suite in suites:
-            agents.for_suite(suite, options.agent)
+            bind_to_agent(suite, agents.for_suite(suite, options.agent))
+            for warning in weak_checks(suite, options.match_rule):
+                error(terminal_text(f"warning: {warning}"))
         steps: dict[int, tuple[AgentBase, list[dict[str, Any]]]] = {}
         run = asyncio.run(run_suites(suites, agents, options, steps))
     except (SpecError, ModelError) as exc:
@@ -209,9 +212,9 @@ def test_command(
                     # Every mutant would "fail the suite": a score of 100% that means nothing.
                     error(
                         terminal_text(
-                            f"mutation testing of {agent_path} not run: {failing} case(s) do not "
-                            "pass on the unmutated agent, so every mutant would count as "
-                            "killed; make the suite pass first"
+                            f"mutation testing of {shown_path(agent_path)} not run: {failing} "
+                            "case(s) do not pass on the unmutated agent, so every mutant would "
+                            "count as killed; make the suite pass first"
                         )
                     )
                     unmutated_fails = True
@@ -231,6 +234,30 @@ def test_command(
     if counts[Status.FAILURE] and options.fail_on_assertion:
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def weak_checks(suite: Suite, override: MatchRule | None) -> list[str]:
+    """What in ``suite`` checks (nearly) nothing, one warning each: a case with no expectation
+    (it fails only when a turn errs) and an empty expected action list under a rule that any
+    actions satisfy (``subset``, ``in_order``; under ``exact`` or ``superset`` it says "no
+    action ran", a real check). Warnings, not errors: such a spec is legal in every format."""
+    warnings: list[str] = []
+    for case in suite.cases:
+        at = f"{suite.path}:{case.line}" if case.line else str(suite.path)
+        checks = [c for turn in case.turns for c in turn.checks] + case.final_checks
+        if not checks:
+            warnings.append(f"{at}: case {case.name!r} has no expectation; add one")
+        for check in checks:
+            if check.kind is not CheckKind.ACTIONS or check.expected:
+                continue
+            rule = check.params.get("rule") or override or suite.match_rule or MatchRule.EXACT
+            if rule in (MatchRule.SUBSET, MatchRule.IN_ORDER):
+                where = f"{suite.path}:{check.line}" if check.line else at
+                warnings.append(
+                    f"{where}: {check.name}: an empty action list under rule {rule.value} "
+                    "holds whatever runs; list the actions, or use exact to mean none"
+                )
+    return warnings
 
 
 def _any_selected(suites: list[Suite], pattern: str) -> bool:
@@ -352,4 +379,4 @@ async def _mutation_run(agent_path: Path, suites: list[Suite], options: TestOpti
         return run.failed
 
     await mutation.run_mutants(agent_path, mutants, suite_fails)
-    return mutation.render(str(agent_path), mutants)
+    return mutation.render(str(shown_path(agent_path)), mutants)

@@ -7,7 +7,8 @@ is matched to ``config.developer_name`` of the regular ``.agent`` files of the s
 (the nearest folder at most three above the spec's with ``sfdx-project.json``,
 ``agentscript.toml``, ``pyproject.toml`` or ``.git``; else the folder above the spec's), nearest
 first; a Mantle scenario belongs to the project (``agent.yml``) above it; a
-conversation file to the one agent beside it.
+conversation file to the one agent beside it. :func:`bind_to_agent` then checks the names a
+suite uses against that agent.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from agentscript.engine.session import AgentBase
 from agentscript.loader import load
 from agentscript.testing.errors import SpecError
 from agentscript.testing.readers import is_spec_file
-from agentscript.testing.spec import Suite
+from agentscript.testing.readers.mantle_scenario import bind_names as bind_mantle_names
+from agentscript.testing.readers.salesforce_yaml import bind_history
+from agentscript.testing.spec import CheckKind, Suite
+from agentscript.testing.whitebox import AgentNames, bind_names
 
 DEFAULT_FOLDERS = ("specs", "tests", "eval")
 # The project a spec belongs to: the nearest folder (at most _SEARCH_UP above the spec's) with
@@ -76,10 +80,19 @@ def _mode(path: Path) -> int:
         return 0
 
 
+def shown_path(path: Path) -> Path:
+    """``path`` relative to the current folder when it is under it, as a PATH typed on the
+    command line is shown (reports stay short and the same whether PATH was given or not)."""
+    try:
+        return path.absolute().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def collect(paths: list[Path], base: Path) -> list[tuple[Path, bool]]:
     """Spec files, each with whether it was named explicitly (a named file must be a spec;
     a file found in a folder that is no spec at all is skipped)."""
-    roots = paths or [base / name for name in DEFAULT_FOLDERS if (base / name).is_dir()]
+    roots = paths or [shown_path(base / name) for name in DEFAULT_FOLDERS if (base / name).is_dir()]
     found: list[tuple[Path, bool]] = []
     for root in roots:
         if root.is_file():
@@ -160,3 +173,18 @@ class AgentCache:
                 break
             folder = folder.parent
         raise SpecError(suite.path, None, "cannot tell which agent this spec tests; pass --agent")
+
+
+def bind_to_agent(suite: Suite, agent: AgentBase) -> None:
+    """Check the names ``suite`` uses against the agent it tests, before anything runs: a
+    tool, variable or subagent the agent lacks is a spec error (:class:`AgentNames`)."""
+    names = AgentNames.of(agent)
+    if names is None:
+        return
+    for case in suite.cases:
+        bind_history(case, names, suite.path, agent.name)
+        for check in [c for turn in case.turns for c in turn.checks] + case.final_checks:
+            if check.kind is CheckKind.WHITEBOX:
+                bind_names(check, names, suite.path, agent.name)
+            elif check.kind is CheckKind.MANTLE:
+                bind_mantle_names(check, names, suite.path, agent.name)

@@ -61,8 +61,19 @@ _DECODER = json.JSONDecoder()
 class JudgeSettings:
     threshold: float = 0.6
     runs: int = 1
-    # Format C's bot_response_rating threshold is on a 1-5 scale; 3.0 there is 0.5 here.
-    scale_max: float = 1.0
+
+
+# Format C's ``bot_response_rating`` threshold is a rating on a 1-5 scale (Salesforce's
+# translator writes 3.0 for ``expectedOutcome``; the research infers 1-5, the scale is not
+# documented). It is always read on that scale, so 1 (the lowest rating) accepts any score
+# and 5 demands a perfect one; nothing jumps at 1.0.
+RATING_SCALE = (1.0, 5.0)
+
+
+def rating_threshold(rating: float) -> float:
+    """A 1-5 rating threshold as a threshold on the judge's 0-1 score (3.0 is 0.5)."""
+    low, high = RATING_SCALE
+    return (rating - low) / (high - low)
 
 
 def expectation_text(check: Check) -> str:
@@ -199,8 +210,6 @@ async def judge(
 ) -> Verdict:
     request = build_prompt(check, transcript)
     threshold = float(check.params.get("threshold", settings.threshold))
-    if threshold > 1.0:  # a 1-5 scale threshold (format C): map onto 0..1
-        threshold = (threshold - 1.0) / 4.0
     runs: list[dict[str, Any]] = []
     for index in range(settings.runs):
         try:

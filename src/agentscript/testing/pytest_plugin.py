@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agentscript.testing.command import replay_path
-from agentscript.testing.discovery import AgentCache
+from agentscript.testing.discovery import AgentCache, bind_to_agent
 from agentscript.testing.errors import SpecError
 from agentscript.testing.readers import is_spec_file, read_spec
 from agentscript.testing.replay import ReplayStore
@@ -31,6 +31,8 @@ from agentscript.testing.runner import CaseRunner, RunOptions
 from agentscript.testing.spec import Case, Suite
 
 _AGENTS = pytest.StashKey[AgentCache]()
+# The suites whose names were checked against their agent (once each, as `agentscript test` does).
+_BOUND = pytest.StashKey[set[int]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,6 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_AGENTS] = AgentCache()
+    config.stash[_BOUND] = set()
 
 
 def _roots(config: pytest.Config) -> list[Path]:
@@ -85,6 +88,10 @@ class SpecCase(pytest.Item):
         override = self.config.getoption("--agentscript-agent")
         try:
             agent = agents.for_suite(self.suite, Path(override) if override else None)
+            bound = self.config.stash[_BOUND]
+            if id(self.suite) not in bound:
+                bind_to_agent(self.suite, agent)  # a name the agent lacks is a spec error
+                bound.add(id(self.suite))
         except SpecError as exc:
             raise SpecCaseFailed(_error_result(self.suite, self.case, str(exc))) from None
         try:

@@ -21,15 +21,24 @@ matches, ``tools_hidden`` when every selected call hides the tools. Snapshots li
 first run (the verdict says so) and compared after; ``--update-snapshots`` rewrites them. A
 read-only run (each mutant's run under ``--mutate``) never writes one: a missing snapshot is a
 failed check there, since the mutant's instructions must never become the reference.
+
+Before a run, :func:`bind_names` checks every name against the agent (:class:`AgentNames`): a
+tool, action, variable or subagent the agent lacks is a spec error, since ``tools_hidden`` or
+``variables_after: {x: null}`` on a misspelt name would hold whatever the agent does. A tool may
+be written as its tool name or as the definition name of the action it runs.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentscript.engine.session import AgentBase
 from agentscript.testing.errors import SpecError
 from agentscript.testing.results import TurnOutcome, Verdict
 from agentscript.testing.spec import Check, CheckKind
@@ -52,6 +61,9 @@ _SNAPSHOT_NAME = re.compile(r"[\w][\w.-]{0,99}")
 _TEXT_KEYS = {"text": "a text", "node": "a node name", "action": "an action name",
               "error_contains": "a text"}  # fmt: skip
 _MAPPING_KEYS = {"before", "after"}
+# The key of a check's params holding, per written tool name, the tool names it stands for.
+_ALIASES = "tool_names"
+_SHOWN_NAMES = 12  # names listed when no close one is found: enough to spot the right one
 
 
 def _count(value: Any, *, positive: bool) -> bool:
@@ -80,6 +92,21 @@ def _check_values(kind: str, value: dict[str, Any], path: Path, at: int | None) 
             )
 
 
+def _check_call_bounds(value: Any, path: Path, at: int | None) -> None:
+    # ``{}`` (no bound) and ``{min: 3, max: 1}`` would hold for every turn or for none.
+    if (
+        not isinstance(value, dict)
+        or not value
+        or set(value) - {"min", "max"}
+        or not all(_count(n, positive=False) for n in value.values())
+    ):
+        raise SpecError(
+            path, at, "llm_calls is a number or {min: N, max: M} (one of them at least)"
+        )
+    if value.get("min", 0) > value.get("max", value.get("min", 0)):
+        raise SpecError(path, at, f"llm_calls: min {value['min']} is above max {value['max']}")
+
+
 def parse_assertions(raw: Any, path: Path, line: int | None) -> list[Check]:
     if raw is None:
         return []
@@ -95,12 +122,7 @@ def parse_assertions(raw: Any, path: Path, line: int | None) -> list[Check]:
         if kind == "llm_calls":
             if isinstance(value, int) and not isinstance(value, bool):
                 value = {"min": value, "max": value}
-            if (
-                not isinstance(value, dict)
-                or set(value) - {"min", "max"}
-                or not all(_count(n, positive=False) for n in value.values())
-            ):
-                raise SpecError(path, at, "llm_calls is a number or {min: N, max: M}")
+            _check_call_bounds(value, path, at)
         elif kind in _MAPPINGS:
             if not isinstance(value, dict):
                 raise SpecError(path, at, f"{kind} must map variable names to values")
@@ -121,6 +143,118 @@ def parse_assertions(raw: Any, path: Path, line: int | None) -> list[Check]:
             raise SpecError(path, at, f"unknown assertion {kind!r}; known: {known}")
         checks.append(Check(CheckKind.WHITEBOX, kind, dict(value), params=dict(value), line=at))
     return checks
+
+
+def unknown_name(
+    path: Path, line: int | None, what: str, name: str, known: Iterable[str]
+) -> SpecError:
+    """``name`` is not one of ``known``: the error names the closest one when a typo is likely,
+    else the names there are (a check on a name the agent lacks could never fail or hold)."""
+    choices = sorted(known)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.75)
+    if close:
+        fix = f"did you mean {close[0]!r}?"
+    else:
+        shown = ", ".join(choices[:_SHOWN_NAMES]) + (", ..." if len(choices) > _SHOWN_NAMES else "")
+        fix = f"use one of: {shown}" if choices else "the agent has none"
+    return SpecError(path, line, f"{name!r} is not {what}; {fix}")
+
+
+@dataclass(frozen=True)
+class AgentNames:
+    """The names a spec may use for one agent.
+
+    ``tools`` are the names the model is offered (Agent Script tools, transitions included;
+    Mantle tools); ``tools_of_action`` maps an action *definition* name to the tools that run
+    it (both spellings match, as for expected actions); ``variables`` are the variables (Mantle:
+    qualified memory names); ``nodes`` the subagents (None for Mantle, whose trace names other
+    nodes too)."""
+
+    tools: frozenset[str]
+    tools_of_action: dict[str, frozenset[str]]
+    actions: frozenset[str]  # every action definition, run by a tool or by a statement
+    variables: frozenset[str]
+    nodes: frozenset[str] | None
+
+    @classmethod
+    def of(cls, agent: AgentBase) -> AgentNames | None:
+        """The agent's names, or None for an agent kind whose names are not known here."""
+        program = getattr(agent, "program", None)
+        if program is not None:
+            return cls._of_script(program)
+        project = getattr(agent, "project", None)
+        if project is not None:
+            tools = set(project.shared_tools)
+            for skill in project.skills:
+                tools |= set(project.tools_for(skill))
+            variables = frozenset(agent.initial_variables({}))
+            return cls(frozenset(tools), {}, frozenset(tools), variables, None)
+        return None
+
+    @classmethod
+    def _of_script(cls, program: Any) -> AgentNames:
+        tools: set[str] = set()
+        actions: set[str] = set()
+        by_action: dict[str, set[str]] = {}
+        for node in program.nodes.values():
+            actions |= set(node.info.actions)
+            for tool in node.tools.values():
+                tools.add(tool.name)
+                if tool.action is not None:
+                    by_action.setdefault(tool.action.name, set()).add(tool.name)
+        return cls(
+            frozenset(tools),
+            {name: frozenset(found) for name, found in by_action.items()},
+            frozenset(actions | tools),
+            frozenset(program.outline.variables),
+            frozenset(program.nodes),
+        )
+
+    def tool(self, name: str, path: Path, line: int | None, agent: str) -> frozenset[str]:
+        """The tool names ``name`` (a tool or an action definition name) stands for."""
+        found = self.tools_of_action.get(name, frozenset()) | ({name} & self.tools)
+        if not found:
+            known = self.tools | set(self.tools_of_action)
+            what = f"a tool of the agent {agent}"
+            if name in self.actions:  # run by statements only: never offered to the model
+                what += " (it is an action no tool runs, so it is never offered)"
+            raise unknown_name(path, line, what, name, known)
+        return found
+
+    def action(self, name: str, path: Path, line: int | None, agent: str) -> None:
+        if name not in self.actions:
+            what = f"a tool or action of the agent {agent}"
+            raise unknown_name(path, line, what, name, self.actions)
+
+    def variable(self, name: str, path: Path, line: int | None, agent: str) -> None:
+        if name not in self.variables:
+            raise unknown_name(path, line, f"a variable of the agent {agent}", name, self.variables)
+
+    def node(self, name: str, path: Path, line: int | None, agent: str) -> None:
+        if self.nodes is not None and name not in self.nodes:
+            raise unknown_name(path, line, f"a subagent of the agent {agent}", name, self.nodes)
+
+
+def bind_names(check: Check, names: AgentNames, path: Path, agent: str) -> None:
+    """Refuse a white-box check naming a tool, action, variable or subagent ``agent`` lacks
+    (``tools_hidden: [typo]`` or ``variables_after: {typo: null}`` would always hold), and
+    record which tool names each written tool name stands for."""
+    params, line = check.params, check.line
+    if check.name in _MAPPINGS:
+        for variable in params:
+            names.variable(str(variable), path, line, agent)
+        return
+    if "tools" in params:
+        params[_ALIASES] = {
+            tool: sorted(names.tool(tool, path, line, agent)) for tool in params["tools"]
+        }
+    if "action" in params:
+        names.action(params["action"], path, line, agent)
+    for side in _MAPPING_KEYS & set(params):
+        for variable in params[side] or {}:
+            names.variable(str(variable), path, line, agent)
+    if "node" in params:
+        names.node(params["node"], path, line, agent)
 
 
 def _calls(steps: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,12 +328,19 @@ def check_whitebox(
             return verdict(ok, texts, "no call's instructions equal the expected text")
         return _snapshot(check, texts[0], snapshots, number, update=update, read_only=read_only)
     offered = [_tools(s) for s in calls]
-    wanted = list(params["tools"])
+    wanted = _spellings(params)
+    names = list(params["tools"])
     if kind == "tools_offered":
-        ok = any(all(t in tools for t in wanted) for tools in offered)
-        return verdict(ok, offered, f"tools {wanted} not all offered at any selected call")
-    ok = all(not (set(wanted) & set(tools)) for tools in offered)
-    return verdict(ok, offered, f"tools {wanted} were offered (expected hidden)")
+        ok = any(all(each & set(tools) for each in wanted) for tools in offered)
+        return verdict(ok, offered, f"tools {names} not all offered at any selected call")
+    ok = all(not any(each & set(tools) for each in wanted) for tools in offered)
+    return verdict(ok, offered, f"tools {names} were offered (expected hidden)")
+
+
+def _spellings(params: dict[str, Any]) -> list[set[str]]:
+    """Per written tool name, the tool names it stands for (see :func:`bind_names`)."""
+    aliases = params.get(_ALIASES) or {}
+    return [set(aliases.get(name, [name])) for name in params["tools"]]
 
 
 def _snapshot(

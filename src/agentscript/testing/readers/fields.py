@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -44,3 +45,21 @@ def no_unknown(data: dict[str, Any], allowed: Iterable[str], path: Path, what: s
                 line_of(data, key),
                 f"unknown field '{key}' in {what}; allowed: {', '.join(sorted(allowed_set))}",
             )
+
+
+def latency_limit(value: Any, path: Path, line: int | None) -> float | None:
+    """The limit of ``output_latency_milliseconds``: none, or a number of milliseconds (a
+    numeric text counts, as XML and Salesforce's list strings write numbers as text)."""
+    if value is None or value == "":
+        return None
+    try:
+        limit = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        limit = math.nan
+    if not math.isfinite(limit) or limit < 0:
+        raise SpecError(
+            path,
+            line,
+            f"output_latency_milliseconds: the limit must be milliseconds, got {value!r}",
+        )
+    return limit

@@ -11,7 +11,7 @@ scenario:                      # the wrapper is optional
     criteria: [The agent confirms the replacement order.]
     assertions:
       - skill_completed: {skill_id: card_replace}
-      - tool_executed: {tool_name: order_card}
+      - tool_executed: {tool_name: order_replacement}
       - memory_was_set: {name: card_replace.reason, value: damaged}
       - bot_uttered: {text_matches: "replacement"}
   x-agentscript: {actions: {...}}   # stub results, as in conversation files
@@ -32,6 +32,7 @@ from typing import Any
 from agentscript.testing.errors import SpecError
 from agentscript.testing.readers.fields import listing, mapping, no_unknown, text
 from agentscript.testing.spec import Case, Check, CheckKind, Simulation, SpecFormat, Suite
+from agentscript.testing.whitebox import AgentNames
 from agentscript.testing.yamlmarks import line_of
 
 _KEYS = {
@@ -111,3 +112,12 @@ def read_mantle_scenario(data: dict[str, Any], path: Path) -> Suite:
         final_checks=checks,
     )
     return Suite(path=path, format=SpecFormat.MANTLE_SCENARIO, name=name, cases=[case])
+
+
+def bind_names(check: Check, names: AgentNames, path: Path, agent: str) -> None:
+    """Refuse an assertion naming a tool or memory entry the project lacks: with a typo,
+    ``tool_not_executed`` would always hold (and ``tool_executed`` never)."""
+    if "tool_name" in check.params:
+        names.action(str(check.params["tool_name"]), path, check.line, agent)
+    if check.name == "memory_was_set":
+        names.variable(str(check.params["name"]), path, check.line, agent)

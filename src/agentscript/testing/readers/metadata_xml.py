@@ -17,7 +17,16 @@ from xml.parsers import expat
 
 from agentscript.testing.errors import SpecError
 from agentscript.testing.readers.checks import custom_check, standard_check
-from agentscript.testing.spec import Case, Check, HistoryTurn, SpecFormat, Suite, TurnSpec
+from agentscript.testing.readers.fields import latency_limit
+from agentscript.testing.spec import (
+    Case,
+    Check,
+    CheckKind,
+    HistoryTurn,
+    SpecFormat,
+    Suite,
+    TurnSpec,
+)
 
 _NS = "{http://soap.sforce.com/2006/04/metadata}"
 _ROOTS = {
@@ -27,6 +36,13 @@ _ROOTS = {
 _HEADER = {"name", "description", "subjectName", "subjectType", "subjectVersion", "testCase"}
 _CASE = {"number", "inputs", "expectation", "scorer"}
 _INPUTS = {"utterance", "contextVariable", "conversationHistory"}
+_ACTION_NAMES = ("action_sequence_match", "actions_assertion")
+
+
+def _no_actions(expected: str | None) -> bool:
+    """Salesforce's converter writes ``[]`` for a YAML case without ``expectedActions``, and
+    its run-eval translator skips an empty action list: no check, not "no action may run"."""
+    return expected is None or expected.replace(" ", "") in ("", "[]")
 
 
 def _parse(text: str, path: Path) -> tuple[ET.Element, dict[int, int]]:
@@ -160,9 +176,12 @@ def read_metadata_xml(text: str, path: Path) -> Suite:
                     "output_validation",
                 ):
                     continue  # the converter writes all three standard ones, some empty
-                if name in ("action_sequence_match", "actions_assertion") and expected is None:
+                if name in _ACTION_NAMES and _no_actions(expected):
                     continue
-                checks.append(standard_check(name, expected, path, line(exp)))
+                check = standard_check(name, expected, path, line(exp))
+                if check.kind is CheckKind.LATENCY:
+                    check.expected = latency_limit(expected, path, line(exp))
+                checks.append(check)
         cases.append(
             Case(
                 name=f"Test Case #{number}",

@@ -16,23 +16,31 @@ from agentscript.actions.registry import StubBook
 from agentscript.models.scripted import Move, MoveError, parse_move
 from agentscript.testing.errors import SpecError
 from agentscript.testing.faults import parse_faults
+from agentscript.testing.matchers import topic_matches
 from agentscript.testing.readers.checks import (
     KNOWN_NAMES,
     METRICS,
     custom_check,
     standard_check,
 )
-from agentscript.testing.readers.fields import listing, mapping, no_unknown, text
+from agentscript.testing.readers.fields import (
+    latency_limit,
+    listing,
+    mapping,
+    no_unknown,
+    text,
+)
 from agentscript.testing.spec import (
     Case,
     Check,
+    CheckKind,
     HistoryTurn,
     MatchRule,
     SpecFormat,
     Suite,
     TurnSpec,
 )
-from agentscript.testing.whitebox import parse_assertions
+from agentscript.testing.whitebox import AgentNames, parse_assertions, unknown_name
 from agentscript.testing.yamlmarks import line_of
 
 EXTENSION = "x-agentscript"
@@ -79,7 +87,7 @@ def read_salesforce_yaml(data: dict[str, Any], path: Path) -> Suite:
     if not raw_cases:
         raise SpecError(path, line_of(data, "testCases"), "the spec has no test cases")
     ngt = any(isinstance(c, dict) and ("inputs" in c or "scorers" in c) for c in raw_cases)
-    shared_stubs = _stubs(top_ext, path)
+    shared_stubs = stub_results(top_ext, path)
     cases: list[Case] = []
     for index, raw in enumerate(raw_cases, start=1):
         at = line_of(raw_cases, index - 1)
@@ -111,7 +119,8 @@ def match_rule(value: str | None, path: Path, line: int | None) -> MatchRule | N
         raise SpecError(path, line, f"unknown action match rule {value!r}; use {names}") from None
 
 
-def _stubs(ext: dict[str, Any], path: Path) -> dict[str, Any]:
+def stub_results(ext: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The stub results under ``actions`` of an ``x-agentscript`` mapping, checked."""
     stubs = mapping(ext.get("actions") or {}, path, line_of(ext, "actions"), "actions")
     try:
         StubBook.from_data(stubs)
@@ -183,7 +192,7 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
             value = item[key]
             if key == "expectedActions" and value is None:
                 value = []
-            checks.append(standard_check(name, value, path, line_of(item, key)))
+            checks.append(_standard(name, value, path, line_of(item, key)))
     for i, raw in enumerate(
         listing(item.get("customEvaluations"), path, line_of(item), "customEvaluations")
     ):
@@ -194,7 +203,7 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
             raise SpecError(path, at, f"a metric is a name, e.g. coherence; got {metric!r}")
         if metric not in METRICS and metric != "output_latency_milliseconds":
             raise SpecError(path, at, f"unknown metric {metric!r}")
-        checks.append(standard_check(str(metric), None, path, at))
+        checks.append(_standard(str(metric), None, path, at))
     checks += parse_assertions(ext.get("assert"), path, line_of(ext, "assert"))
     return Case(
         name=str(ext.get("name") or f"Test Case #{index}"),
@@ -203,8 +212,16 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
         line=line_of(item),
         context_variables=context_variables(item.get("contextVariables"), path, line_of(item)),
         history=history(item.get("conversationHistory"), path, line_of(item)),
-        stubs={**stubs, **_stubs(ext, path)},
+        stubs={**stubs, **stub_results(ext, path)},
     )
+
+
+def _standard(name: str, expected: Any, path: Path, line: int | None) -> Check:
+    check = standard_check(name, expected, path, line)
+    if check.kind is CheckKind.LATENCY:
+        # Checked here, not as "could not convert string to float" in the middle of a run.
+        check.expected = latency_limit(expected, path, line)
+    return check
 
 
 def _custom(raw: Any, path: Path, line: int | None) -> Check:
@@ -242,7 +259,7 @@ def _ngt_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, Any
         name = text(scorer, "name", path, required=True) or ""
         if name not in KNOWN_NAMES:
             raise SpecError(path, at, f"unknown scorer {name!r}; known: {sorted(KNOWN_NAMES)}")
-        checks.append(standard_check(name, scorer.get("expected"), path, at))
+        checks.append(_standard(name, scorer.get("expected"), path, at))
     checks += parse_assertions(ext.get("assert"), path, line_of(ext, "assert"))
     faults = parse_faults(ext.get("faults"), path, line_of(ext, "faults"))
     cases: list[Case] = []
@@ -259,8 +276,25 @@ def _ngt_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, Any
                 line=at,
                 context_variables=context_variables(entry.get("contextVariables"), path, at),
                 history=history(entry.get("conversationHistory"), path, at),
-                stubs={**stubs, **_stubs(ext, path)},
+                stubs={**stubs, **stub_results(ext, path)},
                 faults=faults,
             )
         )
     return cases
+
+
+def bind_history(case: Case, names: AgentNames, path: Path, agent: str) -> None:
+    """Each ``conversationHistory`` topic becomes the subagent it names. Org-style names
+    (``p_<id>_Name``, ``_<hash>``) are accepted as the topic expectation accepts them; a topic
+    that names no subagent is the spec's mistake, refused before the case restores a session
+    in a subagent that does not exist."""
+    if names.nodes is None:
+        return
+    for turn in case.history:
+        if turn.topic is None:
+            continue
+        node = next((n for n in sorted(names.nodes) if topic_matches(turn.topic, n)), None)
+        if node is None:
+            what = f"a subagent of the agent {agent} (conversationHistory topic)"
+            raise unknown_name(path, case.line, what, turn.topic, names.nodes)
+        turn.topic = node

@@ -29,10 +29,11 @@ def render_tap(run: RunResult, verbose: bool = False) -> str:
         for v in case.verdicts:
             number += 1
             blocking = run.judged_blocking or not v.judged
-            ok = v.passed or not blocking
+            # A failure that does not block is TAP's expected failure: `not ok ... # TODO`
+            # (a harness counts it as neither a pass nor a failure).
             todo = " # TODO judged, not blocking" if not v.passed and not blocking else ""
             description = tap_description(f"{case.case}.{v.name}")
-            lines.append(f"{'ok' if ok else 'not ok'} {number} {description}{todo}")
+            lines.append(f"{'ok' if v.passed else 'not ok'} {number} {description}{todo}")
             if not v.passed:
                 lines += [
                     "  ---",
