@@ -18,6 +18,7 @@ UUID as its string, an Enum as its value.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 try:
@@ -31,6 +32,23 @@ except ImportError:  # pragma: no cover - the serve extra installs it
 _OPTIONS = (
     orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME if orjson is not None else 0
 )
+
+
+# A lone surrogate (U+D800..U+DFFF): a JSON "\ud800" escape gives one, and no encoder can
+# write it as UTF-8.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def escape_lone_surrogates(text: str) -> str:
+    """JSON ``text`` (written with ``ensure_ascii=False``) with each lone surrogate as its
+    ``\\uXXXX`` escape, so that it can be written as UTF-8. In JSON a raw character can only
+    stand inside a string, where its escape means the same character: the text reads back to
+    the very same value."""
+    return _LONE_SURROGATE.sub(_escaped, text)
 
 
 def dumps(value: Any) -> str:

@@ -158,3 +158,14 @@ def test_unique_case_names_keep_their_plain_recording_keys() -> None:
     cases = [Case(n, []) for n in ("a", "b", "a", "a #2", "a")]
     keys = recording_keys(Suite(Path("s.yaml"), SpecFormat.CONVERSATION, "S", cases))
     assert [keys[id(c)] for c in cases] == ["S/a", "S/b", "S/a #3", "S/a #2", "S/a #4"]
+
+
+def test_a_recorded_answer_holding_a_lone_surrogate_is_saved_and_read_back(tmp_path: Path) -> None:
+    # A model may answer a lone surrogate (a "\ud800" escape in its JSON): UTF-8 cannot write
+    # it raw, so the recording holds its escape and reads back to the same text.
+    path = tmp_path / "s.yaml.replay.json"
+    store = ReplayStore.open(path)
+    store.calls["a|1|router|0"] = {"hash": "h", "prompt": "p", "response": {"text": "x\ud800y"}}
+    store.dirty = True
+    store.save()
+    assert ReplayStore.open(path).calls["a|1|router|0"]["response"]["text"] == "x\ud800y"

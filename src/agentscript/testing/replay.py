@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentscript.jsontext import escape_lone_surrogates
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -189,7 +190,8 @@ class ReplayStore:
         if not self.dirty:
             return
         data = {"format": FORMAT, "calls": dict(sorted(self.calls.items()))}
-        text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+        # A model's answer may hold a lone surrogate, which UTF-8 cannot write.
+        text = escape_lone_surrogates(json.dumps(data, indent=1, ensure_ascii=False)) + "\n"
         folder = self.path.parent
         try:
             handle, temporary = tempfile.mkstemp(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
+from agentscript.jsontext import escape_lone_surrogates
 from agentscript.testing.results import RunResult
 
 
@@ -22,20 +22,10 @@ def _finite(value: Any) -> Any:
     return value
 
 
-# A lone surrogate (U+D800..U+DFFF), which a JSON spec's "\ud800" escape gives a test id:
-# no encoder can write it, so printing the report would crash.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _escape_surrogate(match: re.Match[str]) -> str:
-    # In JSON a raw character can only stand inside a string, where its \uXXXX escape means
-    # the same character: the report reads back to the very same text.
-    return f"\\u{ord(match.group()):04x}"
-
-
 def render_json(run: RunResult, verbose: bool = False) -> str:
     # allow_nan=False: should a non-finite number slip past _finite, fail loudly rather than
     # write a report that is not JSON.
     data = _finite(run.to_json())
     text = json.dumps(data, indent=2, default=repr, ensure_ascii=False, allow_nan=False)
-    return _SURROGATE.sub(_escape_surrogate, text) + "\n"
+    # A lone surrogate (a JSON spec's "\ud800" escape in a test id) would crash the print.
+    return escape_lone_surrogates(text) + "\n"
