@@ -38,11 +38,12 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote_plus, urlsplit
 
+from agentscript.actions.redaction import secret_forms, without_secrets
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, McpServerConfig, expand_env
 
@@ -53,13 +54,9 @@ T = TypeVar("T")
 EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
 RESTART_NOTE = "(the server will be restarted on the next call)"
 REDACTED = "[redacted]"
-# Expanded values shorter than this are not blotted out of messages: "1" or "on" would garble
-# every message and are no secrets.
-_MIN_SECRET_CHARS = 4
 # Printable ASCII and tab inside, nothing blank at the ends: what an HTTP header value may be
 # (h11 refuses the rest, and its error shows the value).
 _HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 # The SDK logs each unparsable line from a stdio server with its traceback; without a handler
 # of its own, Python's last-resort handler would print that into the user's terminal.
@@ -209,7 +206,7 @@ class _Connection:
         table = f"[mcp.servers.{config.name}]"
         if config.command:
             env = {k: expand_env(v, f"{table} env {k}") for k, v in config.env}
-            self.secrets = _secret_forms(config.env, env.values())
+            self.secrets = secret_forms(config.env, env.values())
             # ${PYTHON} is the interpreter running agentscript: a server written in Python
             # then finds the packages agentscript was installed with.
             command = expand_env(
@@ -227,7 +224,7 @@ class _Connection:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         headers = {k: expand_env(v, f"{table} header {k}") for k, v in config.headers}
-        self.secrets = _secret_forms(config.headers, [*headers.values(), *_url_secrets(config.url)])
+        self.secrets = secret_forms(config.headers, [*headers.values(), *_url_secrets(config.url)])
         for name, value in headers.items():
             _check_header(name, value, table)
         # The SDK's own client (its timeouts and redirect rules), asked for uncompressed answers
@@ -241,9 +238,7 @@ class _Connection:
         return self.redact(_describe(exc))
 
     def redact(self, text: str) -> str:
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(secret, REDACTED)
-        return text
+        return without_secrets(text, self.secrets, REDACTED)
 
     def _connect_error(self, exc: BaseException) -> ActionError:
         if isinstance(exc, ActionError):
@@ -495,21 +490,6 @@ def _check_header(name: str, value: str, table: str) -> None:
             "control or non-ASCII character, or blank space at an end, which HTTP does not "
             "allow; the value is not shown"
         )
-
-
-def _secret_forms(
-    templates: tuple[tuple[str, str], ...], expanded: Iterable[str]
-) -> frozenset[str]:
-    """Every way an expanded value may show up in an exception's text: as is, stripped, and
-    escaped as Python shows str and bytes; the environment variables' own values too."""
-    values = list(expanded)
-    for _, template in templates:
-        values += [os.environ.get(n, "") for n in _ENV_REF.findall(template)]
-    forms: set[str] = set()
-    for value in values:
-        for text in (value, value.strip()):
-            forms |= {text, repr(text)[1:-1], repr(text.encode("utf-8", "replace"))[2:-1]}
-    return frozenset(f for f in forms if len(f.strip()) >= _MIN_SECRET_CHARS)
 
 
 def _url_secrets(url: str | None) -> list[str]:
