@@ -9,6 +9,7 @@ connection each request came, so reuse is asserted, not inferred."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,10 +18,13 @@ from enum import Enum
 from typing import Self
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentscript.errors import LimitReached
+from agentscript.models import openai_lean, sdk_provider
 from agentscript.models.base import Message, ModelError, ModelRequest
-from agentscript.models.openai_lean import LeanOpenAIModel
+from agentscript.models.openai_lean import LeanClient, LeanOpenAIModel
 
 REQUEST = ModelRequest("You help.", "", [Message("user", "hi")], [])
 # Only stops a hung test: every scenario here ends at once unless the client waits for bytes
@@ -37,12 +41,14 @@ class After(Enum):
     KEEP = "wait for the next request on the same connection"
     CLOSE = "hang up"
     HOLD = "send nothing more, and wait for the client to hang up"
+    REPEAT = "send its ``forever`` bytes again and again, until the client hangs up"
 
 
 @dataclass
 class Answer:
     raw: bytes
     after: After = After.KEEP
+    forever: bytes = b""
 
 
 class LoopbackServer:
@@ -54,6 +60,7 @@ class LoopbackServer:
         self.requests: list[int] = []
         self.hung_up: list[int] = []
         self._writers: list[asyncio.StreamWriter] = []
+        self._handlers: list[asyncio.Task[None]] = []
         self._hang_up = asyncio.Event()
         self.url = ""
 
@@ -72,11 +79,17 @@ class LoopbackServer:
         self._server.close()
         for writer in self._writers:
             writer.close()
+        # Each connection's handler sees its end before the loop stops: one left waiting for
+        # a next request was cancelled by asyncio.run, and logged as an error.
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = len(self._writers)
         self._writers.append(writer)
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.append(handler)
         try:
             while await self._answer_one(reader, writer, connection):
                 pass
@@ -97,10 +110,20 @@ class LoopbackServer:
         self.requests.append(connection)
         writer.write(answer.raw)
         await writer.drain()
+        if answer.after is After.REPEAT:
+            await self._repeat(answer.forever, writer, connection)
         if answer.after is After.HOLD:
             await reader.read()  # returns when the client hangs up
             self._note_hang_up(connection)
         return answer.after is After.KEEP
+
+    async def _repeat(self, piece: bytes, writer: asyncio.StreamWriter, connection: int) -> None:
+        try:
+            while True:
+                writer.write(piece)
+                await writer.drain()
+        except ConnectionError:
+            self._note_hang_up(connection)
 
     def _note_hang_up(self, connection: int) -> None:
         self.hung_up.append(connection)
@@ -334,3 +357,147 @@ def test_a_body_whose_framing_is_broken_is_a_broken_answer(raw: bytes) -> None:
                 await lean(server.url).complete(REQUEST)
 
     run(scenario)
+
+
+# -- an answer larger than the bound: dropped at it, its connection closed -------------------
+
+# The bound on an answer's body, lowered from 64 MiB so that reaching it takes a few reads.
+BOUND = 64 * 1024
+TOO_LARGE = f"the answer is over {BOUND} bytes; it was dropped"
+MANY_DATA_LINES = b'data: {"id": "c1"}\n' * 200  # data lines no blank line ever ends
+
+
+def chunk(piece: bytes) -> bytes:
+    return f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+
+
+CHUNKED_HEAD = head("200 OK", SSE, "Transfer-Encoding: chunked")
+ENDLESS = {
+    "a line without end": Answer(head("200 OK", SSE) + b"data: ", After.REPEAT, b"x" * 4096),
+    "data lines without a blank line": Answer(head("200 OK", SSE), After.REPEAT, MANY_DATA_LINES),
+    "a line without end, chunked": Answer(CHUNKED_HEAD, After.REPEAT, chunk(b"x" * 4096)),
+    "data lines without a blank line, chunked": Answer(
+        CHUNKED_HEAD, After.REPEAT, chunk(MANY_DATA_LINES)
+    ),
+    # One chunk that announces 4 GiB: it is read a piece at a time too, not whole.
+    "one chunk of 4 GiB": Answer(CHUNKED_HEAD + b"ffffffff\r\n", After.REPEAT, b"x" * 4096),
+}
+
+
+@pytest.fixture
+def released(monkeypatch: pytest.MonkeyPatch) -> list[openai_lean._Response]:
+    """The responses handed back to the client, in turn, with the bound lowered to BOUND."""
+    monkeypatch.setattr(sdk_provider, "MAX_ANSWER_BYTES", BOUND)
+    seen: list[openai_lean._Response] = []
+    release = LeanClient.release
+
+    def noting(client: LeanClient, response: openai_lean._Response) -> None:
+        seen.append(response)
+        release(client, response)
+
+    monkeypatch.setattr(LeanClient, "release", noting)
+    return seen
+
+
+@pytest.mark.parametrize("answer", ENDLESS.values(), ids=ENDLESS.keys())
+def test_a_stream_that_never_ends_an_event_is_dropped_at_the_size_bound(
+    answer: Answer, released: list[openai_lean._Response]
+) -> None:
+    """Only the time limit stopped such a stream, the reader holding all of it meanwhile: it
+    fails at MAX_ANSWER_BYTES (the model's timeout is longer than HANG), having read at most
+    one read past it, and its connection is closed, not reused."""
+
+    async def scenario() -> None:
+        async with LoopbackServer([answer, Answer(counted(STREAM))]) as server:
+            model = lean(server.url, timeout=60)
+            with pytest.raises(ModelError, match=TOO_LARGE):
+                await model.complete(REQUEST, stream=lambda _text: None)
+            assert BOUND < released[0].received <= BOUND + openai_lean._READ_SIZE
+            assert await server.client_hung_up() == [0]
+            assert await texts(model, 1, streaming=True) == ["hello there"]
+            assert server.requests == [0, 1]
+
+    run(scenario)
+
+
+def test_a_whole_answer_in_one_chunk_of_4_gib_is_read_up_to_the_bound_only(
+    released: list[openai_lean._Response],
+) -> None:
+    """A chunk's announced size was read in one go, held whole however large."""
+    answer = Answer(
+        head("200 OK", JSON, "Transfer-Encoding: chunked") + b"ffffffff\r\n",
+        After.REPEAT,
+        b"x" * 4096,
+    )
+
+    async def scenario() -> None:
+        async with LoopbackServer([answer]) as server:
+            with pytest.raises(ModelError, match=TOO_LARGE):
+                await lean(server.url, timeout=60).complete(REQUEST)
+            assert BOUND < released[0].received <= BOUND + openai_lean._READ_SIZE
+            assert await server.client_hung_up() == [0]
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "whole"])
+def test_an_answer_announced_larger_than_the_bound_is_dropped_unread(
+    streaming: bool, released: list[openai_lean._Response]
+) -> None:
+    """As the SDK clients do: its Content-Length alone refuses it, without waiting for it."""
+    kind = SSE if streaming else JSON
+    announced = head("200 OK", kind, f"Content-Length: {BOUND + 1}") + b"data: "
+
+    async def scenario() -> None:
+        async with LoopbackServer([Answer(announced, After.HOLD)]) as server:
+            model = lean(server.url, timeout=60)
+            with pytest.raises(ModelError, match=TOO_LARGE):
+                await model.complete(REQUEST, stream=(lambda _text: None) if streaming else None)
+            assert released[0].received == 0
+            assert await server.client_hung_up() == [0]
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "whole"])
+def test_an_answer_of_exactly_the_bound_is_read_and_its_connection_kept(
+    streaming: bool, released: list[openai_lean._Response]
+) -> None:
+    """The bound itself is allowed: only bytes past it fail the answer."""
+    if streaming:
+        padding = b": " + b"p" * (BOUND - len(STREAM) - 3) + b"\n"
+        body = padding + STREAM
+    else:
+        body = WHOLE + b" " * (BOUND - len(WHOLE))
+    assert len(body) == BOUND
+    framings = [
+        counted(body, SSE if streaming else JSON),
+        chunked(body, SSE if streaming else JSON, size=5000),
+    ]
+
+    async def scenario() -> None:
+        async with LoopbackServer([Answer(raw) for raw in framings]) as server:
+            assert await texts(lean(server.url), 2, streaming=streaming) == ["hello there"] * 2
+            assert [response.received for response in released] == [BOUND, BOUND]
+            assert server.requests == [0, 0]
+
+    run(scenario)
+
+
+# -- a stream's lines, however its pieces cut them --------------------------------------------
+
+# Lines ended by LF and by CRLF, an empty one, and a last one not yet ended.
+LINES = b": ping\r\n" + STREAM.replace(b"\n\n", b"\r\n\r\n", 1) + b"data: {"
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(LINES)), max_size=12))
+def test_lines_are_the_same_however_the_body_is_cut_into_pieces(cuts: list[int]) -> None:
+    """Only a new piece is searched for a line's end; a line begun in earlier pieces must
+    still come whole, whatever the cuts (between CR and LF, empty pieces), and a line not yet
+    ended must not come at all."""
+    bounds = [0, *sorted(cuts), len(LINES)]
+    lines = openai_lean._Lines()
+    found = [
+        line for start, end in itertools.pairwise(bounds) for line in lines.feed(LINES[start:end])
+    ]
+    assert found == LINES.split(b"\n")[:-1]
