@@ -18,6 +18,26 @@ AGENTS = HERE / "agents"
 CONVERSATIONS = HERE / "conversations"
 
 
+# The top of a test agent written in a test: its system messages and its name.
+HEADER = """\
+system:
+    instructions: "Help."
+    messages:
+        welcome: "Hi"
+        error: "ERR"
+
+config:
+    developer_name: "{name}"
+"""
+
+
+def agent(tmp_path: Path, name: str, body: str) -> AgentBase:
+    """An agent named ``name`` whose blocks after the header are ``body``, loaded."""
+    path = tmp_path / f"{name}.agent"
+    path.write_text(HEADER.format(name=name) + body)
+    return agentscript.load(path)
+
+
 def load_agent(name: str) -> AgentBase:
     return agentscript.load(AGENTS / f"{name}.agent")
 

@@ -13,31 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import Scripted, assert_histories_well_formed, llm_inputs, steps
+from engine_helpers import Scripted, agent, assert_histories_well_formed, llm_inputs, steps
 
-import agentscript
 from agentscript.actions.registry import StubBook
 from agentscript.engine.session import AgentBase, Reply
 from agentscript.models.base import ModelRequest, TextSink
 from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.models.scripted import ScriptedModel
-
-HEADER = """\
-system:
-    instructions: "Help."
-    messages:
-        welcome: "Hi"
-        error: "ERR"
-
-config:
-    developer_name: "{name}"
-"""
-
-
-def agent(tmp_path: Path, name: str, body: str) -> AgentBase:
-    path = tmp_path / f"{name}.agent"
-    path.write_text(HEADER.format(name=name) + body)
-    return agentscript.load(path)
 
 
 def restored(

@@ -10,27 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_helpers import Scripted, assert_histories_well_formed, steps
+from engine_helpers import Scripted, agent, assert_histories_well_formed, steps
 
-import agentscript
-from agentscript.engine.session import AgentBase, Reply
-
-HEADER = """\
-system:
-    instructions: "Help."
-    messages:
-        welcome: "Hi"
-        error: "ERR"
-
-config:
-    developer_name: "{name}"
-"""
-
-
-def agent(tmp_path: Path, name: str, body: str) -> AgentBase:
-    path = tmp_path / f"{name}.agent"
-    path.write_text(HEADER.format(name=name) + body)
-    return agentscript.load(path)
+from agentscript.engine.session import Reply
 
 
 def tool_results(step: dict[str, object]) -> list[dict[str, object]]:
