@@ -9,7 +9,9 @@ between two servers on one store, where each finds its kept session stale.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -220,8 +222,73 @@ def test_deleted_session_is_not_kept(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def record(session_id: str, turns: int, version: str = "v1") -> SessionRecord:
-    return SessionRecord(session_id, "A", "owner", version, {}, turns=turns)
+# The database as a lost commit leaves it: the session row as it was one turn earlier, and
+# that turn's row gone (synchronous_commit = off and a crash, a failover to an asynchronous
+# replica, a restored backup).
+SAVED_ROW = (
+    "SELECT state, turns, updated_at, expires_at FROM agentscript_sessions WHERE session_id = ?"
+)
+REWIND_ROW = (
+    "UPDATE agentscript_sessions SET state = ?, turns = ?, updated_at = ?, expires_at = ? "
+    "WHERE session_id = ?"
+)
+LOSE_TURN = "DELETE FROM agentscript_turns WHERE session_id = ? AND turn = ?"
+
+
+def sql(url: str, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """``statement`` on the SQL store at ``url``, on a connection of its own, committed."""
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db, db:
+            return db.execute(statement, params).fetchall()
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        cursor = conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+        return cursor.fetchall() if cursor.description else []
+
+
+def test_kept_session_of_a_commit_the_database_lost_is_not_resumed(api_store: str) -> None:
+    """Worker one's turn 2 is lost and worker two commits another turn 2: worker one's kept
+    session has the stored turn count, but not the stored state, so its turn 3 restores
+    worker two's turn 2 instead of writing its own lost turn back over it."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            one = await stack.enter_async_context(server(api_store, NOTES, live=1000))
+            two = await stack.enter_async_context(server(api_store, NOTES, live=1000))
+            sid = (await one.post("/v1/agents/Notes/sessions", json={})).json()["session_id"]
+            url = f"/v1/sessions/{sid}/messages"
+            await one.post(url, json={"text": 'call note {"text": "one"}'})
+            saved = sql(api_store, SAVED_ROW, (sid,))[0]
+            lost = await one.post(url, json={"text": 'call note {"text": "LOST"}'})
+            assert lost.json()["variables"]["last_note"] == "LOST"
+            sql(api_store, REWIND_ROW, (*saved, sid))
+            sql(api_store, LOSE_TURN, (sid, 2))
+            retried = await two.post(url, json={"text": 'call note {"text": "two"}'})
+            assert retried.json()["turn"] == 2
+            third = await one.post(url, json={"text": "hello"})
+            assert third.json()["turn"] == 3, third.text
+            assert third.json()["variables"]["last_note"] == "two"
+            assert (live_of(one).hits, live_of(one).misses) == (2, 1)
+            trace = (await one.get(f"/v1/sessions/{sid}/turns/3/trace")).json()
+            llm = next(s for s in trace["planTrace"]["steps"] if s["type"] == "LLM_STEP")
+            sent = " ".join(str(m["content"]) for m in llm["input"]["messages"])
+            assert "two" in sent and "LOST" not in sent, sent
+        stored = sql(
+            api_store, "SELECT state FROM agentscript_sessions WHERE session_id = ?", (sid,)
+        )
+        assert "LOST" not in stored[0][0]
+
+    asyncio.run(main())
+
+
+def record(
+    session_id: str, turns: int, version: str = "v1", state: dict[str, Any] | None = None
+) -> SessionRecord:
+    return SessionRecord(session_id, "A", "owner", version, state or STATE, turns=turns)
+
+
+STATE: dict[str, Any] = {"variables": {"note": "one"}}
 
 
 class FakeSession:
@@ -236,38 +303,42 @@ class FakeSession:
         return self.chars
 
 
-def test_live_sessions_match_turn_count_and_version_and_forget_the_oldest() -> None:
+def test_live_sessions_match_turn_count_version_and_state_and_forget_the_oldest() -> None:
     live = LiveSessions(2)
     a, b, c = FakeSession(), FakeSession(), FakeSession()
-    live.keep("a", 3, "v1", a)  # type: ignore[arg-type]
+    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
     assert live.take(record("a", 4)) is None  # another worker ran turn 4
-    live.keep("a", 3, "v1", a)  # type: ignore[arg-type]
+    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
     assert live.take(record("a", 3, "v2")) is None  # another version of the agent
-    live.keep("a", 3, "v1", a)  # type: ignore[arg-type]
-    assert live.take(record("a", 3)) is a and a.resumed == 1
+    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
+    # The database lost our turn 3 and another worker committed its own turn 3.
+    assert live.take(record("a", 3, state={"variables": {"note": "two"}})) is None
+    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
+    assert live.take(record("a", 3, state=json.loads(json.dumps(STATE)))) is a
+    assert a.resumed == 1
     assert live.take(record("a", 3)) is None  # taken: out until kept again
-    live.keep("a", 4, "v1", a)  # type: ignore[arg-type]
-    live.keep("b", 1, "v1", b)  # type: ignore[arg-type]
-    live.keep("a", 5, "v1", a)  # a is now the most recent
-    live.keep("c", 1, "v1", c)  # type: ignore[arg-type]
+    live.keep("a", 4, "v1", a, STATE)  # type: ignore[arg-type]
+    live.keep("b", 1, "v1", b, STATE)  # type: ignore[arg-type]
+    live.keep("a", 5, "v1", a, STATE)  # a is now the most recent
+    live.keep("c", 1, "v1", c, STATE)  # type: ignore[arg-type]
     assert len(live) == 2 and live.take(record("b", 1)) is None
-    assert (live.hits, live.misses) == (1, 4)
+    assert (live.hits, live.misses) == (1, 5)
     nothing = LiveSessions(0)
-    nothing.keep("a", 1, "v1", a)  # type: ignore[arg-type]
+    nothing.keep("a", 1, "v1", a, STATE)  # type: ignore[arg-type]
     assert len(nothing) == 0
 
 
 def test_live_sessions_keep_at_most_their_budget_of_history_the_oldest_dropped_first() -> None:
     live = LiveSessions(100, max_chars=1000)
     small, big, huge = FakeSession(300), FakeSession(600), FakeSession(5000)
-    live.keep("small", 1, "v1", small)  # type: ignore[arg-type]
-    live.keep("big", 1, "v1", big)  # type: ignore[arg-type]
+    live.keep("small", 1, "v1", small, STATE)  # type: ignore[arg-type]
+    live.keep("big", 1, "v1", big, STATE)  # type: ignore[arg-type]
     assert (len(live), live.chars) == (2, 900)
     big.chars = 750  # its next turn grew it: kept again, counted again, not twice
-    live.keep("big", 2, "v1", big)  # type: ignore[arg-type]
+    live.keep("big", 2, "v1", big, STATE)  # type: ignore[arg-type]
     assert (len(live), live.chars) == (1, 750)  # small, the oldest, made room
     assert live.take(record("big", 2)) is big and live.chars == 0
-    live.keep("huge", 1, "v1", huge)  # type: ignore[arg-type]
+    live.keep("huge", 1, "v1", huge, STATE)  # type: ignore[arg-type]
     assert (len(live), live.chars) == (0, 0)  # alone past the budget: restored next time
 
 

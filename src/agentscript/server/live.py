@@ -1,26 +1,35 @@
-"""Sessions this worker ran last, kept in memory so that their next turn skips the restore.
+"""What this worker remembers of the sessions it served: the sessions it ran last, kept in
+memory so that their next turn skips the restore, and who owns each session it has seen.
 
 A turn reads its session from the store under the session's lock and rebuilds it
 (``agent.restore``: decode the JSON, check every field, build the ``Session``), about a fifth
 of a turn's CPU with a fast model. The ``Session`` a turn leaves behind is, once its commit
 succeeded, exactly what the store now holds: the state written is that object's ``to_json()``.
 So it is kept here, under its session id, with the turn count and agent version it was
-committed at.
+committed at and the state the commit wrote.
 
 The store stays the truth. A kept session is used only when the locked record carries the
-same turn count and version: every write of a session's state is a turn commit that raises the
-count under that lock, so an equal count is the same state, and a turn run by another worker
-(or a restarted one) makes it stale and it is restored instead. A session is taken out while
-its turn runs and put back only after a commit; a turn that fails, or whose commit fails,
-leaves nothing here. Before a kept session runs again, :meth:`Session.resume` makes it start its
-trace as a restored one would, so a turn's trace never depends on which worker ran the turn
-before. Agents with per-session overrides (the playground's scripted models and stubs) are
-always restored.
+same turn count, version and state as its commit wrote. The turn count alone is not enough: a
+database that loses a commit (``synchronous_commit = off`` and a crash, a failover to an
+asynchronous replica, a restored backup) rewinds the count, and another worker's commit of
+the same turn number then looks like ours; an equal state is the same session whichever
+commit wrote it. A turn run by another worker (or a restarted one) makes the kept session
+stale and it is restored instead. A session is taken out while its turn runs and put back
+only after a commit; a turn that fails, or whose commit fails, leaves nothing here. Before a
+kept session runs again, :meth:`Session.resume` makes it start its trace as a restored one
+would, so a turn's trace never depends on which worker ran the turn before. Agents with
+per-session overrides (the playground's scripted models and stubs) are always restored.
+
+A session's owner never changes and its id is never reused (the server draws it), so an owner
+once read stays true: :class:`SessionOwners` lets a turn refuse another key's session (404)
+before it queues for the session's lock, without a read of its own.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
 
 from agentscript.engine.session import Session
 from agentscript.server.heap import SurvivorFreezer
@@ -30,6 +39,30 @@ from agentscript.store import SessionRecord
 # bounded by ``Limits.max_history_chars`` (4 million), so a thousand long ones could hold
 # gigabytes; real sessions hold a few thousand each and never reach this.
 MAX_KEPT_CHARS = 200_000_000
+# Owners remembered (a 32-character id and a 64-character key hash each, about 300 bytes
+# with the map's own share: 30 MB at most). A session forgotten is read once more.
+MAX_KNOWN_OWNERS = 100_000
+
+
+@dataclass
+class _Kept:
+    """A kept session and what its commit wrote."""
+
+    turns: int
+    version: str
+    session: Session
+    # The state the commit wrote (``Session.to_json(detached=False)``: it shares containers
+    # with ``session``, which does not run while kept).
+    state: dict[str, Any]
+    chars: int  # its history's size
+
+    def matches(self, record: SessionRecord) -> bool:
+        # The cheap checks first: a turn of another worker changes the count.
+        return (
+            self.turns == record.turns
+            and self.version == record.agent_version
+            and self.state == record.state
+        )
 
 
 class LiveSessions:
@@ -42,7 +75,7 @@ class LiveSessions:
         # Set by ``agentscript serve`` (create_app's freeze_heap): kept sessions are most of
         # what outlives start-up (server/heap.py).
         self.freezer: SurvivorFreezer | None = None
-        self._kept: OrderedDict[str, tuple[int, str, Session, int]] = OrderedDict()
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self.chars = 0  # the kept histories' size
         self.hits = 0
         self.misses = 0
@@ -55,29 +88,63 @@ class LiveSessions:
         cache until :meth:`keep` puts it back), else None."""
         kept = self._kept.pop(record.session_id, None)
         if kept is not None:
-            self.chars -= kept[3]
-        if kept is None or kept[0] != record.turns or kept[1] != record.agent_version:
+            self.chars -= kept.chars
+        if kept is None or not kept.matches(record):
             self.misses += 1
             return None
         self.hits += 1
-        session = kept[2]
-        session.resume()
-        return session
+        kept.session.resume()
+        return kept.session
 
-    def keep(self, session_id: str, turns: int, version: str, session: Session) -> None:
-        """Keep ``session`` as committed with ``turns`` turns by agent version ``version``."""
+    def keep(
+        self,
+        session_id: str,
+        turns: int,
+        version: str,
+        session: Session,
+        state: dict[str, Any],
+    ) -> None:
+        """Keep ``session`` as committed with ``turns`` turns by agent version ``version``,
+        the commit having written ``state``."""
         if self.capacity <= 0:
             return
         self.drop(session_id)
-        size = session.history_chars()
-        self._kept[session_id] = (turns, version, session, size)
-        self.chars += size
+        kept = _Kept(turns, version, session, state, session.history_chars())
+        self._kept[session_id] = kept
+        self.chars += kept.chars
         while len(self._kept) > self.capacity or (self.chars > self.max_chars and self._kept):
-            self.chars -= self._kept.popitem(last=False)[1][3]
+            self.chars -= self._kept.popitem(last=False)[1].chars
         if self.freezer is not None:
             self.freezer.kept()
 
     def drop(self, session_id: str) -> None:
         kept = self._kept.pop(session_id, None)
         if kept is not None:
-            self.chars -= kept[3]
+            self.chars -= kept.chars
+
+
+class SessionOwners:
+    """The owner of each session this worker has read or created, at most ``capacity``, the
+    least recently used forgotten first."""
+
+    def __init__(self, capacity: int = MAX_KNOWN_OWNERS) -> None:
+        self.capacity = capacity
+        self._owners: OrderedDict[str, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+    def get(self, session_id: str) -> str | None:
+        owner = self._owners.get(session_id)
+        if owner is not None:
+            self._owners.move_to_end(session_id)
+        return owner
+
+    def learn(self, session_id: str, owner: str) -> None:
+        self._owners[session_id] = owner
+        self._owners.move_to_end(session_id)
+        if len(self._owners) > self.capacity:
+            self._owners.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        self._owners.pop(session_id, None)

@@ -27,7 +27,7 @@ from agentscript.playback import TurnReport
 from agentscript.server.agents import ServedAgent
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSession
-from agentscript.server.live import LiveSessions
+from agentscript.server.live import LiveSessions, SessionOwners
 from agentscript.server.metrics import Metrics
 from agentscript.server.shutdown import ShutdownClock
 from agentscript.store import (
@@ -81,6 +81,7 @@ class SessionService:
         self.config = config
         self.metrics = metrics
         self.live = LiveSessions(config.live_sessions)
+        self.owners = SessionOwners()
         # Streamed turns run as tasks; held here so none is dropped before it commits.
         self.background: set[asyncio.Task[None]] = set()
         # The task of every turn running: the max_concurrent_turns count, and what shutdown
@@ -151,8 +152,9 @@ class SessionService:
             expires_at=self._expiry(),
         )
         await self.store.create_session(record)
+        self.owners.learn(session_id, owner)
         if served.overrides is None:
-            self.live.keep(session_id, 0, served.version, session)
+            self.live.keep(session_id, 0, served.version, session, record.state)
             self.metrics.kept_sessions = len(self.live)
         return {
             "session_id": session_id,
@@ -162,9 +164,23 @@ class SessionService:
 
     async def record(self, owner: str, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id)
+        if record is not None:
+            self.owners.learn(session_id, record.owner)
         if record is None or record.owner != owner:
             raise SessionGone(session_id)
         return record
+
+    async def owned(self, owner: str, session_id: str) -> None:
+        """:class:`SessionGone` (404) unless ``owner`` owns the session, without a read when
+        this worker knows its owner already. Before a turn queues for the session's lock:
+        another key's message must not wait for the owner's turn, which would tell it that
+        the session exists and is busy, and queue it ahead of the owner's next message. A
+        session deleted since is found gone under the lock."""
+        known = self.owners.get(session_id)
+        if known is None:
+            await self.record(owner, session_id)
+        elif known != owner:
+            raise SessionGone(session_id)
 
     def view(self, record: SessionRecord) -> dict[str, Any]:
         readable(record)
@@ -202,6 +218,7 @@ class SessionService:
     async def delete(self, owner: str, session_id: str) -> None:
         await self.record(owner, session_id)
         self.live.drop(session_id)
+        self.owners.forget(session_id)
         self.metrics.kept_sessions = len(self.live)
         if not await self.store.delete_session(session_id):
             raise SessionGone(session_id)
@@ -249,8 +266,9 @@ class SessionService:
         self, owner: str, session_id: str, key: str | None, text: str
     ) -> dict[str, Any] | None:
         """The stored result of the committed turn that carried ``key``, if any
-        (:class:`DuplicateKey` if that turn's message was not ``text``)."""
-        await self.record(owner, session_id)
+        (:class:`DuplicateKey` if that turn's message was not ``text``); :class:`SessionGone`
+        unless ``owner`` owns the session."""
+        await self.owned(owner, session_id)
         if key is None:
             return None
         found = await self.store.find_turn(session_id, key)
@@ -281,9 +299,8 @@ class SessionService:
                 f"the message is not Unicode text: a lone surrogate (\\u{ord(text[at]):04x}) "
                 f"at character {at}",
             )
-        # Without a key there is nothing to replay, and the lock reads the session (404 for a
-        # missing one or another key's): no read before it.
-        stored = await self.replay(owner, session_id, key, text) if key is not None else None
+        # The owner is checked before the turn takes a slot or queues for the lock.
+        stored = await self.replay(owner, session_id, key, text)
         if stored is not None:
             if hooks.on_start:
                 hooks.on_start()
@@ -361,7 +378,7 @@ class SessionService:
             except ValueError as exc:
                 raise DuplicateKey(str(exc)) from None
             if self.agents[record.agent].overrides is None:
-                self.live.keep(session_id, number, record.agent_version, session)
+                self.live.keep(session_id, number, record.agent_version, session, outcome.state)
             self.metrics.kept_sessions = len(self.live)
             self.metrics.turn(record.agent, session_id, time.perf_counter() - started, reply.trace)
             return result
