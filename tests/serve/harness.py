@@ -80,6 +80,19 @@ def lease_rows(url: str) -> int:
         return int(row[0]) if row else -1
 
 
+def execute(url: str, sql: str, *params: Any) -> None:
+    """One statement on a SQL store, on a connection of its own (``?`` placeholders)."""
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
+            db.execute(sql, params)
+            db.commit()
+        return
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute(sql.replace("?", "%s"), params)
+
+
 def run_store(url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
     """``body`` on the store at ``url``, opened for it and closed after."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -17,7 +18,7 @@ import pytest
 from agentscript.server.config import ServerConfig
 
 from .conftest import pg_reset
-from .harness import api, lease_rows, new_session, run
+from .harness import api, execute, lease_rows, new_session, run
 
 
 def error_of(response: httpx.Response) -> tuple[int, str]:
@@ -54,6 +55,31 @@ def test_each_turn_pushes_the_session_expiry_back(api_store: str) -> None:
         assert error_of(late) == (404, "session_not_found")
 
     run(api_store, scenario, config=ServerConfig(session_ttl=ttl))
+
+
+def test_a_ttl_turned_on_later_expires_the_sessions_written_without_one(api_store: str) -> None:
+    """Sessions created while the server ran without --session-ttl expire, counted from their
+    last update, once a server starts with one (they had no expiry to count down)."""
+
+    async def create(client: httpx.AsyncClient) -> tuple[str, str]:
+        return await new_session(client), await new_session(client)
+
+    idle, recent = run(api_store, create)
+    # The first one was last written long ago; the second just now.
+    execute(
+        api_store,
+        "UPDATE agentscript_sessions SET updated_at = ? WHERE session_id = ?",
+        time.time() - 100,
+        idle,
+    )
+
+    async def with_ttl(client: httpx.AsyncClient) -> None:
+        assert error_of(await client.get(f"/v1/sessions/{idle}")) == (404, "session_not_found")
+        kept = await client.get(f"/v1/sessions/{recent}")
+        assert kept.status_code == 200, kept.text
+        assert kept.json()["expires_at"] is not None
+
+    run(api_store, with_ttl, config=ServerConfig(session_ttl=50))
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])

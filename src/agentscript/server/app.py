@@ -285,6 +285,9 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ShutdownClock.reset()  # a shutdown of an earlier server in this process is not ours
         await store.open()
+        if config.session_ttl:
+            # Sessions written while no TTL was set expire from their last update too.
+            await store.backfill_expiry(config.session_ttl)
         ready["store"] = True
         # The model SDKs (the OpenAI one takes ~0.5 s of CPU to import) load once the server
         # listens; /readyz says "not ready" until they are in. (In the loop's thread: in

@@ -195,3 +195,9 @@ class Store(Protocol):
 
     async def purge_expired(self) -> int:
         """Delete expired sessions (and their turns); how many were deleted."""
+
+    async def backfill_expiry(self, ttl: float) -> int:
+        """Give every session without an expiry (written while no TTL was set) the one its
+        last update would have given it under ``ttl`` seconds, so that a TTL set later expires
+        them too; how many were given one. The server calls it at start-up when a TTL is set.
+        The SQL stores go in batches, each its own transaction."""

@@ -115,6 +115,12 @@ class MemoryStore:
             await self.delete_session(sid)
         return len(gone)
 
+    async def backfill_expiry(self, ttl: float) -> int:
+        untimed = [r for r in self._sessions.values() if r.expires_at is None]
+        for stored in untimed:
+            stored.expires_at = stored.updated_at + ttl
+        return len(untimed)
+
     def _commit(self, session: SessionRecord, outcome: TurnOutcome) -> None:
         stored = self._sessions.get(session.session_id)
         if stored is None or stored.turns != session.turns:

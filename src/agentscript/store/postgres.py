@@ -60,8 +60,13 @@ LOCK_TIMEOUT = 2.0
 # only a stalled server or a runaway query reaches it, and its connection is then freed after
 # as long as a statement may wait for a connection anyway.
 STATEMENT_TIMEOUT = CONNECTION_WAIT
-# How long one purge may run: sessions that expired during a long outage may mean millions of
-# turn rows to delete in one statement, which STATEMENT_TIMEOUT would roll back every round.
+# Expired sessions deleted per transaction of a purge (and sessions given an expiry per
+# statement of ``backfill_expiry``): sessions left to expire during a long outage go in many
+# short transactions, each of which a failure or a timeout costs alone, rather than in one
+# that a timeout rolls back whole every round.
+PURGE_BATCH = 500
+# How long one batch of a purge may run: 500 sessions of many turns each may mean far more
+# turn rows than STATEMENT_TIMEOUT lets a statement delete on a loaded server.
 PURGE_TIMEOUT = 600.0
 _MIGRATION_LOCK = 7_146_937_311  # any constant shared by every agentscript worker
 # The first key of every presence lock (the second is the store's token), so that they are
@@ -377,20 +382,21 @@ class PostgresStore:
     async def list_sessions(
         self, *, owner: str, agent: str | None, limit: int, after: str | None
     ) -> list[SessionRecord]:
-        rows = await self._fetch(
-            f"SELECT {schema.SESSION_COLUMNS} FROM agentscript_sessions WHERE owner = ? "
-            "AND (?::text IS NULL OR agent = ?) AND session_id > ? "
-            "AND (expires_at IS NULL OR expires_at > ?) ORDER BY session_id LIMIT ?",
-            (owner, agent, agent, after or "", time.time(), limit),
+        query = schema.list_sessions_query(
+            owner=owner, agent=agent, after=after, now=time.time(), limit=limit
         )
+        rows = await self._fetch(*query)
         return [schema.session_from_row(r) for r in rows]
 
     async def delete_session(self, session_id: str) -> bool:
         try:
             async with self._conn() as conn, conn.transaction():
-                for sql in schema.DELETE_SESSION:
-                    cur = await conn.execute(Q(sql), (session_id,))
-                return bool(cur.rowcount > 0)
+                # The row first, then the turns: see schema.DELETE_SESSION.
+                row, *rows_of_session = schema.DELETE_SESSION
+                deleted = (await conn.execute(Q(row), (session_id,))).rowcount
+                for sql in rows_of_session:
+                    await conn.execute(Q(sql), (session_id,))
+                return bool(deleted > 0)
         except self._psycopg.errors.LockNotAvailable:
             # Another client keeps the session's row locked (nothing of ours holds it longer
             # than a commit): busy, like a turn would find it; nothing was deleted.
@@ -481,15 +487,45 @@ class PostgresStore:
         return [schema.turn_from_row(r) for r in rows]
 
     async def purge_expired(self) -> int:
+        # Sessions expired by now only: ones expiring during the purge wait for the next.
         now = time.time()
+        purged = 0
+        while True:
+            deleted = await self._purge_batch(now)
+            purged += deleted
+            if deleted < PURGE_BATCH:
+                return purged
+
+    async def _purge_batch(self, now: float) -> int:
+        """Up to PURGE_BATCH sessions expired at ``now`` deleted with their rows, in one
+        transaction: how many. Their rows go first, their turns in later statements, which see
+        every turn committed before the rows were deleted (see schema.DELETE_SESSION)."""
         try:
             async with self._conn() as conn, conn.transaction():
                 await conn.execute(BOUND_TRANSACTION, (_ms(LOCK_TIMEOUT), _ms(PURGE_TIMEOUT)))
-                for sql in schema.PURGE_EXPIRED:
-                    cur = await conn.execute(Q(sql), (now, now))
-                return int(cur.rowcount)
+                cur = await conn.execute(Q(schema.PURGE_SESSION_ROWS), (now, now, PURGE_BATCH))
+                gone = [row[0] for row in await cur.fetchall()]
+                for sql in schema.DELETE_TURNS_OF if gone else ():
+                    await conn.execute(Q(sql), (gone,))
+                return len(gone)
         except self._psycopg.Error as exc:
             raise self._failed(exc, limit=PURGE_TIMEOUT) from None
+
+    async def backfill_expiry(self, ttl: float) -> int:
+        filled = 0
+        while True:
+            batch = await self._changed(schema.BACKFILL_EXPIRY_SKIP_LOCKED, (ttl, PURGE_BATCH))
+            filled += batch
+            if batch < PURGE_BATCH:
+                return filled
+
+    async def _changed(self, sql: str, params: tuple[Any, ...]) -> int:
+        """How many rows one statement that writes changed."""
+        try:
+            async with self._conn() as conn:
+                return int((await conn.execute(Q(sql), params)).rowcount)
+        except self._psycopg.Error as exc:
+            raise self._failed(exc) from None
 
 
 def _hung_up(conn: Any) -> bool:

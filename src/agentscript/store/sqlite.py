@@ -85,9 +85,10 @@ BUSY_WAIT = 5.0
 # every 50 ms.
 BUSY_PAUSE = 0.002
 BUSY_PAUSE_MAX = 0.05
-# Expired sessions deleted per transaction of a purge: sessions left to expire during a long
-# outage would otherwise go in one transaction, holding the write lock of every worker for as
-# long as that takes; a batch of 500 holds it about 5 ms (sessions of five turns, measured).
+# Expired sessions deleted per transaction of a purge (and sessions given an expiry per
+# transaction of ``backfill_expiry``): sessions left to expire during a long outage would
+# otherwise go in one transaction, holding the write lock of every worker for as long as that
+# takes; a batch of 500 holds it about 5 ms (sessions of five turns, measured).
 PURGE_BATCH = 500
 
 
@@ -116,7 +117,7 @@ class SQLiteStore:
 
     async def open(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
             # Until the schema is migrated, a lock is waited for on this thread (BUSY_WAIT).
             db = sqlite3.connect(
                 self.path, timeout=BUSY_WAIT, isolation_level=None, check_same_thread=False
@@ -218,6 +219,14 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store: {exc}") from None
 
+    async def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        """One statement that writes, committed on its own: how many rows it changed."""
+        db = self._checked()
+        try:
+            return (await self._execute(db, sql, params)).rowcount
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store: {exc}") from None
+
     async def _execute(
         self, db: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()
     ) -> sqlite3.Cursor:
@@ -275,25 +284,22 @@ class SQLiteStore:
     async def list_sessions(
         self, *, owner: str, agent: str | None, limit: int, after: str | None
     ) -> list[SessionRecord]:
-        rows = await self._run(
-            f"SELECT {schema.SESSION_COLUMNS} FROM agentscript_sessions WHERE owner = ? "
-            "AND (? IS NULL OR agent = ?) AND session_id > ? "
-            "AND (expires_at IS NULL OR expires_at > ?) ORDER BY session_id LIMIT ?",
-            (owner, agent, agent, after or "", time.time(), limit),
+        query = schema.list_sessions_query(
+            owner=owner, agent=agent, after=after, now=time.time(), limit=limit
         )
+        rows = await self._run(*query)
         return [schema.session_from_row(r) for r in rows]
 
     async def delete_session(self, session_id: str) -> bool:
         db = self._checked()
         try:
             await self._execute(db, "BEGIN IMMEDIATE")
-            for sql in schema.DELETE_SESSION:
-                cursor = db.execute(sql, (session_id,))
+            deleted = _delete_sessions(db, [(session_id,)])
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
-        return cursor.rowcount > 0
+        return deleted > 0
 
     def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
         # Its statements (take_lease, commit_turn, drop_lease) check the file.
@@ -422,15 +428,46 @@ class SQLiteStore:
         try:
             await self._execute(db, "BEGIN IMMEDIATE")
             found = db.execute(EXPIRED_BATCH, (now, now, PURGE_BATCH)).fetchall()
-            # A session's rows as a deletion deletes them (the same statements), one session
-            # after another: the rows found above are the parameters.
-            for sql in schema.DELETE_SESSION:
-                cursor = db.executemany(sql, found)
+            deleted = _delete_sessions(db, found)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
-        return len(found), cursor.rowcount
+        return len(found), deleted
+
+    async def backfill_expiry(self, ttl: float) -> int:
+        # In batches, each its own transaction, as a purge: a store of many sessions written
+        # without a TTL would otherwise hold every worker's write lock for as long as it takes.
+        filled = 0
+        while True:
+            batch = await self._write(schema.BACKFILL_EXPIRY, (ttl, PURGE_BATCH))
+            filled += batch
+            if batch < PURGE_BATCH:
+                return filled
+            await asyncio.sleep(0)  # requests waiting on the loop go first
+
+
+def _delete_sessions(db: sqlite3.Connection, sessions: list[Any]) -> int:
+    """Delete sessions with their rows, in the transaction under way (``sessions``: rows of one
+    session id each): how many session rows there were."""
+    row, *rows_of_session = schema.DELETE_SESSION
+    deleted = db.executemany(row, sessions).rowcount
+    for sql in rows_of_session:
+        db.executemany(sql, sessions)
+    return deleted
+
+
+def _create_private(path: Path) -> None:
+    """Create the folders up to ``path`` and the database file that are missing, readable by
+    their user only: they hold every session's messages and variables, and SQLite gives the
+    log and shared-memory files (``-wal``, ``-shm``) the database file's mode. A folder or file
+    that exists keeps its mode: the user chose it."""
+    for folder in reversed([p for p in path.parents if not p.exists()]):
+        with contextlib.suppress(FileExistsError):  # another worker made it just now
+            folder.mkdir(mode=0o700)
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _end_transaction(db: sqlite3.Connection) -> None:
