@@ -95,13 +95,33 @@ def test_mcp_serve_a_session_belongs_to_the_key_that_started_it(url: str) -> Non
     # Exactly the answer to an id that does not exist: nothing says the session is there.
     assert taken["isError"] is True and unknown["isError"] is True
     assert _text(taken).replace(sid, "ID") == _text(unknown).replace("f" * 32, "ID")
-    # Nor in the MCP session key A opened: the key of each request counts, not the first's.
-    in_alices = _client(url, KEY_B, alice.mcp_session)  # type: ignore[attr-defined]
-    assert _text(in_alices("send", {"message": "hi", "session_id": sid})) == _text(taken)
     # Its own key goes on with it.
     again = alice("send", {"message": "and now?", "session_id": sid})
     assert "isError" not in again or again["isError"] is False
     assert again["structuredContent"]["session_id"] == sid
+
+
+def test_mcp_serve_a_transport_session_belongs_to_the_key_that_opened_it(url: str) -> None:
+    import httpx2
+
+    alice = _client(url, KEY_A)
+    opened = alice.mcp_session  # type: ignore[attr-defined]
+    ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+
+    def as_bob(method: str, mcp_session: str) -> tuple[int, str]:
+        headers = {**_headers(KEY_B), "mcp-session-id": mcp_session}
+        sent = httpx2.request(method, url, headers=headers, json=ping, timeout=30)
+        return sent.status_code, sent.text
+
+    # Key B naming key A's transport session is answered exactly as for one that does not
+    # exist: it can neither use it nor end it.
+    unknown = as_bob("POST", "f" * 32)
+    assert unknown[0] == 404
+    assert as_bob("POST", opened) == unknown
+    assert as_bob("DELETE", opened) == as_bob("DELETE", "f" * 32)
+    # Key A's transport session is still there.
+    again = alice("send", {"message": "still here?"})
+    assert again["structuredContent"]["session_id"]
 
 
 def test_mcp_serve_rate_limits_each_key_as_serve_does(url: str) -> None:

@@ -497,16 +497,28 @@ class CutAtShutdown:
             await _error(send, 503, "shutting_down", CUT_AT_SHUTDOWN, [(b"retry-after", b"1")])
 
 
+# The MCP transport sessions whose owner is remembered (least recently started dropped first).
+MAX_TRANSPORT_OWNERS = 100_000
+# What another key's request names instead of a transport session it does not own: an id the
+# SDK never gives (its ids are hex), so the SDK answers exactly as for an unknown session.
+NO_SUCH_TRANSPORT = b"not-a-session"
+
+
 class BearerKeys:
     """ASGI middleware, as ``agentscript serve`` authenticates: an HTTP request without
     ``Authorization: Bearer`` and one of the keys gets ``401`` (with keys on), one past its
     key's rate limit ``429`` with ``Retry-After``; the others go on with their owner id (the
-    key's hash, "" without keys) in the scope, at ``OWNER_SCOPE_KEY``."""
+    key's hash, "" without keys) in the scope, at ``OWNER_SCOPE_KEY``.
+
+    An MCP transport session (``mcp-session-id``) belongs to the key whose request opened it,
+    as conversations do: another key naming it is answered as for an unknown one, so it can
+    neither end it (``DELETE``) nor read its stream."""
 
     def __init__(self, app: Any, keys: ApiKeys, limiter: RateLimiter) -> None:
         self.app = app
         self.keys = keys
         self.limiter = limiter
+        self.transports: OrderedDict[bytes, str] = OrderedDict()  # mcp-session-id -> owner
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -527,7 +539,26 @@ class BearerKeys:
         if wait > 0:
             await self._rate_limited(send, wait)
             return
+        named = headers.get(b"mcp-session-id")
+        if named is None:
+            send = self._noting_transport(send, owner)
+        elif self.transports.get(named, owner) != owner:
+            scope = {**scope, "headers": _with_header(scope, b"mcp-session-id", NO_SUCH_TRANSPORT)}
         await self.app({**scope, OWNER_SCOPE_KEY: owner}, receive, send)
+
+    def _noting_transport(self, send: Any, owner: str) -> Any:
+        """``send``, remembering the owner of a transport session its answer opens."""
+
+        async def noting(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                opened = dict(message.get("headers") or ()).get(b"mcp-session-id")
+                if opened is not None:
+                    self.transports[opened] = owner
+                    while len(self.transports) > MAX_TRANSPORT_OWNERS:
+                        self.transports.popitem(last=False)
+            await send(message)
+
+        return noting
 
     async def _rate_limited(self, send: Any, wait: float) -> None:
         from agentscript.server.ratelimit import retry_after
@@ -538,6 +569,11 @@ class BearerKeys:
         )
         retry = retry_after(wait).encode()
         await _error(send, 429, "rate_limited", message, [(b"retry-after", retry)])
+
+
+def _with_header(scope: Any, name: bytes, value: bytes) -> list[tuple[bytes, bytes]]:
+    """The request's headers with ``name`` set to ``value`` (lower-case ``name``)."""
+    return [(k, v) for k, v in scope.get("headers") or () if k.lower() != name] + [(name, value)]
 
 
 async def _error(
