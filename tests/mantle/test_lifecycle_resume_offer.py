@@ -160,3 +160,16 @@ def test_validate_warns_that_default_resume_offer_cannot_be_overridden_by_a_skil
         "utter_ask_wants_to_continue in responses.yml to change its wording"
     )
     assert warning.file is not None and warning.file.endswith("skill.md")
+
+
+def test_M1_cancel_skill_with_no_active_skill_drops_the_paused_skill_the_prompt_lists(
+    tmp_path: Path,
+) -> None:
+    # b paused last but cannot resume (d closed its gate), so the prompt lists only a:
+    # cancel_skill drops a, never b, which the model cannot see.
+    run = Driver(make(tmp_path, TWO_PAUSED))
+    offered_a_over_a_closed_b(run)
+    reply = run.send("drop the last thing", {"tool": "cancel_skill", "args": {}}, {"say": "Ok."})
+    assert reply.error is None
+    assert ("cancelled", "a") in reply_skill_events(reply)
+    assert run.stack() == [("b", "paused")]

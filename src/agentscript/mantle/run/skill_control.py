@@ -17,7 +17,7 @@ from agentscript.mantle.queries import holds
 from agentscript.mantle.run import lifecycle
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.stack import SkillStack
-from agentscript.mantle.run.transitions import activate, drop_paused, finish
+from agentscript.mantle.run.transitions import activate, drop_paused, finish, resumable
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import Source, action_step, knowledge_step
@@ -52,7 +52,12 @@ def cancel_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     if frame is not None:
         finish(ctx, frame, "cancelled", reason="cancel_skill")
         return {"status": "cancelled", "skill": frame["skill"]}
-    return drop_paused(ctx)
+    # With no active skill: the most recent paused one the prompt lists (one that can resume),
+    # never one the model cannot see.
+    listed = resumable(ctx)
+    if not listed:
+        return {"error": "no skill to cancel"}
+    return drop_paused(ctx, listed[0]["skill"])
 
 
 def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
