@@ -142,6 +142,11 @@ class ToolCalls:
     ) -> ToolOutcome:
         """Record that ``call`` was refused; the model is told ``reason``. ``limit`` names the
         ``Limits`` field when a bound refused it."""
+        self.record_refusal(node, call, reason, limit=limit)
+        return {"error": reason}, None, None
+
+    def record_refusal(self, node: ProgramNode, call: ToolCall, reason: str, **fields: Any) -> None:
+        """The REFUSED_STEP of the model's ``call`` in ``node`` (``fields``: limit, cause)."""
         refused_step(
             self.turn.trace,
             name=call.name,
@@ -149,9 +154,8 @@ class ToolCalls:
             node=node.name,
             source=Source.LLM,
             arguments=call.arguments,
-            limit=limit,
+            **fields,
         )
-        return {"error": reason}, None, None
 
     async def invoke(
         self,
@@ -251,15 +255,7 @@ class ToolCalls:
     ) -> dict[str, Any]:
         """The model gets one text for a hidden and an unknown tool, so it cannot tell a hidden
         tool exists; the REFUSED_STEP keeps the true cause and ``reason`` for the developer."""
-        refused_step(
-            self.turn.trace,
-            name=call.name,
-            reason=reason,
-            node=node.name,
-            source=Source.LLM,
-            arguments=call.arguments,
-            cause=cause,
-        )
+        self.record_refusal(node, call, reason, cause=cause)
         return {"error": not_offered_message(call.name)}
 
     def gate_closed(self, tool: ProgramTool, node: ProgramNode, *, since: str) -> str | None:
