@@ -22,6 +22,26 @@ def tool_results(step: dict[str, object]) -> list[dict[str, object]]:
 
 # ---------------------------------------------------------------------- S5
 
+# Blocks several test agents share: an action that needs the user's confirmation, and the
+# node a transition goes to (it counts its entries in n).
+WIPE_ALL = """    actions:
+        wipe_all:
+            description: "wipe"
+            target: "flow://Wipe"
+            require_user_confirmation: True
+            outputs:
+                ok: boolean
+"""
+OTHER_NODE = """subagent other:
+    description: "other"
+    before_reasoning:
+        set @variables.n = @variables.n + 1
+    reasoning:
+        instructions: ->
+            | other node
+"""
+
+
 REFUND = """
 variables:
     refund_issued: mutable boolean = False
@@ -113,7 +133,7 @@ def test_S5_calls_of_an_ungated_tool_in_one_answer_all_run(tmp_path: Path) -> No
 
 # ---------------------------------------------------------------------- S7
 
-CONFIRM = """
+CONFIRM = f"""
 variables:
     n: mutable number = 0
         description: "n"
@@ -129,22 +149,8 @@ start_agent main:
             wipe: @actions.wipe_all
                 description: "wipe"
 
-    actions:
-        wipe_all:
-            description: "wipe"
-            target: "flow://Wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-
-subagent other:
-    description: "other"
-    before_reasoning:
-        set @variables.n = @variables.n + 1
-    reasoning:
-        instructions: ->
-            | other node
-"""
+{WIPE_ALL}
+{OTHER_NODE}"""
 
 
 def test_S7_a_transition_earlier_in_the_answer_wins_over_a_call_needing_confirmation(
@@ -180,7 +186,7 @@ def test_S7_a_call_needing_confirmation_without_a_transition_is_still_held(
     assert reply.confirmation is not None and reply.path == ["main"]
 
 
-CONFIRM_IN_DELEGATE = """
+CONFIRM_IN_DELEGATE = f"""
 variables:
     n: mutable number = 0
         description: "n"
@@ -211,14 +217,7 @@ subagent ops:
             human: @utils.escalate
                 description: "escalate"
 
-    actions:
-        wipe_all:
-            description: "wipe"
-            target: "flow://Wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-
+{WIPE_ALL}
 subagent deeper:
     description: "deeper"
     reasoning:
@@ -228,22 +227,8 @@ subagent deeper:
             wipe: @actions.wipe_all
                 description: "wipe"
 
-    actions:
-        wipe_all:
-            description: "wipe"
-            target: "flow://Wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-
-subagent other:
-    description: "other"
-    before_reasoning:
-        set @variables.n = @variables.n + 1
-    reasoning:
-        instructions: ->
-            | other node
-"""
+{WIPE_ALL}
+{OTHER_NODE}"""
 
 
 def event_names(reply: Reply) -> list[str]:
@@ -552,7 +537,7 @@ def test_S13_the_models_text_comes_before_the_escalation_message(tmp_path: Path)
     ]
 
 
-HELD = """
+HELD = f"""
 start_agent main:
     description: "main"
     reasoning:
@@ -564,14 +549,7 @@ start_agent main:
             ask_ops: @subagent.ops
                 description: "ops"
 
-    actions:
-        wipe_all:
-            description: "wipe"
-            target: "flow://Wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-
+{WIPE_ALL}
 subagent ops:
     description: "ops"
     reasoning:
@@ -580,14 +558,7 @@ subagent ops:
         actions:
             wipe: @actions.wipe_all
 
-    actions:
-        wipe_all:
-            description: "wipe"
-            target: "flow://Wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-"""
+{WIPE_ALL}"""
 
 
 def test_S13_text_said_with_a_call_held_for_confirmation_reaches_the_user(
@@ -703,7 +674,7 @@ def test_S1_coming_back_to_the_collecting_subagent_resumes_it_next_turn(tmp_path
     assert steps(reply, "NODE_ENTER")[0]["reason"] == "collect in progress"
 
 
-COLLECTING_DELEGATE = """
+COLLECTING_DELEGATE = f"""
 variables:
     city: mutable string
         description: "city"
@@ -731,14 +702,7 @@ subagent form:
             human: @utils.escalate
                 description: "escalate"
 
-    actions:
-        wipe_all:
-            description: "wipe"
-            target: "flow://Wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-
+{WIPE_ALL}
 subagent help:
     description: "help"
     reasoning:
