@@ -1,9 +1,9 @@
 """Every form a configured credential may take in a message is blotted out
-(``agentscript.actions.redaction``)."""
+(``agentscript.redaction``)."""
 
 from __future__ import annotations
 
-from agentscript.actions.redaction import secret_forms, without_secrets
+from agentscript.redaction import secret_forms, without_secrets
 
 TOKEN = "sk-live-0123456789"
 

@@ -287,8 +287,9 @@ def load_asserts(agent_path: Path, outline: AgentOutline) -> tuple[list[Assertio
     ``outline`` is the agent's checked outline, whose tools the rules are compared with."""
     rules, problems = _read_rules(agent_path)
     known: list[Assertion] = []
+    offered_as = _tools_by_action(outline) if rules else {}  # one Program for all the rules
     for rule in rules:
-        problem = _unknown_tool(rule, outline)
+        problem = _unknown_tool(rule, outline, offered_as)
         if problem is None:
             known.append(rule)
         else:
@@ -343,14 +344,16 @@ def _read_rules(agent_path: Path) -> tuple[list[Assertion], list[str]]:
     return rules, problems
 
 
-def _unknown_tool(rule: Assertion, outline: AgentOutline) -> str | None:
-    """Why ``rule`` names no tool of the agent, or None. An action no node offers is a tool
-    that exists and is never offered (the rule holds); an action offered under another name
-    is named wrongly, since rules name the tools the model sees."""
+def _unknown_tool(
+    rule: Assertion, outline: AgentOutline, offered_as: dict[str, set[str]]
+) -> str | None:
+    """Why ``rule`` names no tool of the agent, or None (``offered_as``: the tools each
+    action is offered as). An action no node offers is a tool that exists and is never
+    offered (the rule holds); an action offered under another name is named wrongly, since
+    rules name the tools the model sees."""
     from agentscript.check.context import suggest
     from agentscript.limits import MAX_NAMES_SHOWN
 
-    offered_as = _tools_by_action(outline)
     tools = sorted({name for names in offered_as.values() for name in names})
     if rule.tool in tools:
         return None

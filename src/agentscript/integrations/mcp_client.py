@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote_plus, urlsplit
 
-from agentscript.actions.redaction import secret_forms, without_secrets
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, McpServerConfig, expand_env
+from agentscript.redaction import secret_forms, without_secrets
 
 if TYPE_CHECKING:
     from mcp import ClientSession

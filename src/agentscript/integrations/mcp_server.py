@@ -68,8 +68,6 @@ MAX_KEPT_CHARS = 200_000_000
 # After SIGTERM, seconds the tool calls running get to finish: serve's --shutdown-grace
 # default (server/config.py), below Kubernetes' 30 s before SIGKILL.
 SHUTDOWN_GRACE = 25
-# How often the shutdown looks whether the last call ended (a stop at once ends it too).
-SHUTDOWN_SLICE = 0.1
 # What the client of a call cut at shutdown is told.
 CUT_AT_SHUTDOWN = "the server stopped before this turn finished: send it again"
 # One JSON-RPC message, in bytes, on either transport: the SDK's own bound on an HTTP body
@@ -157,7 +155,7 @@ class AgentTools:
         """At shutdown: refuse new calls and wait for the running ones, within ``grace``
         seconds of the moment the server began to stop (``ShutdownClock``, which a stop at
         once ends). How many still run: the caller cuts them."""
-        from agentscript.server.shutdown import ShutdownClock
+        from agentscript.server.shutdown import ShutdownClock, within_grace
 
         self.stopping = True
         ShutdownClock.mark()  # with no connection open, the shutdown begins here
@@ -224,15 +222,6 @@ class AgentTools:
     def _forget(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.chars -= self._sizes.pop(session_id, 0)
-
-
-async def within_grace(busy: Callable[[], bool], grace: float) -> None:
-    """Wait while ``busy()``, at most until ``grace`` seconds after the shutdown began
-    (``ShutdownClock``: a stop at once ends the wait at the next look)."""
-    from agentscript.server.shutdown import ShutdownClock
-
-    while busy() and (left := ShutdownClock.left(grace)) > 0:
-        await asyncio.sleep(min(left, SHUTDOWN_SLICE))
 
 
 def _check_length(message: str) -> None:
@@ -561,12 +550,9 @@ class BearerKeys:
         return noting
 
     async def _rate_limited(self, send: Any, wait: float) -> None:
-        from agentscript.server.ratelimit import retry_after
+        from agentscript.server.ratelimit import rate_limited_message, retry_after
 
-        message = (
-            f"too many requests for this key (rate_limit {self.limiter.rate:g}/s); "
-            f"retry in {wait:.2f} s"
-        )
+        message = rate_limited_message(self.limiter.rate, wait)
         retry = retry_after(wait).encode()
         await _error(send, 429, "rate_limited", message, [(b"retry-after", retry)])
 

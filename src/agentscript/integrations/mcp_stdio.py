@@ -46,8 +46,8 @@ import anyio
 import anyio.abc
 
 from agentscript.commands import ExitCode
-from agentscript.integrations.mcp_server import MAX_WIRE_MESSAGE_BYTES, within_grace
-from agentscript.server.shutdown import ShutdownClock
+from agentscript.integrations.mcp_server import MAX_WIRE_MESSAGE_BYTES
+from agentscript.server.shutdown import ShutdownClock, within_grace
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

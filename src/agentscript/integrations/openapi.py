@@ -20,7 +20,7 @@ Documents are read once per process; a malformed one is a :class:`ConfigError` n
 file.
 
 What never happens: a configured header value, or the credential or ``${VAR}`` value inside
-it, in a message or a trace (:mod:`agentscript.actions.redaction`); a URL's user, password or
+it, in a message or a trace (:mod:`agentscript.redaction`); a URL's user, password or
 query string in a message (a base or spec URL holding a user or password is refused at load:
 it would never be sent); a request whose path leaves the base URL's path (a path parameter
 holding a ``.`` or ``..`` segment is refused before anything is sent).
@@ -46,11 +46,11 @@ from agentscript.actions.outbound import (
     fetch_following,
     redirect_note,
 )
-from agentscript.actions.redaction import secret_forms, without_secrets
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, expand_env
 from agentscript.models.retry import shown_url
 from agentscript.reading import load_yaml
+from agentscript.redaction import secret_forms, without_secrets
 
 MAX_RESPONSE_BYTES = 5_000_000
 MAX_REF_DEPTH = 32
@@ -114,9 +114,7 @@ def parse_openapi_configs(data: Mapping[str, Any], *, path: Path | None) -> list
         if unknown:
             raise ConfigError(f"{head} has unknown key(s) {unknown}; known: {sorted(_API_KEYS)}")
         base_url = spec.get("base_url")
-        if base_url is not None and not (
-            isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
-        ):
+        if base_url is not None and not (isinstance(base_url, str) and _is_url(base_url)):
             raise ConfigError(f"{head} `base_url` must be an http:// or https:// URL")
         for key in ("spec", "base_url"):
             if isinstance(spec.get(key), str) and _is_url(spec[key]):

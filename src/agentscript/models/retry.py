@@ -122,10 +122,9 @@ async def call_with_retries(
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
     """Replace every occurrence of each (non-trivial) secret in ``text`` with ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    from agentscript.redaction import MIN_SECRET_CHARS, without_secrets
+
+    return without_secrets(text, {s for s in secrets if s and len(s) >= MIN_SECRET_CHARS})
 
 
 def shown_url(url: str) -> str:

@@ -69,12 +69,8 @@ def discover(paths: Sequence[str]) -> Iterator[Path]:
     for raw in paths:
         if not Path(raw).exists():
             raise AgentLoadError(f"{raw}: no such file or folder")
-    # One agent reached twice (a folder and a file in it) is one agent, not two of one name.
-    seen: set[Path] = set()
-    for path in agent_files(paths):
-        if path.resolve() not in seen:
-            seen.add(path.resolve())
-            yield path
+    # One agent reached twice (a folder and a file in it) comes once: agent_files says so.
+    yield from agent_files(paths)
 
 
 # An agent's name as the API's paths take it (/v1/agents/{agent}/...); a served name must

@@ -33,7 +33,7 @@ from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
 from agentscript.server.metrics import Metrics, method_label
 from agentscript.server.middleware import HttpMiddleware
-from agentscript.server.ratelimit import RateLimiter, retry_after
+from agentscript.server.ratelimit import RateLimiter, rate_limited_message, retry_after
 from agentscript.server.requestid import RequestId
 from agentscript.server.service import SessionService, TurnHooks
 from agentscript.server.shutdown import ShutdownClock
@@ -243,8 +243,7 @@ def owner_of(state: Any, authorization: str | None) -> str:
         raise ApiError(
             429,
             "rate_limited",
-            f"too many requests for this key (rate_limit {state.config.rate_limit:g}/s); "
-            f"retry in {wait:.2f} s",
+            rate_limited_message(state.config.rate_limit, wait),
             headers={"Retry-After": retry_after(wait)},
         )
     return who

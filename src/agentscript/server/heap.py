@@ -16,8 +16,8 @@ of ``bench/serve.py`` (``openai-lean:``, SQLite) by 8-9 % (docs/performance.md, 
 Garbage in cycles, if any, still goes; it waits a little longer.
 
 What a busy server keeps alive after start-up is mostly the sessions it keeps for their next
-turn (:mod:`.live`, about 30 tracked objects each, plus one per history message). CPython counts a young collection from
-allocations *minus* deallocations, and every kept session that replaces an older one frees
+turn (:mod:`.live`, about 30 tracked objects each, plus one per history message). CPython
+counts a young collection from allocations *minus* deallocations, and every kept session that replaces an older one frees
 about as much as it allocates, so the young generation filled with kept sessions until a
 collection walked 14,600-65,000 objects at once: 5.5-61 ms, which every turn in flight waited
 out (``docs/performance.md``, session 11). :class:`SurvivorFreezer` freezes the heap every

@@ -31,3 +31,8 @@ class RateLimiter:
 def retry_after(seconds: float) -> str:
     """A ``Retry-After`` value: whole seconds, at least 1."""
     return str(max(1, math.ceil(seconds)))
+
+
+def rate_limited_message(rate: float, wait: float) -> str:
+    """What a request past its key's rate limit is told (``serve`` and ``mcp-serve``)."""
+    return f"too many requests for this key (rate_limit {rate:g}/s); retry in {wait:.2f} s"

@@ -29,7 +29,7 @@ from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSession
 from agentscript.server.live import LiveSessions, SessionOwners
 from agentscript.server.metrics import Metrics
-from agentscript.server.shutdown import ShutdownClock
+from agentscript.server.shutdown import SHUTDOWN_SLICE, ShutdownClock
 from agentscript.store import (
     DamagedRecord,
     SessionGone,
@@ -64,8 +64,6 @@ def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
 
 # Seconds a cancelled turn gets at shutdown to give its lease back (a store round trip).
 GIVE_BACK_WAIT = 5.0
-# How often the wait for turns at shutdown looks whether the server was stopped at once.
-SHUTDOWN_SLICE = 0.1
 
 
 class SessionService:

@@ -3,7 +3,12 @@ own shutdown (``SessionService.finish_turns``)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
+
+# How often a wait within the grace looks again (a stop at once ends it at the next look).
+SHUTDOWN_SLICE = 0.1
 
 
 class ShutdownClock:
@@ -40,3 +45,10 @@ class ShutdownClock:
         if cls.began is None:
             return grace
         return max(0.0, grace - (time.monotonic() - cls.began))
+
+
+async def within_grace(busy: Callable[[], bool], grace: float) -> None:
+    """Wait while ``busy()``, at most until ``grace`` seconds after the shutdown began
+    (``ShutdownClock``: a stop at once ends the wait at the next look)."""
+    while busy() and (left := ShutdownClock.left(grace)) > 0:
+        await asyncio.sleep(min(left, SHUTDOWN_SLICE))

@@ -244,7 +244,7 @@ def weak_checks(suite: Suite, override: MatchRule | None) -> list[str]:
     warnings: list[str] = []
     for case in suite.cases:
         at = f"{suite.path}:{case.line}" if case.line else str(suite.path)
-        checks = [c for turn in case.turns for c in turn.checks] + case.final_checks
+        checks = case.all_checks
         if not checks:
             warnings.append(f"{at}: case {case.name!r} has no expectation; add one")
         for check in checks:

@@ -183,7 +183,7 @@ def bind_to_agent(suite: Suite, agent: AgentBase) -> None:
         return
     for case in suite.cases:
         bind_history(case, names, suite.path, agent.name)
-        for check in [c for turn in case.turns for c in turn.checks] + case.final_checks:
+        for check in case.all_checks:
             if check.kind is CheckKind.WHITEBOX:
                 bind_names(check, names, suite.path, agent.name)
             elif check.kind is CheckKind.MANTLE:

@@ -110,6 +110,11 @@ class Case:
     # Checks over the whole case (Mantle goals, judged after the last turn).
     final_checks: list[Check] = field(default_factory=list)
 
+    @property
+    def all_checks(self) -> list[Check]:
+        """Every check of the case: each turn's, then the final ones."""
+        return [c for turn in self.turns for c in turn.checks] + self.final_checks
+
 
 @dataclass
 class Suite:

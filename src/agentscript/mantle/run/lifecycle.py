@@ -344,10 +344,6 @@ def cannot_help_withheld(ctx: TurnContext) -> str | None:
     return None
 
 
-def cannot_help_offered(ctx: TurnContext) -> bool:
-    return cannot_help_withheld(ctx) is None
-
-
 # --- session end --------------------------------------------------------------------------
 
 

@@ -14,8 +14,8 @@ from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import step_at
 from agentscript.mantle.run.confirmation import answerable, live_pending
 from agentscript.mantle.run.instruction_lines import instruction_lines
-from agentscript.mantle.run.lifecycle import cannot_help_offered
-from agentscript.mantle.run.skill_control import knowledge_withheld
+from agentscript.mantle.run.lifecycle import CANNOT_HELP
+from agentscript.mantle.run.skill_control import withheld
 from agentscript.mantle.run.stack import BlockEntry, SkillStack
 from agentscript.mantle.run.transitions import resumable
 from agentscript.mantle.run.turn_context import TurnContext
@@ -76,11 +76,12 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
                 tools.append(ToolSpec(name, tool.description, dict(tool.parameters_schema)))
             else:
                 hidden.append(name)
-    if knowledge_withheld(ctx) is None:
+    # The dispatcher refuses a call of a withheld tool by the same rule (skill_control.WITHHELD).
+    if withheld(ctx, p.SEARCH_KNOWLEDGE) is None:
         tools.append(p.search_knowledge_spec())
         if ctx.searched:
             parts.append(p.KNOWLEDGE_NOTE)
-    if cannot_help_offered(ctx):
+    if withheld(ctx, CANNOT_HELP) is None:
         tools.append(p.cannot_help_spec())
     pending = live_pending(ctx)
     if pending is not None:

@@ -282,7 +282,7 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
         refusal = block_refusal(ctx, target, block)
         if refusal is not None or active is None:
             return {"error": refusal or f"skill '{skill_id}' is not active"}
-        return enter_prose_block(active, target, block)
+        return enter_prose_block(active, block)
     if active is not None and active["skill"] == skill_id:
         return {"status": f"{skill_id} is already active"}
     existing = ctx.stack.find(skill_id)
@@ -321,13 +321,9 @@ def activate(ctx: TurnContext, skill_id: str, block: str | None) -> dict[str, An
     return status
 
 
-def enter_prose_block(frame: Frame, skill: Skill, block: str) -> dict[str, Any]:
+def enter_prose_block(frame: Frame, block: str) -> dict[str, Any]:
     """The model starts a block its skill's prose names (``@block.x``); ``activate`` has
-    checked that the prose names it where the model can see it."""
-    if block not in skill.blocks:
-        return {"error": f"skill '{skill.id}' has no block '{block}'"}
-    running = SkillStack.block(frame)
-    if running is not None:
-        return {"error": f"block '{running['block']}' is running (step {running['step']})"}
+    checked it (:func:`block_refusal`: the skill's own block, named where the model can see
+    it, none running)."""
     SkillStack.enter_block(frame, block)
     return {"status": "block started", "block": block}

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentscript.testing.errors import SpecError
 from agentscript.testing.jsonpath import JsonPathError, compile_path
+from agentscript.testing.readers.fields import latency_limit
 from agentscript.testing.spec import Check, CheckKind
 
 ALIASES = {
@@ -91,6 +92,9 @@ def standard_check(name: str, expected: Any, path: Path, line: int | None) -> Ch
         expected = parse_action_list(expected, path, line)
     elif expected is not None and not isinstance(expected, str):
         raise SpecError(path, line, f"the expected value of {name!r} must be a text")
+    if kind is CheckKind.LATENCY:
+        # Checked here, not as "could not convert string to float" in the middle of a run.
+        expected = latency_limit(expected, path, line)
     return Check(kind, canonical, expected, line=line)
 
 

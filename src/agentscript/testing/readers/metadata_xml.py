@@ -17,11 +17,9 @@ from xml.parsers import expat
 
 from agentscript.testing.errors import SpecError
 from agentscript.testing.readers.checks import custom_check, standard_check
-from agentscript.testing.readers.fields import latency_limit
 from agentscript.testing.spec import (
     Case,
     Check,
-    CheckKind,
     HistoryTurn,
     SpecFormat,
     Suite,
@@ -178,10 +176,7 @@ def read_metadata_xml(text: str, path: Path) -> Suite:
                     continue  # the converter writes all three standard ones, some empty
                 if name in _ACTION_NAMES and _no_actions(expected):
                     continue
-                check = standard_check(name, expected, path, line(exp))
-                if check.kind is CheckKind.LATENCY:
-                    check.expected = latency_limit(expected, path, line(exp))
-                checks.append(check)
+                checks.append(standard_check(name, expected, path, line(exp)))
         cases.append(
             Case(
                 name=f"Test Case #{number}",

@@ -24,7 +24,6 @@ from agentscript.testing.readers.checks import (
     standard_check,
 )
 from agentscript.testing.readers.fields import (
-    latency_limit,
     listing,
     mapping,
     no_unknown,
@@ -33,7 +32,6 @@ from agentscript.testing.readers.fields import (
 from agentscript.testing.spec import (
     Case,
     Check,
-    CheckKind,
     HistoryTurn,
     MatchRule,
     SpecFormat,
@@ -192,7 +190,7 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
             value = item[key]
             if key == "expectedActions" and value is None:
                 value = []
-            checks.append(_standard(name, value, path, line_of(item, key)))
+            checks.append(standard_check(name, value, path, line_of(item, key)))
     for i, raw in enumerate(
         listing(item.get("customEvaluations"), path, line_of(item), "customEvaluations")
     ):
@@ -203,7 +201,7 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
             raise SpecError(path, at, f"a metric is a name, e.g. coherence; got {metric!r}")
         if metric not in METRICS and metric != "output_latency_milliseconds":
             raise SpecError(path, at, f"unknown metric {metric!r}")
-        checks.append(_standard(str(metric), None, path, at))
+        checks.append(standard_check(str(metric), None, path, at))
     checks += parse_assertions(ext.get("assert"), path, line_of(ext, "assert"))
     return Case(
         name=str(ext.get("name") or f"Test Case #{index}"),
@@ -214,14 +212,6 @@ def _legacy_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, 
         history=history(item.get("conversationHistory"), path, line_of(item)),
         stubs={**stubs, **stub_results(ext, path)},
     )
-
-
-def _standard(name: str, expected: Any, path: Path, line: int | None) -> Check:
-    check = standard_check(name, expected, path, line)
-    if check.kind is CheckKind.LATENCY:
-        # Checked here, not as "could not convert string to float" in the middle of a run.
-        check.expected = latency_limit(expected, path, line)
-    return check
 
 
 def _custom(raw: Any, path: Path, line: int | None) -> Check:
@@ -259,7 +249,7 @@ def _ngt_case(item: dict[str, Any], index: int, path: Path, stubs: dict[str, Any
         name = text(scorer, "name", path, required=True) or ""
         if name not in KNOWN_NAMES:
             raise SpecError(path, at, f"unknown scorer {name!r}; known: {sorted(KNOWN_NAMES)}")
-        checks.append(_standard(name, scorer.get("expected"), path, at))
+        checks.append(standard_check(name, scorer.get("expected"), path, at))
     checks += parse_assertions(ext.get("assert"), path, line_of(ext, "assert"))
     faults = parse_faults(ext.get("faults"), path, line_of(ext, "faults"))
     cases: list[Case] = []
