@@ -336,7 +336,9 @@ def test_streamed_failure_after_text_is_not_retried(
 
     assert reply.error is not None
     assert len(server.requests) == 1
-    assert "".join(chunks) and "Partial answer".startswith("".join(chunks))
+    # What streamed before the failure, then the failed turn's message as its own piece.
+    assert chunks[-2:] == ["\n\n", reply.text]
+    assert "".join(chunks[:-2]) and "Partial answer".startswith("".join(chunks[:-2]))
 
 
 def test_action_failure_goes_back_to_the_model(protocol: Protocol, serve: Any, shop: Agent) -> None:

@@ -26,7 +26,7 @@ from agentscript.actions.registry import StubBook
 from agentscript.commands import SHOW_CHOICES, ExitCode
 from agentscript.conversation import ConversationError, load_conversation
 from agentscript.engine.session import AgentBase, Reply, Session
-from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse
+from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse, TextSink
 from agentscript.models.config import (
     ModelConfig,
     ModelEntry,
@@ -261,6 +261,30 @@ class Console:
 # ---------------------------------------------------------------------- the chat
 
 
+class _Answering:
+    """``inner``, telling the chat when each answer starts (``begin``) and ends (``end``, also
+    on a failure): the session's text sink gets the whole reply (engine/speech.py), the
+    framework's own messages included, and the chat shows only the model's answers live."""
+
+    def __init__(self, inner: Model, begin: Callable[[], None], end: Callable[[], None]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._begin = begin
+        self._end = end
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+    async def complete(
+        self, request: ModelRequest, *, stream: TextSink | None = None
+    ) -> ModelResponse:
+        self._begin()
+        try:
+            return await self.inner.complete(request, stream=stream)
+        finally:
+            self._end()
+
+
 class Chat:
     """One chat: an agent, a model, the current session, and the display of each turn."""
 
@@ -270,12 +294,18 @@ class Chat:
         self.agent = agent
         self.options = options
         self.console = console
-        self.model = RecordingModel(model, on_response=self._on_response)
+        self.model = RecordingModel(
+            _Answering(model, self._answer_begins, self._answer_ends),
+            on_response=self._on_response,
+        )
         self.recorder: ConversationRecorder | None = None
         self.failed_turns = 0
         self.last_reply: Reply | None = None
         self._segment_open = False  # streamed text is on screen, its line not yet ended
         self._streamed: list[str] = []  # final answers of this turn already shown live
+        self._answering = False  # the model is answering: what the sink gets is its text
+        self._answer_fed = False  # the running answer gave the sink something
+        self._fed = False  # the sink got something in this turn
         # One event loop for the whole chat: an SDK client's connection pool belongs to the
         # loop that opened it, and a fresh loop per turn left the previous client to close its
         # connections on a dead loop ("Task exception was never retrieved ... Event loop is
@@ -314,9 +344,22 @@ class Chat:
 
     # ------------------------------------------------------------------ streaming
 
+    def _answer_begins(self) -> None:
+        self._answering = True
+        self._answer_fed = False
+
+    def _answer_ends(self) -> None:
+        self._answering = False
+
     def _on_text(self, chunk: str) -> None:
         if not chunk:
             return
+        fed_before, self._fed = self._fed, True
+        if not self._answering:
+            return  # the framework's own message: show_reply prints it after the turn
+        first, self._answer_fed = not self._answer_fed, True
+        if first and fed_before:
+            return  # the separator the session gives, as its own piece, before this answer
         if not self._segment_open:
             self._segment_open = True
             self.console.begin_reply()
@@ -346,6 +389,7 @@ class Chat:
         before = self.session.variables
         self.model.begin_turn()
         self._streamed = []
+        self._fed = False
         try:
             reply = self._runner.run(self.session.send_async(text))
         except KeyboardInterrupt:

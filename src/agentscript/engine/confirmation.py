@@ -42,7 +42,7 @@ def hold_for_confirmation(
     confirmation_requested(
         turn.trace, node=node.name, tool=tool.name, arguments=arguments, source=Source.LLM
     )
-    turn.result.messages.append(question)
+    turn.speech.say(question)
     turn.result.confirmation = question
     return {"status": "waiting for the user to confirm"}, None, StopReason.CONFIRMATION
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,18 +251,20 @@ def fail_turn(
     history: list[Message],
     trace: TurnTrace,
     result: TurnResult,
+    say: Callable[[str], None],
     error: Exception,
     text: str,
     node: str | None,
 ) -> None:
-    """End the turn on ``error`` with ``text`` said to the user (the history rule above);
-    an ``error`` that is not a TurnError is reported as an :func:`internal_error`."""
+    """End the turn on ``error`` with ``text`` said to the user through ``say`` (the turn's
+    ``Speech.say``, so a stream gets it too; the history rule above); an ``error`` that is not
+    a TurnError is reported as an :func:`internal_error`."""
     if not isinstance(error, TurnError):
         error = internal_error(error)
     result.exhausted = error.exhausted
     result.error = str(error)
     error_step(trace, message=str(error), node=node)
     answer_unanswered(history)
-    result.messages.append(text)
+    say(text)
     history.append(Message("assistant", text))
     response_step(trace, text=text, node=node, kind=ResponseKind.ERROR)

@@ -283,7 +283,7 @@ class ToolCalls:
         results)."""
         text, self._answer_text = self._answer_text, ""
         if text:
-            self.turn.result.messages.append(text)
+            self.turn.speech.say(text, streamed=True)
             response_step(self.turn.trace, text=text, node=node.name, kind=ResponseKind.LLM)
 
     def say_escalation_message(self, node: ProgramNode) -> None:
@@ -295,7 +295,7 @@ class ToolCalls:
         rendered = procedures.render(text, procedures.env(node)) if text is not None else ""
         if rendered:
             self._escalation_text = rendered
-            turn.result.messages.append(rendered)
+            turn.speech.say(rendered)
             response_step(turn.trace, text=rendered, node=node.name, kind=ResponseKind.ESCALATION)
 
     def check_arguments(

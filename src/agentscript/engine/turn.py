@@ -29,6 +29,7 @@ from agentscript.engine.kernel import (
 from agentscript.engine.llm import call_model
 from agentscript.engine.procedures import ProcedureExecutor, TransitionSignal
 from agentscript.engine.program import Program, ProgramNode, ProgramTool, ToolKind
+from agentscript.engine.speech import Speech
 from agentscript.engine.state import PendingConfirmation, SessionState
 from agentscript.engine.tool_calls import ToolCalls
 from agentscript.limits import Limits
@@ -72,6 +73,7 @@ class TurnRunner:
         self.limits = limits
         self.stream = stream
         self.result = TurnResult()
+        self.speech = Speech(self.result, stream)  # every message of the reply goes through it
         # The session reads these after the turn (the same lists the procedures fill).
         self.actions_run: list[str] = self.procedures.actions_run
         self.displayable: list[dict[str, Any]] = self.procedures.displayable
@@ -127,6 +129,7 @@ class TurnRunner:
             history=self.state.history,
             trace=self.trace,
             result=self.result,
+            say=self.speech.say_failure,
             error=error,
             text=error_text or "Sorry, something went wrong.",
             node=self.state.current_node,
@@ -195,7 +198,7 @@ class TurnRunner:
                 continue
             text = response.text or ""
             self.state.history.append(Message("assistant", text))
-            self.result.messages.append(text)
+            self.speech.say(text, streamed=True)
             response_step(self.trace, text=text, node=name, kind=ResponseKind.LLM)
             if node.info.after_reasoning is not None:
                 await self.run_hook(node, "after_reasoning")
@@ -339,7 +342,7 @@ class TurnRunner:
             request,
             self.trace,
             iteration=iteration,
-            stream=self.stream,
+            stream=self.speech.model_sink(),
             max_reply_chars=self.limits.max_reply_chars,
             spend_call=self.spend_call,
         )

@@ -109,7 +109,7 @@ class MantleTurnRunner:
                 continue
             text = response.text or ""
             ctx.state.history.append(Message("assistant", text))
-            ctx.result.messages.append(text)
+            ctx.speech.say(text, streamed=True)
             response_step(ctx.trace, text=text, node=ctx.node_name(), kind=ResponseKind.LLM)
             return
 
@@ -131,6 +131,7 @@ class MantleTurnRunner:
             history=ctx.state.history,
             trace=ctx.trace,
             result=ctx.result,
+            say=ctx.speech.say_failure,
             error=error,
             text="Sorry, something went wrong.",
             node=ctx.node_name(),
@@ -200,7 +201,7 @@ class MantleTurnRunner:
             request,
             ctx.trace,
             iteration=ctx.llm_calls,
-            stream=ctx.stream,
+            stream=ctx.speech.model_sink(),
             max_reply_chars=ctx.limits.max_reply_chars,
             spend_call=self.spend_call,
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentscript.actions.registry import ActionRunner
 from agentscript.engine.kernel import ToolCallWindow, TurnResult
+from agentscript.engine.speech import Speech
 from agentscript.engine.state import SessionState
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import Limits
@@ -60,6 +61,7 @@ class TurnContext:
 
     def __post_init__(self) -> None:
         self.stack = SkillStack(self.state.extra)
+        self.speech = Speech(self.result, self.stream)  # every message of the reply goes through it
 
     @property
     def memory(self) -> dict[str, Any]:
@@ -108,7 +110,7 @@ class TurnContext:
         its ``RESPONSE_STEP`` (None when there was nothing to say)."""
         if not text:
             return None
-        self.result.messages.append(text)
+        self.speech.say(text)
         if self.window is None:
             self.state.history.append(Message("assistant", text))
         else:
