@@ -46,9 +46,15 @@ timeout). ``--isolation thread,inline`` adds rows (``model+inline``) for the che
 option, ``isolation = "inline"`` in the agent's ``agentscript.toml``, which calls them on the
 loop's thread as the peer does: the difference is what the thread hand-off costs.
 
+Every row runs twice (``--turns json,sse``): with turns answered as one JSON body, and with
+turns streamed (``Accept: text/event-stream``: ``token`` and ``step`` events as the turn runs,
+then the ``turn`` event), the two ways clients take; a streamed row is labelled ``+sse``, its
+latency runs to the end of the stream, and it shares its JSON row's in-process reference. The
+peer's server answers JSON only, so the ratios to the peer compare JSON rows.
+
 Usage: ``python bench/serve.py [--quick | --full] [--sessions N] [--clients N] [--delay S]
 [--models langgraph,openai,openai-lean,standin] [--isolation thread,inline]
-[--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
+[--turns json,sse] [--stores sqlite,postgresql] [--workers 1,2]``; ``--full`` is the
 issue's closed loop of 1,000 sessions x 5 turns (the default is 200 sessions, for speed).
 """
 
@@ -281,11 +287,11 @@ ALL_CPUS: set[int] = os.sched_getaffinity(0)
 FAILURES: Counter[str] = Counter()  # what the failed requests were, for the report
 
 
-def post_request(host: str, path: str, body: bytes) -> bytes:
+def post_request(host: str, path: str, body: bytes, accept: str = "application/json") -> bytes:
     """An HTTP/1.1 POST of a JSON body, ready to write."""
     return (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        f"Accept: {accept}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
 
@@ -293,15 +299,20 @@ def post_request(host: str, path: str, body: bytes) -> bytes:
 async def exchange(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
 ) -> tuple[int, bytes]:
-    """Send ``request`` on a kept-alive connection; the answer's status and body (the servers
-    here always send Content-Length)."""
+    """Send ``request`` on a kept-alive connection; the answer's status and whole body, sent
+    with Content-Length or (a streamed turn) chunked."""
     writer.write(request)
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.split(b"\r\n")
-    length = next(
-        int(line.split(b":", 1)[1]) for line in lines if line.lower().startswith(b"content-length:")
-    )
-    return int(lines[0].split(b" ")[1]), await reader.readexactly(length)
+    status = int(lines[0].split(b" ")[1])
+    for line in lines:
+        if line.lower().startswith(b"content-length:"):
+            return status, await reader.readexactly(int(line.split(b":", 1)[1]))
+    pieces = []
+    while size := int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16):
+        pieces.append(await reader.readexactly(size + 2))
+    await reader.readuntil(b"\r\n")  # the empty trailer
+    return status, b"".join(piece[:-2] for piece in pieces)
 
 
 class TurnPoster:
@@ -310,12 +321,14 @@ class TurnPoster:
     (about 0.6 ms of CPU a request, bench/model_client.py) would otherwise be part of every
     latency measured here; setup and trace reads still use httpx2."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, stream: bool = False) -> None:
         address = url.removeprefix("http://")
         host, _, port = address.partition(":")
         self.host, self.port = host, int(port)
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.body = json.dumps({"text": MESSAGE}).encode()
+        # Streamed turns (--turns sse) ask for Server-Sent Events, as a web chat does.
+        self.accept = "text/event-stream" if stream else "application/json"
 
     async def post(self, sid: str) -> tuple[int, bytes]:
         """Status and body of ``POST /v1/sessions/{sid}/messages``. A kept-alive connection
@@ -335,7 +348,7 @@ class TurnPoster:
     async def _exchange(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sid: str
     ) -> tuple[int, bytes]:
-        request = post_request(self.host, f"/v1/sessions/{sid}/messages", self.body)
+        request = post_request(self.host, f"/v1/sessions/{sid}/messages", self.body, self.accept)
         try:
             answer = await exchange(reader, writer, request)
         except BaseException:
@@ -358,11 +371,24 @@ async def one_turn(poster: TurnPoster, sid: str) -> tuple[float, bool]:
         FAILURES["connection"] += 1
         return time.perf_counter() - start, False
     elapsed = time.perf_counter() - start
-    data = json.loads(body)
+    data = turn_json(body) if status == 200 and poster.accept != "application/json" else None
+    data = data if data is not None else json.loads(body)
     ok = status == 200 and data.get("error") is None
     if not ok:
         FAILURES[str(data.get("error", {}).get("code") if status != 200 else data["error"])] += 1
     return elapsed, ok
+
+
+def turn_json(stream: bytes) -> dict[str, object] | None:
+    """The turn JSON of a streamed turn: its last event's data, when that event is ``turn``
+    (an ``error`` event reads as the error it carries)."""
+    last = stream.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+    name, _, data = last.partition(b"\ndata:")
+    if name == b"event: turn":
+        return dict(json.loads(data))
+    if name == b"event: error":
+        return {"error": json.loads(data)}
+    return None
 
 
 async def model_time(client: httpx.AsyncClient, url: str, sid: str, turn: int) -> tuple[int, float]:
@@ -387,8 +413,8 @@ def overheads(measured: list[tuple[float, int, float]], delay: float) -> dict[st
     }
 
 
-async def sequential(url: str, turns: int, delay: float) -> dict[str, float]:
-    poster = TurnPoster(url)
+async def sequential(url: str, turns: int, delay: float, stream: bool) -> dict[str, float]:
+    poster = TurnPoster(url, stream)
     async with httpx.AsyncClient(timeout=60) as client:
         sids = await new_sessions(client, url, max(1, turns // 5))
         quiet_collector()
@@ -404,10 +430,10 @@ async def sequential(url: str, turns: int, delay: float) -> dict[str, float]:
 
 
 async def closed_loop(
-    url: str, sessions: int, clients: int, pgid: int, database: str | None = None
+    url: str, sessions: int, clients: int, pgid: int, stream: bool, database: str | None = None
 ) -> dict[str, float]:
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    poster = TurnPoster(url)
+    poster = TurnPoster(url, stream)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(sessions):
@@ -472,10 +498,12 @@ def saturated_rate(
     return (drained[1] - ramped[1]) / (drained[0] - ramped[0])
 
 
-async def open_loop(url: str, rate: float, turns: int, delay: float) -> dict[str, float]:
+async def open_loop(
+    url: str, rate: float, turns: int, delay: float, stream: bool
+) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=500)) as client:
         sids = await new_sessions(client, url, turns)
-        poster = TurnPoster(url)
+        poster = TurnPoster(url, stream)
         quiet_collector()
         latencies: dict[str, float] = {}
         errors = 0
@@ -606,6 +634,7 @@ SPECS = {"openai": "openai:gpt-standin", "openai-lean": "openai-lean:gpt-standin
 # The kinds whose server calls the stand-in model server (and so waits its delay per call).
 REMOTE = {*SPECS, "langgraph"}
 INLINE = "+inline"  # the suffix of a row whose actions run inline
+SSE = "+sse"  # the suffix of a row whose turns are streamed (Accept: text/event-stream)
 MODELS = {
     "langgraph": "the peer: seed 002 as a LangGraph server (bench/langgraph_server.py: FastAPI, "
     "ChatOpenAI, LangGraph's own checkpointer) -> the same stand-in server",
@@ -649,6 +678,13 @@ def main() -> None:
         "agentscript.toml's [actions] isolation) and/or inline (on the loop's thread)",
     )
     parser.add_argument(
+        "--turns",
+        default="json,sse",
+        help="how the timed turns are sent, one row each: json (one JSON answer) and/or sse "
+        "(Accept: text/event-stream: token and step events, then the turn; as a web chat "
+        "reads them). The peer's server answers JSON only",
+    )
+    parser.add_argument(
         "--inprocess-model", action="store_true", help="the same as --models standin"
     )
     parser.add_argument(
@@ -681,11 +717,23 @@ def main() -> None:
     isolations = [m.strip() for m in args.isolation.split(",") if m.strip()]
     if not isolations or set(isolations) - {"thread", "inline"}:
         parser.error(f"--isolation: {args.isolation!r}; choose thread and/or inline")
-    # (row label, model kind, isolation); the peer's actions are plain calls in its graph.
+    turn_kinds = [t.strip() for t in args.turns.split(",") if t.strip()]
+    if not turn_kinds or set(turn_kinds) - {"json", "sse"}:
+        parser.error(f"--turns: {args.turns!r}; choose json and/or sse")
+    # (row label, model kind, isolation, streamed); the peer's actions are plain calls in its
+    # graph, and its server answers JSON only.
     variants = [
-        (kind if iso == "thread" or kind == "langgraph" else kind + INLINE, kind, iso)
+        (
+            kind
+            + ("" if iso == "thread" or kind == "langgraph" else INLINE)
+            + (SSE if turn == "sse" else ""),
+            kind,
+            iso,
+            turn == "sse",
+        )
         for kind in kinds
         for iso in (["thread"] if kind == "langgraph" else isolations)
+        for turn in (["json"] if kind == "langgraph" else turn_kinds)
     ]
     if "langgraph" in kinds:
         try:
@@ -737,7 +785,10 @@ def main() -> None:
             agents = {iso: write_agent(Path(tmp) / iso, iso) for iso in isolations}
             references = {}
             clients = args.clients or CLIENTS
-            for label, kind, iso in variants:
+            for label, kind, iso, _streamed in variants:
+                label = label.removesuffix(SSE)  # a streamed row shares its JSON row's reference
+                if label in references:
+                    continue
                 turns = 1000 if not args.quick else 100
                 if kind == "langgraph":
                     references[label] = peer_in_process_cpu(model_url, turns, clients)
@@ -766,7 +817,7 @@ def main() -> None:
             print(header)
             print("|---" * 17 + "|")
             rows: dict[tuple[str, str, int], dict[str, float]] = {}
-            for label, kind, iso in variants:
+            for label, kind, iso, streamed in variants:
                 delay = args.delay if kind in REMOTE else 0.0
                 for store_kind in args.stores.split(","):
                     if store_kind == "postgresql" and not pg_available():
@@ -775,7 +826,15 @@ def main() -> None:
                     for workers in [int(w) for w in args.workers.split(",")]:
                         try:
                             row = run_one(
-                                args, tmp, agents[iso], kind, store_kind, workers, model_url, delay
+                                args,
+                                tmp,
+                                agents[iso],
+                                kind,
+                                store_kind,
+                                workers,
+                                model_url,
+                                delay,
+                                streamed,
                             )
                         except (RuntimeError, OSError, httpx.HTTPError) as exc:
                             # One server failing says nothing about the others: report, go on.
@@ -787,7 +846,7 @@ def main() -> None:
                             f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
                             f"| {row['saturated_tps']:.0f} "
                             f"| {row['cpu_ms']:.2f} | {database_column(row, store_kind)} "
-                            f"| {row['cpu_ms'] / references[label]:.1f} "
+                            f"| {row['cpu_ms'] / references[label.removesuffix(SSE)]:.1f} "
                             f"| {row['errors']:.0f} | {row['rate']:.0f}/s "
                             f"| {row['open_p50']:.1f} | {row['open_p99']:.1f} "
                             f"| {row['traced_p50']:.1f} / {row['traced_p99']:.1f} "
@@ -931,9 +990,12 @@ def run_one(
     workers: int,
     model_url: str,
     delay: float,
+    streamed: bool = False,
 ) -> dict[str, float]:
-    """One server (model kind, store, workers): sequential, closed loop, open loop."""
-    variant = f"{kind.replace('-', '_')}_{agent.parent.name}_{workers}"  # its own store
+    """One server (model kind, store, workers): sequential, closed loop, open loop; with
+    ``streamed``, every timed turn asks for Server-Sent Events."""
+    # Each row its own store.
+    variant = f"{kind.replace('-', '_')}_{agent.parent.name}_{workers}{'_sse' if streamed else ''}"
     clients = args.clients or CLIENTS
     name = f"agentscript_bench_{os.getpid()}_{variant}"
     if store_kind == "sqlite":
@@ -951,14 +1013,14 @@ def run_one(
             max_turns=max(64, clients),
         )
         try:
-            seq = asyncio.run(sequential(server.url, args.sequential, delay))
+            seq = asyncio.run(sequential(server.url, args.sequential, delay, streamed))
             database = name if store_kind == "postgresql" else None
             closed = asyncio.run(
-                closed_loop(server.url, args.sessions, clients, server.proc.pid, database)
+                closed_loop(server.url, args.sessions, clients, server.proc.pid, streamed, database)
             )
             rate = closed["saturated_tps"] / 2
             n_open = max(20, int(rate * (10 if not args.quick else 3)))
-            opened = asyncio.run(open_loop(server.url, rate, n_open, delay))
+            opened = asyncio.run(open_loop(server.url, rate, n_open, delay, streamed))
         finally:
             server.stop()
     finally:

@@ -4,6 +4,7 @@ docs/performance.md unnoticed: the bench itself has no expected output to check.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import time
@@ -98,3 +99,40 @@ def test_bench_reads_the_cpu_of_the_processes_it_asks_for(bench: ModuleType) -> 
     # No database, or one no backend serves: nothing to count.
     assert bench.database_cpu(None) == 0.0
     assert bench.database_cpu("agentscript_no_such_database") == 0.0
+
+
+def test_bench_reads_a_chunked_stream_whole_and_its_turn_event(bench: ModuleType) -> None:
+    # A streamed turn as uvicorn sends it: chunked, the events split across chunks anyhow.
+    events = (
+        b'event: token\ndata: {"text":"hi"}\n\n'
+        b'event: step\ndata: {"type":"x"}\n\n'
+        b'event: turn\ndata: {"turn":3,"error":null}\n\n'
+    )
+    pieces = [events[:10], events[10:57], events[57:]]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\n\r\n" + chunked
+    )
+
+    async def read() -> tuple[int, bytes, bytes]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(answer + b"HTTP/1.1 200 OK\r\n")  # the next answer on the connection
+        writer = Sink()
+        status, body = await bench.exchange(reader, writer, b"request")
+        return status, body, await reader.read(8)
+
+    status, body, rest = asyncio.run(read())
+    assert (status, body) == (200, events)
+    assert rest == b"HTTP/1.1"  # read to the end of this answer, never past it
+    assert bench.turn_json(body) == {"turn": 3, "error": None}
+    failed = b'event: token\ndata: {"text":"a"}\n\nevent: error\ndata: {"code":"busy"}\n\n'
+    assert bench.turn_json(failed) == {"error": {"code": "busy"}}
+    assert bench.turn_json(b'event: token\ndata: {"text":"a"}\n\n') is None  # cut short
+
+
+class Sink:
+    """A stand-in for asyncio.StreamWriter: takes the request and keeps nothing."""
+
+    def write(self, data: bytes) -> None:
+        pass

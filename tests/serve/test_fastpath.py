@@ -211,7 +211,7 @@ CASES = [
         b'{"text": "hi"}',
         {**AUTH, **JSON, "accept": "text/event-stream"},
         200,
-        False,
+        True,
     ),
 ]
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,15 +28,16 @@ from agentscript.server import sse
 from agentscript.server.agents import AGENT_NAME, ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
-from agentscript.server.errors import ApiError, body, status_of
-from agentscript.server.fastpath import MessageFastPath, TurnAnswer, mounted
+from agentscript.server.errors import ApiError, body, log_failure, status_of
+from agentscript.server.fastpath import MessageFastPath, TurnAnswer
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
 from agentscript.server.metrics import Metrics, method_label
 from agentscript.server.middleware import HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, rate_limited_message, retry_after
 from agentscript.server.requestid import RequestId
-from agentscript.server.service import SessionService, TurnHooks
+from agentscript.server.service import SessionService, mounted
 from agentscript.server.shutdown import ShutdownClock
+from agentscript.server.streaming import stream_turn
 from agentscript.store import Store
 
 log = logging.getLogger("agentscript.server")
@@ -53,17 +54,6 @@ class CreateSession(BaseModel):
 class SendMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str
-
-
-def log_failure(exc: BaseException, code: str, message: str) -> None:
-    """Log what the operator must see: the server's own failures, an unreachable store (the
-    message names the store, its password masked) and a stored row that cannot be read."""
-    if code == "internal":
-        log.error("internal error: %s: %s", type(exc).__name__, exc)
-    elif code == "store_unavailable":
-        log.error("store unavailable: %s", message)
-    elif code == "session_damaged":
-        log.error("damaged record: %s", message)
 
 
 def _json_media(request: Request) -> bool:
@@ -484,7 +474,7 @@ def create_app(
     ) -> Response:
         root = request.scope.get("root_path", "")
         if sse.wants_stream(accept):
-            return await _stream(service, who, session_id, message.text, idempotency_key, root)
+            return await stream_turn(service, who, session_id, message.text, idempotency_key, root)
         result = await service.send(who, session_id, message.text, idempotency_key)
         return TurnAnswer(mounted(root, result))
 
@@ -522,71 +512,3 @@ def create_app(
     # Outermost: the access line and every response (413s and 500s included) carry the id.
     app.add_middleware(RequestId)
     return app
-
-
-async def _stream(
-    service: SessionService,
-    who: str,
-    session_id: str,
-    text: str,
-    key: str | None,
-    root: str = "",
-) -> Response:
-    """Start the turn; once it holds its lock, stream its events. Errors before that are
-    ordinary statuses (404, 409, ...); errors after it are an ``error`` event."""
-    events: asyncio.Queue[str | None] = asyncio.Queue()
-    started = asyncio.Event()
-    pending: list[dict[str, Any]] = []
-
-    def on_step(step: dict[str, Any]) -> None:
-        # A step is filled in after it is added: send each one when the next begins.
-        if pending:
-            events.put_nowait(sse.event("step", pending.pop()))
-        pending.append(step)
-
-    def on_token(delta: str) -> None:
-        events.put_nowait(sse.event("token", {"text": delta}))
-
-    async def run() -> None:
-        try:
-            result = await service.send(
-                who,
-                session_id,
-                text,
-                key,
-                TurnHooks(on_token=on_token, on_step=on_step, on_start=started.set),
-            )
-            if pending:
-                events.put_nowait(sse.event("step", pending.pop()))
-            events.put_nowait(sse.event("turn", mounted(root, result)))
-        except Exception as exc:
-            if not started.is_set():
-                raise
-            status, code, message = status_of(exc)
-            log_failure(exc, code, message)
-            events.put_nowait(sse.error_event(status, code, message))
-        finally:
-            events.put_nowait(None)
-
-    task = asyncio.create_task(run())
-    # Held until the turn ends, so it runs to its commit even if the client goes away.
-    service.background.add(task)
-    task.add_done_callback(service.background.discard)
-    waiter = asyncio.create_task(started.wait())
-    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    if task.done() and not started.is_set():
-        task.result()  # raises the error, mapped to its status
-
-    async def body_iter() -> AsyncIterator[str]:
-        while True:
-            item = await events.get()
-            if item is None:
-                return
-            yield item
-
-    return StreamingResponse(
-        body_iter(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )

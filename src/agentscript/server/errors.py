@@ -7,7 +7,11 @@ Every error body is ``{"error": {"code": ..., "message": ...}}``. Routes raise
 
 from __future__ import annotations
 
+import logging
+
 from agentscript.store import DamagedRecord, SessionBusy, SessionGone, StoreError, TurnConflict
+
+log = logging.getLogger("agentscript.server")
 
 
 class ApiError(Exception):
@@ -57,3 +61,14 @@ def status_of(exc: BaseException) -> tuple[int, str, str]:
 
 def body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
+
+
+def log_failure(exc: BaseException, code: str, message: str) -> None:
+    """Log what the operator must see: the server's own failures, an unreachable store (the
+    message names the store, its password masked) and a stored row that cannot be read."""
+    if code == "internal":
+        log.error("internal error: %s: %s", type(exc).__name__, exc)
+    elif code == "store_unavailable":
+        log.error("store unavailable: %s", message)
+    elif code == "session_damaged":
+        log.error("damaged record: %s", message)

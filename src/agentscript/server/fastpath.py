@@ -6,12 +6,12 @@ for ``POST /v1/sessions/{id}/messages`` that was about a fifth of a turn's CPU w
 stand-in model (``bench/serve.py``). This middleware sits just inside the body limit and
 answers that one request itself when every part of it is plainly valid: the path's session
 id, a JSON body that is exactly ``{"text": "..."}``, an ``Idempotency-Key`` (if any) of
-printable ASCII up to 200 characters, and no ``Accept: text/event-stream``. It authenticates,
-rate-limits and calls :meth:`SessionService.send` as the route does, and answers errors through
-the same mapping.
+printable ASCII up to 200 characters. It authenticates, rate-limits and calls
+:meth:`SessionService.send` as the route does (a stream asked for by ``Accept``: through
+``streaming.py``, as the route does too), and answers errors through the same mapping.
 
-Everything else goes on to FastAPI with the body replayed: a malformed request, a stream, any
-other route. So the route declared in ``app.py`` stays what ``/openapi.json`` describes and the
+Everything else goes on to FastAPI with the body replayed: a malformed request, any other
+route. So the route declared in ``app.py`` stays what ``/openapi.json`` describes and the
 one place that validates a bad request and words its 422; this module only ever accepts what
 that route would accept.
 """
@@ -27,7 +27,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentscript import jsontext
-from agentscript.server.service import SessionService
+from agentscript.server import sse
+from agentscript.server.service import SessionService, mounted
+from agentscript.server.streaming import stream_turn
 
 MESSAGE_PATH = re.compile(r"/v1/sessions/([A-Za-z0-9_-]{1,64})/messages")
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
@@ -73,19 +75,17 @@ class MessageFastPath:
         try:
             owner = self.authenticate(headers.get(b"authorization"))
             key = headers.get(b"idempotency-key")
-            result = await self.service.send(owner, match, text, key)
-            response: Response = TurnAnswer(mounted(scope.get("root_path", ""), result))
+            root = scope.get("root_path", "")
+            response: Response
+            if sse.wants_stream(headers.get(b"accept")):
+                response = await stream_turn(self.service, owner, match, text, key, root)
+            else:
+                response = TurnAnswer(
+                    mounted(root, await self.service.send(owner, match, text, key))
+                )
         except Exception as exc:
             response = self.error_response(exc)
         await response(scope, receive, send)
-
-
-def mounted(root: str, result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` with its ``trace_url`` below ``root``, the path the app is mounted at (stored
-    results hold it from the app's own root)."""
-    if root and "trace_url" in result:
-        return {**result, "trace_url": root + result["trace_url"]}
-    return result
 
 
 def _message_route(scope: Scope) -> str | None:
@@ -109,7 +109,7 @@ def route_path(scope: Scope) -> str:
 
 def _plain_headers(scope: Scope) -> dict[bytes, str] | None:
     """The headers this path reads, decoded, or None when the request is not its kind: no
-    JSON content type, a stream asked for, a repeated or malformed header."""
+    JSON content type, a repeated or malformed header."""
     found: dict[bytes, str] = {}
     for name, value in scope["headers"]:
         if name in READ:
@@ -117,8 +117,6 @@ def _plain_headers(scope: Scope) -> dict[bytes, str] | None:
                 return None  # which one FastAPI would read is its business
             found[name] = value.decode("latin-1")
     if found.get(b"content-type", "").lower() not in JSON_MEDIA_TYPES:
-        return None
-    if "text/event-stream" in found.get(b"accept", "").lower():
         return None
     key = found.get(b"idempotency-key")
     if key is not None and IDEMPOTENCY_KEY.fullmatch(key) is None:

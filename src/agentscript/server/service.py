@@ -432,6 +432,14 @@ def trace_url(session_id: str, turn: int) -> str:
     return f"/v1/sessions/{session_id}/turns/{turn}/trace"
 
 
+def mounted(root: str, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its ``trace_url`` below ``root``, the path the app is mounted at (stored
+    results hold it from the app's own root)."""
+    if root and "trace_url" in result:
+        return {**result, "trace_url": root + result["trace_url"]}
+    return result
+
+
 def _replayed(found: TurnRecord, key: str, text: str) -> dict[str, Any]:
     """The stored result of a committed turn found by its Idempotency-Key, for a retry of the
     same message. A key sent again with another message is a client's bug (a key reused
