@@ -6,6 +6,7 @@ a worker still starting, or any worker once the server stops, is not pinged
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import multiprocessing
 import signal
@@ -184,3 +185,101 @@ def test_no_worker_is_pinged_while_the_server_stops_or_with_worker_timeout_0(
     for second in range(100, 110):
         chief._kill_the_silent(float(second))
     assert pings_read(theirs) == [] and killed == []
+
+
+@pytest.mark.parametrize(("timeout", "start_timeout"), [(30.0, 30.0), (1.0, 10.0), (0.0, 0.0)])
+def test_a_start_is_bounded_by_worker_timeout_but_never_below_start_at_least(
+    timeout: float, start_timeout: float
+) -> None:
+    # A short --worker-timeout suits a running loop, not a start that imports the app; and
+    # --worker-timeout 0 turns the start's bound off with the pings.
+    assert supervisor.START_AT_LEAST == 10.0
+    assert Supervisor(uvicorn.Config(lambda *_: None), 2, timeout).start_timeout == start_timeout
+
+
+def test_a_worker_not_started_within_the_start_timeout_is_killed_once_as_a_failed_start(
+    pipe: tuple[Connection, Connection],
+    killed: list[tuple[int, int]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ours, theirs = pipe
+    chief = supervisor_of(ours, timeout=2.0)
+    born = chief.born[0]  # an hour ago: not a quick death by its age
+    chief._kill_the_silent(born + chief.start_timeout - 0.1)
+    assert killed == [] and pings_read(theirs) == []  # still starting: not pinged
+    with caplog.at_level(logging.WARNING, logger="agentscript.server"):
+        chief._kill_the_silent(born + chief.start_timeout)
+        chief._kill_the_silent(born + chief.start_timeout + 5)  # killed already: not again
+        assert killed == [(11, signal.SIGKILL)]
+        monkeypatch.setattr(chief, "_start", lambda sockets: FakeWorker(20))
+        chief.workers[0].exitcode = -signal.SIGKILL
+        chief._replace_the_dead([])
+    assert chief.workers[0].pid == 20 and chief.stops == 0
+    assert chief.quick_deaths == 1  # counted as a start that failed, though it ran an hour
+    assert ours.closed and 11 not in chief.pings and not chief.hung
+    assert [r.getMessage() for r in caplog.records] == [
+        "worker process [11] did not start within 10 s: killed; starting another"
+    ]
+
+
+def test_a_worker_that_became_ready_in_time_is_not_killed_for_its_start(
+    pipe: tuple[Connection, Connection], killed: list[tuple[int, int]]
+) -> None:
+    ours, theirs = pipe
+    chief = supervisor_of(ours, timeout=2.0)
+    theirs.send_bytes(ANSWER)  # ready, an hour after its start: heard at the first look
+    for second in range(10):
+        chief._kill_the_silent(chief.born[0] + chief.start_timeout + second)
+        if pings_read(theirs):
+            theirs.send_bytes(ANSWER)
+    assert killed == []
+
+
+def test_a_worker_may_take_its_time_to_start_with_worker_timeout_0(
+    pipe: tuple[Connection, Connection], killed: list[tuple[int, int]]
+) -> None:
+    ours, _theirs = pipe
+    chief = supervisor_of(ours, timeout=0.0)
+    chief._kill_the_silent(chief.born[0] + 7 * 24 * 3600)
+    assert killed == []
+
+
+def test_starts_that_hang_each_time_stop_the_server_as_a_failed_start(
+    killed: list[tuple[int, int]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each new worker hangs in its start, so is killed and replaced, QUICK_DEATHS times in a
+    # row: the server stops with exit 1 rather than start hanging workers forever.
+    context = multiprocessing.get_context("spawn")
+    ends: list[Connection] = []
+    pids = itertools.count(11)
+
+    def start(sockets: object) -> FakeWorker:
+        ours, theirs = context.Pipe()
+        ends.extend((ours, theirs))  # theirs kept open: a worker alive and silent
+        worker = FakeWorker(next(pids))
+        chief.pings[worker.pid] = Pings(ours)
+        return worker
+
+    chief = Supervisor(uvicorn.Config(lambda *_: None), 1, worker_timeout=1.0)
+    monkeypatch.setattr(chief, "_start", start)
+    chief.workers = [start([])]  # type: ignore[list-item]
+    chief.born = [time.monotonic()]
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentscript.server"):
+            for _ in range(supervisor.QUICK_DEATHS):
+                assert chief.stops == 0
+                chief._kill_the_silent(chief.born[0] + chief.start_timeout)
+                chief.workers[0].exitcode = -signal.SIGKILL
+                chief._replace_the_dead([])
+    finally:
+        for end in ends:
+            end.close()
+    assert chief.stops == 1 and chief.status == supervisor.FAILED
+    assert [sig for _pid, sig in killed] == [signal.SIGKILL] * supervisor.QUICK_DEATHS
+    assert caplog.records[-1].getMessage() == (
+        f"worker process [{10 + supervisor.QUICK_DEATHS}] did not start within 10 s, the "
+        f"{supervisor.QUICK_DEATHS}th worker in a row that failed its start: the server stops"
+    )

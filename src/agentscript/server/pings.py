@@ -11,7 +11,8 @@ once unasked when its server has started: it is then ready. The supervisor's end
 (:class:`Pings`, read from the supervisor's check loop) pings a ready worker every
 :data:`PING_EVERY` seconds, one ping at a time, and says how long the ping not yet answered has
 waited. A worker still starting is never pinged: its app's start-up may take long (a store's
-first migration). When the supervisor goes away, the worker's end reads the end of the pipe
+first migration); the supervisor bounds a start apart, by when the worker became ready
+(:attr:`Pings.ready`, ``Supervisor.start_timeout``). When the supervisor goes away, the worker's end reads the end of the pipe
 and stops answering; nothing more (:mod:`.orphan` stops a worker whose supervisor died).
 """
 

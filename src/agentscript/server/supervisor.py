@@ -24,7 +24,11 @@ seconds of its start, stops the server, which exits 1.
 A worker whose event loop leaves a ping unanswered ``--worker-timeout`` seconds (:mod:`.pings`:
 a deadlock, an action that never gives the loop back, a stopped process) is killed with
 ``SIGKILL`` and started again as one that died, with one line in the log. A worker still
-starting is not pinged, nor is any once the server stops.
+starting is not pinged, nor is any once the server stops. One whose server has not started
+within :attr:`Supervisor.start_timeout` (an import or a store that never answers) serves
+nothing, and the server would run a worker short, or answer nothing, without a word: it is
+killed alike, and counts as a failed start, so that starts which always hang stop the server
+as starts which always die do.
 """
 
 from __future__ import annotations
@@ -59,6 +63,11 @@ CHECK_EVERY = 0.2
 # fails: started again, they would die again, forever.
 QUICK_DEATH = 10.0
 QUICK_DEATHS = 5
+# The least time a worker gets to start when --worker-timeout is shorter: that option bounds a
+# silence of a running event loop, where a second or two is a fair choice, while a start
+# imports the app and opens the store (0.7 s of imports alone on an idle host, more while N
+# workers start at once). QUICK_DEATH is already this module's measure of a start.
+START_AT_LEAST = QUICK_DEATH
 # The signals a worker leaves to its supervisor: the terminal sends them to every process.
 LEFT_TO_SUPERVISOR = (signal.SIGINT, signal.SIGHUP)
 
@@ -112,7 +121,7 @@ def run_worker(config: uvicorn.Config, sockets: list[socket.socket], pings: Conn
 class Supervisor:
     """Start ``workers`` processes serving ``config`` on the given sockets; :meth:`run` until
     stopped. A worker that leaves a ping unanswered ``worker_timeout`` seconds is killed (0:
-    never)."""
+    never), as is one not started within :attr:`start_timeout` seconds."""
 
     def __init__(
         self,
@@ -127,6 +136,10 @@ class Supervisor:
         self.born: list[float] = []  # when each worker was started (time.monotonic())
         self.pings: dict[int, Pings] = {}  # each worker's end of its ping pipe, by pid
         self.silent: set[int] = set()  # the workers killed for leaving a ping unanswered
+        self.hung: set[int] = set()  # the workers killed for not starting in time
+        # Seconds a worker may take until its server has started (0: unbounded, as
+        # --worker-timeout 0 turns the pings off): --worker-timeout, or START_AT_LEAST if more.
+        self.start_timeout = max(worker_timeout, START_AT_LEAST) if worker_timeout else 0.0
         self.quick_deaths = 0  # workers in a row that died within QUICK_DEATH of their start
         self.stops = 0  # stop signals received; the second SIGINT stops at once
         self.status = 0
@@ -203,17 +216,25 @@ class Supervisor:
             if code is None or self.stops:
                 continue
             worker.join()
+            hung = worker.pid in self.hung
             said = self._forget(worker.pid)
-            quick = time.monotonic() - self.born[index] < QUICK_DEATH
+            # A start that hung failed as surely as one that died, however long it was let run.
+            quick = hung or time.monotonic() - self.born[index] < QUICK_DEATH
             self.quick_deaths = self.quick_deaths + 1 if quick else 0
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             if code == STARTUP_FAILURE or self.quick_deaths >= QUICK_DEATHS:
-                why = (
-                    "could not start"
-                    if code == STARTUP_FAILURE
-                    else f"died ({how}), the {self.quick_deaths}th in a row within "
-                    f"{QUICK_DEATH:g} s of its start"
-                )
+                if code == STARTUP_FAILURE:
+                    why = "could not start"
+                elif hung:
+                    why = (
+                        f"did not start within {self.start_timeout:g} s, the "
+                        f"{self.quick_deaths}th worker in a row that failed its start"
+                    )
+                else:
+                    why = (
+                        f"died ({how}), the {self.quick_deaths}th in a row within "
+                        f"{QUICK_DEATH:g} s of its start"
+                    )
                 log.error("worker process [%d] %s: the server stops", worker.pid, why)
                 self.status = FAILED
                 self.stops = 1
@@ -225,35 +246,50 @@ class Supervisor:
             self.born[index] = time.monotonic()
 
     def _kill_the_silent(self, now: float) -> None:
-        """Ping each ready worker; kill one whose ping has waited ``worker_timeout`` seconds
-        (:meth:`_replace_the_dead` then starts another)."""
+        """Ping each ready worker; kill one whose ping has waited ``worker_timeout`` seconds,
+        or one not ready :attr:`start_timeout` seconds after its start (:meth:`_replace_the_dead`
+        then starts another)."""
         if not self.worker_timeout or self.stops:
             return
-        for worker in self.workers:
+        for index, worker in enumerate(self.workers):
             pid = worker.pid
             pings = self.pings.get(pid) if pid is not None else None
-            if pid is None or pings is None or pid in self.silent or worker.exitcode is not None:
+            if pid is None or pings is None or worker.exitcode is not None:
                 continue
-            if pings.check(now) >= self.worker_timeout:
+            if pid in self.silent or pid in self.hung:
+                continue
+            waited = pings.check(now)
+            if not pings.ready and now - self.born[index] >= self.start_timeout:
+                log.warning(
+                    "worker process [%d] did not start within %g s: killed; starting another",
+                    pid,
+                    self.start_timeout,
+                )
+                self.hung.add(pid)
+            elif waited >= self.worker_timeout:
                 log.warning(
                     "worker process [%d] did not answer for %g s: killed; starting another",
                     pid,
                     self.worker_timeout,
                 )
                 self.silent.add(pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            else:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def _forget(self, pid: int | None) -> bool:
         """Close the pipe of a worker that ended; whether it was killed for leaving a ping
-        unanswered (a line said so then)."""
-        pings = self.pings.pop(pid, None) if pid is not None else None
+        unanswered or for not starting in time (a line said so then)."""
+        if pid is None:
+            return False
+        pings = self.pings.pop(pid, None)
         if pings is not None:
             pings.close()
-        if pid in self.silent:
-            self.silent.remove(pid)
-            return True
-        return False
+        killed = pid in self.silent or pid in self.hung
+        self.silent.discard(pid)
+        self.hung.discard(pid)
+        return killed
 
 
 @contextlib.contextmanager
