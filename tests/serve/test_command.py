@@ -275,20 +275,24 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2_before_the_banner() -> No
     assert out == f"agentscript serve: cannot listen on 127.0.0.1:{port}: Address already in use\n"
 
 
-def test_the_port_check_binds_ipv6_as_the_server_does() -> None:
+def test_binding_ipv6_is_no_clash_with_another_programs_ipv4_port() -> None:
     # asyncio binds "::" IPv6-only: another program's IPv4 listener on the port is no clash.
     import socket
 
-    from agentscript.server.command import check_port
+    from agentscript.server.command import bind_sockets
+
+    def bind(host: str, port: int) -> None:
+        for sock in bind_sockets(host, port):
+            sock.close()
 
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        check_port("::", port)
-        check_port("localhost", 0)
+        bind("::", port)
+        bind("localhost", 0)
         with pytest.raises(ServeError, match="Address already in use"):
-            check_port("0.0.0.0", port)
+            bind("0.0.0.0", port)
 
 
 def test_the_server_binds_one_port_for_every_address_a_host_names_and_several_workers_one_socket(

@@ -389,9 +389,11 @@ def _serve_http(
 ) -> ExitCode:
     """Streamable HTTP, as ``agentscript serve`` listens: API keys from
     ``AGENTSCRIPT_API_KEYS`` (required off loopback), the same rate limit per key, the port
-    checked before anything is printed, and the same stops on signals (``server/runner.py``)."""
+    bound once before anything is printed and kept for uvicorn (``server/command.py``
+    ``bind_sockets``: the line names the port really bound, ``--port 0`` included), and the
+    same stops on signals (``server/runner.py``)."""
     from agentscript.server.auth import ApiKeys, KeyConfigError
-    from agentscript.server.command import ServeError, check_port, is_loopback
+    from agentscript.server.command import ServeError, bind_sockets, is_loopback
     from agentscript.server.nodelay import protocol
     from agentscript.server.ratelimit import RateLimiter
     from agentscript.server.runner import run
@@ -409,29 +411,35 @@ def _serve_http(
         )
         return ExitCode.USAGE
     try:
-        check_port(host, port)
+        sockets = bind_sockets(host, port)
     except ServeError as exc:
         echo(f"mcp-serve: {exc}")
         return ExitCode.USAGE
-    # JSON, not SSE: uvicorn then waits for a running call's answer (the module's docstring).
-    starlette = server.streamable_http_app(
-        host=host, json_response=True, max_request_body_size=MAX_WIRE_MESSAGE_BYTES
-    )
-    starlette.router.lifespan_context = _draining(
-        starlette.router.lifespan_context, tools, shutdown_grace
-    )
-    limiter = RateLimiter(rate_limit, ServerConfig.rate_burst)
-    app = BearerKeys(CutAtShutdown(starlette), keys, limiter)
-    echo(f"mcp-serve: agent '{tools.agent.name}' at http://{host}:{port}/mcp")
-    code = run(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        # Its connections mark when the shutdown began (ShutdownClock), as serve's do.
-        http=protocol(),
-        timeout_graceful_shutdown=shutdown_grace,
-    )
+    try:
+        # JSON, not SSE: uvicorn then waits for a running call's answer (the module's docstring).
+        starlette = server.streamable_http_app(
+            host=host, json_response=True, max_request_body_size=MAX_WIRE_MESSAGE_BYTES
+        )
+        starlette.router.lifespan_context = _draining(
+            starlette.router.lifespan_context, tools, shutdown_grace
+        )
+        limiter = RateLimiter(rate_limit, ServerConfig.rate_burst)
+        app = BearerKeys(CutAtShutdown(starlette), keys, limiter)
+        port = sockets[0].getsockname()[1]  # the one the system chose for --port 0
+        echo(f"mcp-serve: agent '{tools.agent.name}' at http://{host}:{port}/mcp")
+        code = run(
+            app,
+            sockets=sockets,
+            host=host,
+            port=port,
+            log_level="warning",
+            # Its connections mark when the shutdown began (ShutdownClock), as serve's do.
+            http=protocol(),
+            timeout_graceful_shutdown=shutdown_grace,
+        )
+    finally:
+        for sock in sockets:
+            sock.close()
     return ExitCode(code)
 
 

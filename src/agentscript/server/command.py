@@ -267,13 +267,6 @@ def bind_sockets(host: str, port: int, *, workers: int = 1) -> list[socket.socke
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-def check_port(host: str, port: int) -> None:
-    """Bind ``host:port`` as a one-worker server does, and let go (ServeError when it cannot
-    be bound)."""
-    for sock in bind_sockets(host, port):
-        sock.close()
-
-
 def _addresses(host: str, port: int) -> list[tuple[int, Any]]:
     found = socket.getaddrinfo(
         host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
