@@ -13,6 +13,7 @@ from conftest import ROOT
 from helpers import LIVE_ENV, JudgeDouble, run_command, run_json, run_test
 
 from agentscript.models.base import ModelRequest, ModelResponse
+from agentscript.testing.errors import SpecError
 from agentscript.testing.judge import JudgeSettings, judge
 from agentscript.testing.readers import read_spec
 from fakes.llm_servers import FakeCall, OpenAIServer, Reply
@@ -279,6 +280,26 @@ def test_run_eval_unknown_key_or_operator_is_a_spec_error(
     code, out, err = run_test(str(spec))
     assert code == 2, out
     assert message in err
+
+
+def test_run_eval_unknown_step_field_is_reported_at_its_step_line(tmp_path: Path) -> None:
+    # "threshold" is a field of the rating step (line 3), not of the string assertion (from
+    # line 4): the error names the step's line, not the first "threshold" of the file.
+    spec = tmp_path / "c.json"
+    spec.write_text(
+        '{"tests": [{"id": "t", "steps": [\n'
+        ' {"type": "agent.send_message", "id": "m1", "utterance": "hi"},\n'
+        ' {"type": "evaluator.bot_response_rating", "id": "r", "expected": "x", "threshold": 3},\n'
+        ' {"type": "evaluator.string_assertion", "id": "s",\n'
+        '  "expected": "x", "threshold": 3}]}]}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(SpecError) as caught:
+        read_spec(spec)
+    assert caught.value.line == 4
+    assert caught.value.message.startswith(
+        "/tests/0/steps/2/threshold: unknown field 'threshold' of evaluator.string_assertion; "
+    )
 
 
 def test_run_eval_docs_example_passes_against_order_status(order_copy: Path) -> None:

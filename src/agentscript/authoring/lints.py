@@ -366,16 +366,13 @@ def _confirmation_skipped_by_run(
             for stmt in walk_statements(block):
                 if not isinstance(stmt, RunStmt):
                     continue
-                path = program.path_of(stmt.target)
-                if not path or len(path) != 2 or path[0] != "actions":
-                    continue
-                action = info.actions.get(path[1])
+                action = program.action_of(info, stmt.target)
                 if action is None or not action.require_user_confirmation:
                     continue
                 yield Finding(
                     warning(
                         CONFIRMATION_SKIPPED_BY_RUN,
-                        f"run @actions.{path[1]} runs without asking the user: "
+                        f"run @actions.{action.name} runs without asking the user: "
                         "require_user_confirmation holds only the model's calls of the action; "
                         "offer it as a tool for the model to call, or drop the run",
                         stmt.span,

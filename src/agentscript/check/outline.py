@@ -85,6 +85,14 @@ class ActionDef:
         return self.target.split("://", 1)[0].lower()
 
 
+def action_name_in(path: tuple[str, ...] | None) -> str | None:
+    """The ``X`` of an ``@actions.X`` reference path (the only target ``run`` takes: an action
+    of its own subagent), else None."""
+    if path is None or len(path) != 2 or path[0] != "actions":
+        return None
+    return path[1]
+
+
 @dataclass(slots=True)
 class ToolBinding:
     """A reasoning action: what the LLM may call from this subagent."""

@@ -7,7 +7,7 @@ import re
 from agentscript.check import schema
 from agentscript.check.context import Context, suggest
 from agentscript.check.exprs import ExprChecker, Scope
-from agentscript.check.outline import ParamInfo, SubagentInfo, ToolBinding
+from agentscript.check.outline import ParamInfo, SubagentInfo, ToolBinding, action_name_in
 from agentscript.check.schema import BlockSpec
 from agentscript.check.structure import Jobs, StructureChecker
 from agentscript.check.types import base_type, compatible, static_type
@@ -294,18 +294,16 @@ class ProcedureChecker:
 
     def run_statement(self, item: RunStmt, scope: Scope, *, in_if: bool) -> None:
         """Check ``run @actions.X`` and its callback, where ``@outputs`` are X's outputs."""
-        path = reference_path(item.target)
         outputs: dict[str, ParamInfo] | None = None
         inputs: dict[str, ParamInfo] | None = None
-        owner: str | None = None
-        if path is None or path[0] != "actions" or len(path) != 2:
+        owner = action_name_in(reference_path(item.target))
+        if owner is None:
             self.ctx.error(
                 "invalid-run-target",
                 "`run` needs an action defined in this subagent: `run @actions.Name`.",
                 item.target.span,
             )
         else:
-            owner = path[1]
             node = scope.node
             action = node.actions.get(owner) if node is not None else None
             if action is None:

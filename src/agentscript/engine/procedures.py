@@ -333,10 +333,7 @@ class ProcedureExecutor:
     async def exec_run(
         self, stmt: RunStmt, node: ProgramNode, outputs: dict[str, Any] | None
     ) -> None:
-        path = self.program.path_of(stmt.target)
-        action = (
-            node.actions.get(path[1]) if path and len(path) == 2 and path[0] == "actions" else None
-        )
+        action = self.program.action_of(node.info, stmt.target)
         if action is None:
             raise ProcedureFailure(
                 f"run at line {stmt.span.line}: no action {_describe(stmt.target)} in '{node.name}'"

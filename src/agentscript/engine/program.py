@@ -19,6 +19,7 @@ from agentscript.check.outline import (
     ParamInfo,
     SubagentInfo,
     ToolBinding,
+    action_name_in,
 )
 from agentscript.expr.evaluate import Compiled, compile_expr
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
@@ -186,6 +187,12 @@ class Program:
         except KeyError:
             path = self._paths[expr] = reference_path(expr)
             return path
+
+    def action_of(self, info: SubagentInfo, target: Expr) -> ActionDef | None:
+        """The action of subagent ``info`` that a ``run`` target names (:func:`action_name_in`),
+        else None, through the memo of :meth:`path_of`."""
+        name = action_name_in(self.path_of(target))
+        return info.actions.get(name) if name is not None else None
 
     def variable_of(self, target: Expr) -> str | None:
         """:func:`variable_of`, through the memo of :meth:`path_of`."""

@@ -39,6 +39,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
+from agentscript.store.batches import in_batches
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within, worker_of
 
 # Connections a store opens at most by default (`serve --store-connections`), plus its presence
@@ -489,12 +490,7 @@ class PostgresStore:
     async def purge_expired(self) -> int:
         # Sessions expired by now only: ones expiring during the purge wait for the next.
         now = time.time()
-        purged = 0
-        while True:
-            deleted = await self._purge_batch(now)
-            purged += deleted
-            if deleted < PURGE_BATCH:
-                return purged
+        return await in_batches(lambda: self._purge_batch(now), PURGE_BATCH)
 
     async def _purge_batch(self, now: float) -> int:
         """Up to PURGE_BATCH sessions expired at ``now`` deleted with their rows, in one
@@ -512,12 +508,10 @@ class PostgresStore:
             raise self._failed(exc, limit=PURGE_TIMEOUT) from None
 
     async def backfill_expiry(self, ttl: float) -> int:
-        filled = 0
-        while True:
-            batch = await self._changed(schema.BACKFILL_EXPIRY_SKIP_LOCKED, (ttl, PURGE_BATCH))
-            filled += batch
-            if batch < PURGE_BATCH:
-                return filled
+        return await in_batches(
+            lambda: self._changed(schema.BACKFILL_EXPIRY_SKIP_LOCKED, (ttl, PURGE_BATCH)),
+            PURGE_BATCH,
+        )
 
     async def _changed(self, sql: str, params: tuple[Any, ...]) -> int:
         """How many rows one statement that writes changed."""

@@ -40,6 +40,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
+from agentscript.store.batches import in_batches
 from agentscript.store.checkpoint import (
     PAGE_SIZE,
     WAL_SIZE_LIMIT,
@@ -413,17 +414,11 @@ class SQLiteStore:
     async def purge_expired(self) -> int:
         # Sessions expired by now only: ones expiring during the purge wait for the next.
         now = time.time()
-        purged = 0
-        while True:
-            found, deleted = await self._purge_batch(now)
-            purged += deleted
-            if found < PURGE_BATCH:
-                return purged
-            await asyncio.sleep(0)  # requests waiting on the loop go first
+        return await in_batches(lambda: self._purge_batch(now), PURGE_BATCH)
 
-    async def _purge_batch(self, now: float) -> tuple[int, int]:
+    async def _purge_batch(self, now: float) -> int:
         """Up to PURGE_BATCH sessions expired at ``now`` deleted with their rows, in one
-        transaction: how many were found, and how many deleted."""
+        transaction: how many. Under the write lock, every session found is deleted."""
         db = self._checked()
         try:
             await self._execute(db, "BEGIN IMMEDIATE")
@@ -433,18 +428,14 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
-        return len(found), deleted
+        return deleted
 
     async def backfill_expiry(self, ttl: float) -> int:
         # In batches, each its own transaction, as a purge: a store of many sessions written
         # without a TTL would otherwise hold every worker's write lock for as long as it takes.
-        filled = 0
-        while True:
-            batch = await self._write(schema.BACKFILL_EXPIRY, (ttl, PURGE_BATCH))
-            filled += batch
-            if batch < PURGE_BATCH:
-                return filled
-            await asyncio.sleep(0)  # requests waiting on the loop go first
+        return await in_batches(
+            lambda: self._write(schema.BACKFILL_EXPIRY, (ttl, PURGE_BATCH)), PURGE_BATCH
+        )
 
 
 def _delete_sessions(db: sqlite3.Connection, sessions: list[Any]) -> int:

@@ -567,7 +567,8 @@ def check_buttons(project: Project) -> Iterator[Diagnostic]:
     for response in project.responses.values():
         for variant in response.variants:
             for button in variant.buttons:
-                private = private_payload_problem(project, button)
+                parsed = parse_payload(button.payload) if button.payload is not None else None
+                private = private_payload_problem(project, button, parsed)
                 if private is not None:
                     yield Diagnostic(
                         "mantle-button-private-entry",
@@ -577,7 +578,7 @@ def check_buttons(project: Project) -> Iterator[Diagnostic]:
                         variant.file,
                     )
                     continue
-                problem = payload_problem(project, button)
+                problem = payload_problem(project, button, parsed)
                 if problem is not None:
                     yield Diagnostic(
                         "mantle-button", problem, button.span, Severity.ERROR, variant.file
@@ -594,11 +595,12 @@ def check_buttons(project: Project) -> Iterator[Diagnostic]:
                 )
 
 
-def payload_problem(project: Project, button: Button) -> str | None:
+def payload_problem(project: Project, button: Button, parsed: tuple[str, str] | None) -> str | None:
+    """A listed ``set:`` payload that is malformed, names no memory entry, or sets a value
+    the entry refuses (``parsed``: the payload read by :func:`parse_payload`)."""
     payload = button.payload
     if payload is None or not payload.startswith("set:"):
         return None  # an ordinary payload (a message the channel sends back)
-    parsed = parse_payload(payload)
     if parsed is None:
         return (
             f"button '{button.title}': payload '{payload}' must be "
@@ -617,11 +619,12 @@ def payload_problem(project: Project, button: Button) -> str | None:
     return None
 
 
-def private_payload_problem(project: Project, button: Button) -> str | None:
+def private_payload_problem(
+    project: Project, button: Button, parsed: tuple[str, str] | None
+) -> str | None:
     """A listed ``set:`` payload naming a private entry: a tap on it is always refused
-    (:mod:`agentscript.mantle.run.buttons`), so the button can never do anything."""
-    payload = button.payload
-    parsed = parse_payload(payload) if payload is not None else None
+    (:mod:`agentscript.mantle.run.buttons`), so the button can never do anything
+    (``parsed``: the payload read by :func:`parse_payload`)."""
     if parsed is None:
         return None
     qualified = parsed[0]

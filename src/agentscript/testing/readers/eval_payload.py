@@ -155,14 +155,23 @@ def read_eval_payload(text: str, path: Path) -> Suite:
 
 
 def _no_unknown(
-    data: dict[str, Any], allowed: set[str], pointer: str, path: Path, find: Finder
+    data: dict[str, Any],
+    allowed: set[str],
+    pointer: str,
+    path: Path,
+    find: Finder,
+    of: str = "",
 ) -> None:
+    """Refuse the first key of ``data`` outside ``allowed``, at the line ``find`` gives for it;
+    ``of`` names what ``data`` is when its pointer does not (a step's type)."""
+    owner = f" of {of}" if of else ""
     for key in data:
         if key not in allowed:
             raise SpecError(
                 path,
                 find(f'"{key}"'),
-                f"{pointer}/{key}: unknown field {key!r}; allowed: {', '.join(sorted(allowed))}",
+                f"{pointer}/{key}: unknown field {key!r}{owner}; "
+                f"allowed: {', '.join(sorted(allowed))}",
             )
 
 
@@ -219,12 +228,8 @@ class _TestReader:
             raise self.fail(
                 line, f"{where}/type", f"unknown step type {kind!r}; known: {sorted(_FIELDS)}"
             )
-        for key in step:
-            if key not in _FIELDS[kind]:
-                allowed = ", ".join(sorted(_FIELDS[kind]))
-                raise self.fail(
-                    line, f"{where}/{key}", f"unknown field {key!r} of {kind}; allowed: {allowed}"
-                )
+        # At the step's line: a key such as "operator" first appears in some other step.
+        _no_unknown(step, _FIELDS[kind], self.pointer + where, self.path, lambda _: line, kind)
         _STEPS[kind](self, step, where, line)
 
     def _create_session(self, step: dict[str, Any], where: str, line: int | None) -> None:
