@@ -28,7 +28,7 @@ class FakeWorker:
     pid: int
     exitcode: int | None = None
 
-    def join(self) -> None:
+    def join(self, timeout: float | None = None) -> None:
         pass
 
 
@@ -283,3 +283,42 @@ def test_starts_that_hang_each_time_stop_the_server_as_a_failed_start(
         f"worker process [{10 + supervisor.QUICK_DEATHS}] did not start within 10 s, the "
         f"{supervisor.QUICK_DEATHS}th worker in a row that failed its start: the server stops"
     )
+
+
+@dataclass
+class StuckWorker(FakeWorker):
+    """A worker that ends only when killed: ``join`` returns at its timeout."""
+
+    joins: list[float | None] | None = None
+
+    def join(self, timeout: float | None = None) -> None:
+        assert self.joins is not None
+        self.joins.append(timeout)
+
+
+def test_a_worker_that_does_not_stop_within_the_grace_and_margin_is_killed(
+    killed: list[tuple[int, int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker stuck in its start notes SIGTERM and goes on: the stop must not wait for good.
+    joins: list[float | None] = []
+    chief = Supervisor(uvicorn.Config(lambda *_: None, timeout_graceful_shutdown=2), 2)
+    stopped = FakeWorker(7, exitcode=0)
+    stuck = StuckWorker(8, joins=joins)
+    chief.workers = [stopped, stuck]  # type: ignore[list-item]
+    with caplog.at_level(logging.WARNING, logger="agentscript.server"):
+        chief._join_all()
+    bound = 2 + supervisor.STOP_MARGIN
+    assert joins[0] is not None and 0 < joins[0] <= bound  # waited up to the bound
+    assert killed == [(8, signal.SIGKILL)]  # the stopped one is left alone
+    assert joins[-1] is None  # then reaped
+    assert caplog.records[-1].getMessage() == (
+        f"worker process [8] did not stop within {bound:g} s of the stop: killed"
+    )
+
+
+def test_without_a_grace_the_stop_waits_for_every_worker(killed: list[tuple[int, int]]) -> None:
+    joins: list[float | None] = []
+    chief = Supervisor(uvicorn.Config(lambda *_: None, timeout_graceful_shutdown=None), 1)
+    chief.workers = [StuckWorker(9, exitcode=0, joins=joins)]  # type: ignore[list-item]
+    chief._join_all()
+    assert joins == [None] and killed == []

@@ -68,6 +68,9 @@ QUICK_DEATHS = 5
 # imports the app and opens the store (0.7 s of imports alone on an idle host, more while N
 # workers start at once). QUICK_DEATH is already this module's measure of a start.
 START_AT_LEAST = QUICK_DEATH
+# Seconds a stopping worker gets past the shutdown grace: its server then cuts the turns left
+# and runs the app's shutdown (leases given back, store closed), well within this.
+STOP_MARGIN = 5.0
 # The signals a worker leaves to its supervisor: the terminal sends them to every process.
 LEFT_TO_SUPERVISOR = (signal.SIGINT, signal.SIGHUP)
 
@@ -162,8 +165,7 @@ class Supervisor:
                 sock.close()  # refused once the workers close theirs, not queued unanswered
             # A worker started while the stop came gets it too.
             self._send(STOP_AT_ONCE if self.stops > 1 else signal.SIGTERM)
-            for worker in self.workers:
-                worker.join()
+            self._join_all()
         finally:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
@@ -277,6 +279,32 @@ class Supervisor:
                 continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+    def _join_all(self) -> None:
+        """Wait for the workers to end: at most the shutdown grace and :data:`STOP_MARGIN`
+        seconds more (unbounded without a grace). A worker stuck before its server started
+        (an import, a store that never answers) only notes a ``SIGTERM``, and would hold the
+        stop until a third Ctrl-C, or for good under a process manager that sends one
+        ``SIGTERM``: it is killed, with a line."""
+        grace = self.config.timeout_graceful_shutdown
+        if grace is None:
+            for worker in self.workers:
+                worker.join()
+            return
+        bound = grace + STOP_MARGIN
+        deadline = time.monotonic() + bound
+        for worker in self.workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        for worker in self.workers:
+            if worker.exitcode is None and worker.pid is not None:
+                log.warning(
+                    "worker process [%d] did not stop within %g s of the stop: killed",
+                    worker.pid,
+                    bound,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGKILL)
+                worker.join()
 
     def _forget(self, pid: int | None) -> bool:
         """Close the pipe of a worker that ended; whether it was killed for leaving a ping
