@@ -119,13 +119,16 @@ def test_bad_buttons_are_validate_errors(tmp_path: Path) -> None:
         "        - {title: B, payload: 'set:session.card_replace.nothing=1'}\n"
         "        - {title: C, payload: 'set:session.card_replace.shipping=overnight'}\n"
         "        - {title: D, payload: '/restart'}\n"
+        "        - {title: E, payload: '  set:session.card_replace.gone=1'}\n"
         "  utter_bad_source:\n    - text: Pick\n      buttons: {source: no_such_tool}\n",
     )
     _, diagnostics = load_project(project)
     problems = sorted(d.message for d in diagnostics if d.code == "mantle-button")
-    assert len(problems) == 4
+    assert len(problems) == 5
     assert any("must be 'set:session." in m for m in problems)
     assert any("card_replace.nothing' is not a declared" in m for m in problems)
+    # Spaces before it do not make it an ordinary payload: a tap on it is read as set: too.
+    assert any("button 'E': 'card_replace.gone' is not a declared" in m for m in problems)
     assert any("overnight" in m for m in problems)
     assert any("no_such_tool" in m for m in problems)
 

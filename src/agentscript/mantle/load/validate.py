@@ -599,7 +599,8 @@ def payload_problem(project: Project, button: Button, parsed: tuple[str, str] | 
     """A listed ``set:`` payload that is malformed, names no memory entry, or sets a value
     the entry refuses (``parsed``: the payload read by :func:`parse_payload`)."""
     payload = button.payload
-    if payload is None or not payload.startswith("set:"):
+    # As the run reads a tap (parse_payload): spaces around the payload do not count.
+    if payload is None or not payload.strip().startswith("set:"):
         return None  # an ordinary payload (a message the channel sends back)
     if parsed is None:
         return (
