@@ -388,14 +388,14 @@ class _Events:
                 yield self._event(text)
 
     async def _next_piece(self, chunks: AsyncIterator[bytes]) -> bytes | None:
-        """The body's next piece within the model's timeout; None at its end. A piece past
-        ``MAX_ANSWER_BYTES`` raises AnswerTooLarge (a line without end, data lines never ended
-        by a blank line: both are held until then, and no longer)."""
+        """The body's next piece; None at its end. A piece past ``MAX_ANSWER_BYTES`` raises
+        AnswerTooLarge (a line without end, data lines never ended by a blank line: both are
+        held until then, and no longer). No timeout of its own: the one reader of these
+        events (``SdkModel._relay``) bounds the wait for each event, and so for each piece,
+        by the model's timeout, and the whole stream too; a timer per piece cost more CPU
+        than parsing the piece (docs/performance.md)."""
         try:
-            async with asyncio.timeout(self._timeout):
-                return await anext(chunks, None)
-        except TimeoutError:
-            raise LeanTimeout() from None
+            return await anext(chunks, None)
         except _READ_ERRORS as exc:
             raise LeanConnectionError(exc, broken=True) from None
 
