@@ -9,6 +9,11 @@ these stripped and escaped as Python shows str and bytes. :func:`without_secrets
 them, longest first, so a shorter form never leaves the tail of a longer one. Forms shorter
 than :data:`MIN_SECRET_CHARS` are left alone. Redact a whole text before cutting it: a cut
 through a credential leaves a part that no form matches.
+
+A URL is shown by :func:`shown_url` (an error naming a server) and :func:`shown_target` (an
+action's target, as a trace step, an error and an OpenTelemetry span record it): without its
+user, password, query string and fragment, where credentials travel
+(``https://u:p@host/x?api_key=sk-...`` is shown as ``https://host/x``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 REDACTED = "***"
 # "1" or "on" would garble every message and are no secrets.
@@ -53,3 +59,28 @@ def without_secrets(text: str, forms: Iterable[str], marker: str = REDACTED) -> 
 def _credential(value: str) -> str | None:
     match = _SCHEME_AND_CREDENTIAL.fullmatch(value.strip())
     return match.group(1) if match else None
+
+
+def shown_url(url: str, unreadable: str = "(a URL)") -> str:
+    """``url`` without its user, password, query string and fragment; ``unreadable`` when it
+    does not parse (an unclosed ``[`` host), since no part of it can be told safe."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return unreadable
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def shown_target(target: str) -> str:
+    """An action's ``target`` as it may be recorded: a URL holding a user, password, query
+    string or fragment as :func:`shown_url` shows it; any other target as written
+    (``python://module:function``, ``flow://Name``, ``mcp://server/tool``)."""
+    if "://" not in target:
+        return target
+    try:
+        parts = urlsplit(target)
+    except ValueError:
+        return f"{target.partition('://')[0]}://(unreadable)"
+    if not (parts.query or parts.fragment or "@" in parts.netloc):
+        return target
+    return shown_url(target)

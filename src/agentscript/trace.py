@@ -81,12 +81,16 @@ class TurnTrace:
         self.branches.append(branch)
         return branch
 
-    def count_llm_call(self, duration_ms: float, input_tokens: int, output_tokens: int) -> None:
+    def count_llm_call(self, input_tokens: int, output_tokens: int) -> None:
+        """Count one answered LLM call and its tokens (its time: :meth:`count_llm_time`)."""
         usage = self.usage
         usage["llm_calls"] += 1
         usage["input_tokens"] += input_tokens
         usage["output_tokens"] += output_tokens
-        usage["llm_ms"] = round(usage["llm_ms"] + duration_ms, 3)
+
+    def count_llm_time(self, duration_ms: float) -> None:
+        """Add time spent waiting on the model, whether the call was answered or failed."""
+        self.usage["llm_ms"] = round(self.usage["llm_ms"] + duration_ms, 3)
 
     def to_json(self) -> dict[str, Any]:
         data = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from agentscript.redaction import shown_target
 from agentscript.trace import TurnTrace
 
 Step = dict[str, Any]
@@ -202,13 +203,14 @@ def action_step(
 ) -> Step:
     """An action (or variable write) starting; the caller fills ``output``, ``error``,
     ``postVars``, ``durationMs`` and ``printed`` (what the action wrote to stdout/stderr,
-    ``actions/capture.py``; ``null`` when it wrote nothing) when it ends."""
+    ``actions/capture.py``; ``null`` when it wrote nothing) when it ends. A URL ``target``
+    is recorded without its user, password and query string, where credentials travel."""
     return trace.add(
         {
             "type": "ACTION_STEP",
             "name": name,
             "action": action,
-            "target": target,
+            "target": shown_target(target) if target else target,
             "node": node,
             "source": _plain(source),
             "skill": skill,

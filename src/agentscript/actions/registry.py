@@ -42,6 +42,7 @@ from agentscript.actions.process import Claim, PythonCall, WorkerGone, shared_pr
 from agentscript.actions.settings import ActionSettings, Isolation
 from agentscript.actions.threads import shared_threads
 from agentscript.errors import RunFailure
+from agentscript.redaction import shown_target
 
 Outputs = dict[str, Any]
 # A handler receives the request and returns the outputs (sync or async).
@@ -303,7 +304,7 @@ def _captured_call(printed: Printed, target: Callable[..., Any], args: dict[str,
 
 
 def _no_handler_message(request: ActionRequest) -> str:
-    target = request.target or "(no target)"
+    target = shown_target(request.target) if request.target else "(no target)"
     scheme = request.scheme
     fix = f"add a stub to the conversation file (actions: {{{request.name}: {{outputs: {{...}}}}}})"
     if scheme:

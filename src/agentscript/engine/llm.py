@@ -42,7 +42,8 @@ async def call_model(
     max_reply_chars: int | None = None,
     spend_call: Callable[[], None] | None = None,
 ) -> ModelResponse:
-    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError.
+    """Ask ``model``; record its input, output, duration and usage; failures raise TurnError
+    (their duration recorded too: the step's ``durationMs`` and ``usage.llm_ms``).
 
     The turn's budget meter (:mod:`agentscript.engine.budgets`), when one is active, is asked
     first: a call that would cross a cap is not made (``BudgetExceeded``, a ``BUDGET_STEP``).
@@ -83,13 +84,20 @@ async def call_model(
     if stream is not None and max_reply_chars is not None:
         stream = _bounded_sink(stream, max_reply_chars)
     started = time.perf_counter()
-    response = await _answer(model, request, step, stream)
-    _account(trace, meter, model_name, response, elapsed_ms(started))
-    if response.empty():
-        response = await _ask_again(
-            model, model_name, request, trace, step, stream, iteration, response, spend_call
-        )
-    step["durationMs"] = elapsed_ms(started)
+    try:
+        response = await _answer(model, request, step, stream)
+        _account(trace, meter, model_name, response)
+        if response.empty():
+            response = await _ask_again(
+                model, model_name, request, trace, step, stream, iteration, response, spend_call
+            )
+    finally:
+        # A call that failed, timed out (retries and their waits included) or was cancelled
+        # waited on the model too: its time is the model's, not the engine's (serve's
+        # /metrics splits a turn's time by usage.llm_ms, OpenTelemetry times the chat span
+        # by this durationMs).
+        step["durationMs"] = elapsed_ms(started)
+        trace.count_llm_time(step["durationMs"])
     step["modelEvents"] = list(response.events)
     if max_reply_chars is not None and len(response.text or "") > max_reply_chars:
         error = _too_long(max_reply_chars)
@@ -171,13 +179,12 @@ async def _ask_again(
         meter = active_meter()
         if meter is not None:
             _check_budget(meter, model_name, request, trace, iteration)
-        started = time.perf_counter()
         try:
             answer = await _answer(model, request, step, stream)
         except TurnError:
             step["modelEvents"] = [*events, *step.get("modelEvents", [])]
             raise
-        _account(trace, meter, model_name, answer, elapsed_ms(started))
+        _account(trace, meter, model_name, answer)
         events, asked = [*events, *answer.events], 2
         if not answer.empty():
             answer.events = events
@@ -203,12 +210,12 @@ def _account(
     meter: BudgetMeter | None,
     model_name: str,
     response: ModelResponse,
-    duration_ms: float,
 ) -> None:
-    """Count one answered call in the turn's usage and, when a budget is active, its cost."""
+    """Count one answered call in the turn's usage and, when a budget is active, its cost
+    (its time is counted by :func:`call_model`, answered or not)."""
     usage = response.usage
     input_tokens, output_tokens = (usage.input_tokens, usage.output_tokens) if usage else (0, 0)
-    trace.count_llm_call(duration_ms, input_tokens, output_tokens)
+    trace.count_llm_call(input_tokens, output_tokens)
     if meter is not None:
         # Charged at the price of the model that answered: a fallback's, when it stood in.
         meter.record(response.answered_by or model_name, input_tokens, output_tokens)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
 from abc import ABC, abstractmethod
@@ -22,7 +23,7 @@ from agentscript.check.outline import AgentOutline
 from agentscript.engine.budgets import Budget, BudgetMeter, OnExceed, Usage, metering
 from agentscript.engine.given import bounded, some
 from agentscript.engine.history import HistoryLedger, trim_history
-from agentscript.engine.kernel import TurnResult
+from agentscript.engine.kernel import TurnResult, internal_error
 from agentscript.engine.loop import run_sync
 from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
@@ -405,12 +406,34 @@ class Session:
             self.ledger = HistoryLedger()
         trace.ledger = self.ledger
         trace.observer = _silenced_once_raising(self.on_step) if self.on_step is not None else None
+        telemetry = self.agent.telemetry
+        observer = telemetry.observe(trace) if telemetry is not None else None
+        try:
+            reply = await self._run_turn(trace, text)
+        except BaseException as exc:
+            # A turn that raised or was cancelled (a shutdown's cut, a client's timeout)
+            # started: its span ends too, as a failure, or it would vanish from the export.
+            if observer is not None:
+                observer.finish(error=_why_stopped(exc), error_type=type(exc).__name__)
+            raise
+        if observer is not None:
+            observer.finish(
+                error=reply.error,
+                escalated=reply.escalated,
+                ended=reply.ended,
+                cost=None if reply.refused else self.meter.turn.cost,
+                refused=reply.refused,
+            )
+        return reply
+
+    async def _run_turn(self, trace: TurnTrace, text: str) -> Reply:
+        """Run the turn ``trace`` records, or refuse it when the session has ended (a trace
+        with its ERROR_STEP all the same, in the trace file and the export)."""
+        state = self.state
         if state.ended:
             message = "the session has ended; start a new session to continue"
             error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
-        telemetry = self.agent.telemetry
-        observer = telemetry.observe(trace) if telemetry is not None else None
         dropped = trim_history(state.history, self.limits.max_history_chars, self.ledger)
         if dropped:
             event_step(
@@ -437,17 +460,9 @@ class Session:
         if self.meter.hit is not None and self.meter.budget.on_exceed is OnExceed.ESCALATE:
             result.escalated = True
         state.stub_usage = self.runner.stubs.state()
-        reply = self._reply(
+        return self._reply(
             result, trace, actions=runner.actions_run, displayable=runner.displayable
         )
-        if observer is not None:
-            observer.finish(
-                error=reply.error,
-                escalated=reply.escalated,
-                ended=reply.ended,
-                cost=self.meter.turn.cost,
-            )
-        return reply
 
     def _reply(
         self,
@@ -497,6 +512,16 @@ class Session:
         data = self.state.to_json(detached=detached)
         data["agent"] = self.agent.identity()
         return sign(data)
+
+
+def _why_stopped(exc: BaseException) -> str:
+    """The error a turn that raised ``exc`` is exported with: its text only as an internal
+    error shows it (a URL's credentials dropped, the length bounded)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "the turn was cancelled before it ended"
+    if isinstance(exc, Exception):
+        return str(internal_error(exc))
+    return type(exc).__name__
 
 
 def _silenced_once_raising(

@@ -3,7 +3,9 @@
 One trace per turn:
 
 - ``invoke_agent {agent}``: the turn (``gen_ai.operation.name``, ``gen_ai.agent.name``,
-  ``gen_ai.conversation.id`` = the session id, usage totals, ``error.type`` when it failed);
+  ``gen_ai.conversation.id`` = the session id, usage totals, ``agentscript.request_id`` under
+  ``agentscript serve``, ``error.type`` when it failed); every turn that starts ends its span:
+  a failed, cancelled or refused one (a message to an ended session) with an error status;
 - ``chat {model}``, a child per LLM call (``gen_ai.provider.name``, ``gen_ai.request.model``,
   ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``/``output_tokens``,
   ``gen_ai.response.finish_reasons``);
@@ -15,6 +17,9 @@ One trace per turn:
 
 Prompts, completions, tool arguments and results are recorded only when content capture is
 on (``capture_content=True``, or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``).
+No attribute value is longer than ``Telemetry.max_attribute_chars`` (:data:`MAX_ATTRIBUTE_CHARS`,
+or ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``): a longer one is cut and ends with a marker saying so.
+An action's target is shown without a URL's user, password and query string.
 
 The spans are built from the turn's trace steps (the trace is the one record of what the
 engine decided): :meth:`Telemetry.observe` notes when each step is added, and the spans are
@@ -35,6 +40,8 @@ import time
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any, cast
 
+from agentscript.redaction import shown_target
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
@@ -42,6 +49,11 @@ if TYPE_CHECKING:
 
 EXTRA_HINT = "install the OpenTelemetry extra: pip install 'agentscript[otel]'"
 CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+LENGTH_ENV = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+# Characters in one attribute value (a string, or a list's strings together). With content
+# capture on, a message or a tool result is as long as the user or a backend made it (a 1 MB
+# message was a 1 MB attribute); collectors and backends refuse or cut far less than that.
+MAX_ATTRIBUTE_CHARS = 16_000
 PREFIX = "agentscript."
 # Step types that become spans; every other step type becomes an event on the turn span.
 _SPAN_STEPS = frozenset({"LLM_STEP", "ACTION_STEP"})
@@ -54,13 +66,29 @@ class TelemetryConfigError(ValueError):
 class Telemetry:
     """Exports turns as OpenTelemetry traces through ``tracer``."""
 
-    def __init__(self, tracer: Tracer, *, capture_content: bool = False) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        *,
+        capture_content: bool = False,
+        max_attribute_chars: int = MAX_ATTRIBUTE_CHARS,
+    ) -> None:
         self.tracer = tracer
         self.capture_content = capture_content
+        self.max_attribute_chars = max_attribute_chars
 
     @staticmethod
-    def for_provider(provider: TracerProvider, *, capture_content: bool = False) -> Telemetry:
-        return Telemetry(provider.get_tracer("agentscript"), capture_content=capture_content)
+    def for_provider(
+        provider: TracerProvider,
+        *,
+        capture_content: bool = False,
+        max_attribute_chars: int = MAX_ATTRIBUTE_CHARS,
+    ) -> Telemetry:
+        return Telemetry(
+            provider.get_tracer("agentscript"),
+            capture_content=capture_content,
+            max_attribute_chars=max_attribute_chars,
+        )
 
     def observe(self, trace: TurnTrace) -> TurnObserver:
         """Start watching ``trace``; call :meth:`TurnObserver.finish` when the turn ends.
@@ -92,28 +120,51 @@ class TurnObserver:
         escalated: bool = False,
         ended: bool = False,
         cost: float | None = None,
+        refused: bool = False,
+        error_type: str = "TurnError",
     ) -> None:
-        """Emit the spans of the turn (never raises: telemetry must not break a turn)."""
+        """Emit the spans of the turn (never raises: telemetry must not break a turn).
+        ``error_type``: the turn span's ``error.type`` when ``error`` is set (the exception's
+        class for a turn that raised or was cancelled)."""
         self.trace.observer = self.chained
         try:
-            self._emit(error=error, escalated=escalated, ended=ended, cost=cost)
+            self._emit(
+                error=error,
+                escalated=escalated,
+                ended=ended,
+                cost=cost,
+                refused=refused,
+                error_type=error_type,
+            )
         except Exception:  # an exporter or attribute problem is not the user's turn's problem
             return
 
-    def _emit(self, *, error: str | None, escalated: bool, ended: bool, cost: float | None) -> None:
+    def _emit(
+        self,
+        *,
+        error: str | None,
+        escalated: bool,
+        ended: bool,
+        cost: float | None,
+        refused: bool,
+        error_type: str,
+    ) -> None:
         from opentelemetry import trace as otel_trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         trace = self.trace
         content = self.telemetry.capture_content
         tracer = self.telemetry.tracer
+        most = self.telemetry.max_attribute_chars
         end_ns = time.time_ns()
         usage = trace.usage
         root = tracer.start_span(
-            f"invoke_agent {trace.agent}",
+            _cut(f"invoke_agent {trace.agent}", most),
+            context=_caller_context(),
             kind=SpanKind.INTERNAL,
             start_time=self.started_ns,
             attributes=_clean(
+                most,
                 {
                     "gen_ai.operation.name": "invoke_agent",
                     "gen_ai.agent.name": trace.agent,
@@ -126,9 +177,11 @@ class TurnObserver:
                     PREFIX + "usage.cost": cost,
                     PREFIX + "escalated": escalated,
                     PREFIX + "ended": ended,
+                    PREFIX + "refused": refused or None,
+                    PREFIX + "request_id": _request_id(),
                     PREFIX + "user_input": trace.user_input if content else None,
                     PREFIX + "response": trace.response if content else None,
-                }
+                },
             ),
         )
         context = otel_trace.set_span_in_context(root)
@@ -138,38 +191,65 @@ class TurnObserver:
             step_end = start_ns + int(float(step.get("durationMs") or 0) * 1_000_000)
             if kind == "LLM_STEP":
                 span = tracer.start_span(
-                    f"chat {_model_name(step)}",
+                    # The model a server says answered: as long as that server makes it.
+                    _cut(f"chat {_model_name(step)}", most),
                     context=context,
                     kind=SpanKind.CLIENT,
                     start_time=start_ns,
-                    attributes=_chat_attributes(step, content),
+                    attributes=_clean(most, _chat_attributes(step, content)),
                 )
                 pending_calls = list((step.get("output") or {}).get("tool_calls") or [])
-                _finish(span, step.get("error"), max(step_end, start_ns), content)
+                _finish(span, step.get("error"), max(step_end, start_ns), content, most)
             elif kind == "ACTION_STEP":
                 call_id = _take_call_id(pending_calls, step)
                 name = str(step.get("name") or step.get("action") or "")
                 span = tracer.start_span(
-                    f"execute_tool {name}",
+                    _cut(f"execute_tool {name}", most),
                     context=context,
                     kind=SpanKind.INTERNAL,
                     start_time=start_ns,
-                    attributes=_tool_attributes(step, call_id, content),
+                    attributes=_clean(most, _tool_attributes(step, call_id, content)),
                 )
-                _finish(span, step.get("error"), max(step_end, start_ns), content)
+                _finish(span, step.get("error"), max(step_end, start_ns), content, most)
             else:
                 root.add_event(
                     PREFIX + kind.lower().removesuffix("_step"),
-                    attributes=_event_attributes(step, content),
+                    attributes=_clean(most, _event_attributes(step, content)),
                     timestamp=start_ns,
                 )
         if error:
-            root.set_attribute("error.type", "TurnError")
-            root.set_status(Status(StatusCode.ERROR, error if content else None))
+            root.set_attribute("error.type", error_type)
+            root.set_status(Status(StatusCode.ERROR, _cut(error, most) if content else None))
         root.end(end_time=end_ns)
 
 
-def _finish(span: Span, error: Any, end_ns: int, content: bool) -> None:
+def _request_id() -> str | None:
+    """The ``X-Request-ID`` of the request the turn answers, under ``agentscript serve``."""
+    # Only the server sets one, and it has imported the module by then; importing it here
+    # would load Starlette into every `run` and `chat` (and fail without the serve extra).
+    if "agentscript.server.requestid" not in sys.modules:
+        return None
+    from agentscript.server.requestid import request_id
+
+    return request_id()
+
+
+def _caller_context() -> Any:
+    """The trace context of the request the turn answers (its ``traceparent``, under
+    ``agentscript serve``), so that the turn's trace is a part of the caller's; None (the
+    current context: a span a host keeps open around the turn) without one. A malformed
+    header gives an empty context: the turn starts a trace of its own."""
+    if "agentscript.server.requestid" not in sys.modules:  # as _request_id
+        return None
+    from opentelemetry.propagate import extract
+
+    from agentscript.server.requestid import trace_context
+
+    headers = trace_context.get()
+    return extract(headers) if headers is not None else None
+
+
+def _finish(span: Span, error: Any, end_ns: int, content: bool, most: int) -> None:
     """End a step's span; a failed one says so, and why only with content capture on: an
     error quotes what it failed on (an action's inputs, a server's answer), user data
     included."""
@@ -177,7 +257,7 @@ def _finish(span: Span, error: Any, end_ns: int, content: bool) -> None:
 
     if error:
         span.set_attribute("error.type", "AgentScriptError")
-        span.set_status(Status(StatusCode.ERROR, str(error) if content else None))
+        span.set_status(Status(StatusCode.ERROR, _cut(str(error), most) if content else None))
     span.end(end_time=end_ns)
 
 
@@ -218,24 +298,27 @@ def _chat_attributes(step: Mapping[str, Any], content: bool) -> dict[str, Any]:
         attributes["gen_ai.input.messages"] = _json(given.get("messages") or [])
         attributes[PREFIX + "messages_from"] = given.get("messagesFrom")
         attributes["gen_ai.output.messages"] = _json([output])
-    return _clean(attributes)
+    return attributes
 
 
 def _tool_attributes(step: Mapping[str, Any], call_id: str | None, content: bool) -> dict[str, Any]:
+    target = step.get("target")
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": step.get("name"),
         "gen_ai.tool.call.id": call_id,
         "gen_ai.tool.type": "function",
         PREFIX + "action": step.get("action"),
-        PREFIX + "target": step.get("target"),
+        # Recorded without a URL's credentials already (trace_steps.action_step); shown
+        # through the same masking in case a step came from elsewhere.
+        PREFIX + "target": shown_target(target) if isinstance(target, str) else None,
         PREFIX + "source": step.get("source"),
         PREFIX + "node": step.get("node") or step.get("skill"),
     }
     if content:
         attributes["gen_ai.tool.call.arguments"] = _json(step.get("input"))
         attributes["gen_ai.tool.call.result"] = _json(step.get("output"))
-    return _clean(attributes)
+    return attributes
 
 
 def _take_call_id(pending: list[dict[str, Any]], step: Mapping[str, Any]) -> str | None:
@@ -268,8 +351,45 @@ def _event_attributes(step: Mapping[str, Any], content: bool) -> dict[str, Any]:
     return attributes
 
 
-def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in attributes.items() if v is not None}
+def _clean(most: int, attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``attributes`` without the unset ones, each value within ``most`` characters."""
+    return {k: _bounded(v, most) for k, v in attributes.items() if v is not None}
+
+
+def _bounded(value: Any, most: int) -> Any:
+    """``value`` within ``most`` characters: a string cut (:func:`_cut`); a list of strings
+    cut item by item, and once its items hold ``most`` characters the rest dropped, a last
+    item saying how many."""
+    if isinstance(value, str):
+        return _cut(value, most)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        return value
+    kept: list[str] = []
+    room = most
+    for item in value:
+        if len(item) > room:
+            if not kept:  # one item is as long as it gets: cut, the rest dropped
+                kept.append(_cut(item, most))
+            break
+        kept.append(item)
+        room -= len(item)
+    if len(kept) < len(value):
+        kept.append(f"…[{len(value) - len(kept)} more items cut]")
+    return kept
+
+
+def _cut(text: str, most: int) -> str:
+    """``text``, or its start and a marker saying how much was cut, ``most`` characters in all
+    (a collector shows a cut value as is: without the marker it would pass for the whole)."""
+    if len(text) <= most:
+        return text
+    # The marker with ``most`` in it is at least as long as the final one.
+    keep = max(0, most - len(_marker(most, len(text))))
+    return text[:keep] + _marker(keep, len(text))
+
+
+def _marker(kept: int, total: int) -> str:
+    return f"…[cut: {kept} of {total} characters kept]"
 
 
 def _json(value: Any) -> str:
@@ -295,7 +415,21 @@ def telemetry_from_env(env: Mapping[str, str] | None = None) -> Telemetry | None
             f"OTEL_TRACES_EXPORTER={exporter!r} is not supported here; use otlp, console or none"
         )
     capture = env.get(CONTENT_ENV, "").strip().lower() in ("1", "true", "yes")
-    return telemetry_for(mode, capture_content=capture)
+    return telemetry_for(mode, capture_content=capture, max_attribute_chars=_length_limit(env))
+
+
+def _length_limit(env: Mapping[str, str]) -> int:
+    """The attribute bound ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` sets (the SDK cuts there too,
+    silently), else :data:`MAX_ATTRIBUTE_CHARS`."""
+    given = env.get(LENGTH_ENV, "").strip().lower()
+    if given in ("", "unset"):
+        return MAX_ATTRIBUTE_CHARS
+    if not given.isdigit():
+        raise TelemetryConfigError(
+            f"{LENGTH_ENV}={given!r} is not a number of characters; "
+            f"set a whole number (e.g. {MAX_ATTRIBUTE_CHARS}) or unset it"
+        )
+    return int(given)
 
 
 class _Stderr:
@@ -308,26 +442,28 @@ class _Stderr:
         sys.stderr.flush()
 
 
-_shared: dict[tuple[str, bool], Telemetry] = {}
+_shared: dict[tuple[str, bool, int], Telemetry] = {}
 _shared_guard = threading.Lock()
 
 
-def telemetry_for(mode: str, *, capture_content: bool = False) -> Telemetry:
+def telemetry_for(
+    mode: str, *, capture_content: bool = False, max_attribute_chars: int = MAX_ATTRIBUTE_CHARS
+) -> Telemetry:
     """A Telemetry exporting to the console or over OTLP/HTTP (batching in the background).
 
     One per mode and process: an exporter is a process-wide resource (one connection, one
     batch queue), shared by every agent loaded."""
     with _shared_guard:
-        key = (mode, capture_content)
+        key = (mode, capture_content, max_attribute_chars)
         if key not in _shared:
-            _shared[key] = _build(mode, capture_content)
+            _shared[key] = _build(mode, capture_content, max_attribute_chars)
         return _shared[key]
 
 
 EXIT_FLUSH_MS = 3000
 
 
-def _build(mode: str, capture_content: bool) -> Telemetry:
+def _build(mode: str, capture_content: bool, max_attribute_chars: int) -> Telemetry:
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -363,7 +499,9 @@ def _build(mode: str, capture_content: bool) -> Telemetry:
     import atexit
 
     atexit.register(_flush_at_exit, provider)
-    return Telemetry.for_provider(provider, capture_content=capture_content)
+    return Telemetry.for_provider(
+        provider, capture_content=capture_content, max_attribute_chars=max_attribute_chars
+    )
 
 
 def _flush_at_exit(provider: Any) -> None:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 T = TypeVar("T")
 
@@ -130,11 +129,9 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 def shown_url(url: str) -> str:
     """``url`` as an error may show it: without the user, password and query string, where a
     base URL can carry credentials (an error reaches a server's clients)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "(the base URL)"
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    from agentscript.redaction import shown_url as without_credentials
+
+    return without_credentials(url, unreadable="(the base URL)")
 
 
 def server_message(body: object, fallback: str = "") -> str:

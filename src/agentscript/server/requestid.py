@@ -9,7 +9,10 @@ space, a line break) is replaced by a new random id, so a client can neither for
 nor make one grow.
 
 The id is in :data:`current` while the request is handled, in tasks started for it too (a
-streamed turn's), for code that wants it beyond the log.
+streamed turn's), for code that wants it beyond the log. So is the request's W3C trace context
+(``traceparent`` and ``tracestate``, in :data:`trace_context`), which the OpenTelemetry export
+makes the parent of the turn's trace (``integrations/otel.py``): the caller's trace goes on
+through the agent.
 """
 
 from __future__ import annotations
@@ -26,6 +29,32 @@ HEADER = b"x-request-id"
 WELL_FORMED = re.compile(rb"[A-Za-z0-9._:/+=@-]{1,128}")
 
 current: ContextVar[str] = ContextVar("agentscript_request_id", default="-")
+
+
+# The request's W3C trace context headers, as sent (bounded): the propagator reads them, and
+# ignores what is not well formed.
+trace_context: ContextVar[dict[str, str] | None] = ContextVar(
+    "agentscript_trace_context", default=None
+)
+TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
+# tracestate: at most 32 members of 256 characters (W3C); anything longer is not one.
+MOST_TRACE_HEADER = 8_192
+
+
+def trace_context_of(headers: list[tuple[bytes, bytes]]) -> dict[str, str] | None:
+    """The ``traceparent`` (and ``tracestate``) the request sent, None without one."""
+    found = {
+        name.decode("ascii"): value.decode("latin-1")
+        for name, value in headers
+        if name in TRACE_HEADERS and len(value) <= MOST_TRACE_HEADER
+    }
+    return found if "traceparent" in found else None
+
+
+def request_id() -> str | None:
+    """The id of the request being handled, None outside one (``-`` in a log line)."""
+    found = current.get()
+    return None if found == "-" else found
 
 
 def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
@@ -52,7 +81,9 @@ class RequestId(HttpMiddleware):
             await send(message)
 
         token = current.set(request_id)
+        parent = trace_context.set(trace_context_of(scope["headers"]))
         try:
             await self.app(scope, receive, sending)
         finally:
+            trace_context.reset(parent)
             current.reset(token)
