@@ -4,6 +4,7 @@ server, since only a real connection can be closed under a running turn."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -54,3 +55,57 @@ def test_a_client_gone_mid_stream_leaves_the_turn_to_commit_once(
         assert (nxt.status_code, name) == (200, "event: turn")
         assert json.loads(data)["turn"] == 2
     assert "(client gone)" in log.read_text()
+
+
+def cut_at_the_grace(turn_done: bool) -> tuple[list[bytes], bool]:
+    """A stream whose writing is stuck (a reader that stopped reading: uvicorn's send waits
+    for the socket to drain) when uvicorn cancels its request at the end of the shutdown
+    grace: what it tried to write after the cut, and whether it ended on its own."""
+    from agentscript.server.streaming import EventStream
+
+    async def main() -> tuple[list[bytes], bool]:
+        events: asyncio.Queue[str | None] = asyncio.Queue()
+        events.put_nowait("event: step\ndata: {}\n\n")
+        turn = asyncio.get_running_loop().create_future()
+        if turn_done:
+            events.put_nowait('event: turn\ndata: {"turn":1}\n\n')
+            events.put_nowait(None)
+            turn.set_result(None)
+        written: list[bytes] = []
+        stuck = asyncio.Event()
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] == "http.response.body":
+                written.append(message["body"])  # type: ignore[arg-type]
+                stuck.set()
+                await asyncio.Event().wait()  # never drains
+
+        async def receive() -> dict[str, str]:
+            await asyncio.Event().wait()  # the client stays
+            return {"type": "http.disconnect"}
+
+        stream = EventStream(events, turn)  # type: ignore[arg-type]
+        request = asyncio.create_task(stream({"type": "http"}, receive, send))
+        await stuck.wait()
+        request.cancel()  # uvicorn, at the end of the grace
+        done, _ = await asyncio.wait({request}, timeout=5)
+        if request in done:
+            request.result()  # no exception escapes: uvicorn would log a traceback
+        return written[1:], request in done
+
+    return asyncio.run(main())
+
+
+def test_a_stream_stuck_behind_its_reader_at_the_grace_ends_without_claiming_its_turn_uncommitted() -> (
+    None
+):
+    # The turn ended (committed or not): its own last event, queued, tells; nothing else.
+    after_cut, ended = cut_at_the_grace(turn_done=True)
+    assert ended and after_cut == []
+
+
+def test_a_stream_cut_at_the_grace_with_its_turn_running_says_so_once_without_waiting() -> None:
+    after_cut, ended = cut_at_the_grace(turn_done=False)
+    assert ended  # the write of the last event is bounded: a stuck reader holds no stop
+    assert len(after_cut) == 1 and b"event: error" in after_cut[0]
+    assert b'"code":"shutting_down"' in after_cut[0]

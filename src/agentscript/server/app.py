@@ -28,10 +28,10 @@ from agentscript.server import sse
 from agentscript.server.agents import AGENT_NAME, ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
-from agentscript.server.errors import ApiError, body, log_failure, status_of
+from agentscript.server.errors import CUT_AT_SHUTDOWN, ApiError, body, log_failure, status_of
 from agentscript.server.fastpath import MessageFastPath, TurnAnswer
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
-from agentscript.server.metrics import Metrics, method_label
+from agentscript.server.metrics import ACTIVE_WINDOW, Metrics, method_label
 from agentscript.server.middleware import HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, rate_limited_message, retry_after
 from agentscript.server.requestid import RequestId
@@ -72,20 +72,14 @@ def _error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(body(code, message), status_code=status, headers=headers)
 
 
-# What the client of a turn cut at shutdown is told (CountRequests).
-CUT_AT_SHUTDOWN = (
-    "the server stopped before this turn finished; nothing of it was committed: send it again"
-)
-
-
 class CountRequests(HttpMiddleware):
     """Counts responses by method and status for ``/metrics``; an exception that escaped the
     routes becomes an error response here (never a traceback to the client).
 
     So does the cancellation uvicorn sends a request whose turn ran past ``--shutdown-grace``
     (nothing else cancels a request: a client that leaves is told by ``receive``):
-    ``503 shutting_down`` with ``Retry-After``, or, once a stream began, its last ``error``
-    event. uvicorn answered a plain-text ``500`` and logged a traceback."""
+    ``503 shutting_down`` with ``Retry-After``; a stream says it itself (``streaming.py``).
+    uvicorn answered a plain-text ``500`` and logged a traceback."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         super().__init__(app)
@@ -117,9 +111,6 @@ class CountRequests(HttpMiddleware):
                 response = _error_response(cut)
                 status = response.status_code
                 await response(scope, receive, send)
-            elif b"text/event-stream" in dict(head.get("headers") or ()).get(b"content-type", b""):
-                last = sse.error_event(503, "shutting_down", CUT_AT_SHUTDOWN)
-                await send({"type": "http.response.body", "body": last.encode()})
         except Exception as exc:
             if head is not None:
                 raise
@@ -252,6 +243,7 @@ def create_app(
     keys: ApiKeys | None = None,
     purge_every: float | None = 60.0,
     freeze_heap: bool = False,
+    metrics_dir: str | None = None,
 ) -> FastAPI:
     """The server for ``agents`` over ``store`` (opened at start-up, closed at shutdown).
 
@@ -259,10 +251,20 @@ def create_app(
     and freeze the sessions kept between turns as they accumulate (:mod:`.heap`), as
     ``agentscript serve`` does. Off by default: it changes how the whole process collects
     garbage, which a test run or an application embedding this one may not want.
+
+    ``metrics_dir``: the directory where the workers of one server share their figures, so
+    that ``/metrics`` answers the whole server's (:mod:`.sharedmetrics`); None: this process's.
     """
     config = config or ServerConfig()
     keys = keys or ApiKeys()
-    metrics = Metrics()
+    ttl = config.session_ttl
+    # An expired session is no longer active, whichever comes first.
+    metrics = Metrics(min(ACTIVE_WINDOW, ttl) if ttl else ACTIVE_WINDOW)
+    shared = None
+    if metrics_dir is not None:
+        from agentscript.server.sharedmetrics import SharedMetrics
+
+        shared = SharedMetrics(metrics, metrics_dir)
     service = SessionService(agents, store, config, metrics)
     if freeze_heap:
         service.live.freezer = SurvivorFreezer()
@@ -296,20 +298,25 @@ def create_app(
             warm.add_done_callback(lambda done: done.cancelled() or done.exception())
         elif freeze_heap:
             freeze_startup_heap()
-        purger = None
+        tasks = []
         if purge_every and config.session_ttl:
             from agentscript.server.service import purge_loop
 
-            purger = asyncio.create_task(purge_loop(store, purge_every))
+            tasks.append(asyncio.create_task(purge_loop(service, purge_every)))
+        if shared is not None:
+            tasks.append(asyncio.create_task(shared.run()))
         try:
             yield
         finally:
             ready["store"] = False
-            if purger is not None:
-                purger.cancel()
+            for task in tasks:
+                task.cancel()
             cut = await service.finish_turns(config.shutdown_grace)
             if cut:
                 log.error("shutdown: %d turn(s) cut after the grace, none committed", cut)
+            if shared is not None:
+                with contextlib.suppress(OSError):
+                    shared.write()  # the last turns' figures, before the supervisor folds them
             await store.close()
 
     app = FastAPI(
@@ -405,7 +412,9 @@ def create_app(
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics_text() -> PlainTextResponse:
         """Prometheus text format."""
-        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+        service.forget_expired()
+        text = metrics.render() if shared is None else shared.render()
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/agents")
     async def list_agents(_who: Owner) -> dict[str, Any]:

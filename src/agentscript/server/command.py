@@ -73,9 +73,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any, list[str]]:
+def build_app(
+    options: ServeOptions, *, freeze_heap: bool = False, metrics_dir: str | None = None
+) -> tuple[Any, list[str]]:
     """The ASGI app for ``options`` and the lines describing it (ServeError when it cannot
-    be built)."""
+    be built). ``metrics_dir``: a worker of ``--workers N`` (:mod:`.sharedmetrics`)."""
     from agentscript.models.base import Model, ModelError
     from agentscript.server.agents import (
         AgentLoadError,
@@ -147,7 +149,9 @@ def build_app(options: ServeOptions, *, freeze_heap: bool = False) -> tuple[Any,
         cors_origins=list(options.cors_origins),
         local_only=not keys.enabled,
     )
-    app = create_app(served, store, config=config, keys=keys, freeze_heap=freeze_heap)
+    app = create_app(
+        served, store, config=config, keys=keys, freeze_heap=freeze_heap, metrics_dir=metrics_dir
+    )
     app.state.sources = sources
     page: list[str] = []
     if options.playground:
@@ -191,11 +195,14 @@ WORKER_STARTUP_FAILURE = 3
 def worker_app() -> Any:
     """The app of one worker process (uvicorn's factory with ``--workers N``)."""
     from agentscript.server import logs
+    from agentscript.server.sharedmetrics import METRICS_DIR_ENV
 
     options = ServeOptions(**json.loads(os.environ[ENV]))
     logs.configure(access_log=options.access_log, log_format=options.log_format)
     try:
-        app, _lines = build_app(options, freeze_heap=True)
+        app, _lines = build_app(
+            options, freeze_heap=True, metrics_dir=os.environ.get(METRICS_DIR_ENV)
+        )
     except Exception as exc:
         # One line, and uvicorn's exit code for a worker that cannot start: its supervisor
         # then stops the server rather than start the worker again and again. (The command

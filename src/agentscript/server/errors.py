@@ -48,6 +48,12 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
 }
 
 
+# What the client of a turn cut at shutdown is told (app.CountRequests, streaming.EventStream).
+CUT_AT_SHUTDOWN = (
+    "the server stopped before this turn finished; nothing of it was committed: send it again"
+)
+
+
 def status_of(exc: BaseException) -> tuple[int, str, str]:
     """``(status, code, message)`` for any exception raised while serving a request."""
     if isinstance(exc, ApiError):

@@ -20,6 +20,9 @@ kept session runs again, :meth:`Session.resume` makes it start its trace as a re
 would, so a turn's trace never depends on which worker ran the turn before. Agents with
 per-session overrides (the playground's scripted models and stubs) are always restored.
 
+A kept session whose store record has expired (``--session-ttl`` since the commit that kept
+it) is dropped by :meth:`LiveSessions.drop_expired`: nobody can run it again.
+
 A session's owner never changes and its id is never reused (the server draws it), so an owner
 once read stays true: :class:`SessionOwners` lets a turn refuse another key's session (404)
 before it queues for the session's lock, without a read of its own.
@@ -27,6 +30,7 @@ before it queues for the session's lock, without a read of its own.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +59,7 @@ class _Kept:
     # with ``session``, which does not run while kept).
     state: dict[str, Any]
     chars: int  # its history's size
+    at: float  # when it was kept (time.monotonic())
 
     def matches(self, record: SessionRecord) -> bool:
         # The cheap checks first: a turn of another worker changes the count.
@@ -67,11 +72,15 @@ class _Kept:
 
 class LiveSessions:
     """At most ``capacity`` sessions and ``max_chars`` of their histories, the least recently
-    used dropped first (0: none kept)."""
+    used dropped first (0: none kept); with a ``ttl``, none kept longer than ``ttl`` seconds
+    after its commit (:meth:`drop_expired`)."""
 
-    def __init__(self, capacity: int, max_chars: int = MAX_KEPT_CHARS) -> None:
+    def __init__(
+        self, capacity: int, max_chars: int = MAX_KEPT_CHARS, ttl: float | None = None
+    ) -> None:
         self.capacity = capacity
         self.max_chars = max_chars
+        self.ttl = ttl
         # Set by ``agentscript serve`` (create_app's freeze_heap): kept sessions are most of
         # what outlives start-up (server/heap.py).
         self.freezer: SurvivorFreezer | None = None
@@ -109,7 +118,7 @@ class LiveSessions:
         if self.capacity <= 0:
             return
         self.drop(session_id)
-        kept = _Kept(turns, version, session, state, session.history_chars())
+        kept = _Kept(turns, version, session, state, session.history_chars(), time.monotonic())
         self._kept[session_id] = kept
         self.chars += kept.chars
         while len(self._kept) > self.capacity or (self.chars > self.max_chars and self._kept):
@@ -121,6 +130,15 @@ class LiveSessions:
         kept = self._kept.pop(session_id, None)
         if kept is not None:
             self.chars -= kept.chars
+
+    def drop_expired(self) -> None:
+        """Drop the sessions kept ``ttl`` seconds or more: their records have expired."""
+        if not self.ttl:
+            return
+        # Kept in the order they were kept (keep puts each last), so the expired come first.
+        cutoff = time.monotonic() - self.ttl
+        while self._kept and next(iter(self._kept.values())).at <= cutoff:
+            self.chars -= self._kept.popitem(last=False)[1].chars
 
 
 class SessionOwners:

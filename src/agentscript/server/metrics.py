@@ -1,8 +1,9 @@
 """Process metrics in the Prometheus text format (``GET /metrics``), no client library needed.
 
-Per process: with several workers, each exposes its own figures (Prometheus sums them). Turn
-latency is split into model time (the LLM calls of the turn, from its trace) and engine time
-(the rest: prompt resolution, actions, store commit).
+Per process; with several workers, :mod:`.sharedmetrics` sums every worker's figures into the
+text each one answers, through :meth:`Metrics.to_json`, :meth:`Metrics.from_json` and
+:meth:`Metrics.add`. Turn latency is split into model time (the LLM calls of the turn, from its
+trace) and engine time (the rest: prompt resolution, actions, store commit).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 from agentscript.trace_steps import Source, StepType
 
+# The tag of Metrics.to_json: a snapshot one worker writes and the others read.
+FORMAT = "agentscript-metrics/1"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A session counts as active for this long after its last turn.
 ACTIVE_WINDOW = 300.0
@@ -48,11 +51,33 @@ class Histogram:
         yield f"{name}_sum{{{labels}}} {self.sum:.6f}"
         yield f"{name}_count{{{labels}}} {self.total}"
 
+    def add(self, other: Histogram) -> None:
+        # Each count is already cumulative (observe counts every bound at or above the value):
+        # their sums are too.
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+        self.sum += other.sum
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counts": list(self.counts), "total": self.total, "sum": self.sum}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Histogram:
+        hist = cls()
+        counts = [int(n) for n in data["counts"]]
+        if len(counts) != len(BUCKETS):
+            raise ValueError(f"a histogram of {len(counts)} buckets, not {len(BUCKETS)}")
+        hist.counts, hist.total, hist.sum = counts, int(data["total"]), float(data["sum"])
+        return hist
+
 
 class Metrics:
-    """Counters, histograms and gauges of one server process."""
+    """Counters, histograms and gauges of one server process (or, summed by :meth:`add`, of
+    several). A session is active for ``active_window`` seconds after its last turn here:
+    :data:`ACTIVE_WINDOW`, or less when sessions expire sooner (``--session-ttl``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, active_window: float = ACTIVE_WINDOW) -> None:
+        self.active_window = active_window
         self.turns: Counter[tuple[str, str]] = Counter()  # (agent, outcome)
         self.llm_calls: Counter[str] = Counter()
         self.tokens: Counter[tuple[str, str]] = Counter()  # (agent, direction)
@@ -69,6 +94,8 @@ class Metrics:
         # Each session's last turn, oldest first: forgotten after ACTIVE_WINDOW as turns come, so
         # a server nobody scrapes does not keep every session it ever served.
         self._last_turn: OrderedDict[str, float] = OrderedDict()
+        # The active sessions of the figures added from other workers (add, from_json).
+        self.active_elsewhere = 0
 
     def turn(self, agent: str, session_id: str, seconds: float, trace: dict[str, Any]) -> None:
         usage = trace.get("usage") or {}
@@ -94,11 +121,86 @@ class Metrics:
         now = time.monotonic()
         self._last_turn[session_id] = now
         self._last_turn.move_to_end(session_id)
-        self._forget_before(now - ACTIVE_WINDOW)
+        self._forget_before(now - self.active_window)
+
+    def forget(self, session_id: str) -> None:
+        """A session deleted: no longer active."""
+        self._last_turn.pop(session_id, None)
 
     def active_sessions(self) -> int:
-        self._forget_before(time.monotonic() - ACTIVE_WINDOW)
-        return len(self._last_turn)
+        self._forget_before(time.monotonic() - self.active_window)
+        return len(self._last_turn) + self.active_elsewhere
+
+    def add(self, other: Metrics, *, gauges: bool = True) -> None:
+        """Add ``other``'s counters and histograms to these, and its gauges unless ``gauges`` is
+        false (a worker that ended: what it counted stays counted, what it held is gone)."""
+        for mine, theirs in self._counters(other):
+            mine.update(theirs)
+        for table, more in (
+            (self.turn_time, other.turn_time),
+            (self.model_time, other.model_time),
+            (self.engine_time, other.engine_time),
+        ):
+            for agent, hist in more.items():
+                table.setdefault(agent, Histogram()).add(hist)
+        if gauges:
+            self.in_progress += other.in_progress
+            self.kept_sessions += other.kept_sessions
+            self.active_elsewhere += other.active_sessions()
+
+    def _counters(self, other: Metrics) -> list[tuple[Counter[Any], Counter[Any]]]:
+        return [
+            (self.turns, other.turns),
+            (self.llm_calls, other.llm_calls),
+            (self.tokens, other.tokens),
+            (self.action_errors, other.action_errors),
+            (self.refusals, other.refusals),
+            (self.http, other.http),
+            (self.session_loads, other.session_loads),
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        """These figures as plain JSON (:data:`FORMAT`), the gauges as they read now."""
+        return {
+            "format": FORMAT,
+            "turns": [[agent, outcome, n] for (agent, outcome), n in self.turns.items()],
+            "llm_calls": dict(self.llm_calls),
+            "tokens": [[agent, direction, n] for (agent, direction), n in self.tokens.items()],
+            "action_errors": dict(self.action_errors),
+            "refusals": dict(self.refusals),
+            "http": [[method, status, n] for (method, status), n in self.http.items()],
+            "session_loads": dict(self.session_loads),
+            "turn_time": {a: h.to_json() for a, h in self.turn_time.items()},
+            "model_time": {a: h.to_json() for a, h in self.model_time.items()},
+            "engine_time": {a: h.to_json() for a, h in self.engine_time.items()},
+            "in_progress": self.in_progress,
+            "kept_sessions": self.kept_sessions,
+            "active_sessions": self.active_sessions(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Metrics:
+        """The figures :meth:`to_json` wrote (ValueError for another format)."""
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not {FORMAT} figures: {str(data.get('format'))[:40]!r}")
+        got = cls()
+        got.turns.update({(str(a), str(o)): int(n) for a, o, n in data["turns"]})
+        got.llm_calls.update({str(a): int(n) for a, n in data["llm_calls"].items()})
+        got.tokens.update({(str(a), str(d)): int(n) for a, d, n in data["tokens"]})
+        got.action_errors.update({str(a): int(n) for a, n in data["action_errors"].items()})
+        got.refusals.update({str(a): int(n) for a, n in data["refusals"].items()})
+        got.http.update({(str(m), int(s)): int(n) for m, s, n in data["http"]})
+        got.session_loads.update({str(k): int(n) for k, n in data["session_loads"].items()})
+        for table, name in (
+            (got.turn_time, "turn_time"),
+            (got.model_time, "model_time"),
+            (got.engine_time, "engine_time"),
+        ):
+            table.update({str(a): Histogram.from_json(h) for a, h in data[name].items()})
+        got.in_progress = int(data["in_progress"])
+        got.kept_sessions = int(data["kept_sessions"])
+        got.active_elsewhere = int(data["active_sessions"])
+        return got
 
     def _forget_before(self, cutoff: float) -> None:
         last = self._last_turn

@@ -78,7 +78,7 @@ class SessionService:
         self.store = store
         self.config = config
         self.metrics = metrics
-        self.live = LiveSessions(config.live_sessions)
+        self.live = LiveSessions(config.live_sessions, ttl=config.session_ttl)
         self.owners = SessionOwners()
         # Streamed turns run as tasks; held here so none is dropped before it commits.
         self.background: set[asyncio.Task[None]] = set()
@@ -162,11 +162,26 @@ class SessionService:
 
     async def record(self, owner: str, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id)
-        if record is not None:
-            self.owners.learn(session_id, record.owner)
-        if record is None or record.owner != owner:
+        if record is None:
+            self.forget(session_id)
+            raise SessionGone(session_id)
+        self.owners.learn(session_id, record.owner)
+        if record.owner != owner:
             raise SessionGone(session_id)
         return record
+
+    def forget(self, session_id: str) -> None:
+        """The session is gone from the store (deleted, or expired): nothing of it stays here,
+        nor in the kept and active sessions of ``/metrics``."""
+        self.live.drop(session_id)
+        self.owners.forget(session_id)
+        self.metrics.forget(session_id)
+        self.metrics.kept_sessions = len(self.live)
+
+    def forget_expired(self) -> None:
+        """Drop the kept sessions whose records have expired (``--session-ttl``)."""
+        self.live.drop_expired()
+        self.metrics.kept_sessions = len(self.live)
 
     async def owned(self, owner: str, session_id: str) -> None:
         """:class:`SessionGone` (404) unless ``owner`` owns the session, without a read when
@@ -215,9 +230,7 @@ class SessionService:
 
     async def delete(self, owner: str, session_id: str) -> None:
         await self.record(owner, session_id)
-        self.live.drop(session_id)
-        self.owners.forget(session_id)
-        self.metrics.kept_sessions = len(self.live)
+        self.forget(session_id)
         if not await self.store.delete_session(session_id):
             raise SessionGone(session_id)
 
@@ -326,60 +339,69 @@ class SessionService:
     async def _locked_turn(
         self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks
     ) -> dict[str, Any]:
-        async with self.store.lock_session(session_id, self.config.lock_wait) as lock:
-            record = lock.session
-            if record.owner != owner:
-                raise SessionGone(session_id)
-            if key is not None:
-                # Another worker may have committed this key while we waited for the lock.
-                found = await self.store.find_turn(session_id, key)
-                if found is not None:
-                    result = _replayed(found, key, text)
-                    if hooks.on_start:
-                        hooks.on_start()
-                    return result
-            if record.damaged:
-                # Refused on every worker alike, even one that still keeps the session live:
-                # the row stays as found until the operator repairs or deletes it.
-                self.live.drop(session_id)
-                readable(record)
-            session = self.live.take(record)
-            self.metrics.session_loads["restored" if session is None else "kept"] += 1
-            if session is None:
-                session = self._restore(record)
-            session.on_text = hooks.on_token
-            session.on_step = hooks.on_step
-            if hooks.on_start:
-                hooks.on_start()
-            before = session.variables
-            started = time.perf_counter()
-            token = IDEMPOTENCY_KEY.set(key)
-            try:
-                reply = await session.send_async(text)
-            finally:
-                IDEMPOTENCY_KEY.reset(token)
-            number = record.turns + 1
-            result = turn_json(text, reply, before)
-            result["turn"] = number
-            result["trace_url"] = trace_url(session_id, number)
-            outcome = TurnOutcome(
-                # Not detached: the commit below writes it out before the session runs again
-                # (the memory store copies it).
-                state=session.to_json(detached=False),
-                record=TurnRecord(session_id, number, result, reply.trace, key),
-                ended=reply.ended,
-                escalated=reply.escalated or record.escalated,
-                expires_at=self._expiry(),
-            )
-            try:
-                await lock.commit(outcome)
-            except ValueError as exc:
-                raise DuplicateKey(str(exc)) from None
-            if self.agents[record.agent].overrides is None:
-                self.live.keep(session_id, number, record.agent_version, session, outcome.state)
-            self.metrics.kept_sessions = len(self.live)
-            self.metrics.turn(record.agent, session_id, time.perf_counter() - started, reply.trace)
-            return result
+        locked = False  # the session's record was read under its lock
+        try:
+            async with self.store.lock_session(session_id, self.config.lock_wait) as lock:
+                record = lock.session
+                locked = True
+                if record.owner != owner:
+                    raise SessionGone(session_id)
+                if key is not None:
+                    # Another worker may have committed this key while we waited for the lock.
+                    found = await self.store.find_turn(session_id, key)
+                    if found is not None:
+                        result = _replayed(found, key, text)
+                        if hooks.on_start:
+                            hooks.on_start()
+                        return result
+                if record.damaged:
+                    # Refused on every worker alike, even one that still keeps the session live:
+                    # the row stays as found until the operator repairs or deletes it.
+                    self.live.drop(session_id)
+                    readable(record)
+                session = self.live.take(record)
+                self.metrics.session_loads["restored" if session is None else "kept"] += 1
+                if session is None:
+                    session = self._restore(record)
+                session.on_text = hooks.on_token
+                session.on_step = hooks.on_step
+                if hooks.on_start:
+                    hooks.on_start()
+                before = session.variables
+                started = time.perf_counter()
+                token = IDEMPOTENCY_KEY.set(key)
+                try:
+                    reply = await session.send_async(text)
+                finally:
+                    IDEMPOTENCY_KEY.reset(token)
+                number = record.turns + 1
+                result = turn_json(text, reply, before)
+                result["turn"] = number
+                result["trace_url"] = trace_url(session_id, number)
+                outcome = TurnOutcome(
+                    # Not detached: the commit below writes it out before the session runs again
+                    # (the memory store copies it).
+                    state=session.to_json(detached=False),
+                    record=TurnRecord(session_id, number, result, reply.trace, key),
+                    ended=reply.ended,
+                    escalated=reply.escalated or record.escalated,
+                    expires_at=self._expiry(),
+                )
+                try:
+                    await lock.commit(outcome)
+                except ValueError as exc:
+                    raise DuplicateKey(str(exc)) from None
+                if self.agents[record.agent].overrides is None:
+                    self.live.keep(session_id, number, record.agent_version, session, outcome.state)
+                self.metrics.kept_sessions = len(self.live)
+                self.metrics.turn(
+                    record.agent, session_id, time.perf_counter() - started, reply.trace
+                )
+                return result
+        except SessionGone:
+            if not locked:  # no such session, or it expired: not another key's
+                self.forget(session_id)
+            raise
 
     def _restore(self, record: SessionRecord) -> Session:
         served = self.agents.get(record.agent)
@@ -488,11 +510,13 @@ def damage(record: SessionRecord | TurnRecord, column: str) -> DamagedRecord:
     return DamagedRecord(record.session_id, column, record.damaged[column], turn)
 
 
-async def purge_loop(store: Store, every: float) -> None:  # pragma: no cover - timing loop
-    """Delete expired sessions every ``every`` seconds, until cancelled."""
+async def purge_loop(service: SessionService, every: float) -> None:
+    """Delete expired sessions every ``every`` seconds, and forget the ones this worker kept,
+    until cancelled."""
     while True:
         await asyncio.sleep(every)
+        service.forget_expired()
         try:
-            await store.purge_expired()
+            await service.store.purge_expired()
         except Exception:  # the next round tries again; a failed purge loses nothing
             continue

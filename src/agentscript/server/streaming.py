@@ -14,8 +14,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from agentscript.server import sse
-from agentscript.server.errors import log_failure, status_of
+from agentscript.server.errors import CUT_AT_SHUTDOWN, log_failure, status_of
 from agentscript.server.service import SessionService, TurnHooks, mounted
+
+# Seconds the last event of a stream cut at shutdown may take to go out.
+LAST_WRITE = 0.2
 
 
 async def stream_turn(
@@ -72,35 +75,68 @@ async def stream_turn(
     if task.done() and not started.is_set():
         task.result()  # raises the error, mapped to its status
 
-    async def body_iter() -> AsyncIterator[str]:
-        # The events a turn records between two waits (a model answer, an action) arrive
-        # together: they go out as one write, not one write (and one pass through every
-        # middleware) each, which doubled a streamed turn's CPU. None, the end, comes last.
+    return EventStream(events, task)
+
+
+class EventStream(StreamingResponse):
+    """A turn's events (``events``: None after the last), written as they come.
+
+    The events a turn records between two waits (a model answer, an action) arrive together:
+    they go out as one write, not one write (and one pass through every middleware) each,
+    which doubled a streamed turn's CPU. A client that leaves ends the writing, never the
+    ``turn`` (it runs to its commit): one bare task waits for the disconnect, where Starlette's
+    response ran a task group of two beside the writing under ASGI servers before spec 2.4
+    (uvicorn's), a tenth of a streamed turn's extra CPU (docs/performance.md). A server that
+    tells of a gone client by raising (ASGI 2.4) ends the writing alike.
+
+    uvicorn cancels a request still running at the end of the shutdown grace: a reader that
+    fell behind, or a turn that still runs (then cut by the service too, nothing of it
+    committed). The client of the second is told so in a last ``error`` event; the first's
+    turn ended, committed or not, and its own last event, queued, is the truth, so nothing
+    else is said. That event is written only if it goes at once: a reader behind by megabytes
+    takes nothing more, and waiting for it would hold the server's stop."""
+
+    def __init__(self, events: asyncio.Queue[str | None], turn: asyncio.Task[None]) -> None:
+        self.events = events
+        self.turn = turn
+        super().__init__(
+            self._chunks(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def _chunks(self) -> AsyncIterator[str]:
         ended = False
         while not ended:
-            ready = [await events.get()]
-            while not events.empty():
-                ready.append(events.get_nowait())
-            ended = ready[-1] is None
+            ready = [await self.events.get()]
+            while not self.events.empty():
+                ready.append(self.events.get_nowait())
+            ended = None in ready
             text = "".join(item for item in ready if item is not None)
             if text:
                 yield text
 
-    return EventStream(
-        body_iter(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-class EventStream(StreamingResponse):
-    """A turn's events, written as they come, without a task listening for the client's
-    disconnect beside them, as Starlette's response runs under ASGI servers before spec 2.4
-    (uvicorn's): a gone client cancels nothing here (the turn runs to its commit), a server
-    drops what is sent to a closed connection, and the task cost a tenth of a streamed turn's
-    extra CPU (docs/performance.md). A server that tells of a gone client by raising (ASGI
-    2.4) ends the writing; the turn goes on."""
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        with contextlib.suppress(OSError):
+        gone = asyncio.ensure_future(_disconnected(receive))
+        gone.add_done_callback(lambda _: self.events.put_nowait(None))
+        try:
             await self.stream_response(send)
+        except OSError:
+            pass
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # handled: the stream ends here
+            if not self.turn.done():
+                last = sse.error_event(503, "shutting_down", CUT_AT_SHUTDOWN)
+                with contextlib.suppress(TimeoutError, OSError):
+                    async with asyncio.timeout(LAST_WRITE):
+                        await send({"type": "http.response.body", "body": last.encode()})
+        finally:
+            gone.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone (the request's body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -29,6 +29,10 @@ within :attr:`Supervisor.start_timeout` (an import or a store that never answers
 nothing, and the server would run a worker short, or answer nothing, without a word: it is
 killed alike, and counts as a failed start, so that starts which always hang stop the server
 as starts which always die do.
+
+The workers share their metrics through a directory the supervisor creates and removes
+(:mod:`.sharedmetrics`); a worker that ended has its counters folded into the departed total
+before another is started.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import uvicorn
 from agentscript.server.config import ServerConfig
 from agentscript.server.pings import Pings, answer_pings
 from agentscript.server.runner import HANDLED, STOPPED_AT_ONCE, SignalledServer
+from agentscript.server.sharedmetrics import METRICS_DIR_ENV, MetricsDir
 
 log = logging.getLogger("agentscript.server")
 
@@ -146,12 +151,17 @@ class Supervisor:
         self.quick_deaths = 0  # workers in a row that died within QUICK_DEATH of their start
         self.stops = 0  # stop signals received; the second SIGINT stops at once
         self.status = 0
+        self.metrics: MetricsDir | None = None  # while run runs
         self._context = multiprocessing.get_context("spawn")
 
     def run(self, sockets: list[socket.socket]) -> int:
         """Serve on ``sockets`` (bound, and closed here); 0 after a graceful stop,
         :data:`STOPPED_AT_ONCE` after a stop at once, :data:`FAILED` when a worker could not
         start."""
+        shared = self.metrics = MetricsDir.create()
+        # The workers are spawned with this process's environment.
+        was = os.environ.get(METRICS_DIR_ENV)
+        os.environ[METRICS_DIR_ENV] = str(shared.path)
         before = {sig: signal.signal(sig, self.on_signal) for sig in HANDLED}
         try:
             for _ in range(self.count):
@@ -173,6 +183,11 @@ class Supervisor:
                 sock.close()
             for pings in self.pings.values():
                 pings.close()
+            shared.remove()
+            if was is None:
+                os.environ.pop(METRICS_DIR_ENV, None)
+            else:
+                os.environ[METRICS_DIR_ENV] = was
         return self.status
 
     def on_signal(self, sig: int, frame: FrameType | None) -> None:
@@ -220,6 +235,8 @@ class Supervisor:
             worker.join()
             hung = worker.pid in self.hung
             said = self._forget(worker.pid)
+            if self.metrics is not None and worker.pid is not None:
+                self.metrics.fold(worker.pid)
             # A start that hung failed as surely as one that died, however long it was let run.
             quick = hung or time.monotonic() - self.born[index] < QUICK_DEATH
             self.quick_deaths = self.quick_deaths + 1 if quick else 0

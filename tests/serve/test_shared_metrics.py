@@ -1,0 +1,164 @@
+"""``--workers N``: ``/metrics`` sums every worker's figures (server/sharedmetrics.py), and a
+worker that ended leaves its counters counted and its gauges gone. The real processes are in
+test_shared_metrics_workers.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from agentscript.server import sharedmetrics
+from agentscript.server.agents import load_agents, serve_agents
+from agentscript.server.app import create_app
+from agentscript.server.auth import ApiKeys
+from agentscript.server.metrics import BUCKETS, Metrics
+from agentscript.server.sharedmetrics import DEPARTED, MetricsDir, SharedMetrics
+from agentscript.server.standin import StandInModel
+from agentscript.store import store_from_url
+
+from .harness import NOTES
+
+
+def worker(turns: int, seconds: float, *, agent: str = "A", busy: int = 0) -> Metrics:
+    """A worker's figures after ``turns`` turns of ``seconds`` each, ``busy`` turns running."""
+    metrics = Metrics()
+    for n in range(turns):
+        metrics.turn(agent, f"{agent}-{n}", seconds, {"usage": {"llm_ms": 1.0, "llm_calls": 2}})
+        metrics.http[("POST", 200)] += 1
+    metrics.in_progress = busy
+    metrics.kept_sessions = turns
+    return metrics
+
+
+def samples(text: str) -> dict[str, float]:
+    """Each sample line of a Prometheus text, by name and labels."""
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def snapshot(directory: Path, name: str, metrics: Metrics) -> None:
+    (directory / name).write_text(json.dumps(metrics.to_json()))
+
+
+def test_counters_and_gauges_of_every_worker_are_summed_from_their_snapshots(
+    tmp_path: Path,
+) -> None:
+    snapshot(tmp_path, "101-aa.json", worker(3, 0.02, busy=1))
+    snapshot(tmp_path, "102-bb.json", worker(4, 0.02, agent="B"))
+    mine = SharedMetrics(worker(2, 0.02, busy=2), tmp_path)
+    seen = samples(mine.render())
+    assert seen['agentscript_turns_total{agent="A",outcome="ok"}'] == 5
+    assert seen['agentscript_turns_total{agent="B",outcome="ok"}'] == 4
+    assert seen['agentscript_llm_calls_total{agent="A"}'] == 10
+    assert seen['agentscript_http_requests_total{method="POST",status="200"}'] == 9
+    assert seen["agentscript_turns_in_progress"] == 3
+    assert seen["agentscript_kept_sessions"] == 9
+    assert seen["agentscript_active_sessions"] == 9
+    # its own figures are read live, never from its own snapshot (written by the scrape)
+    assert (tmp_path / mine.name).exists()
+
+
+def test_summed_histograms_stay_cumulative_with_inf_equal_to_count(tmp_path: Path) -> None:
+    snapshot(tmp_path, "101-aa.json", worker(3, 0.003))
+    snapshot(tmp_path, "102-bb.json", worker(2, 0.7))
+    seen = samples(SharedMetrics(worker(4, 20.0), tmp_path).render())
+    name = "agentscript_turn_seconds"
+    counts = [seen[f'{name}_bucket{{agent="A",le="{bound:g}"}}'] for bound in BUCKETS]
+    assert counts == sorted(counts)  # cumulative
+    assert counts[0] == 3 and counts[BUCKETS.index(1.0)] == 5 and counts[-1] == 9
+    assert seen[f'{name}_bucket{{agent="A",le="+Inf"}}'] == seen[f'{name}_count{{agent="A"}}'] == 9
+    assert math.isclose(seen[f'{name}_sum{{agent="A"}}'], 3 * 0.003 + 2 * 0.7 + 4 * 20.0)
+
+
+def test_a_departed_workers_counters_stay_counted_and_its_gauges_are_dropped(
+    tmp_path: Path,
+) -> None:
+    snapshot(tmp_path, "101-aa.json", worker(3, 0.02, busy=1))
+    mine = SharedMetrics(worker(2, 0.02), tmp_path)
+    before = samples(mine.render())
+    MetricsDir(tmp_path).fold(101)
+    assert not (tmp_path / "101-aa.json").exists()
+    after = samples(mine.render())
+    assert after['agentscript_turns_total{agent="A",outcome="ok"}'] == 5
+    assert after == before | {
+        "agentscript_turns_in_progress": 0,
+        "agentscript_kept_sessions": 2,
+        "agentscript_active_sessions": 2,
+    }
+
+
+def test_a_snapshot_folded_but_not_yet_removed_is_counted_once(tmp_path: Path) -> None:
+    # The supervisor folds, then removes: a scrape in between reads both.
+    snapshot(tmp_path, "101-aa.json", worker(3, 0.02))
+    snapshot(tmp_path, "102-bb.json", worker(1, 0.02))
+    supervisor = MetricsDir(tmp_path)
+    supervisor.fold(101)
+    snapshot(tmp_path, "101-aa.json", worker(3, 0.02))  # as read before its removal
+    supervisor.fold(102)  # a second worker that ended: both stay in the total, once each
+    assert json.loads((tmp_path / DEPARTED).read_text())["folded"] == ["101-aa.json", "102-bb.json"]
+    seen = samples(SharedMetrics(worker(2, 0.02), tmp_path).render())
+    assert seen['agentscript_turns_total{agent="A",outcome="ok"}'] == 6
+
+
+def test_an_unreadable_snapshot_is_left_out_with_a_line_and_the_scrape_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "101-aa.json").write_text('{"format": "other"}')
+    seen = samples(SharedMetrics(worker(2, 0.02), tmp_path).render())
+    assert seen['agentscript_turns_total{agent="A",outcome="ok"}'] == 2
+    assert "101-aa.json cannot be read, left out" in caplog.text
+
+
+def test_a_turn_writes_no_file_and_a_scrape_and_the_shutdown_write_the_workers_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sharedmetrics, "WRITE_EVERY", 3600.0)  # no background write here
+
+    async def main() -> None:
+        agents = load_agents([NOTES])
+        served = serve_agents(agents, {a.name: StandInModel() for a in agents})
+        app = create_app(
+            served,
+            store_from_url("memory://"),
+            keys=ApiKeys.of(),
+            purge_every=None,
+            metrics_dir=str(tmp_path),
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+        ):
+            made = await client.post("/v1/agents/Notes/sessions", json={})
+            sid = made.json()["session_id"]
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
+            assert sent.status_code == 200
+            assert list(tmp_path.iterdir()) == []  # the turn wrote nothing
+            assert (await client.get("/metrics")).status_code == 200
+            (written,) = tmp_path.iterdir()
+            figures = Metrics.from_json(json.loads(written.read_text()))
+            assert figures.turns[("Notes", "ok")] == 1
+            await client.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+        # the shutdown wrote the last turn's figures
+        figures = Metrics.from_json(json.loads(written.read_text()))
+        assert figures.turns[("Notes", "ok")] == 2
+
+    asyncio.run(main())
+
+
+def test_the_supervisors_directory_is_private_and_removed(tmp_path: Path) -> None:
+    created = MetricsDir.create()
+    try:
+        assert created.path.stat().st_mode & 0o777 == 0o700
+    finally:
+        created.remove()
+    assert not created.path.exists()
