@@ -285,9 +285,10 @@ def served_app(tmp_path: Path, exporter: InMemorySpanExporter) -> Any:
     return create_app(served, store, keys=ApiKeys.of(), purge_every=None)
 
 
-def test_a_served_turns_span_carries_its_request_id(
-    tmp_path: Path, exporter: InMemorySpanExporter
+def send_served(
+    tmp_path: Path, exporter: InMemorySpanExporter, headers: list[dict[str, str]]
 ) -> None:
+    """One session of the served app, and a message with each of ``headers``, in order."""
     app = served_app(tmp_path, exporter)
 
     async def scenario() -> None:
@@ -298,20 +299,23 @@ def test_a_served_turns_span_carries_its_request_id(
         ):
             created = await client.post("/v1/agents/spans/sessions", json={})
             sid = created.json()["session_id"]
-            plain = await client.post(
-                f"/v1/sessions/{sid}/messages",
-                json={"text": "hello"},
-                headers={"X-Request-ID": "req-plain-1"},
-            )
-            assert plain.status_code == 200, plain.text
-            streamed = await client.post(
-                f"/v1/sessions/{sid}/messages",
-                json={"text": "again"},
-                headers={"X-Request-ID": "req-stream-2", "Accept": "text/event-stream"},
-            )
-            assert streamed.status_code == 200, streamed.text
+            for n, sent_with in enumerate(headers):
+                sent = await client.post(
+                    f"/v1/sessions/{sid}/messages", json={"text": f"m{n}"}, headers=sent_with
+                )
+                assert sent.status_code == 200, sent.text
 
     asyncio.run(scenario())
+
+
+STREAM = {"Accept": "text/event-stream"}
+
+
+def test_a_served_turns_span_carries_its_request_id(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    plain, streamed = {"X-Request-ID": "req-plain-1"}, {"X-Request-ID": "req-stream-2", **STREAM}
+    send_served(tmp_path, exporter, [plain, streamed])
     ids = [(s.attributes or {}).get("agentscript.request_id") for s in named(exporter, "invoke")]
     assert ids == ["req-plain-1", "req-stream-2"]
 
@@ -323,31 +327,9 @@ CALLER_SPAN = "00f067aa0ba902b7"
 def test_a_served_turn_continues_the_callers_trace_and_a_bad_traceparent_starts_its_own(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    app = served_app(tmp_path, exporter)
-    parents = [
-        f"00-{CALLER_TRACE}-{CALLER_SPAN}-01",  # the caller's span, sampled
-        "00-not-a-trace-01",  # malformed: ignored
-        None,
-    ]
-
-    async def scenario() -> None:
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
-        ):
-            created = await client.post("/v1/agents/spans/sessions", json={})
-            sid = created.json()["session_id"]
-            for n, parent in enumerate(parents):
-                headers = {"traceparent": parent} if parent else {}
-                if n == 1:
-                    headers["Accept"] = "text/event-stream"  # a streamed turn's task too
-                sent = await client.post(
-                    f"/v1/sessions/{sid}/messages", json={"text": f"m{n}"}, headers=headers
-                )
-                assert sent.status_code == 200, sent.text
-
-    asyncio.run(scenario())
+    caller = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}  # the caller's span, sampled
+    malformed = {"traceparent": "00-not-a-trace-01", **STREAM}  # ignored; a streamed turn's task
+    send_served(tmp_path, exporter, [caller, malformed, {}])
     roots = named(exporter, "invoke")
     assert len(roots) == 3
     first, bad, none = roots
