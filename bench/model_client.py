@@ -280,20 +280,11 @@ def main() -> None:
     args = parser.parse_args()
     port, stream_port = free_port(), free_port()
     servers = [
-        start([sys.executable, "-m", "agentscript.server.standin", "--port", str(port)], port),
-        start(
-            [
-                sys.executable,
-                "-c",
-                PIECE_SERVER,
-                str(stream_port),
-                str(args.pieces),
-                str(args.gap),
-            ],
-            stream_port,
-        ),
+        start([sys.executable, "-m", "agentscript.server.standin", "--port", str(port)], port)
     ]
     try:
+        command = [sys.executable, "-c", PIECE_SERVER, str(stream_port), str(args.pieces)]
+        servers.append(start([*command, str(args.gap)], stream_port))
 
         async def run() -> None:
             print(f"# bench/model_client.py — {machine()}")

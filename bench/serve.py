@@ -371,8 +371,13 @@ async def one_turn(poster: TurnPoster, sid: str) -> tuple[float, bool]:
         FAILURES["connection"] += 1
         return time.perf_counter() - start, False
     elapsed = time.perf_counter() - start
-    data = turn_json(body) if status == 200 and poster.accept != "application/json" else None
-    data = data if data is not None else json.loads(body)
+    if status == 200 and poster.accept != "application/json":
+        data = turn_json(body)
+        if data is None:  # a stream cut before its turn or error event
+            FAILURES["stream cut"] += 1
+            return elapsed, False
+    else:
+        data = json.loads(body)
     ok = status == 200 and data.get("error") is None
     if not ok:
         FAILURES[str(data.get("error", {}).get("code") if status != 200 else data["error"])] += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import agentscript
 from agentscript.actions import StubBook
 from agentscript.models.scripted import Move, ScriptedModel
-from agentscript.redaction import shown_target
+from agentscript.redaction import shown_target, shown_url
 
 SECRET = "sk-live-QUERYSECRET"
 TARGET = f"https://bot:hunter22@api.example.com/orders/find?api_key={SECRET}#t={SECRET}"
@@ -51,6 +51,14 @@ def test_shown_target_drops_a_urls_credentials_and_keeps_other_targets_as_writte
     ):
         assert shown_target(target) == target
     assert shown_target("https://[::1/x?key=" + SECRET) == "https://(unreadable)"
+
+
+def test_a_password_with_a_raw_hash_question_mark_or_slash_is_not_shown() -> None:
+    # A URL parser ends the host at the first of them: the credential was kept as host or path.
+    for password in ("se#cret", "se?cret", "p/ss"):
+        url = f"https://user:{password}@api.example.com/orders"
+        assert shown_target(url) == "https://api.example.com/orders"
+        assert shown_url(url) == "https://api.example.com/orders"
 
 
 def _send(tmp_path: Path, stubs: StubBook | None) -> agentscript.Reply:

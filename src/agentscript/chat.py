@@ -26,6 +26,7 @@ from agentscript.actions.registry import StubBook
 from agentscript.commands import SHOW_CHOICES, ExitCode
 from agentscript.conversation import ConversationError, load_conversation
 from agentscript.engine.session import AgentBase, Reply, Session
+from agentscript.engine.speech import SEPARATOR
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse, TextSink
 from agentscript.models.config import (
     ModelConfig,
@@ -358,7 +359,7 @@ class Chat:
         if not self._answering:
             return  # the framework's own message: show_reply prints it after the turn
         first, self._answer_fed = not self._answer_fed, True
-        if first and fed_before:
+        if first and fed_before and chunk == SEPARATOR:
             return  # the separator the session gives, as its own piece, before this answer
         if not self._segment_open:
             self._segment_open = True

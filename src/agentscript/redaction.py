@@ -65,10 +65,21 @@ def shown_url(url: str, unreadable: str = "(a URL)") -> str:
     """``url`` without its user, password, query string and fragment; ``unreadable`` when it
     does not parse (an unclosed ``[`` host), since no part of it can be told safe."""
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(_without_userinfo(url))
     except ValueError:
         return unreadable
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` without anything up to its last ``@``: a password written with a raw ``/``,
+    ``?`` or ``#`` (``https://u:p/ss@host``) ends the host part early for a URL parser, which
+    then keeps the credential in the path or the host. Dropping more than the user and
+    password (an ``@`` in a path) only hides more."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
 def shown_target(target: str) -> str:
@@ -81,6 +92,6 @@ def shown_target(target: str) -> str:
         parts = urlsplit(target)
     except ValueError:
         return f"{target.partition('://')[0]}://(unreadable)"
-    if not (parts.query or parts.fragment or "@" in parts.netloc):
+    if not (parts.query or parts.fragment or "@" in target):
         return target
-    return shown_url(target)
+    return shown_url(target, f"{parts.scheme}://(unreadable)")

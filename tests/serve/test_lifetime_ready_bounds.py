@@ -74,6 +74,7 @@ def test_a_ttl_turned_on_later_expires_the_sessions_written_without_one(api_stor
     )
 
     async def with_ttl(client: httpx.AsyncClient) -> None:
+        await client._transport.app.state.expiry_backfill  # type: ignore[attr-defined]
         assert error_of(await client.get(f"/v1/sessions/{idle}")) == (404, "session_not_found")
         kept = await client.get(f"/v1/sessions/{recent}")
         assert kept.status_code == 200, kept.text

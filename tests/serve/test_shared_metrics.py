@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2 as httpx
@@ -116,6 +118,27 @@ def test_an_unreadable_snapshot_is_left_out_with_a_line_and_the_scrape_answers(
     seen = samples(SharedMetrics(worker(2, 0.02), tmp_path).render())
     assert seen['agentscript_turns_total{agent="A",outcome="ok"}'] == 2
     assert "101-aa.json cannot be read, left out" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda path: path.write_text('{"format": '),  # cut short
+        lambda path: path.write_text('{"folded": 3}'),
+        lambda path: path.mkdir(),  # read_text: an OSError
+    ],
+    ids=["cut-short", "folded-not-a-list", "unreadable"],
+)
+def test_a_damaged_departed_total_is_left_out_with_a_line_and_the_scrape_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: Callable[[Path], object]
+) -> None:
+    snapshot(tmp_path, "101-aa.json", worker(3, 0.02))
+    damage(tmp_path / DEPARTED)
+    with caplog.at_level(logging.ERROR, logger="agentscript.server"):
+        seen = samples(SharedMetrics(worker(2, 0.02), tmp_path).render())
+    assert seen['agentscript_turns_total{agent="A",outcome="ok"}'] == 5  # the live figures
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert f"{DEPARTED} cannot be read, left out" in line
 
 
 def test_a_turn_writes_no_file_and_a_scrape_and_the_shutdown_write_the_workers_snapshot(

@@ -57,13 +57,14 @@ def test_a_client_gone_mid_stream_leaves_the_turn_to_commit_once(
     assert "(client gone)" in log.read_text()
 
 
-def cut_at_the_grace(turn_done: bool) -> tuple[list[bytes], bool]:
+def cut_at_the_grace(turn_done: bool) -> tuple[list[bytes], bool, bool]:
     """A stream whose writing is stuck (a reader that stopped reading: uvicorn's send waits
     for the socket to drain) when uvicorn cancels its request at the end of the shutdown
-    grace: what it tried to write after the cut, and whether it ended on its own."""
+    grace: what it tried to write after the cut, whether it ended on its own, and whether the
+    turn was cut."""
     from agentscript.server.streaming import EventStream
 
-    async def main() -> tuple[list[bytes], bool]:
+    async def main() -> tuple[list[bytes], bool, bool]:
         events: asyncio.Queue[str | None] = asyncio.Queue()
         events.put_nowait("event: step\ndata: {}\n\n")
         turn = asyncio.get_running_loop().create_future()
@@ -91,7 +92,7 @@ def cut_at_the_grace(turn_done: bool) -> tuple[list[bytes], bool]:
         done, _ = await asyncio.wait({request}, timeout=5)
         if request in done:
             request.result()  # no exception escapes: uvicorn would log a traceback
-        return written[1:], request in done
+        return [body for body in written[1:] if body], request in done, turn.cancelled()
 
     return asyncio.run(main())
 
@@ -100,12 +101,17 @@ def test_a_stream_stuck_behind_its_reader_at_the_grace_ends_without_claiming_its
     None
 ):
     # The turn ended (committed or not): its own last event, queued, tells; nothing else.
-    after_cut, ended = cut_at_the_grace(turn_done=True)
-    assert ended and after_cut == []
+    after_cut, ended, cut = cut_at_the_grace(turn_done=True)
+    assert ended and after_cut == [] and not cut
 
 
-def test_a_stream_cut_at_the_grace_with_its_turn_running_says_so_once_without_waiting() -> None:
-    after_cut, ended = cut_at_the_grace(turn_done=False)
+def test_a_stream_cut_at_the_grace_with_its_turn_running_cuts_it_and_says_so_without_waiting() -> (
+    None
+):
+    after_cut, ended, cut = cut_at_the_grace(turn_done=False)
+    # Cut here, not at the service's shutdown a moment later, where it could still commit
+    # after its client was told it did not.
+    assert cut
     assert ended  # the write of the last event is bounded: a stuck reader holds no stop
     assert len(after_cut) == 1 and b"event: error" in after_cut[0]
     assert b'"code":"shutting_down"' in after_cut[0]

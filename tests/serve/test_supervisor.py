@@ -6,15 +6,20 @@ real servers through the same stops)."""
 from __future__ import annotations
 
 import itertools
+import os
 import signal
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import uvicorn
 
 from agentscript.server import supervisor
 from agentscript.server.runner import STOPPED_AT_ONCE, ShutdownClock
+from agentscript.server.sharedmetrics import METRICS_DIR_ENV
 from agentscript.server.supervisor import (
     QUICK_DEATHS,
     STOP_AT_ONCE,
@@ -159,3 +164,31 @@ def test_a_worker_whose_supervisor_died_before_it_looked_stops() -> None:
     )
     assert done.returncode == 0 and done.stdout.strip() == "stopping", done
     assert f"supervisor (pid {dead_pid}) is gone" in done.stderr
+
+
+@pytest.mark.parametrize("set_before", [None, "/elsewhere"])
+def test_a_run_that_fails_to_start_leaves_no_metrics_directory_and_restores_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, set_before: str | None
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    if set_before is None:
+        monkeypatch.delenv(METRICS_DIR_ENV, raising=False)
+    else:
+        monkeypatch.setenv(METRICS_DIR_ENV, set_before)
+    chief = Supervisor(uvicorn.Config(lambda *_: None), 1)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            chief.run([])
+        except BaseException as exc:  # handed to the test's thread
+            raised.append(exc)
+
+    # signal.signal raises ValueError outside the main thread.
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert [type(exc) for exc in raised] == [ValueError]
+    assert list(tmp_path.glob("agentscript-metrics-*")) == []
+    assert os.environ.get(METRICS_DIR_ENV) == set_before
+    assert chief.workers == []

@@ -30,6 +30,7 @@ import time as _time
 
 while _os.path.exists(_os.environ["START_HANG_FILE"]):
     _time.sleep(0.05)
+open(_os.environ["START_HANG_FILE"] + "." + str(_os.getpid()), "w").close()  # imported
 """
 
 
@@ -57,6 +58,12 @@ def test_a_worker_whose_start_hangs_is_killed_and_replaced(tmp_path: Path) -> No
     try:
         server.wait_ready()
         first = workers_of(server.proc.pid)
+        # Both have imported the agent's tools (one being ready is not both): only the
+        # replacement started below meets the hang.
+        deadline = time.monotonic() + 30
+        while not all(Path(f"{hang}.{pid}").exists() for pid in first):
+            assert time.monotonic() < deadline, "the first workers never imported the tools"
+            time.sleep(0.05)
         hang.touch()
         subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(first[0])], check=True)
         # Its replacement hangs in the import: killed, with one line, and another started.

@@ -380,7 +380,8 @@ def _bounded(value: Any, most: int) -> Any:
 
 def _cut(text: str, most: int) -> str:
     """``text``, or its start and a marker saying how much was cut, ``most`` characters in all
-    (a collector shows a cut value as is: without the marker it would pass for the whole)."""
+    (a collector shows a cut value as is: without the marker it would pass for the whole);
+    under about 32, the marker alone, which is longer."""
     if len(text) <= most:
         return text
     # The marker with ``most`` in it is at least as long as the final one.

@@ -276,9 +276,6 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ShutdownClock.reset()  # a shutdown of an earlier server in this process is not ours
         await store.open()
-        if config.session_ttl:
-            # Sessions written while no TTL was set expire from their last update too.
-            await store.backfill_expiry(config.session_ttl)
         ready["store"] = True
         # The model SDKs (the OpenAI one takes ~0.5 s of CPU to import) load once the server
         # listens; /readyz says "not ready" until they are in. (In the loop's thread: in
@@ -298,7 +295,29 @@ def create_app(
             warm.add_done_callback(lambda done: done.cancelled() or done.exception())
         elif freeze_heap:
             freeze_startup_heap()
+
+        async def backfill_expiry(ttl: float) -> None:
+            """Give the sessions written while no TTL was set an expiry from their last update
+            (``Store.backfill_expiry``), in the background: on a large store it can outlast the
+            supervisor's start timeout, so the worker is ready without it. A session it has not
+            reached yet does not expire until it does; one it never reaches (an error, a
+            shutdown first) waits for the next start."""
+            try:
+                await store.backfill_expiry(ttl)
+            except Exception as exc:  # a line, not a failed start: serving needs no backfill
+                log.error(
+                    "expiry backfill stopped, the sessions not reached get one at the next "
+                    "start: %s",
+                    exc,
+                )
+
         tasks = []
+        backfill = None
+        if config.session_ttl:
+            backfill = asyncio.create_task(backfill_expiry(config.session_ttl))
+            tasks.append(backfill)
+        # Awaited by whoever must know every session has its expiry (a test, an embedding app).
+        _app.state.expiry_backfill = backfill
         if purge_every and config.session_ttl:
             from agentscript.server.service import purge_loop
 

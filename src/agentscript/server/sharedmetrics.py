@@ -80,6 +80,22 @@ def read_figures(path: Path) -> Metrics | None:
         return None
 
 
+def read_departed(path: Path) -> tuple[Metrics, list[str]] | None:
+    """The departed total in ``path`` and the snapshots it folded; None when there is none yet
+    or it cannot be read: a line then, and the scrape answers without it (as for a snapshot)."""
+    try:
+        data = read_json(path)
+        if data is None:
+            return None
+        folded = data.get("folded", [])
+        if not isinstance(folded, list) or not all(isinstance(name, str) for name in folded):
+            raise ValueError("folded: not a list of names")
+        return Metrics.from_json(data), folded
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("metrics: %s cannot be read, left out: %s", path.name, exc)
+        return None
+
+
 class MetricsDir:
     """The supervisor's side: the directory, and the total of the workers that ended."""
 
@@ -153,10 +169,11 @@ class SharedMetrics:
             figures = read_figures(path)
             if figures is not None:
                 others[path.name] = figures
-        departed = read_json(self.directory / DEPARTED)
+        departed = read_departed(self.directory / DEPARTED)
         if departed is not None:
-            total.add(Metrics.from_json(departed), gauges=False)
-            for name in departed.get("folded", ()):
+            figures, folded = departed
+            total.add(figures, gauges=False)
+            for name in folded:
                 others.pop(name, None)
         for figures in others.values():
             total.add(figures)

@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentscript.server import sse
 from agentscript.server.errors import CUT_AT_SHUTDOWN, log_failure, status_of
-from agentscript.server.service import SessionService, TurnHooks, mounted
+from agentscript.server.service import GIVE_BACK_WAIT, SessionService, TurnHooks, mounted
 
 # Seconds the last event of a stream cut at shutdown may take to go out.
 LAST_WRITE = 0.2
@@ -70,8 +70,15 @@ async def stream_turn(
     service.background.add(task)
     task.add_done_callback(service.background.discard)
     waiter = asyncio.create_task(started.wait())
-    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # Cut at the end of the shutdown grace while waiting for the session: its client is
+        # told nothing was committed (CountRequests), so the turn must not go on to commit.
+        task.cancel()
+        raise
+    finally:
+        waiter.cancel()
     if task.done() and not started.is_set():
         task.result()  # raises the error, mapped to its status
 
@@ -89,12 +96,13 @@ class EventStream(StreamingResponse):
     (uvicorn's), a tenth of a streamed turn's extra CPU (docs/performance.md). A server that
     tells of a gone client by raising (ASGI 2.4) ends the writing alike.
 
-    uvicorn cancels a request still running at the end of the shutdown grace: a reader that
-    fell behind, or a turn that still runs (then cut by the service too, nothing of it
-    committed). The client of the second is told so in a last ``error`` event; the first's
-    turn ended, committed or not, and its own last event, queued, is the truth, so nothing
-    else is said. That event is written only if it goes at once: a reader behind by megabytes
-    takes nothing more, and waiting for it would hold the server's stop."""
+    uvicorn cancels a request still running at the end of the shutdown grace: a turn that
+    still runs, or a reader that fell behind. The first is cut then and there, and its client
+    told so in a last ``error`` event; the second's turn ended, committed or not, and its own
+    last event, queued, is the truth, so nothing else is said. What is left is written only
+    if it goes at once (:data:`LAST_WRITE`): a reader behind by megabytes takes nothing more,
+    and waiting for it would hold the server's stop; uvicorn then logs that the response did
+    not complete."""
 
     def __init__(self, events: asyncio.Queue[str | None], turn: asyncio.Task[None]) -> None:
         self.events = events
@@ -127,13 +135,31 @@ class EventStream(StreamingResponse):
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()  # handled: the stream ends here
-            if not self.turn.done():
-                last = sse.error_event(503, "shutting_down", CUT_AT_SHUTDOWN)
-                with contextlib.suppress(TimeoutError, OSError):
-                    async with asyncio.timeout(LAST_WRITE):
-                        await send({"type": "http.response.body", "body": last.encode()})
+            await self._cut(send)
         finally:
             gone.cancel()
+
+    async def _cut(self, send: Send) -> None:
+        """End a stream cut at the end of the shutdown grace. A turn still running is cut here,
+        not a moment later at the service's shutdown, where it could commit meanwhile after its
+        client had been told otherwise; then what its events still hold, and the cut's ``error``
+        event when it was cut before it ended, go out in one bounded write."""
+        if not self.turn.done():
+            self.turn.cancel()
+            await asyncio.wait({self.turn}, timeout=GIVE_BACK_WAIT)
+        rest = []
+        while not self.events.empty():
+            rest.append(self.events.get_nowait())
+        text = "".join(item for item in rest if item is not None)
+        if self.turn.cancelled():
+            text += sse.error_event(503, "shutting_down", CUT_AT_SHUTDOWN)
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(LAST_WRITE):
+                if text:
+                    await send(
+                        {"type": "http.response.body", "body": text.encode(), "more_body": True}
+                    )
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -158,12 +158,17 @@ class Supervisor:
         """Serve on ``sockets`` (bound, and closed here); 0 after a graceful stop,
         :data:`STOPPED_AT_ONCE` after a stop at once, :data:`FAILED` when a worker could not
         start."""
-        shared = self.metrics = MetricsDir.create()
-        # The workers are spawned with this process's environment.
         was = os.environ.get(METRICS_DIR_ENV)
-        os.environ[METRICS_DIR_ENV] = str(shared.path)
-        before = {sig: signal.signal(sig, self.on_signal) for sig in HANDLED}
+        shared: MetricsDir | None = None
+        before: dict[signal.Signals, Callable[[int, FrameType | None], object] | int | None] = {}
+        # All inside the try: signal.signal raises outside the main thread, and the directory
+        # and the variable must not outlive this call then either.
         try:
+            shared = self.metrics = MetricsDir.create()
+            # The workers are spawned with this process's environment.
+            os.environ[METRICS_DIR_ENV] = str(shared.path)
+            for sig in HANDLED:
+                before[sig] = signal.signal(sig, self.on_signal)
             for _ in range(self.count):
                 self.workers.append(self._start(sockets))
                 self.born.append(time.monotonic())
@@ -183,7 +188,8 @@ class Supervisor:
                 sock.close()
             for pings in self.pings.values():
                 pings.close()
-            shared.remove()
+            if shared is not None:
+                shared.remove()
             if was is None:
                 os.environ.pop(METRICS_DIR_ENV, None)
             else:

@@ -199,5 +199,5 @@ class Store(Protocol):
     async def backfill_expiry(self, ttl: float) -> int:
         """Give every session without an expiry (written while no TTL was set) the one its
         last update would have given it under ``ttl`` seconds, so that a TTL set later expires
-        them too; how many were given one. The server calls it at start-up when a TTL is set.
+        them too; how many were given one. The server starts it in the background once it is ready, when a TTL is set.
         The SQL stores go in batches, each its own transaction."""
