@@ -8,6 +8,9 @@ import asyncio
 import json
 import logging
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -185,3 +188,29 @@ def test_the_supervisors_directory_is_private_and_removed(tmp_path: Path) -> Non
     finally:
         created.remove()
     assert not created.path.exists()
+
+
+def test_a_new_supervisor_removes_the_directories_of_supervisors_that_died(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sharedmetrics.tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead = tmp_path / f"agentscript-metrics-{gone.stdout.strip()}-abc123"
+    dead.mkdir()
+    (dead / "1-x.json").write_text("{}")
+    alive = tmp_path / f"agentscript-metrics-{os.getpid()}-def456"  # a running server's
+    alive.mkdir()
+    other = tmp_path / "agentscript-metrics-notapid-x"
+    other.mkdir()
+    created = MetricsDir.create()
+    try:
+        assert created.path.parent == tmp_path
+        assert created.path.name.startswith(f"agentscript-metrics-{os.getpid()}-")
+        assert not dead.exists() and alive.exists() and other.exists()
+    finally:
+        created.remove()

@@ -15,7 +15,9 @@ the departed total in one rename, which lists the files it folded (a reader that
 the file skips it). Gauges are summed over the live workers; a departed worker's are dropped.
 
 What a worker killed outright (``SIGKILL``) counted since its last snapshot, at most
-:data:`WRITE_EVERY` seconds of it, is lost. One worker (the default) has no directory.
+:data:`WRITE_EVERY` seconds of it, is lost. A supervisor killed outright leaves its directory;
+the next one to start removes it (:func:`remove_orphans`). One worker (the default) has no
+directory.
 """
 
 from __future__ import annotations
@@ -96,6 +98,32 @@ def read_departed(path: Path) -> tuple[Metrics, list[str]] | None:
         return None
 
 
+# The name of a supervisor's directory: the prefix, its pid, a dash and mkdtemp's letters.
+PREFIX = "agentscript-metrics-"
+
+
+def remove_orphans(parent: Path) -> None:
+    """Remove the directories in ``parent`` of supervisors no longer running: this user's,
+    named after a pid that is gone."""
+    for path in parent.glob(f"{PREFIX}*-*"):
+        pid = path.name.removeprefix(PREFIX).partition("-")[0]
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink() and path.stat().st_uid == os.getuid():
+                shutil.rmtree(path)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class MetricsDir:
     """The supervisor's side: the directory, and the total of the workers that ended."""
 
@@ -106,8 +134,11 @@ class MetricsDir:
 
     @classmethod
     def create(cls) -> MetricsDir:
+        """A new directory, named after this process; the directories of supervisors that died
+        without removing theirs (killed outright) are removed first, so they do not pile up."""
+        remove_orphans(Path(tempfile.gettempdir()))
         # mkdtemp makes it 0700: the figures name agents and are this server's alone.
-        return cls(Path(tempfile.mkdtemp(prefix="agentscript-metrics-")))
+        return cls(Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")))
 
     def fold(self, pid: int) -> None:
         """The worker ``pid`` ended: its counters and histograms join the departed total, its
