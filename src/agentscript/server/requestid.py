@@ -61,7 +61,8 @@ def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
     """The request's own id if it sent a well-formed one (the first), else a new one."""
     for name, value in headers:
         if name == HEADER:
-            if WELL_FORMED.fullmatch(value):
+            # "-" stands for no request in a log line (and in request_id()): never one's id.
+            if WELL_FORMED.fullmatch(value) and value != b"-":
                 return value.decode("ascii")
             break
     return uuid.uuid4().hex
