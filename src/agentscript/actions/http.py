@@ -24,8 +24,7 @@ from typing import Any
 from agentscript.actions.outbound import FetchError, fetch, redirect_note
 from agentscript.actions.registry import ActionError, ActionRequest
 from agentscript.limits import MAX_HTTP_RESPONSE_BYTES
-from agentscript.models.retry import shown_url
-from agentscript.redaction import secret_forms, without_secrets
+from agentscript.redaction import secret_forms, shown_url, without_secrets
 
 MAX_RESPONSE_BYTES = MAX_HTTP_RESPONSE_BYTES
 

@@ -37,7 +37,7 @@ from agentscript.errors import LimitReached, TurnError, UnansweredToolCall
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import Limits
 from agentscript.models.base import Message, ToolCall
-from agentscript.models.retry import shown_url
+from agentscript.redaction import shown_url
 from agentscript.trace import TurnTrace
 from agentscript.trace_steps import ResponseKind, error_step, response_step
 
@@ -238,7 +238,7 @@ def ran_then_failed(answer: dict[str, Any], error: Exception) -> dict[str, Any]:
 def internal_error(exc: Exception) -> TurnError:
     """``exc`` (not a TurnError: a bug, a model, sink or observer raising something else) as
     the TurnError that fails the turn. Its text names the exception's type; a URL in it loses
-    its user, password and query string, where credentials travel (``models.retry.shown_url``)."""
+    its user, password and query string, where credentials travel (``redaction.shown_url``)."""
     detail = _URL.sub(lambda match: shown_url(match.group(0)), str(exc))
     if len(detail) > MAX_INTERNAL_ERROR_CHARS:
         detail = detail[:MAX_INTERNAL_ERROR_CHARS] + "..."

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.models.config import find_config
-from agentscript.models.retry import shown_url
+from agentscript.redaction import shown_url
 
 DEFAULT_CALL_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 20.0

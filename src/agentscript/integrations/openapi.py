@@ -48,9 +48,8 @@ from agentscript.actions.outbound import (
 )
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, expand_env
-from agentscript.models.retry import shown_url
 from agentscript.reading import load_yaml
-from agentscript.redaction import secret_forms, without_secrets
+from agentscript.redaction import secret_forms, shown_url, without_secrets
 
 MAX_RESPONSE_BYTES = 5_000_000
 MAX_REF_DEPTH = 32

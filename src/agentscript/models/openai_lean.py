@@ -30,8 +30,8 @@ from agentscript.models.retry import (
     parse_retry_after,
     redact,
     server_message,
-    shown_url,
 )
+from agentscript.redaction import shown_url
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_HEAD = 64 * 1024  # status line and headers
@@ -241,7 +241,9 @@ class LeanClient:
     def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ModelError(f"base URL {shown_url(base_url)!r} is not an http:// or https:// URL")
+            raise ModelError(
+                f"base URL {shown_url(base_url, '(the base URL)')!r} is not an http:// or https:// URL"
+            )
         self.host = parts.hostname
         self.tls = parts.scheme == "https"
         self.port = parts.port or (443 if self.tls else 80)

@@ -126,14 +126,6 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
     return without_secrets(text, {s for s in secrets if s and len(s) >= MIN_SECRET_CHARS})
 
 
-def shown_url(url: str) -> str:
-    """``url`` as an error may show it: without the user, password and query string, where a
-    base URL can carry credentials (an error reaches a server's clients)."""
-    from agentscript.redaction import shown_url as without_credentials
-
-    return without_credentials(url, unreadable="(the base URL)")
-
-
 def server_message(body: object, fallback: str = "") -> str:
     """The human part of an error body, in either the OpenAI or the Anthropic shape.
 

@@ -30,8 +30,8 @@ from agentscript.models.retry import (
     parse_retry_after,
     redact,
     server_message,
-    shown_url,
 )
+from agentscript.redaction import shown_url
 
 # Local servers ignore the key, but the SDKs (and some servers) insist that one is sent.
 PLACEHOLDER_API_KEY = "agentscript-no-key"
@@ -270,13 +270,15 @@ class SdkModel(ABC):
         self._closer: AsyncIterator[None] | None = None
 
     def __repr__(self) -> str:
-        where = f", base_url={shown_url(self.base_url)!r}" if self.base_url else ""
+        where = (
+            f", base_url={shown_url(self.base_url, '(the base URL)')!r}" if self.base_url else ""
+        )
         return f"{type(self).__name__}({self.model!r}{where})"
 
     @property
     def _where(self) -> str:
         """The server, as errors name it (no credentials a base URL may carry)."""
-        return shown_url(self.base_url) if self.base_url else self.default_host
+        return shown_url(self.base_url, "(the base URL)") if self.base_url else self.default_host
 
     def _missing_sdk(self) -> ModelError:
         return ModelError(

@@ -116,13 +116,16 @@ class EventStream(StreamingResponse):
     async def _chunks(self) -> AsyncIterator[str]:
         ended = False
         while not ended:
-            ready = [await self.events.get()]
-            while not self.events.empty():
-                ready.append(self.events.get_nowait())
-            ended = None in ready
-            text = "".join(item for item in ready if item is not None)
+            text, ended = self._ready([await self.events.get()])
             if text:
                 yield text
+
+    def _ready(self, taken: list[str | None]) -> tuple[str, bool]:
+        """``taken`` and every event queued after it, as one text; whether the end was among
+        them."""
+        while not self.events.empty():
+            taken.append(self.events.get_nowait())
+        return "".join(item for item in taken if item is not None), None in taken
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.ensure_future(_disconnected(receive))
@@ -147,10 +150,7 @@ class EventStream(StreamingResponse):
         if not self.turn.done():
             self.turn.cancel()
             await asyncio.wait({self.turn}, timeout=GIVE_BACK_WAIT)
-        rest = []
-        while not self.events.empty():
-            rest.append(self.events.get_nowait())
-        text = "".join(item for item in rest if item is not None)
+        text, _ended = self._ready([])
         if self.turn.cancelled():
             text += sse.error_event(503, "shutting_down", CUT_AT_SHUTDOWN)
         with contextlib.suppress(TimeoutError, OSError):
