@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from agentscript.server import sharedmetrics
 from agentscript.server.agents import load_agents, serve_agents
 from agentscript.server.app import create_app
 from agentscript.server.auth import ApiKeys
-from agentscript.server.metrics import BUCKETS, Metrics
+from agentscript.server.metrics import BUCKETS, COUNTERS, HISTOGRAMS, Metrics
 from agentscript.server.sharedmetrics import DEPARTED, MetricsDir, SharedMetrics
 from agentscript.server.standin import StandInModel
 from agentscript.store import store_from_url
@@ -70,6 +71,30 @@ def test_counters_and_gauges_of_every_worker_are_summed_from_their_snapshots(
     assert seen["agentscript_active_sessions"] == 9
     # its own figures are read live, never from its own snapshot (written by the scrape)
     assert (tmp_path / mine.name).exists()
+
+
+def test_every_counter_and_histogram_goes_through_a_snapshot_whole() -> None:
+    figures = worker(2, 0.02)
+    figures.tokens[("A", "output")] += 7
+    figures.action_errors["A"] += 1
+    figures.refusals["A"] += 2
+    figures.session_loads["restored"] += 3
+    # the table names every counter and histogram Metrics has, so none is left out of a sum
+    counters = {k for k, v in vars(figures).items() if isinstance(v, Counter)}
+    assert counters == {name for name, _ in COUNTERS}
+    histograms = {
+        k for k, v in vars(figures).items() if isinstance(v, dict) and k.endswith("_time")
+    }
+    assert histograms == set(HISTOGRAMS)
+    back = Metrics.from_json(json.loads(json.dumps(figures.to_json())))
+    for name, _ in COUNTERS:
+        assert getattr(back, name) == getattr(figures, name), name
+        assert getattr(back, name), name  # each was set above, so the test compares something
+    assert back.render() == figures.render()
+    row = figures.to_json()
+    row["http"] = [["POST", 200]]  # a row without its count
+    with pytest.raises(ValueError, match="http row of 1 key parts, not 2"):
+        Metrics.from_json(row)
 
 
 def test_summed_histograms_stay_cumulative_with_inf_equal_to_count(tmp_path: Path) -> None:

@@ -16,10 +16,22 @@ from typing import Any
 from agentscript.trace_steps import Source, StepType
 
 # The tag of Metrics.to_json: a snapshot one worker writes and the others read.
-FORMAT = "agentscript-metrics/1"
+FORMAT = "agentscript-metrics/2"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A session counts as active for this long after its last turn.
 ACTIVE_WINDOW = 300.0
+# Every counter of Metrics with the types of its key's parts: add, to_json and from_json all
+# walk this table, so a counter added here is summed and written by each of them.
+COUNTERS: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("turns", (str, str)),  # (agent, outcome)
+    ("llm_calls", (str,)),  # agent
+    ("tokens", (str, str)),  # (agent, direction)
+    ("action_errors", (str,)),  # agent
+    ("refusals", (str,)),  # agent
+    ("http", (str, int)),  # (method, status)
+    ("session_loads", (str,)),  # how a turn got its session
+)
+HISTOGRAMS = ("turn_time", "model_time", "engine_time")  # each by agent
 # The methods counted by name in agentscript_http_requests_total; any other (a client can send
 # any token, and h11 passes it on) is counted as "other", so a client cannot add label values.
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
@@ -134,49 +146,31 @@ class Metrics:
     def add(self, other: Metrics, *, gauges: bool = True) -> None:
         """Add ``other``'s counters and histograms to these, and its gauges unless ``gauges`` is
         false (a worker that ended: what it counted stays counted, what it held is gone)."""
-        for mine, theirs in self._counters(other):
-            mine.update(theirs)
-        for table, more in (
-            (self.turn_time, other.turn_time),
-            (self.model_time, other.model_time),
-            (self.engine_time, other.engine_time),
-        ):
-            for agent, hist in more.items():
+        for name, _ in COUNTERS:
+            getattr(self, name).update(getattr(other, name))
+        for name in HISTOGRAMS:
+            table = getattr(self, name)
+            for agent, hist in getattr(other, name).items():
                 table.setdefault(agent, Histogram()).add(hist)
         if gauges:
             self.in_progress += other.in_progress
             self.kept_sessions += other.kept_sessions
             self.active_elsewhere += other.active_sessions()
 
-    def _counters(self, other: Metrics) -> list[tuple[Counter[Any], Counter[Any]]]:
-        return [
-            (self.turns, other.turns),
-            (self.llm_calls, other.llm_calls),
-            (self.tokens, other.tokens),
-            (self.action_errors, other.action_errors),
-            (self.refusals, other.refusals),
-            (self.http, other.http),
-            (self.session_loads, other.session_loads),
-        ]
-
     def to_json(self) -> dict[str, Any]:
-        """These figures as plain JSON (:data:`FORMAT`), the gauges as they read now."""
-        return {
-            "format": FORMAT,
-            "turns": [[agent, outcome, n] for (agent, outcome), n in self.turns.items()],
-            "llm_calls": dict(self.llm_calls),
-            "tokens": [[agent, direction, n] for (agent, direction), n in self.tokens.items()],
-            "action_errors": dict(self.action_errors),
-            "refusals": dict(self.refusals),
-            "http": [[method, status, n] for (method, status), n in self.http.items()],
-            "session_loads": dict(self.session_loads),
-            "turn_time": {a: h.to_json() for a, h in self.turn_time.items()},
-            "model_time": {a: h.to_json() for a, h in self.model_time.items()},
-            "engine_time": {a: h.to_json() for a, h in self.engine_time.items()},
-            "in_progress": self.in_progress,
-            "kept_sessions": self.kept_sessions,
-            "active_sessions": self.active_sessions(),
-        }
+        """These figures as plain JSON (:data:`FORMAT`), the gauges as they read now: each
+        counter a list of rows, its key's parts then its count."""
+        data: dict[str, Any] = {"format": FORMAT}
+        for name, shape in COUNTERS:
+            rows = getattr(self, name).items()
+            # A key of one part is kept bare in its counter, a key of several as a tuple.
+            data[name] = [[key, n] if len(shape) == 1 else [*key, n] for key, n in rows]
+        for name in HISTOGRAMS:
+            data[name] = {agent: hist.to_json() for agent, hist in getattr(self, name).items()}
+        data["in_progress"] = self.in_progress
+        data["kept_sessions"] = self.kept_sessions
+        data["active_sessions"] = self.active_sessions()
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Metrics:
@@ -184,18 +178,15 @@ class Metrics:
         if data.get("format") != FORMAT:
             raise ValueError(f"not {FORMAT} figures: {str(data.get('format'))[:40]!r}")
         got = cls()
-        got.turns.update({(str(a), str(o)): int(n) for a, o, n in data["turns"]})
-        got.llm_calls.update({str(a): int(n) for a, n in data["llm_calls"].items()})
-        got.tokens.update({(str(a), str(d)): int(n) for a, d, n in data["tokens"]})
-        got.action_errors.update({str(a): int(n) for a, n in data["action_errors"].items()})
-        got.refusals.update({str(a): int(n) for a, n in data["refusals"].items()})
-        got.http.update({(str(m), int(s)): int(n) for m, s, n in data["http"]})
-        got.session_loads.update({str(k): int(n) for k, n in data["session_loads"].items()})
-        for table, name in (
-            (got.turn_time, "turn_time"),
-            (got.model_time, "model_time"),
-            (got.engine_time, "engine_time"),
-        ):
+        for name, shape in COUNTERS:
+            counter = getattr(got, name)
+            for *key, n in data[name]:
+                if len(key) != len(shape):
+                    raise ValueError(f"a {name} row of {len(key)} key parts, not {len(shape)}")
+                parts = tuple(kind(part) for kind, part in zip(shape, key, strict=True))
+                counter[parts[0] if len(parts) == 1 else parts] += int(n)
+        for name in HISTOGRAMS:
+            table = getattr(got, name)
             table.update({str(a): Histogram.from_json(h) for a, h in data[name].items()})
         got.in_progress = int(data["in_progress"])
         got.kept_sessions = int(data["kept_sessions"])
