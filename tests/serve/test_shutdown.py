@@ -308,7 +308,7 @@ def test_a_second_ctrl_c_stops_at_once_cutting_the_turn_uncommitted_without_a_tr
             assert turn.answer is not None and turn.answer.status_code == 503
             assert turn.answer.json()["error"]["code"] == "shutting_down"
         else:
-            assert "1 turn(s) cut" in log
+            assert "1 turn(s) cut by a stop at once, none committed" in log
     finally:
         turn.close()
     turn.check_after_restart(0, "")  # nothing committed, the lease given back

@@ -332,7 +332,8 @@ def create_app(
                 task.cancel()
             cut = await service.finish_turns(config.shutdown_grace)
             if cut:
-                log.error("shutdown: %d turn(s) cut after the grace, none committed", cut)
+                when = "by a stop at once" if ShutdownClock.stopped_at_once() else "after the grace"
+                log.error("shutdown: %d turn(s) cut %s, none committed", cut, when)
             if shared is not None:
                 with contextlib.suppress(OSError):
                     shared.write()  # the last turns' figures, before the supervisor folds them

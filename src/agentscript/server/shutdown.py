@@ -35,6 +35,10 @@ class ShutdownClock:
         cls.began = float("-inf")
 
     @classmethod
+    def stopped_at_once(cls) -> bool:
+        return cls.began == float("-inf")
+
+    @classmethod
     def reset(cls) -> None:
         """Forget a shutdown: a server starting in this process (its app's start-up)."""
         cls.began = None
