@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 import httpx2 as httpx
 import pytest
 
+from agentscript.models.base import Message, Model, ModelError
+from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.server import metrics as metrics_module
 from agentscript.server.agents import load_agents, serve_agents
 from agentscript.server.app import create_app
@@ -70,11 +72,11 @@ TTL = 0.3  # --session-ttl, in seconds
 
 @asynccontextmanager
 async def served(
-    config: ServerConfig, purge_every: float | None = None
+    config: ServerConfig, purge_every: float | None = None, model: Model | None = None
 ) -> AsyncIterator[tuple[httpx.AsyncClient, SessionService]]:
     agents = load_agents([NOTES])
     app = create_app(
-        serve_agents(agents, {a.name: StandInModel() for a in agents}),
+        serve_agents(agents, {a.name: model or StandInModel() for a in agents}),
         store_from_url("memory://"),
         config=config,
         keys=ApiKeys.of(),
@@ -150,5 +152,27 @@ def test_the_purge_loop_drops_the_expired_kept_sessions() -> None:
                 if not len(service.live):
                     break
             assert len(service.live) == service.metrics.kept_sessions == 0
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------- model calls that fail
+
+
+def test_a_failed_model_call_is_counted_apart_from_the_answered_ones() -> None:
+    def answer(messages: list[Message], info: FunctionInfo) -> str:
+        if messages[-1].content == "fail":
+            raise ModelError("the provider is down")
+        return "Hello."
+
+    async def main() -> None:
+        async with served(ServerConfig(), model=FunctionModel(answer)) as (client, _service):
+            sid = await session_with_a_turn(client)
+            failed = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "fail"})
+            assert failed.status_code == 200 and failed.json()["error"]
+            text = (await client.get("/metrics")).text
+            assert 'agentscript_llm_calls_total{agent="Notes"} 1' in text
+            assert 'agentscript_llm_errors_total{agent="Notes"} 1' in text
+            assert 'agentscript_turns_total{agent="Notes",outcome="error"} 1' in text
 
     asyncio.run(main())

@@ -77,6 +77,7 @@ def test_every_counter_and_histogram_goes_through_a_snapshot_whole() -> None:
     figures = worker(2, 0.02)
     figures.tokens[("A", "output")] += 7
     figures.action_errors["A"] += 1
+    figures.llm_errors["A"] += 4
     figures.refusals["A"] += 2
     figures.session_loads["restored"] += 3
     # the table names every counter and histogram Metrics has, so none is left out of a sum

@@ -25,6 +25,7 @@ ACTIVE_WINDOW = 300.0
 COUNTERS: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("turns", (str, str)),  # (agent, outcome)
     ("llm_calls", (str,)),  # agent
+    ("llm_errors", (str,)),  # agent
     ("tokens", (str, str)),  # (agent, direction)
     ("action_errors", (str,)),  # agent
     ("refusals", (str,)),  # agent
@@ -91,7 +92,8 @@ class Metrics:
     def __init__(self, active_window: float = ACTIVE_WINDOW) -> None:
         self.active_window = active_window
         self.turns: Counter[tuple[str, str]] = Counter()  # (agent, outcome)
-        self.llm_calls: Counter[str] = Counter()
+        self.llm_calls: Counter[str] = Counter()  # answered
+        self.llm_errors: Counter[str] = Counter()  # an error, a timeout, or an answer refused
         self.tokens: Counter[tuple[str, str]] = Counter()  # (agent, direction)
         self.action_errors: Counter[str] = Counter()
         self.refusals: Counter[str] = Counter()
@@ -124,6 +126,8 @@ class Metrics:
             kind = step.get("type")
             if kind == StepType.ACTION_STEP and step.get("error"):
                 self.action_errors[agent] += 1
+            elif kind == StepType.LLM_STEP and step.get("error"):
+                self.llm_errors[agent] += 1
             elif kind == StepType.REFUSED_STEP and step.get("source") != Source.MEMORY:
                 # A Mantle memory refusal is a refused read or write, not a tool call.
                 self.refusals[agent] += 1
@@ -217,7 +221,8 @@ class Metrics:
             for agent, hist in sorted(table.items()):
                 out.extend(hist.lines(name, f'agent="{_esc(agent)}"'))
         for name, counter, text in (
-            ("agentscript_llm_calls_total", self.llm_calls, "LLM calls."),
+            ("agentscript_llm_calls_total", self.llm_calls, "LLM calls answered."),
+            ("agentscript_llm_errors_total", self.llm_errors, "LLM calls that failed the turn."),
             ("agentscript_action_errors_total", self.action_errors, "Actions that failed."),
             ("agentscript_refusals_total", self.refusals, "Tool calls refused by the engine."),
         ):
