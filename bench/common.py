@@ -1,7 +1,9 @@
-"""Helpers shared by the benchmarks: best-of-N timing and a description of the machine."""
+"""Helpers shared by the benchmarks: best-of-N timing, a bare HTTP/1.1 exchange and a
+description of the machine."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 # The shared test data beside the checkout (one level further up from a git worktree).
@@ -50,6 +53,34 @@ def best_of_each(
                 fn()
             best[name] = min(best[name], (time.perf_counter() - start) / number)
     return best
+
+
+async def exchange(
+    reader: asyncio.StreamReader,
+    writer: Any,
+    request: bytes,
+    on_chunk: Callable[[bytes], object] | None = None,
+) -> tuple[int, bytes]:
+    """Send ``request`` on a kept-alive connection; the answer's status and whole body, sent
+    with Content-Length or chunked. With ``on_chunk``, each chunk of a chunked body goes to it
+    as it arrives instead of into the body returned (empty then). The benchmarks' bare HTTP/1.1
+    client: it reads to the end of this answer and never past it."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ")[1])
+    for line in lines:
+        if line.lower().startswith(b"content-length:"):
+            return status, await reader.readexactly(int(line.split(b":", 1)[1]))
+    pieces = []
+    while size := int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16):
+        piece = (await reader.readexactly(size + 2))[:-2]
+        if on_chunk is None:
+            pieces.append(piece)
+        else:
+            on_chunk(piece)
+    await reader.readuntil(b"\r\n")  # the empty trailer
+    return status, b"".join(pieces)
 
 
 def git_commit() -> str:

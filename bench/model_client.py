@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from common import machine
+from common import exchange, machine
 
 Call = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -228,18 +228,19 @@ def stream_calls(base: str, port: int) -> dict[str, Call]:
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     body = json.dumps({"model": "m", "stream": True, "messages": []}).encode()
 
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    )
+
+    def decode(chunk: bytes) -> None:
+        event = chunk[6:-2]  # between "data: " and the blank line
+        if event != b"[DONE]":
+            json.loads(event)
+
     async def bare(_body: dict[str, Any]) -> None:
         reader, writer = idle.pop() if idle else await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
-        )
-        await reader.readuntil(b"\r\n\r\n")
-        while size := int((await reader.readuntil(b"\r\n"))[:-2], 16):
-            event = (await reader.readexactly(size + 2))[6:-4]
-            if event != b"[DONE]":
-                json.loads(event)
-        await reader.readuntil(b"\r\n")
+        await exchange(reader, writer, request, on_chunk=decode)
         idle.append((reader, writer))
 
     calls["bare asyncio streams (floor)"] = bare

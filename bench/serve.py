@@ -80,7 +80,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 
-from common import REPO, machine
+from common import REPO, exchange, machine
 
 SEED = REPO / "examples" / "order_status" / "order_status.agent"
 PEER_SERVER = Path(__file__).with_name("langgraph_server.py")
@@ -294,25 +294,6 @@ def post_request(host: str, path: str, body: bytes, accept: str = "application/j
         f"Accept: {accept}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
-
-
-async def exchange(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
-) -> tuple[int, bytes]:
-    """Send ``request`` on a kept-alive connection; the answer's status and whole body, sent
-    with Content-Length or (a streamed turn) chunked."""
-    writer.write(request)
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split(b" ")[1])
-    for line in lines:
-        if line.lower().startswith(b"content-length:"):
-            return status, await reader.readexactly(int(line.split(b":", 1)[1]))
-    pieces = []
-    while size := int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16):
-        pieces.append(await reader.readexactly(size + 2))
-    await reader.readuntil(b"\r\n")  # the empty trailer
-    return status, b"".join(piece[:-2] for piece in pieces)
 
 
 class TurnPoster:
