@@ -228,7 +228,7 @@ def stream_calls(base: str, port: int) -> dict[str, Call]:
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     body = json.dumps({"model": "m", "stream": True, "messages": []}).encode()
 
-    request = (
+    post = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     )
@@ -240,7 +240,7 @@ def stream_calls(base: str, port: int) -> dict[str, Call]:
 
     async def bare(_body: dict[str, Any]) -> None:
         reader, writer = idle.pop() if idle else await asyncio.open_connection("127.0.0.1", port)
-        await exchange(reader, writer, request, on_chunk=decode)
+        await exchange(reader, writer, post, on_chunk=decode)
         idle.append((reader, writer))
 
     calls["bare asyncio streams (floor)"] = bare
