@@ -112,6 +112,11 @@ def test_prompt_filters_if_paragraphs_and_substitutes(project: Project) -> None:
     unset = skill_prompt(skill, {})
     assert "@memory.project.customer_name" in unset
     assert "must be blocked first" not in unset and "keeps working" not in unset
+    # the evaluator and the project are named: a project passed third was taken for the
+    # evaluator, and every if: paragraph was dropped without a word
+    with pytest.raises(TypeError):
+        skill_prompt(skill, memory, project)  # type: ignore[misc]
+    assert skill_prompt(skill, memory, project=project) == prompt
 
 
 def test_substitute_pii_and_tool_tokens(project: Project) -> None:

@@ -127,6 +127,7 @@ def engine_managed(skill: Skill) -> bool:
 def skill_prompt(
     skill: Skill,
     memory: Memory,
+    *,
     evaluate: Evaluator = default_evaluator,
     project: Project | None = None,
 ) -> str:
