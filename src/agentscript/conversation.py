@@ -14,6 +14,7 @@ turns:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,19 +91,14 @@ def parse_conversation(text: str, path: Path | None = None) -> Conversation:
         raise ConversationError(
             f"{where}: unknown key(s) {sorted(unknown)}; expected {sorted(_TOP_KEYS)}"
         )
-    variables = data.get("variables") or {}
-    if not isinstance(variables, dict):
-        raise ConversationError(f"{where}: 'variables' must be a mapping of names to values")
-    stubs = data.get("actions") or {}
-    if not isinstance(stubs, dict):
-        raise ConversationError(f"{where}: 'actions' must be a mapping of action names to stubs")
+    # Only a missing key or null means "none": `turns: 0` or `actions: ""` is a mistake.
+    variables = _given(data, "variables", dict, where, "a mapping of names to values")
+    stubs = _given(data, "actions", dict, where, "a mapping of action names to stubs")
     try:
         StubBook.from_data(stubs)
     except ValueError as exc:
         raise ConversationError(f"{where}: actions: {exc}") from None
-    raw_turns = data.get("turns") or []
-    if not isinstance(raw_turns, list):
-        raise ConversationError(f"{where}: 'turns' must be a list")
+    raw_turns = _given(data, "turns", list, where, "a list of turns")
     turns: list[Turn] = []
     for index, raw in enumerate(raw_turns, start=1):
         label = f"{where}: turn {index}"
@@ -113,9 +109,7 @@ def parse_conversation(text: str, path: Path | None = None) -> Conversation:
             raise ConversationError(
                 f"{label}: unknown key(s) {sorted(extra)}; expected {sorted(_TURN_KEYS)}"
             )
-        moves_data = raw.get("model") or []
-        if not isinstance(moves_data, list):
-            raise ConversationError(f"{label}: 'model' must be a list of moves")
+        moves_data = _given(raw, "model", list, label, "a list of moves")
         try:
             moves = [parse_move(m, f"{label}, move {i}") for i, m in enumerate(moves_data, start=1)]
         except MoveError as exc:
@@ -125,6 +119,9 @@ def parse_conversation(text: str, path: Path | None = None) -> Conversation:
         except ExpectationError as exc:
             raise ConversationError(str(exc)) from None
         user = raw["user"]
+        if isinstance(user, bytes | bytearray):
+            # YAML's !!binary: its str() would send the Python repr b'...' as the message.
+            raise ConversationError(f"{label}: 'user' must be text, not a binary (!!binary) value")
         if user is None or isinstance(user, dict | list):
             # YAML reads `user:` with nothing after it as null, which is not the text "None".
             raise ConversationError(
@@ -132,7 +129,76 @@ def parse_conversation(text: str, path: Path | None = None) -> Conversation:
                 f'(write user: "" for an empty message)'
             )
         turns.append(Turn(str(user), moves, expect))
+    binary = _binary_at(data)
+    if binary is not None:
+        raise ConversationError(
+            f"{where}: {binary}: a binary (!!binary) value is not allowed; values are text, "
+            "numbers, true/false, lists and mappings"
+        )
     return Conversation(dict(variables), dict(stubs), turns, path)
+
+
+def _given(data: dict[str, Any], key: str, kind: type, where: str, what: str) -> Any:
+    """``data[key]`` when it is a ``kind``; an empty one when the key is missing or null;
+    anything else is an error naming the key (a falsy 0, false or "" is no empty value)."""
+    value = data.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise ConversationError(f"{where}: '{key}' must be {what}, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, bytes | bytearray):
+        return "a binary (!!binary) value"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "the text " + json.dumps(value[:40])
+    return json.dumps(value) if isinstance(value, int | float) else type(value).__name__
+
+
+def _binary_at(data: Any) -> str | None:
+    """Where the file has a YAML ``!!binary`` value (the first one), else None. Bytes are no
+    JSON value: as a variable, stub output, tool argument or expectation they would be
+    refused, dropped or compared as the Python repr ``b'...'``."""
+    pending: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while pending:
+        value, at = pending.pop()
+        if isinstance(value, bytes | bytearray):
+            return _place(at)
+        if isinstance(value, dict):
+            for key in value:
+                if isinstance(key, bytes | bytearray):
+                    return _place((*at, "<binary key>"))
+            pending.extend((v, (*at, k)) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            pending.extend((v, (*at, i)) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+def _place(at: tuple[Any, ...]) -> str:
+    """A place in the file as its messages name it: ``turn 2, move 1: args.order``,
+    ``actions: lookup.outputs.status``, ``variables: customer``."""
+    head: list[str] = []
+    rest = list(at)
+    if len(rest) >= 2 and rest[0] == "turns" and isinstance(rest[1], int):
+        head.append(f"turn {rest[1] + 1}")
+        rest = rest[2:]
+        if len(rest) >= 2 and rest[0] == "model" and isinstance(rest[1], int):
+            head.append(f"move {rest[1] + 1}")
+            rest = rest[2:]
+    elif rest:
+        head.append(str(rest.pop(0)))
+    path = ""
+    for part in rest:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return ", ".join(head) + (f": {path}" if path else "")
 
 
 def dump_conversation(conversation: Conversation) -> str:

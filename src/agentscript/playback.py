@@ -79,7 +79,9 @@ class Playback:
 async def play_async(
     agent: AgentBase, conversation: Conversation, *, trace_dir: Path | None = None
 ) -> Playback:
-    model = ScriptedModel()
+    # The requests are never read here, and each holds the history so far: kept, a file of
+    # N turns would take memory in N².
+    model = ScriptedModel(keep_requests=False)
     session = agent.session(
         model=model,
         variables=conversation.variables,

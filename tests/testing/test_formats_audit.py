@@ -577,3 +577,13 @@ testCases:
     assert got == code, out + err
     if code == 2:
         assert f"{spec}:8: 'Nope_Topic' is not a subagent of the agent Order_Status" in err
+
+
+@pytest.mark.parametrize("value", [0, False, ""])
+def test_run_eval_a_falsy_x_agentscript_is_a_spec_error_not_an_empty_one(
+    order_copy: Path, value: object
+) -> None:
+    spec = _payload(order_copy, [SESSION, MESSAGE], **{"x-agentscript": value})
+    code, out, err = run_test(str(spec))
+    assert code == 2, out
+    assert "/x-agentscript must be an object" in err

@@ -113,3 +113,46 @@ def test_subject_name_prefers_the_agent_nearest_the_spec(order_copy: Path) -> No
     (elsewhere / "copy.agent").write_text(broken, encoding="utf-8")
     code, out, _ = run_test(str(order_copy / "specs"), "--verbose")
     assert code == 0, out
+
+
+CARD_BANK = Path(__file__).resolve().parents[2] / "examples" / "card_bank"
+SCENARIO = "scenario:\n  name: S\n  simulation_context: You are a customer.\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "message"),
+    [
+        # Wrong types where a mapping goes: a clear error, never a traceback or an empty value.
+        ("  setup: {memory: abc}\n", 4, "memory must be a mapping"),
+        ("  setup: {initial_slots: [1]}\n", 4, "initial_slots must be a mapping"),
+        ("  setup: 0\n", 4, "setup must be a mapping"),
+        ("  goals: false\n", 4, "goals must be a mapping"),
+        ('  x-agentscript: ""\n', 4, "x-agentscript must be a mapping"),
+        # Stubs are checked when the spec is read, as in the other formats.
+        (
+            "  x-agentscript: {actions: {block_card: {error: [1, 2]}}}\n",
+            4,
+            "block_card: stub 'error' must be the failure's text, got a list",
+        ),
+    ],
+)
+def test_bad_mantle_scenario_names_file_and_line(
+    tmp_path: Path, body: str, line: int, message: str
+) -> None:
+    spec = tmp_path / "bad.yml"
+    spec.write_text(SCENARIO + body, encoding="utf-8")
+    code, out, err = run_test(str(spec), "--agent", str(CARD_BANK))
+    assert code == 2, out + err
+    assert f"{spec}:{line}:" in err
+    assert message in err
+    assert "Traceback" not in err + out
+
+
+@pytest.mark.parametrize("value", ["0", "false", '""'])
+def test_a_falsy_x_agentscript_is_an_error_not_an_empty_one(order_copy: Path, value: str) -> None:
+    spec = order_copy / "bad.yaml"
+    spec.write_text(f"{HEADER}  - utterance: hi\n    x-agentscript: {value}\n", encoding="utf-8")
+    code, out, err = run_test(str(spec))
+    assert code == 2
+    assert f"{spec}:6: x-agentscript must be a mapping" in err
+    assert "Traceback" not in err + out

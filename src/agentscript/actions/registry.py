@@ -96,9 +96,9 @@ class StubBook:
         book = StubBook()
         for name, spec in data.items():
             if isinstance(spec, list):
-                book.entries[name] = [_stub(item) for item in spec]
+                book.entries[name] = [_stub(item, f"{name}[{i}]") for i, item in enumerate(spec)]
             else:
-                book.entries[name] = _stub(spec)
+                book.entries[name] = _stub(spec, str(name))
         return book
 
     def has(self, name: str) -> bool:
@@ -123,20 +123,46 @@ class StubBook:
         self._used = dict(used)
 
 
-def _stub(spec: Any) -> StubResult:
+def _stub(spec: Any, name: str) -> StubResult:
+    """One stub; a ValueError naming the action (``name``, ``name[i]`` in a list)."""
     if not isinstance(spec, Mapping):
-        raise ValueError("a stub is a mapping with 'outputs' or 'error'")
+        raise ValueError(f"{name}: a stub is a mapping with 'outputs' or 'error'")
     unknown = set(spec) - {"outputs", "error"}
     if unknown:
-        raise ValueError(f"unknown stub key(s) {sorted(unknown)}: use 'outputs' or 'error'")
+        raise ValueError(f"{name}: unknown stub key(s) {sorted(unknown)}: use 'outputs' or 'error'")
     if "error" in spec:
-        return StubResult(error=str(spec["error"]))
+        return StubResult(error=_stub_error(spec["error"], name))
     outputs = spec.get("outputs", {})
     if outputs is None:
         outputs = {}
     if not isinstance(outputs, Mapping):
-        raise ValueError("stub 'outputs' must be a mapping of output names to values")
+        raise ValueError(f"{name}: stub 'outputs' must be a mapping of output names to values")
     return StubResult(outputs=dict(outputs))
+
+
+def _stub_error(value: Any, name: str) -> str:
+    """The failure text of an ``error:`` stub. Only text (or a number) is one: a list or a
+    mapping would reach the user as a Python repr, a binary value as ``b'...'``. A null or
+    empty ``error:`` is refused rather than taken as a success: a stub with an ``error`` key
+    was written to fail, and ``outputs`` says a success."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool) and str(value).strip():
+        return str(value)
+    if value is None:
+        got = "null"
+    elif isinstance(value, str):
+        got = "an empty text"
+    elif isinstance(value, bytes | bytearray):
+        got = "a binary (!!binary) value"
+    elif isinstance(value, Mapping):
+        got = "a mapping"
+    elif isinstance(value, list):
+        got = "a list"
+    else:
+        got = "true/false" if isinstance(value, bool) else type(value).__name__
+    raise ValueError(
+        f"{name}: stub 'error' must be the failure's text, got {got} "
+        "(for a call that succeeds, give 'outputs' instead)"
+    )
 
 
 # Which action callables (and handlers) are ``async def``, for every runner of the process.

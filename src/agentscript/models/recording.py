@@ -105,5 +105,6 @@ def action_stub(step: dict[str, Any]) -> dict[str, Any] | None:
     if step.get("type") != "ACTION_STEP" or "target" not in step or not step.get("action"):
         return None
     if step.get("error") is not None:
-        return {"error": str(step["error"])}
+        # A stub's error is non-empty text (conversation files refuse an empty one).
+        return {"error": str(step["error"]) or "the action failed"}
     return {"outputs": _plain(step.get("output") or {})}

@@ -68,6 +68,9 @@ def parse_move(data: Any, where: str = "move") -> Move:
 
 
 def _text(value: Any, where: str) -> str:
+    if isinstance(value, bytes | bytearray):
+        # YAML's !!binary: its str() would be the Python repr b'...', never the text.
+        raise MoveError(f"{where}: 'say' must be text, not a binary (!!binary) value")
     if value is None or isinstance(value, Mapping | list):
         raise MoveError(f"{where}: 'say' needs a text (use say: \"\" for an empty answer)")
     return str(value)
@@ -76,7 +79,10 @@ def _text(value: Any, where: str) -> str:
 def _call(data: Any, where: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(data, Mapping) or not isinstance(data.get("tool"), str):
         raise MoveError(f"{where}: a tool call needs 'tool: <name>'")
-    args = data.get("args") or {}
+    # Only a missing or null 'args' means no arguments: `args: 0` or `args: ""` is a mistake.
+    args = data.get("args")
+    if args is None:
+        args = {}
     if not isinstance(args, Mapping):
         raise MoveError(f"{where}: 'args' must be a mapping")
     return str(data["tool"]), dict(args)
@@ -87,10 +93,14 @@ class ScriptedModel:
 
     name = "scripted"
 
-    def __init__(self, moves: Sequence[Move] = ()) -> None:
+    def __init__(self, moves: Sequence[Move] = (), *, keep_requests: bool = True) -> None:
         self._moves: list[Move] = list(moves)
         self._next = 0
         self._calls = 0
+        # Every request asked, for tests to inspect. Each one holds the history so far, so a
+        # long conversation's would grow with the square of its turns: a player that never
+        # reads them (``agentscript run``) passes keep_requests=False and none is kept.
+        self.keep_requests = keep_requests
         self.requests: list[ModelRequest] = []
 
     def begin_turn(self, moves: Sequence[Move]) -> None:
@@ -103,7 +113,8 @@ class ScriptedModel:
     async def complete(
         self, request: ModelRequest, *, stream: TextSink | None = None
     ) -> ModelResponse:
-        self.requests.append(request)
+        if self.keep_requests:
+            self.requests.append(request)
         if self._next >= len(self._moves):
             raise ScriptExhausted(
                 f"the conversation script has no model move left for this turn "

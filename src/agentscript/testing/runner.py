@@ -151,7 +151,7 @@ class CaseRunner:
     async def _run(self, case: Case, result: CaseResult) -> None:
         key = self.keys.get(id(case), f"{self.suite.name}/{case.name}")
         replay = ReplayModel(self.store, self.options.model, key)
-        scripted = ScriptedModel()
+        scripted = ScriptedModel(keep_requests=False)  # never read: kept, N turns cost N²
         chooser = _Chooser(replay, scripted)
         session = self._session(case, chooser)
         memory_before = session.variables

@@ -36,7 +36,8 @@ from agentscript.testing.readers.checks import (
     STRING_OPERATORS,
     parse_action_list,
 )
-from agentscript.testing.readers.salesforce_yaml import EXTENSION, match_rule, stub_results
+from agentscript.testing.readers.fields import stub_results
+from agentscript.testing.readers.salesforce_yaml import EXTENSION, match_rule
 from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, SpecFormat, Suite, TurnSpec
 
 _REF = re.compile(r"^\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_.\[\]*]+)\}$")
@@ -178,7 +179,9 @@ def _no_unknown(
 def _extension(
     data: dict[str, Any], allowed: set[str], pointer: str, path: Path, find: Finder
 ) -> dict[str, Any]:
-    ext = data.get(EXTENSION) or {}
+    ext = data.get(EXTENSION)
+    if ext is None:
+        return {}
     if not isinstance(ext, dict):
         raise SpecError(path, find(f'"{EXTENSION}"'), f"{pointer}/{EXTENSION} must be an object")
     _no_unknown(ext, allowed, f"{pointer}/{EXTENSION}", path, find)

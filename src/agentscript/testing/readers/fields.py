@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agentscript.actions.registry import StubBook
 from agentscript.testing.errors import SpecError
 from agentscript.testing.yamlmarks import line_of
 
@@ -15,6 +16,22 @@ def mapping(value: Any, path: Path, line: int | None, what: str) -> dict[str, An
     if not isinstance(value, dict):
         raise SpecError(path, line_of(value) or line, f"{what} must be a mapping")
     return value
+
+
+def optional_mapping(value: Any, path: Path, line: int | None, what: str) -> dict[str, Any]:
+    """A mapping, or an empty one for a missing or null key; any other value (a falsy 0, false
+    or "" too) is an error."""
+    return {} if value is None else mapping(value, path, line, what)
+
+
+def stub_results(ext: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The stub results under ``actions`` of an ``x-agentscript`` mapping, checked."""
+    stubs = optional_mapping(ext.get("actions"), path, line_of(ext, "actions"), "actions")
+    try:
+        StubBook.from_data(stubs)
+    except ValueError as exc:
+        raise SpecError(path, line_of(ext, "actions"), f"actions: {exc}") from None
+    return dict(stubs)
 
 
 def listing(value: Any, path: Path, line: int | None, what: str) -> list[Any]:

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.testing.errors import SpecError
-from agentscript.testing.readers.fields import listing, mapping, no_unknown, text
+from agentscript.testing.readers.fields import (
+    listing,
+    mapping,
+    no_unknown,
+    optional_mapping,
+    stub_results,
+    text,
+)
 from agentscript.testing.spec import Case, Check, CheckKind, Simulation, SpecFormat, Suite
 from agentscript.testing.whitebox import AgentNames
 from agentscript.testing.yamlmarks import line_of
@@ -73,10 +80,15 @@ def read_mantle_scenario(data: dict[str, Any], path: Path) -> Suite:
     max_turns = body.get("max_turns", 6)
     if not isinstance(max_turns, int) or isinstance(max_turns, bool) or not 1 <= max_turns <= 50:
         raise SpecError(path, line_of(body, "max_turns"), "max_turns must be a number 1..50")
-    setup = mapping(body.get("setup") or {}, path, line_of(body, "setup"), "setup")
+    setup = optional_mapping(body.get("setup"), path, line_of(body, "setup"), "setup")
     no_unknown(setup, {"memory", "initial_slots"}, path, "setup")
-    memory = {**(setup.get("initial_slots") or {}), **(setup.get("memory") or {})}
-    goals = mapping(body.get("goals") or {}, path, line_of(body, "goals"), "goals")
+    memory = {
+        **optional_mapping(
+            setup.get("initial_slots"), path, line_of(setup, "initial_slots"), "initial_slots"
+        ),
+        **optional_mapping(setup.get("memory"), path, line_of(setup, "memory"), "memory"),
+    }
+    goals = optional_mapping(body.get("goals"), path, line_of(body, "goals"), "goals")
     no_unknown(goals, {"criteria", "assertions"}, path, "goals")
     checks: list[Check] = []
     criteria = listing(goals.get("criteria"), path, line_of(goals, "criteria"), "criteria")
@@ -99,7 +111,9 @@ def read_mantle_scenario(data: dict[str, Any], path: Path) -> Suite:
         if missing:
             raise SpecError(path, at, f"{kind} needs {missing}")
         checks.append(Check(CheckKind.MANTLE, kind, dict(params), params=dict(params), line=at))
-    ext = mapping(body.get("x-agentscript") or {}, path, line_of(body, "x-agentscript"), "ext")
+    ext = optional_mapping(
+        body.get("x-agentscript"), path, line_of(body, "x-agentscript"), "x-agentscript"
+    )
     no_unknown(ext, {"actions"}, path, "x-agentscript")
     name = text(body, "name", path) or path.stem
     case = Case(
@@ -107,7 +121,7 @@ def read_mantle_scenario(data: dict[str, Any], path: Path) -> Suite:
         turns=[],
         line=line_of(body),
         context_variables=dict(memory),
-        stubs=dict(ext.get("actions") or {}),
+        stubs=stub_results(ext, path),
         simulation=Simulation(context, max_turns),
         final_checks=checks,
     )

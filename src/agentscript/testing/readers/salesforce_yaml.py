@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentscript.actions.registry import StubBook
 from agentscript.models.scripted import Move, MoveError, parse_move
 from agentscript.testing.errors import SpecError
 from agentscript.testing.faults import parse_faults
@@ -27,6 +26,8 @@ from agentscript.testing.readers.fields import (
     listing,
     mapping,
     no_unknown,
+    optional_mapping,
+    stub_results,
     text,
 )
 from agentscript.testing.spec import (
@@ -79,7 +80,7 @@ def read_salesforce_yaml(data: dict[str, Any], path: Path) -> Suite:
         raise SpecError(path, line_of(data, "subjectType"), "subjectType must be AGENT")
     name = text(data, "name", path) or path.stem
     subject = text(data, "subjectName", path)
-    top_ext = mapping(data.get(EXTENSION) or {}, path, line_of(data, EXTENSION), EXTENSION)
+    top_ext = optional_mapping(data.get(EXTENSION), path, line_of(data, EXTENSION), EXTENSION)
     no_unknown(top_ext, _TOP_EXTENSION, path, EXTENSION)
     raw_cases = listing(data.get("testCases"), path, line_of(data, "testCases"), "testCases")
     if not raw_cases:
@@ -117,18 +118,8 @@ def match_rule(value: str | None, path: Path, line: int | None) -> MatchRule | N
         raise SpecError(path, line, f"unknown action match rule {value!r}; use {names}") from None
 
 
-def stub_results(ext: dict[str, Any], path: Path) -> dict[str, Any]:
-    """The stub results under ``actions`` of an ``x-agentscript`` mapping, checked."""
-    stubs = mapping(ext.get("actions") or {}, path, line_of(ext, "actions"), "actions")
-    try:
-        StubBook.from_data(stubs)
-    except ValueError as exc:
-        raise SpecError(path, line_of(ext, "actions"), f"actions: {exc}") from None
-    return dict(stubs)
-
-
 def _case_extension(item: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[Move] | None]:
-    ext = mapping(item.get(EXTENSION) or {}, path, line_of(item, EXTENSION), EXTENSION)
+    ext = optional_mapping(item.get(EXTENSION), path, line_of(item, EXTENSION), EXTENSION)
     no_unknown(ext, _CASE_EXTENSION, path, EXTENSION)
     moves: list[Move] | None = None
     if "model" in ext:
