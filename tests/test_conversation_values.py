@@ -229,3 +229,13 @@ def test_a_binary_value_is_refused_where_it_is(
     assert result.exit_code == 2
     assert message in result.stderr
     assert "b'hello'" not in result.stderr + result.stdout
+
+
+def test_a_recorded_action_that_failed_without_a_message_replays_as_a_failure() -> None:
+    from agentscript.models.recording import action_stub
+
+    step = {"type": "ACTION_STEP", "action": "lookup_order", "target": "flow://X", "error": ""}
+    stub = action_stub(step)
+    # a stub's error must be text (an empty one is refused), so chat --record writes one
+    assert stub == {"error": "the action failed"}
+    assert StubBook.from_data({"lookup_order": stub}).has("lookup_order")
