@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -598,3 +600,174 @@ def test_terminal_reader_marks_escape_codes_for_readline(monkeypatch: pytest.Mon
 
     assert read("\x1b[36myou> \x1b[0m") == "typed"
     assert seen == ["\x01\x1b[36m\x02you> \x01\x1b[0m\x02"]
+
+
+# ---------------------------------------------------------------------- audit fixes
+
+
+def test_parse_var_rejects_a_value_that_is_not_utf8() -> None:
+    # A byte that is not UTF-8 on the command line arrives as a lone surrogate (surrogateescape).
+    with pytest.raises(ChatUsageError, match="not valid UTF-8") as info:
+        parse_var("note=a\udcffb")
+    str(info.value).encode("utf-8")  # the message itself can be printed
+
+
+def test_a_var_that_is_not_utf8_is_a_usage_error(
+    shop: Agent, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, model = chat(shop, QueueModel(), ["hi"], variables=["customer=a\udcffb"])
+    assert code == 2
+    assert "not valid UTF-8" in capsys.readouterr().err
+    assert model.requests == []
+
+
+def test_record_refuses_an_existing_file(
+    shop: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = tmp_path / "hand_written.yaml"
+    record.write_text("turns:\n  - user: hi\n    expect: {response: Hello}\n", encoding="utf-8")
+    before = record.read_bytes()
+    model = QueueModel(say("unused"))
+
+    code, _ = chat(shop, model, ["hi"], record=record)
+
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"--record {record}: the file exists; pass --overwrite to replace it\n"
+    )
+    assert record.read_bytes() == before
+    assert model.requests == []
+
+
+def test_record_with_overwrite_replaces_an_existing_file(shop: Agent, tmp_path: Path) -> None:
+    record = tmp_path / "chat.yaml"
+    record.write_text("old\n", encoding="utf-8")
+
+    code, _ = chat(shop, QueueModel(say("One.")), ["hi"], record=record, overwrite=True)
+
+    assert code == 0
+    assert yaml.safe_load(record.read_text(encoding="utf-8"))["turns"] == [
+        {"user": "hi", "model": [{"say": "One."}]}
+    ]
+
+
+def test_cli_record_refuses_an_existing_file_unless_overwrite(
+    lone_shop: Path, tmp_path: Path
+) -> None:
+    record = tmp_path / "chat.yaml"
+    record.write_text("old\n", encoding="utf-8")
+    base = ["chat", str(lone_shop), "--model", "openai:x", "--base-url", "http://127.0.0.1:9/v1"]
+
+    refused = CliRunner().invoke(main, [*base, "--record", str(record)], input="")
+    assert refused.exit_code == 2
+    assert "pass --overwrite" in refused.stderr
+    assert record.read_text(encoding="utf-8") == "old\n"
+
+    replaced = CliRunner().invoke(main, [*base, "--record", str(record), "--overwrite"], input="")
+    assert replaced.exit_code == 0, replaced.output
+    assert yaml.safe_load(record.read_text(encoding="utf-8")) == {"turns": []}
+    assert "--overwrite" in CliRunner().invoke(main, ["chat", "--help"]).stdout
+
+
+def test_chat_takes_the_dialect_option(tmp_path: Path) -> None:
+    # Valid in the open dialect; the agentforce org rules (the default) want a config block.
+    agent = tmp_path / "open.agent"
+    agent.write_text(
+        "system:\n"
+        '    instructions: "Be brief."\n'
+        "    messages:\n"
+        '        welcome: "Hi"\n'
+        '        error: "Oops"\n'
+        "start_agent main:\n"
+        '    description: "Main"\n'
+        "    reasoning:\n"
+        '        instructions: "Help."\n',
+        encoding="utf-8",
+    )
+    base = ["chat", str(agent), "--model", "openai:x", "--base-url", "http://127.0.0.1:9/v1"]
+
+    default = CliRunner().invoke(main, base, input="")
+    assert default.exit_code == 2
+    assert "hint: --dialect agentscript" in default.stderr
+
+    opened = CliRunner().invoke(main, [*base, "--dialect", "agentscript"], input="")
+    assert opened.exit_code == 0, opened.output
+
+
+def test_stub_file_variables_errors_name_the_stub_file(
+    shop: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stubs = tmp_path / "stubs.yaml"
+    stubs.write_text("variables: {nope: 1}\n", encoding="utf-8")
+
+    code, _ = chat(shop, QueueModel(), ["hi"], stubs=stubs)
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"--stubs {stubs}: variables: unknown variable(s) ['nope']")
+    assert "--var" not in err
+
+
+def test_var_errors_still_name_var_with_a_good_stub_file(
+    shop: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stubs = tmp_path / "stubs.yaml"
+    stubs.write_text("variables: {count: 1}\n", encoding="utf-8")
+
+    code, _ = chat(shop, QueueModel(), ["hi"], stubs=stubs, variables=["nope=1"])
+
+    assert code == 2
+    assert capsys.readouterr().err.startswith("--var: unknown variable(s) ['nope']")
+
+
+def test_ctrl_c_while_waiting_for_a_line_exits_130_and_keeps_the_recording(
+    shop: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = tmp_path / "chat.yaml"
+
+    def lines() -> Iterator[str]:
+        yield "hi"
+        raise KeyboardInterrupt
+
+    try:
+        code = run_chat(
+            shop, model=QueueModel(say("One.")), interactive=False, lines=lines(), record=record
+        )
+    except KeyboardInterrupt:  # raised on, it would stop the whole test session
+        pytest.fail("Ctrl-C escaped run_chat")
+
+    captured = capsys.readouterr()
+    assert code == 130
+    assert captured.out == "One.\n\n"
+    assert "Traceback" not in captured.err and "Aborted" not in captured.err
+    assert yaml.safe_load(record.read_text(encoding="utf-8"))["turns"] == [
+        {"user": "hi", "model": [{"say": "One."}]}
+    ]
+
+
+def test_cli_chat_ctrl_c_exits_130_not_aborted(
+    lone_shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("agentscript.cli.chat.load_agent_or_exit", interrupted)
+    result = CliRunner().invoke(main, ["chat", str(lone_shop)], input="hi\n")
+    assert result.exit_code == 130
+    assert "Aborted!" not in result.output + result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_chat_to_a_full_disk_is_one_line_not_a_traceback(lone_shop: Path) -> None:
+    model = ["--model", "openai:x", "--base-url", "http://127.0.0.1:9/v1"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentscript.cli", "chat", str(lone_shop), *model],
+            input="/vars\n",
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr == "error: cannot write the output: No space left on device\n"

@@ -666,3 +666,93 @@ def test_run_json_shape_for_a_mantle_project(tmp_path: Path) -> None:
         trace = json.loads(Path(turn["trace_file"]).read_text())
         assert trace["format"] == "agentscript-trace/1"
         assert Path(turn["trace_file"]).parent.parent.name == data["session_id"]
+
+
+# ====================================================================== exit codes and messages
+
+
+def test_fmt_exits_2_when_a_file_cannot_be_read_even_if_another_would_change(
+    tmp_path: Path,
+) -> None:
+    messy = write(tmp_path / "messy.agent", 'config:\n  agent_name: "x"\n')
+    missing = tmp_path / "missing.agent"
+    result = invoke("fmt", "--check", messy, missing)
+    assert result.exit_code == 2
+    assert f"would reformat {messy}" in result.stdout
+    assert "error[unreadable-file]" in result.stderr
+
+
+def test_run_ctrl_c_exits_130_without_aborted(
+    mini: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("agentscript.playback.play", interrupted)
+    result = invoke("run", mini[0], "--conversation", mini[1])
+    assert result.exit_code == 130
+    assert "Aborted!" not in result.output + result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_run_json_to_a_full_disk_is_one_line_not_a_traceback(mini: tuple[Path, Path]) -> None:
+    command = [sys.executable, "-m", "agentscript.cli", "run", str(mini[0])]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [*command, "--conversation", str(mini[1]), "--json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr == "error: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_validate_to_a_full_disk_is_one_line_not_a_traceback(
+    mini: tuple[Path, Path], fmt: str
+) -> None:
+    command = [sys.executable, "-m", "agentscript.cli", "validate", str(mini[0]), "--format", fmt]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.endswith("error: cannot write the output: No space left on device\n")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("missing.agent", None), ("bin.agent", b"\x00\x01"), ("latin.agent", b'x: "caf\xe9"\n')],
+)
+def test_run_gives_no_dialect_hint_for_a_file_it_cannot_read(
+    tmp_path: Path, mini: tuple[Path, Path], name: str, content: bytes | None
+) -> None:
+    agent = tmp_path / name
+    if content is not None:
+        write(agent, content)
+    result = invoke("run", agent, "--conversation", mini[1])
+    assert result.exit_code == 2
+    assert "cannot run an agent with errors" in result.stderr
+    assert "hint:" not in result.stderr
+
+
+def test_run_still_hints_the_dialect_for_errors_in_the_agent(tmp_path: Path) -> None:
+    agent = write(tmp_path / "open.agent", MINI_AGENT.replace("# @dialect: agentscript\n", ""))
+    conversation = write(tmp_path / "c.yaml", MINI_CONVERSATION)
+    result = invoke("run", agent, "--conversation", conversation)
+    assert result.exit_code == 2
+    assert "hint: --dialect agentscript" in result.stderr
+
+
+@pytest.mark.parametrize("body", ["", "turns: []\n", "turns:\n"])
+def test_run_warns_when_a_conversation_has_no_turns(
+    tmp_path: Path, mini: tuple[Path, Path], body: str
+) -> None:
+    conversation = write(tmp_path / "none.yaml", body)
+    result = invoke("run", mini[0], "--conversation", conversation)
+    assert result.exit_code == 0
+    assert f"warning: {conversation}: no turns to play" in result.stderr
+    played = invoke("run", mini[0], "--conversation", mini[1])
+    assert "no turns to play" not in played.stderr

@@ -25,6 +25,7 @@ import yaml
 from agentscript.actions.registry import StubBook
 from agentscript.commands import SHOW_CHOICES, ExitCode
 from agentscript.conversation import ConversationError, load_conversation
+from agentscript.engine.given import bounded
 from agentscript.engine.session import AgentBase, Reply, Session
 from agentscript.engine.speech import SEPARATOR
 from agentscript.models.base import Model, ModelError, ModelRequest, ModelResponse, TextSink
@@ -67,6 +68,10 @@ class ChatUsageError(Exception):
 def parse_var(text: str) -> tuple[str, Any]:
     """``name=value`` with the value read as YAML (``3`` a number, ``true`` a boolean,
     anything unparsable a string, nothing after ``=`` the empty string)."""
+    if not _is_text(text):
+        raise ChatUsageError(
+            f"--var {readable(text)!r}: not valid UTF-8 text; give the name and value in UTF-8"
+        )
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep:
@@ -88,6 +93,16 @@ def parse_var(text: str) -> tuple[str, Any]:
     if isinstance(value, dict | list) and not raw.lstrip().startswith(("[", "{")):
         return name, raw
     return name, value
+
+
+def _is_text(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8: Python decodes a command-line byte that is not
+    UTF-8 as a lone surrogate (``surrogateescape``), which no session, trace or file can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_vars(items: Iterable[str]) -> dict[str, Any]:
@@ -412,6 +427,9 @@ class Chat:
         if reply.error is not None:
             self.failed_turns += 1
             self.console.error(f"error: {reply.error}")
+        problem = trace_problem(reply.trace)
+        if problem is not None:
+            self.console.notice(f"warning: {problem}; the chat goes on")
         if reply.escalated:
             self.console.notice("[escalated to a human agent]")
         if reply.ended:
@@ -571,6 +589,15 @@ def describe_turn(reply: Reply, before: Mapping[str, Any], show: frozenset[str])
     return lines
 
 
+def trace_problem(trace: Mapping[str, Any]) -> str | None:
+    """Why the turn's trace file was not written (its ``EVENT_STEP`` ``trace_not_written``,
+    which the session adds once when ``--trace-dir`` stops being writable), or None."""
+    for step in reversed(trace.get("planTrace", {}).get("steps", [])):
+        if step.get("type") == "EVENT_STEP" and step.get("event") == "trace_not_written":
+            return str(step.get("reason"))
+    return None
+
+
 def _block(title: str, text: str) -> list[str]:
     body = text.splitlines() or ["(empty)"]
     return [title, *(f"  | {line}" for line in body)]
@@ -641,30 +668,73 @@ def run_chat(
     record: str | Path | None = None,
     stream: bool = True,
     stubs: str | Path | None = None,
+    overwrite: bool = False,
     interactive: bool | None = None,
     lines: Iterable[str] | None = None,
     read_line: Callable[[str], str] | None = None,
 ) -> int:
-    """Run a chat and return the exit code (0 ok, 1 a turn failed when scripted, 2 usage).
+    """Run a chat and return the exit code (0 ok, 1 a turn failed when scripted, 2 usage,
+    130 interrupted by Ctrl-C outside a turn; the recording keeps the turns run).
 
     ``model`` skips model selection (tests, embedding). ``stubs`` names a conversation file
     whose `actions:` answer actions with no local backend and whose `variables:` are initial
-    values (``--var`` wins). ``interactive`` defaults to whether stdin is a terminal;
-    ``lines`` / ``read_line`` replace stdin.
+    values (``--var`` wins). ``record`` must not exist unless ``overwrite``. ``interactive``
+    defaults to whether stdin is a terminal; ``lines`` / ``read_line`` replace stdin.
     """
     if interactive is None:
         interactive = sys.stdin.isatty()
     console = Console(interactive=interactive, color=interactive and sys.stdout.isatty())
     try:
+        return _run_chat(
+            agent,
+            console,
+            model=model,
+            model_spec=model_spec,
+            base_url=base_url,
+            variables=variables,
+            show=show,
+            trace_dir=trace_dir,
+            record=record,
+            stream=stream,
+            stubs=stubs,
+            overwrite=overwrite,
+            lines=lines,
+            read_line=read_line,
+        )
+    except KeyboardInterrupt:  # Ctrl-C while waiting for input (a turn catches its own)
+        console.error("\ninterrupted" if console.interactive else "interrupted")
+        return ExitCode.INTERRUPTED
+
+
+def _run_chat(
+    agent: AgentBase,
+    console: Console,
+    *,
+    model: Model | None,
+    model_spec: str | None,
+    base_url: str | None,
+    variables: Iterable[str],
+    show: Iterable[str],
+    trace_dir: str | Path | None,
+    record: str | Path | None,
+    stream: bool,
+    stubs: str | Path | None,
+    overwrite: bool,
+    lines: Iterable[str] | None,
+    read_line: Callable[[str], str] | None,
+) -> int:
+    try:
         values = parse_vars(variables)
         stub_data: dict[str, Any] = {}
+        stub_values: dict[str, Any] = {}
         if stubs is not None:
             try:
                 canned = load_conversation(stubs)
             except ConversationError as exc:
                 raise ChatUsageError(f"--stubs: {exc}") from None
             stub_data = canned.stubs
-            values = {**canned.variables, **values}
+            stub_values = canned.variables
+            values = {**stub_values, **values}
         unknown_show = sorted(set(show) - set(SHOW_CHOICES))
         if unknown_show:
             raise ChatUsageError(
@@ -672,6 +742,10 @@ def run_chat(
             )
         if record is not None:
             refuse_overwriting_inputs(Path(record), agent, stubs)
+            if not overwrite and Path(record).exists():
+                raise ChatUsageError(
+                    f"--record {record}: the file exists; pass --overwrite to replace it"
+                )
         chosen = (
             model if model is not None else choose_model(agent, spec=model_spec, base_url=base_url)
         )
@@ -685,13 +759,13 @@ def run_chat(
         )
         try:
             chat = Chat(agent, chosen, options, console)
-        except ValueError as exc:  # unknown or ill-typed --var
-            raise ChatUsageError(f"--var: {exc}") from None
+        except ValueError as exc:  # unknown or ill-typed --var or stub file variables
+            raise ChatUsageError(_variables_problem(agent, exc, stubs, stub_values)) from None
     except (ChatUsageError, ModelError) as exc:
         console.error(str(exc))
         return ExitCode.USAGE
     try:
-        if interactive:
+        if console.interactive:
             return chat.run_interactive(read_line or _terminal_reader())
         return chat.run_lines(lines if lines is not None else stdin_lines())
     except ChatUsageError as exc:  # e.g. the recording became unwritable
@@ -699,6 +773,19 @@ def run_chat(
         return ExitCode.USAGE
     finally:
         chat.close()
+
+
+def _variables_problem(
+    agent: AgentBase, exc: ValueError, stubs: str | Path | None, stub_values: dict[str, Any]
+) -> str:
+    """The message for initial variables the session refused (``exc``): about the stub file
+    when its own ``variables:`` are refused, else about ``--var``."""
+    if stubs is not None and stub_values:
+        try:
+            agent.initial_variables(bounded(stub_values))
+        except ValueError as stub_exc:
+            return f"--stubs {stubs}: variables: {stub_exc}"
+    return f"--var: {exc}"
 
 
 def _terminal_reader() -> Callable[[str], str]:
@@ -730,4 +817,5 @@ __all__ = [
     "refuse_overwriting_inputs",
     "run_chat",
     "summarize_steps",
+    "trace_problem",
 ]

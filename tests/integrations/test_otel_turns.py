@@ -180,6 +180,22 @@ def test_a_cancelled_turn_ends_its_span_as_an_error(
 
 
 def test_a_turn_that_raises_ends_its_span_as_an_error(
+    tmp_path: Path, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = load(tmp_path, exporter).session(model=ScriptedModel([Move(text="Hello.")]))
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the reply could not be built")
+
+    monkeypatch.setattr(session, "_reply", broken)
+    with pytest.raises(RuntimeError) as raised:
+        session.send("hi")
+    span = root(exporter)
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["error.type"] == type(raised.value).__name__
+
+
+def test_a_trace_file_that_cannot_be_written_does_not_fail_the_turns_span(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
     not_a_folder = tmp_path / "file"
@@ -187,11 +203,9 @@ def test_a_turn_that_raises_ends_its_span_as_an_error(
     session = load(tmp_path, exporter).session(
         model=ScriptedModel([Move(text="Hello.")]), trace_dir=not_a_folder
     )
-    with pytest.raises(OSError) as raised:
-        session.send("hi")
-    span = root(exporter)
-    assert span.status.status_code is StatusCode.ERROR
-    assert (span.attributes or {})["error.type"] == type(raised.value).__name__
+    reply = session.send("hi")
+    assert reply.error is None and reply.trace_file is None
+    assert root(exporter).status.status_code is not StatusCode.ERROR
 
 
 def test_a_message_to_an_ended_session_has_its_span_as_it_has_its_trace_file(

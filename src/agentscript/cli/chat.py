@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import click
 
-from agentscript.cli.common import enable_otel, exit_with, load_agent_or_exit
+from agentscript.cli.common import (
+    enable_otel,
+    exit_with,
+    interruptible,
+    load_agent_or_exit,
+    trace_dir_or_exit,
+    writing_stdout,
+)
 from agentscript.cli.options import (
+    dialect_option,
     otel_option,
     stub_missing_tools_option,
     trace_dir_option,
@@ -30,8 +38,10 @@ from agentscript.commands import SHOW_CHOICES
     "--record",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Save the chat as a conversation file that `agentscript run` replays.",
+    help="Save the chat as a conversation file that `agentscript run` replays "
+    "(a new file: an existing one is refused unless --overwrite).",
 )
+@click.option("--overwrite", is_flag=True, help="Let --record replace a file that already exists.")
 @click.option("--no-stream", is_flag=True, help="Print each reply whole instead of streaming it.")
 @click.option(
     "--stubs",
@@ -41,6 +51,7 @@ from agentscript.commands import SHOW_CHOICES
     "(flow://, apex://, ...) and whose 'variables:' are initial values.",
 )
 @stub_missing_tools_option
+@dialect_option
 @otel_option
 def chat(
     agent: str,
@@ -50,29 +61,33 @@ def chat(
     trace_dir: str | None,
     show: tuple[str, ...],
     record: str | None,
+    overwrite: bool,
     no_stream: bool,
     stubs: str | None,
     stub_missing_tools: bool,
+    dialect: str | None,
     otel: str | None,
 ) -> None:
     """Chat with AGENT using a real model (one message per line when stdin is not a terminal)."""
     from agentscript.chat import run_chat
 
-    loaded = load_agent_or_exit(agent, stub_missing_tools=stub_missing_tools)
-    enable_otel(loaded, otel)
-    exit_with(
-        run_chat(
+    with interruptible(), writing_stdout():
+        loaded = load_agent_or_exit(agent, dialect, stub_missing_tools=stub_missing_tools)
+        enable_otel(loaded, otel)
+        traces = trace_dir_or_exit(trace_dir)
+        code = run_chat(
             loaded,
             model_spec=model_spec,
             base_url=base_url,
             variables=variables,
             show=show,
-            trace_dir=trace_dir,
+            trace_dir=traces,
             record=record,
             stream=not no_stream,
             stubs=stubs,
+            overwrite=overwrite,
         )
-    )
+    exit_with(code)
 
 
 __all__ = ["chat"]

@@ -1,16 +1,29 @@
 """Front-end helpers shared by the commands: exiting with an ``ExitCode``, loading an
-agent to run (its errors rendered with carets, then exit ``USAGE``) and ``--otel``."""
+agent to run (its errors rendered with carets, then exit ``USAGE``), ``--otel``,
+``--trace-dir`` checked before the first turn, Ctrl-C as ``INTERRUPTED`` and a standard
+output that cannot be written (a full disk) as one line, not a traceback."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from agentscript.commands import ExitCode
 from agentscript.diagnostics import AgentScriptError
+from agentscript.discover import UNREADABLE_CODES
 from agentscript.render import CONFIG_CODES, render_load_errors
+
+# Load errors that say nothing about the agent's source (agentscript.toml, a file that cannot
+# be read or is not text): no other dialect would help, so no --dialect hint.
+NOT_ABOUT_THE_SOURCE = CONFIG_CODES | UNREADABLE_CODES | {"binary-file", "invalid-encoding"}
 
 
 def exit_with(code: int) -> NoReturn:
@@ -31,7 +44,7 @@ def load_agent_or_exit(
             click.echo(text, err=True)
         checked = dialect or "the file's '# @dialect:' header, else agentforce"
         click.echo(f"{path}: cannot run an agent with errors (dialect: {checked})", err=True)
-        about_the_agent = any(d.code not in CONFIG_CODES for d in exc.diagnostics)
+        about_the_agent = any(d.code not in NOT_ABOUT_THE_SOURCE for d in exc.diagnostics)
         if dialect != "agentscript" and str(path).endswith(".agent") and about_the_agent:
             click.echo(
                 "hint: --dialect agentscript checks without the Salesforce-org rules",
@@ -60,4 +73,64 @@ def enable_otel(agent: Any, mode: str | None) -> None:
         exit_with(ExitCode.USAGE)
 
 
-__all__ = ["enable_otel", "exit_with", "load_agent_or_exit"]
+def trace_dir_or_exit(trace_dir: str | None) -> Path | None:
+    """``--trace-dir``, created and checked writable before the first turn; on failure one
+    line (``--trace-dir X: cannot write traces: <reason>``) and exit ``USAGE``."""
+    if trace_dir is None:
+        return None
+    folder = Path(trace_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".agentscript-check-"):
+            pass
+    except OSError as exc:
+        click.echo(f"--trace-dir {trace_dir}: cannot write traces: {exc.strerror or exc}", err=True)
+        exit_with(ExitCode.USAGE)
+    return folder
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C in the block ends the command with ``INTERRUPTED`` (130), without click's
+    ``Aborted!`` and its exit status 1."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted", err=True)
+        exit_with(ExitCode.INTERRUPTED)
+
+
+@contextlib.contextmanager
+def writing_stdout() -> Iterator[None]:
+    """Standard output that cannot be written in the block (a full disk, ``> /dev/full``)
+    ends the command with one line on stderr and ``FAILED``, not a traceback. A closed pipe
+    (``| head``) is left to click, which exits quietly."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise
+        _drop_stdout()
+        click.echo(f"error: cannot write the output: {exc.strerror or exc}", err=True)
+        exit_with(ExitCode.FAILED)
+
+
+def _drop_stdout() -> None:
+    """Point the process's stdout at the null device, so the text still buffered is not
+    written again (and does not fail again) when the interpreter exits."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+
+__all__ = [
+    "NOT_ABOUT_THE_SOURCE",
+    "enable_otel",
+    "exit_with",
+    "interruptible",
+    "load_agent_or_exit",
+    "trace_dir_or_exit",
+    "writing_stdout",
+]

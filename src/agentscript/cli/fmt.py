@@ -18,7 +18,7 @@ from agentscript.commands import ExitCode
 @click.option("--fix", "apply_fixes", is_flag=True, help="Also apply the safe lint fixes.")
 def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool, apply_fixes: bool) -> None:
     """Format .agent files canonically (idempotent; the tree is preserved)."""
-    from agentscript.discover import agent_files
+    from agentscript.discover import agent_files, any_unreadable
     from agentscript.formatting import format_path
 
     files = [p for p in agent_files(paths) if not p.is_dir()]
@@ -27,9 +27,11 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool, apply_fixes: 
         exit_with(ExitCode.USAGE)
     changed = 0
     failed = False
+    unreadable = False  # a file that could not be read: bad input (USAGE), as for validate
     for path in files:
         result = format_path(path, fix=apply_fixes)
         if result.problems:
+            unreadable = unreadable or any_unreadable(result.problems)
             for diag in result.problems:
                 click.echo(diag.format(), err=True)
             if result.text is not None and result.problems[0].code != "internal-error":
@@ -53,6 +55,8 @@ def fmt(paths: tuple[str, ...], check_only: bool, show_diff: bool, apply_fixes: 
                 failed = True
                 continue
             click.echo(f"reformatted {path}")
+    if unreadable:
+        exit_with(ExitCode.USAGE)
     if failed:
         exit_with(ExitCode.USAGE if changed == 0 else ExitCode.FAILED)
     if (check_only or show_diff) and changed:

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from agentscript.cli.common import enable_otel, exit_with, load_agent_or_exit
+from agentscript.cli.common import (
+    enable_otel,
+    exit_with,
+    interruptible,
+    load_agent_or_exit,
+    trace_dir_or_exit,
+    writing_stdout,
+)
 from agentscript.cli.options import (
     dialect_option,
     otel_option,
@@ -43,6 +49,19 @@ def run(
     otel: str | None,
 ) -> None:
     """Play a conversation file through AGENT with the scripted model."""
+    with interruptible():
+        _run(agent, conversation_path, trace_dir, as_json, stub_missing_tools, dialect, otel)
+
+
+def _run(
+    agent: str,
+    conversation_path: str,
+    trace_dir: str | None,
+    as_json: bool,
+    stub_missing_tools: bool,
+    dialect: str | None,
+    otel: str | None,
+) -> None:
     from agentscript.conversation import ConversationError, load_conversation
     from agentscript.playback import play
 
@@ -51,23 +70,40 @@ def run(
     except ConversationError as exc:
         click.echo(str(exc), err=True)
         exit_with(ExitCode.USAGE)
+    # An empty file, or turns: []: a regression file that checks nothing.
+    if not conversation.turns:
+        click.echo(f"warning: {conversation_path}: no turns to play", err=True)
     loaded = load_agent_or_exit(agent, dialect, stub_missing_tools=stub_missing_tools)
     enable_otel(loaded, otel)
+    traces = trace_dir_or_exit(trace_dir)
     try:
-        playback = play(loaded, conversation, trace_dir=Path(trace_dir) if trace_dir else None)
+        playback = play(loaded, conversation, trace_dir=traces)
     except ValueError as exc:  # e.g. unknown or ill-typed initial variables
         click.echo(f"{conversation_path}: {exc}", err=True)
         exit_with(ExitCode.USAGE)
-    if as_json:
-        click.echo(json.dumps(playback.to_json(), indent=2, default=repr))
-    else:
-        print_transcript(playback)
+    with writing_stdout():
+        if as_json:
+            _warn_unwritten_traces(playback)
+            click.echo(json.dumps(playback.to_json(), indent=2, default=repr))
+        else:
+            print_transcript(playback)
     exit_with(ExitCode.FAILED if playback.failed else ExitCode.OK)
+
+
+def _warn_unwritten_traces(playback: Any) -> None:
+    """On stderr (stdout holds the JSON): why a turn's trace file was not written."""
+    from agentscript.chat import trace_problem
+
+    for turn in playback.turns:
+        problem = trace_problem(turn.reply.trace)
+        if problem is not None:
+            click.echo(f"warning: {problem}", err=True)
 
 
 def print_transcript(playback: Any) -> None:
     """The played conversation for people: each turn's user text, path, actions, changes,
     messages and failures (details dimmed on a terminal)."""
+    from agentscript.chat import trace_problem
     from agentscript.playback import describe_changes, refused_calls
 
     color = sys.stdout.isatty()
@@ -100,6 +136,9 @@ def print_transcript(playback: Any) -> None:
             )
         if reply.trace_file:
             click.echo(dim(f"  trace:     {reply.trace_file}"))
+        problem = trace_problem(reply.trace)
+        if problem is not None:
+            click.echo(red(f"  warning:   {problem}"))
         if turn.unused_moves:
             click.echo(dim(f"  unused:    {len(turn.unused_moves)} scripted move(s) not needed"))
         for message in reply.messages:

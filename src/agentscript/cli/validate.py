@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agentscript.cli.common import exit_with
+from agentscript.cli.common import exit_with, writing_stdout
 from agentscript.cli.options import dialect_option
 from agentscript.commands import ExitCode
 
@@ -61,19 +61,20 @@ def validate(
         click.echo("no .agent files or Mantle projects found", err=True)
         exit_with(ExitCode.USAGE)
     all_diags = [d for _, diags in [*configs, *results] for d in diags]
-    if fmt == "json":
-        click.echo(json.dumps([d.to_json() for d in all_diags], indent=2))
-    else:
-        color = sys.stdout.isatty()
-        for config, diags in configs:  # shown as `agentscript run` shows them: no source line
-            for text in render_load_errors(diags, config, color=color):
+    with writing_stdout():
+        if fmt == "json":
+            click.echo(json.dumps([d.to_json() for d in all_diags], indent=2))
+        else:
+            color = sys.stdout.isatty()
+            for config, diags in configs:  # shown as `agentscript run` shows them: no source line
+                for text in render_load_errors(diags, config, color=color):
+                    click.echo(text)
+            for text in render_report(results, color=color):
                 click.echo(text)
-        for text in render_report(results, color=color):
-            click.echo(text)
-        errors = sum(d.is_error for d in all_diags)
-        warnings = sum(d.severity.value == "warning" for d in all_diags)
-        summary = f"{len(results)} file(s) checked: {errors} error(s), {warnings} warning(s)"
-        click.echo(summary, err=True)
+            errors = sum(d.is_error for d in all_diags)
+            warnings = sum(d.severity.value == "warning" for d in all_diags)
+            summary = f"{len(results)} file(s) checked: {errors} error(s), {warnings} warning(s)"
+            click.echo(summary, err=True)
     if any_unreadable(all_diags):
         exit_with(ExitCode.USAGE)  # a path that cannot be read is bad input, not a finding
     exit_with(ExitCode.FAILED if any(d.is_error for d in all_diags) else ExitCode.OK)

@@ -359,6 +359,8 @@ class Session:
         self.on_text: Callable[[str], None] | None = None
         # Called with each trace step as it is added (filled in as the turn goes on).
         self.on_step: Callable[[dict[str, Any]], None] | None = None
+        # The last trace file could not be written (reported once, by ``_write_trace``).
+        self._trace_write_failed = False
 
     @property
     def id(self) -> str:
@@ -477,7 +479,9 @@ class Session:
         trace.response = text
         if self.meter.turn.cost is not None and not refused:
             trace.usage["cost"] = round(self.meter.turn.cost, 8)
-        trace_file = str(trace.write(self.trace_dir)) if self.trace_dir is not None else None
+        trace_file = (
+            self._write_trace(trace, self.trace_dir) if self.trace_dir is not None else None
+        )
         return Reply(
             text=text,
             messages=list(result.messages),
@@ -499,6 +503,28 @@ class Session:
             session_usage=self.meter.session.to_json(),
             buttons=list(result.buttons),
         )
+
+    def _write_trace(self, trace: TurnTrace, directory: Path) -> str | None:
+        """Write the turn's trace file under ``directory``; its path, or None when it could not
+        be written (a full disk, a folder made read-only mid-session). The turn stands all the
+        same: the first failure in a row adds an ``EVENT_STEP`` ``trace_not_written`` with the
+        ``reason`` to this turn's trace (``reply.trace``), and later failures add nothing until
+        a trace file is written again."""
+        try:
+            path = str(trace.write(directory))
+        except OSError as exc:
+            if not self._trace_write_failed:
+                self._trace_write_failed = True
+                event_step(
+                    trace,
+                    event="trace_not_written",
+                    node=self.state.current_node,
+                    tool=None,
+                    reason=f"cannot write the trace file under {directory}: {exc.strerror or exc}",
+                )
+            return None
+        self._trace_write_failed = False
+        return path
 
     def to_json(self, *, detached: bool = True) -> dict[str, Any]:
         """The session's state as JSON-compatible data (see :meth:`AgentBase.restore`), with
