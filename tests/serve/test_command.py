@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -437,3 +438,18 @@ def test_serve_takes_an_agent_named_twice_as_one(monkeypatch: pytest.MonkeyPatch
     code, out = serve(folder, NOTES, "--model", "standin", "--store", "memory://")
     assert code == 0, out
     assert out.count("agent:  Notes") == 1 and "two agents" not in out
+
+
+def test_the_banner_says_where_a_relative_sqlite_file_is_and_brackets_an_ipv6_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    # sqlite:///tmp/x.db is ./tmp/x.db: the banner names the file, so nobody takes it for /tmp
+    options = ServeOptions(paths=[NOTES], model="standin", store="sqlite:///tmp/x.db", host="::1")
+    _app, lines = build_app(options)
+    text = "\n".join(lines)
+    assert f"store:  sqlite:///tmp/x.db (the file {tmp_path / 'tmp' / 'x.db'})" in text
+    assert "listening on http://[::1]:8000 " in text
+    absolute = tmp_path / "abs.db"
+    _app, lines = build_app(replace(options, store=f"sqlite:///{absolute}", host="127.0.0.1"))
+    assert f"store:  sqlite:///{absolute}\n" in "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -176,3 +177,20 @@ def test_access_log_says_when_the_client_left_before_its_answer_was_written(
     assert left.endswith("ms (client gone)") and f"POST {path} 200 " in left
     assert not [line for line in lines if "(client gone)" in line and line is not left]
     assert [line for line in lines if "GET /v1/sessions/" in line and line.endswith("ms")]
+
+
+def test_text_log_format_gives_uvicorns_own_lines_the_time_logger_and_request_id(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "server.log"
+    args = [NOTES, "--model", "standin", "--store", f"sqlite:///{tmp_path / 's.db'}"]
+    with serving(args, {}, log) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(b"NOT HTTP\x00\r\n\r\n")
+            raw.recv(1000)
+    lines = [line for line in log.read_text().splitlines() if "Invalid HTTP request" in line]
+    assert lines, log.read_text()
+    # "2026-12-05 01:02:03,456 WARNING uvicorn.error -: Invalid HTTP request received.", not
+    # uvicorn's bare "WARNING:  Invalid HTTP request received."
+    assert all(re.match(r"\d{4}-\d\d-\d\d \S+ WARNING uvicorn\.error -: ", line) for line in lines)

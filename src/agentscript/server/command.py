@@ -20,6 +20,7 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from agentscript.commands import ExitCode
@@ -159,10 +160,12 @@ def build_app(
 
         names = sorted({m.name for m in models.values()})
         page = add_playground(app, served, options, ", ".join(names))
+    # An IPv6 address is written in brackets in a URL.
+    host = f"[{options.host}]" if ":" in options.host else options.host
     lines = [
-        f"agentscript serve: listening on http://{options.host}:{options.port} "
+        f"agentscript serve: listening on http://{host}:{options.port} "
         f"({options.workers} worker{'s' if options.workers != 1 else ''})",
-        f"  store:  {store.url}",
+        f"  store:  {_shown_store(store)}",
         *(
             [f"  prefix: {options.root_path} (stripped by the proxy in front)"]
             if options.root_path
@@ -175,6 +178,16 @@ def build_app(
     for item in served.values():
         lines.append(f"  agent:  {item.name} ({item.path}) model {models[item.name].name}")
     return app, lines + page
+
+
+def _shown_store(store: Any) -> str:
+    """The store's URL, and for a SQLite file named relative to the working folder, where
+    that file is (``sqlite:///tmp/x.db`` is ``./tmp/x.db``; an absolute path takes a fourth
+    slash, which the URL alone does not make plain)."""
+    path = getattr(store, "path", None)
+    if isinstance(path, Path) and not path.is_absolute():
+        return f"{store.url} (the file {os.path.abspath(path)})"
+    return str(store.url)
 
 
 def _model(agent: Any, options: ServeOptions) -> Any:
@@ -349,8 +362,9 @@ def _serve_on(
         "http": protocol(),
         "log_level": "warning",
         "access_log": False,  # our own, if asked for (server/logs.py)
-        # JSON lines: uvicorn's loggers keep the handler logs.configure gave them.
-        **({"log_config": None} if options.log_format == "json" else {}),
+        # uvicorn's loggers keep the handler logs.configure gave them, so its own warnings
+        # (an invalid request, a response left incomplete) have the time, logger and id too.
+        "log_config": None,
         "timeout_graceful_shutdown": options.shutdown_grace,
         "root_path": options.root_path,
     }

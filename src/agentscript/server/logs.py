@@ -16,7 +16,8 @@ usually keeps its own access log.
 ``--log-format json`` writes each line as one JSON object instead (``time`` in UTC, ``level``,
 ``logger``, ``request_id``, ``message``, and an access line's ``client``, ``method``, ``path``,
 ``status`` and ``duration_ms`` as fields of their own), for collectors that index fields; the
-start-up banner and uvicorn's own warnings come the same way, so every line of stderr parses.
+start-up banner comes the same way, so every line of stderr parses. uvicorn's own warnings
+and errors have the same shape as ours in either format.
 """
 
 from __future__ import annotations
@@ -65,10 +66,10 @@ class JsonLines(logging.Formatter):
 
 def configure(*, access_log: bool, log_format: str = "text") -> None:
     """Send the ``agentscript`` loggers to stderr (errors; requests too with ``access_log``),
-    as text or JSON lines; with JSON, uvicorn's loggers too (started with ``log_config=None``)."""
+    as text or JSON lines; uvicorn's loggers too (it is started with ``log_config=None``), so
+    every line has the same shape."""
     formatter = JsonLines() if log_format == "json" else logging.Formatter(FORMAT)
-    names = ["agentscript", "uvicorn"] if log_format == "json" else ["agentscript"]
-    for name in names:
+    for name in ("agentscript", "uvicorn"):
         logger = logging.getLogger(name)
         ours = [h for h in logger.handlers if getattr(h, "agentscript", False)]
         if not ours:
