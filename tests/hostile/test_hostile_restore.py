@@ -201,29 +201,94 @@ def paths(data: Any, prefix: str = "") -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["agent_script", "mantle"])
+def internal_error(reply: Any) -> str | None:
+    """The reply's error when it is an internal one (a bug, such as a KeyError on state that
+    restore let in): a turn turns any exception into ``reply.error``, so send() returns."""
+    error = getattr(reply, "error", None)
+    return error if isinstance(error, str) and error.startswith("internal error") else None
+
+
+def held(value: Any) -> Callable[[dict[str, Any]], None]:
+    """The block's step held (with no confirmation pending, which would move it on)."""
+
+    def apply(data: dict[str, Any]) -> None:
+        data["extra"]["mantle"]["pending"] = None
+        data["extra"]["mantle"]["stack"][0]["blocks"][0]["held"] = value
+
+    return apply
+
+
+# Edits of a Mantle session that no single-field edit makes: each is refused or runs.
+MANTLE_STACK_EDITS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    ("held without step", held({"x": 1})),
+    ("held with garbage", held({"step": 5, "memory": []})),
+    ("pending block a number", edit("extra/mantle/pending/block", 7)),
+    ("pending source model", edit("extra/mantle/pending/source", "model")),
+    ("pending arguments empty", edit("extra/mantle/pending/arguments", {})),
+    (
+        "pending arguments wrong",
+        edit("extra/mantle/pending/arguments", {"card_id": 5, "shipping": "overnight", "evil": 1}),
+    ),
+    (
+        "deep stack",
+        lambda d: d["extra"]["mantle"].update(
+            stack=[copy.deepcopy(d["extra"]["mantle"]["stack"][0]) for _ in range(20_000)]
+        ),
+    ),
+    (
+        "every frame active",
+        lambda d: d["extra"]["mantle"].update(
+            stack=[copy.deepcopy(d["extra"]["mantle"]["stack"][0]) for _ in range(3)]
+        ),
+    ),
+    (
+        "many block entries",
+        lambda d: d["extra"]["mantle"]["stack"][0].update(
+            blocks=[copy.deepcopy(d["extra"]["mantle"]["stack"][0]["blocks"][0])] * 5000
+        ),
+    ),
+]
+
+
+def edits_of(data: dict[str, Any], kind: str) -> list[tuple[str, Callable[[dict[str, Any]], None]]]:
+    """Every field replaced by every wrong kind of value, or deleted; for Mantle, plus the
+    stack edits above."""
+    found = [
+        (f"{path} = {value!r}", edit(path, value))
+        for path in paths(data)
+        if path != "signature"
+        for value in [*WRONG_VALUES, _DELETE]
+    ]
+    if kind == "mantle_pending":
+        found += MANTLE_STACK_EDITS
+    return found
+
+
+@pytest.mark.parametrize("kind", ["agent_script", "mantle", "mantle_pending"])
 def test_no_edit_of_a_saved_session_fails_later_than_restore(kind: str) -> None:
     """Every field replaced by every wrong kind of value: restore either refuses it with a
     SessionRestoreError or gives a session whose next turns run (never a raw KeyError,
-    TypeError or AttributeError, at restore or at the next send)."""
-    agent, data = saved() if kind == "agent_script" else mantle_saved()
-    for path in paths(data):
-        if path in ("signature",):
+    TypeError or AttributeError, at restore or at the next send, nor an internal error in the
+    reply). ``mantle_pending`` waits for a yes/no on a call held by a block step."""
+    agent, data = {
+        "agent_script": saved,
+        "mantle": mantle_saved,
+        "mantle_pending": mantle_pending_saved,
+    }[kind]()
+    for label, change in edits_of(data, kind):
+        broken = copy.deepcopy(data)
+        change(broken)
+        try:
+            session = restore(agent, broken)
+        except SessionRestoreError:
             continue
-        for value in [*WRONG_VALUES, _DELETE]:
-            broken = copy.deepcopy(data)
-            edit(path, value)(broken)
-            try:
-                session = restore(agent, broken)
-            except SessionRestoreError:
-                continue
-            model = session.model
-            assert isinstance(model, ScriptedModel)
+        model = session.model
+        assert isinstance(model, ScriptedModel)
+        for text in ("yes", "hello"):
             model.begin_turn([parse_move({"say": "ok"})])
-            reply = session.send("yes")
-            model.begin_turn([parse_move({"say": "ok"})])
-            session.send("hello")
-            assert reply is not None, path
+            reply = session.send(text)
+            assert reply is not None, label
+            assert internal_error(reply) is None, f"{label}: {text!r}: {reply.error}"
 
 
 def test_restored_gate_stays_closed_when_the_value_is_not_a_boolean() -> None:
@@ -257,6 +322,31 @@ def mantle_saved() -> tuple[AgentBase, dict[str, Any]]:
     )
     session.send("I lost my card")
     return agent, session.to_json()
+
+
+def mantle_pending_saved() -> tuple[AgentBase, dict[str, Any]]:
+    """card_replace at its place_order step, waiting for a yes/no on order_replacement."""
+    agent = agentscript.load(EXAMPLES / "card_bank", stub_missing_tools=True)
+    model = ScriptedModel()
+    session = agent.session(
+        model=model,
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    model.begin_turn(
+        [
+            parse_move({"tool": "activate_skill", "args": {"skill": "card_replace"}}),
+            parse_move({"tool": "set_fields", "args": {"reason": "lost", "card_id": "C-11"}}),
+            parse_move(
+                {"tool": "activate_skill", "args": {"skill": "card_replace", "block": "order_card"}}
+            ),
+        ]
+    )
+    session.send("I lost my card C-11")
+    model.begin_turn([parse_move({"tool": "set_fields", "args": {"shipping": "express"}})])
+    assert session.send("express").confirmation is not None
+    data = session.to_json()
+    assert data["extra"]["mantle"]["pending"]["source"] == "step"
+    return agent, data
 
 
 MANTLE_EDITS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [

@@ -5,8 +5,10 @@ not need it and its deletion keep working, and the row stays as it was found."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from agentscript.store import DamagedRecord, SessionRecord, TurnRecord, schema
 from agentscript.store import lease as lease_module
 
-from .harness import lease_rows, new_session, run
+from .harness import execute, lease_rows, new_session, run
 from .test_api import error_of
 from .test_store import sql
 
@@ -126,6 +128,8 @@ def test_damaged_turn_rows_leave_the_session_and_its_other_turns_working(api_sto
         ("null", "JSON null, not an object"),
         ('"text"', "JSON string, not an object"),
         (b"{\xc3\x28}", "not UTF-8 text"),
+        ('{"a": ' * 5000 + "1" + "}" * 5000, "JSON nested too deep to read"),
+        ('{"a": ' + "9" * 5000 + "}", "JSON with an integer of more than 4300 digits"),
     ],
 )
 def test_store_rows_that_cannot_be_read_are_marked_not_raised(
@@ -141,6 +145,17 @@ def test_store_rows_that_cannot_be_read_are_marked_not_raised(
     assert torn.damaged["trace"].startswith("not a deflated trace: Error -3")
     whole = schema.turn_from_row(("s1", 2, None, '{"turn": 2}', schema.pack_trace({"a": 1}), 1.0))
     assert (whole.damaged, whole.result, whole.trace) == ({}, {"turn": 2}, {"a": 1})
+
+
+@pytest.mark.parametrize("stored", ['{"a": ["\\ud800"]}', b'{"\\uDFFF": 1}'])
+def test_store_rows_with_a_lone_surrogate_read_back_whole(stored: str | bytes) -> None:
+    """A lone surrogate escaped in stored JSON is what a model said (a model's answer can hold
+    one): it reads back as it was written, in a state as in a turn, never as damage."""
+    value = json.loads(stored)
+    session = schema.session_from_row(("s1", "A", "k", "v", "f", stored, 3, 0, 0, 1.0, 2.0, None))
+    assert (session.damaged, session.state) == ({}, value)
+    turn = schema.turn_from_row(("s1", 2, None, stored, schema.pack_trace(value), 1.0))
+    assert (turn.damaged, turn.result, turn.trace) == ({}, value, value)
 
 
 def test_damaged_record_names_the_session_and_the_part() -> None:
@@ -190,3 +205,189 @@ def test_store_lease_taken_by_a_failed_statement_is_given_back_at_once(
     with pytest.raises(type(error)):
         asyncio.run(take())
     assert backend.held == set()
+
+
+def stored_state(url: str, sid: str) -> dict[str, Any]:
+    found = sql(url, f"SELECT state FROM agentscript_sessions WHERE session_id = '{sid}'")
+    return dict(json.loads(found))
+
+
+def put_state(url: str, sid: str, text: str) -> None:
+    execute(url, "UPDATE agentscript_sessions SET state = ? WHERE session_id = ?", text, sid)
+
+
+# JSON a parser refuses or no answer can write, in place of a variable's value: with the reason
+# the session's error gives.
+UNREADABLE = {
+    "deep": ("[" * 5000 + "]" * 5000, "JSON nested too deep to read"),
+    "long_integer": ("9" * 5000, "JSON with an integer of more than 4300 digits"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+def test_unreadable_json_in_a_state_is_damaged_and_the_session_still_listed_and_deleted(
+    api_store: str, kind: str
+) -> None:
+    raw, reason = UNREADABLE[kind]
+
+    async def scenario(client: Any) -> dict[str, Any]:
+        sid, other = await new_session(client), await new_session(client)
+        for each in (sid, other):
+            sent = await client.post(f"/v1/sessions/{each}/messages", json={"text": "hi"})
+            assert sent.status_code == 200
+        state = stored_state(api_store, sid)
+        state["variables"]["last_note"] = "PLACE"
+        put_state(api_store, sid, json.dumps(state).replace('"PLACE"', raw))
+        seen: dict[str, Any] = {"sid": sid, "other": other}
+        got = await client.get(f"/v1/sessions/{sid}")
+        seen["get"] = error_of(got), got.json()["error"]["message"]
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+        seen["send"] = error_of(sent)
+        listed = await client.get("/v1/sessions")
+        seen["listed"] = sorted(s["session_id"] for s in listed.json()["sessions"])
+        seen["other_get"] = (await client.get(f"/v1/sessions/{other}")).status_code
+        seen["turns"] = (await client.get(f"/v1/sessions/{sid}/turns")).status_code
+        seen["delete"] = (await client.delete(f"/v1/sessions/{sid}")).status_code
+        seen["after"] = (await client.get(f"/v1/sessions/{sid}")).status_code
+        return seen
+
+    seen = run(api_store, scenario)
+    (status, message) = seen["get"]
+    assert status == (500, "session_damaged")
+    assert seen["sid"] in message and reason in message
+    assert seen["send"] == (500, "session_damaged")
+    assert seen["listed"] == sorted([seen["sid"], seen["other"]])
+    assert (seen["other_get"], seen["turns"]) == (200, 200)
+    assert (seen["delete"], seen["after"]) == (204, 404)
+
+
+def test_unreadable_json_in_a_turn_fails_only_that_turn_and_part(api_store: str) -> None:
+    deep, deep_reason = UNREADABLE["deep"]
+    long_integer, long_reason = UNREADABLE["long_integer"]
+
+    async def scenario(client: Any) -> dict[str, Any]:
+        sid = await new_session(client)
+        for n in (1, 2):
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": f"m{n}"})
+            assert sent.status_code == 200
+        execute(
+            api_store,
+            "UPDATE agentscript_turns SET result = ? WHERE turn = 1",
+            '{"user": ' + deep + "}",
+        )
+        execute(
+            api_store,
+            "UPDATE agentscript_turns SET trace = ? WHERE turn = 2",
+            '{"steps": ' + long_integer + "}",
+        )
+        seen: dict[str, Any] = {}
+        seen["turns"] = (await client.get(f"/v1/sessions/{sid}/turns")).json()["turns"]
+        trace = await client.get(f"/v1/sessions/{sid}/turns/2/trace")
+        seen["trace"] = error_of(trace), trace.json()["error"]["message"]
+        seen["listed"] = len((await client.get("/v1/sessions")).json()["sessions"])
+        nxt = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "m3"})
+        seen["next"] = nxt.status_code, nxt.json()["turn"]
+        return seen
+
+    seen = run(api_store, scenario)
+    first, second = seen["turns"]
+    assert first["user"] is None and deep_reason in first["damaged"]
+    assert second["user"] == "m2" and "damaged" not in second
+    (trace_error, trace_message) = seen["trace"]
+    assert trace_error == (500, "session_damaged") and long_reason in trace_message
+    assert seen["listed"] == 1 and seen["next"] == (200, 3)
+
+
+def test_state_naming_another_session_is_damaged_and_runs_nothing(api_store: str) -> None:
+    """A row whose state is another session's (copied by hand) is refused: restored, its turns
+    would be traced and committed under the other session's id."""
+
+    async def scenario(client: Any) -> dict[str, Any]:
+        sid, other = await new_session(client), await new_session(client)
+        for each in (sid, other):
+            sent = await client.post(f"/v1/sessions/{each}/messages", json={"text": "hi"})
+            assert sent.status_code == 200
+        state = stored_state(api_store, sid)
+        state["session_id"] = other
+        put_state(api_store, sid, json.dumps(state))
+        seen: dict[str, Any] = {"sid": sid, "other": other}
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+        seen["send"] = error_of(sent), sent.json()["error"]["message"]
+        seen["get"] = error_of(await client.get(f"/v1/sessions/{sid}"))
+        seen["turns"] = len((await client.get(f"/v1/sessions/{sid}/turns")).json()["turns"])
+        seen["state"] = stored_state(api_store, sid)["session_id"]
+        after = await client.post(f"/v1/sessions/{other}/messages", json={"text": "on"})
+        seen["other_turn"] = after.status_code, after.json()["turn"]
+        return seen
+
+    seen = run(api_store, scenario)
+    (error, message) = seen["send"]
+    assert error == (500, "session_damaged") and "it names another session" in message
+    assert seen["other"] not in message  # the other session's id is not told
+    assert seen["get"] == (500, "session_damaged")
+    assert seen["turns"] == 1  # nothing committed
+    assert seen["state"] == seen["other"]  # the row stays as found
+    assert seen["other_turn"] == (200, 2)
+
+
+def test_state_failing_the_restore_checks_is_damaged_on_get_and_post_alike(
+    api_store: str,
+) -> None:
+    """A state that parses but that the engine's restore checks refuse (a variable of another
+    type, NaN) was written by no server: GET and POST both answer 500 session_damaged, naming
+    the field but quoting no value; only another agent or version of it is 409."""
+
+    async def scenario(client: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        changes: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+            ("type", lambda d: d["variables"].update(count="4111-SECRET")),
+            ("nan", lambda d: d["variables"].update(count=float("nan"))),
+            ("hash", lambda d: d["agent"].update(hash="sha256:0")),
+        ]
+        for label, change in changes:
+            sid = await new_session(client)
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
+            assert sent.status_code == 200
+            state = stored_state(api_store, sid)
+            change(state)
+            put_state(api_store, sid, json.dumps(state))
+            got = await client.get(f"/v1/sessions/{sid}")
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+            seen[label] = (
+                error_of(got),
+                error_of(sent),
+                got.json()["error"]["message"],
+                sent.json()["error"]["message"],
+            )
+        return seen
+
+    seen = run(api_store, scenario)
+    for label, field in (("type", "variables.count"), ("nan", "NaN is not JSON")):
+        got, sent, got_message, sent_message = seen[label]
+        assert got == sent == (500, "session_damaged"), label
+        assert got_message == sent_message and field in got_message
+        assert "SECRET" not in got_message
+    got, sent, _, sent_message = seen["hash"]
+    assert got == sent == (409, "session_incompatible")
+    assert "agent.hash" in sent_message
+
+
+def test_signed_state_edited_in_the_store_is_damaged(
+    api_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTSCRIPT_SESSION_KEY", "test-key-" * 4)
+
+    async def scenario(client: Any) -> tuple[Any, ...]:
+        sid = await new_session(client)
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
+        assert sent.status_code == 200
+        state = stored_state(api_store, sid)
+        state["variables"]["count"] = 99
+        put_state(api_store, sid, json.dumps(state))
+        got = await client.get(f"/v1/sessions/{sid}")
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+        return error_of(got), error_of(sent), sent.json()["error"]["message"]
+
+    got, sent, message = run(api_store, scenario)
+    assert got == sent == (500, "session_damaged")
+    assert "signature does not match" in message

@@ -25,19 +25,27 @@ import hashlib
 import hmac
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from agentscript.engine.history import message_chars
 from agentscript.errors import SessionRestoreError as SessionRestoreError  # re-exported
 from agentscript.expr.values import nested_deeper_than
-from agentscript.jsonsafe import UnsafeValue, json_safe
-from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
+from agentscript.jsonsafe import UnsafeValue, json_safe, json_size
+from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH, Limits
 from agentscript.models.base import Message, ToolCall
 
 SESSION_KEY_ENV = "AGENTSCRIPT_SESSION_KEY"
 # Saved sessions are bounded like the rest of the state; this is far above any real one.
 MAX_SESSION_CHARS = 64_000_000
 ROLES = frozenset({"user", "assistant", "tool"})
+# Sessions get 16-character ids (``uuid4().hex[:16]``), and the server takes at most 64; a
+# host may choose its own. A trace file is named after the id, and a file name longer than
+# 255 bytes cannot be written, so a longer one is no id this runtime could have used.
+MAX_SESSION_ID_CHARS = 200
+# A lone UTF-16 surrogate (U+D800 to U+DFFF): no character, and UTF-8 has no form for it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def fingerprint(shape: Any) -> str:
@@ -55,7 +63,14 @@ def session_key() -> bytes | None:
 def _signature(data: Mapping[str, Any], key: bytes) -> str:
     body = {k: v for k, v in data.items() if k != "signature"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "hmac-sha256:" + hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+    # "surrogatepass": the same bytes as strict UTF-8 for any text, and one encoding still
+    # (no two values share it) for a string with a lone surrogate, which a session may hold
+    # (a model's reply can escape one); strict UTF-8 raised UnicodeEncodeError out of
+    # to_json and restore for such a session.
+    return (
+        "hmac-sha256:"
+        + hmac.new(key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+    )
 
 
 def sign(data: dict[str, Any], key: bytes | None = None) -> dict[str, Any]:
@@ -76,7 +91,8 @@ def verify(data: Mapping[str, Any], key: bytes | None = None) -> None:
         raise SessionRestoreError(
             "signature", f"missing; sessions must be signed ({SESSION_KEY_ENV} is set)"
         )
-    if not hmac.compare_digest(given, _signature(data, key)):
+    # compare_digest takes ASCII text only (TypeError otherwise); a real signature is ASCII
+    if not given.isascii() or not hmac.compare_digest(given, _signature(data, key)):
         raise SessionRestoreError(
             "signature", "does not match: the session was changed after it was saved"
         )
@@ -130,7 +146,13 @@ def _kind(value: Any) -> str:
 
 
 class Checker:
-    """Typed reads of untrusted data; each failure is a SessionRestoreError at its path."""
+    """Typed reads of untrusted data; each failure is a SessionRestoreError at its path.
+
+    ``limits`` are the bounds the restored session will run with (``Limits()`` when not
+    given): what a turn would not let into the state is not let in by restore either."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
 
     def fail(self, field: str, reason: str) -> NoReturn:
         raise SessionRestoreError(field, reason)
@@ -193,7 +215,14 @@ class Checker:
         values = self.mapping(value, field)
         self.keys(values, field, set(declared), set(declared))
         out: dict[str, Any] = {}
+        limit = self.limits.max_variable_chars
         for name, item in values.items():
+            # sized as a turn sizes a write (jsonsafe), on a value decode made JSON already
+            size = len(item) + 2 if type(item) is str else json_size(item)
+            if size > limit:
+                self.fail(
+                    f"{field}.{name}", f"larger than Limits.max_variable_chars ({limit} characters)"
+                )
             try:
                 out[name] = coerce(name, item)
             except ValueError as exc:
@@ -201,10 +230,17 @@ class Checker:
         return out
 
     def history(self, value: Any) -> list[Message]:
-        """Messages of the provider-neutral shape, tool calls answered in order."""
+        """Messages of the provider-neutral shape, tool calls answered in order (the last
+        ones too), no longer than a turn leaves it (see :meth:`_too_long`)."""
         messages: list[Message] = []
         open_calls: list[str] = []
-        for index, raw in enumerate(self.listing(value, "history")):
+        opened_at: dict[str, str] = {}  # call id -> where it was made
+        raw_messages = self.listing(value, "history")
+        last_user = _last_user_message(raw_messages)
+        limit = self.limits.max_history_chars
+        before_last = 0  # the size of the messages before the last user message
+        trimmable = False  # a user message after the first one, before the last one
+        for index, raw in enumerate(raw_messages):
             where = f"history[{index}]"
             item = self.mapping(raw, where)
             self.keys(
@@ -238,8 +274,44 @@ class Checker:
             elif open_calls:
                 self.fail(where, f"tool call '{open_calls[0]}' has no result before this message")
             open_calls.extend(c.id for c in calls)
-            messages.append(Message(role, content or "", calls, call_id, name))
+            for position, c in enumerate(calls):
+                opened_at[c.id] = f"{where}.tool_calls[{position}]"
+            message = Message(role, content or "", calls, call_id, name)
+            messages.append(message)
+            if index < last_user:
+                before_last += message_chars(message)
+                trimmable = trimmable or (index > 0 and role == "user")
+                if trimmable and before_last > limit:
+                    self._too_long(limit)
+        if open_calls:
+            # Every turn answers its calls before it ends (a failed one with an error); an
+            # open call would fail the next turn before its model call.
+            self.fail(
+                opened_at.get(open_calls[0], "history"),
+                f"tool call '{open_calls[0]}' has no result: the history ends before it",
+            )
         return messages
+
+    def _too_long(self, limit: int) -> NoReturn:
+        """A turn trims the history to ``Limits.max_history_chars`` (dropping its oldest
+        exchanges) before it adds its own messages: what comes before the last user message
+        is that trimmed history, over the limit only when it is one exchange. More, and the
+        history is longer than any turn left it."""
+        self.fail(
+            "history",
+            f"longer than Limits.max_history_chars ({limit} characters) allows: a turn trims "
+            "the history to that size before it adds its own messages",
+        )
+
+
+def _last_user_message(raw: list[Any]) -> int:
+    """The index of the last message whose role is "user" (0 when none), read from the end
+    before the messages are checked (a turn starts with one, so few are read)."""
+    for index in range(len(raw) - 1, 0, -1):
+        item = raw[index]
+        if isinstance(item, dict) and item.get("role") == "user":
+            return index
+    return 0
 
 
 # --- the parts every saved session has ------------------------------------------------------
@@ -288,6 +360,12 @@ def check_common(
     session_id = c.string(payload["session_id"], "session_id")
     if not session_id:
         c.fail("session_id", "empty")
+    if len(session_id) > MAX_SESSION_ID_CHARS:
+        c.fail("session_id", f"longer than {MAX_SESSION_ID_CHARS} characters")
+    if not session_id.isascii() and _SURROGATE.search(session_id) is not None:
+        # No session gets such an id (a new one is hex; the server's are ASCII): it names
+        # the session's trace files and its stored row, which are UTF-8.
+        c.fail("session_id", "holds a lone surrogate (U+D800 to U+DFFF), which is no text")
     c.count(payload.get("turn", 0), "turn")
     c.boolean(payload.get("ended", False), "ended")
     usage = c.mapping(payload.get("stub_usage", {}), "stub_usage")

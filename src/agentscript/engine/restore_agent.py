@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentscript.engine.kernel import bounds_problem
 from agentscript.engine.procedures import coerce_declared
 from agentscript.engine.program import Program
 from agentscript.engine.restore import Checker, check_usage
 from agentscript.engine.state import PendingConfirmation
-from agentscript.expr.values import TypeMismatch
+from agentscript.expr.values import TypeMismatch, coerce_to_type
 
 
 def agent_shape(program: Program) -> dict[str, Any]:
@@ -52,7 +53,8 @@ def check_agent_state(program: Program, c: Checker, payload: dict[str, Any]) -> 
             c.one_of(value, field, program.nodes)
     pending = payload.get("pending_confirmation")
     if pending is not None:
-        check_pending(program, c, pending)
+        # the arguments as the held call keeps them (coerced), as a live call's are
+        payload["pending_confirmation"] = check_pending(program, c, pending).to_json()
     extra = c.mapping(payload.get("extra", {}), "extra")
     c.keys(extra, "extra", {"usage"}, set())
     check_usage(c, extra)
@@ -60,6 +62,10 @@ def check_agent_state(program: Program, c: Checker, payload: dict[str, Any]) -> 
 
 
 def check_pending(program: Program, c: Checker, raw: Any) -> PendingConfirmation:
+    """The held call, its arguments checked as the model's call was before it was held
+    (``ToolCalls.check_arguments``: only declared ones, within the size and depth bounds of
+    ``c.limits``, required ones present, each of its declared type) and coerced the same way,
+    so a "yes" runs only a call the model could have made."""
     where = "pending_confirmation"
     data = c.mapping(raw, where)
     fields = {"node", "tool", "call_id", "arguments"}
@@ -70,12 +76,22 @@ def check_pending(program: Program, c: Checker, raw: Any) -> PendingConfirmation
         c.fail(f"{where}.tool", f"'{tool.name}' does not ask for confirmation")
     call_id = c.string(data["call_id"], f"{where}.call_id")
     arguments = c.mapping(data["arguments"], f"{where}.arguments")
-    for name, value in arguments.items():
-        param = tool.parameters.get(name)
-        if param is None:
+    for name in arguments:
+        if name not in tool.parameters:
             c.fail(f"{where}.arguments.{name}", f"'{tool.name}' has no such argument")
+    bound = bounds_problem(tool.name, arguments, c.limits)
+    if bound is not None:
+        reason, field = bound
+        c.fail(f"{where}.arguments", f"{reason} (Limits.{field} = {getattr(c.limits, field)})")
+    checked: dict[str, Any] = {}
+    for name, param in tool.parameters.items():
+        value = arguments.get(name)
+        if value is None:
+            if param.required:
+                c.fail(f"{where}.arguments.{name}", f"missing: '{tool.name}' requires it")
+            continue
         try:
-            coerce_declared(value, param.type)
+            checked[name] = coerce_to_type(value, param.type)
         except TypeMismatch as exc:
             c.fail(f"{where}.arguments.{name}", exc.message)
-    return PendingConfirmation(node.name, tool.name, call_id or "", arguments)
+    return PendingConfirmation(node.name, tool.name, call_id or "", checked)

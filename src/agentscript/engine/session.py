@@ -224,7 +224,8 @@ class AgentBase(ABC):
         """
         payload = decode(data)
         verify(payload)
-        checker = Checker()
+        # Restore lets in what a turn under the session's limits would: no larger, no deeper.
+        checker = Checker(limits or self.limits)
         check_common(checker, payload, set(STATE_FORMATS), self.name, self.identity()["hash"])
         payload["variables"] = self.check_saved(checker, payload)
         if variables:

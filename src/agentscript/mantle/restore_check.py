@@ -2,18 +2,29 @@
 
 Memory holds exactly the declared entries, each value in its declared form; the skill stack
 (``extra["mantle"]``, see :mod:`.stack`) names known skills, blocks and steps with valid
-statuses; a pending confirmation names a tool of its skill; the bookkeeping maps have the
-types the turn code reads. Raises SessionRestoreError at the first problem.
+statuses and keeps the runtime's invariants (at most ``Limits.max_stack_depth`` frames, one
+per skill, only the top one active, a parked frame below the skill it invoked, a block at most
+once in a frame with only ``call:``-started blocks above the first); a held step has the shape
+the runtime writes; a pending confirmation is one the live turn could have held (a tool of its
+skill that needs confirmation, arguments as a live call's, its block and step where its skill
+stands); the bookkeeping maps have the types the turn code reads. Raises SessionRestoreError at
+the first problem.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from agentscript.engine.kernel import bounds_problem
 from agentscript.engine.restore import Checker, check_usage
+from agentscript.limits import Limits
 from agentscript.mantle.memory import MemoryWriteError, coerce_value, initial_memory
-from agentscript.mantle.model import Project
+from agentscript.mantle.model import Condition, OrderedBlock, Project, Skill
+from agentscript.mantle.queries import tool_constraint
+from agentscript.mantle.run.confirmation import needs_confirmation
 from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED
+from agentscript.mantle.run.tool_handler import _type_problem, check_arguments
+from agentscript.trace_steps import Source
 
 STATUSES = {ACTIVE, PARKED, PAUSED}
 KINDS = {"routed", "invoked", "interrupt", "engine", "start"}
@@ -32,6 +43,11 @@ FRAME_FIELDS = {"skill", "status", "kind", "via_call", "blocks"}
 ENTRY_FIELDS = {"block", "step", "call", "asked", "held"}
 OPTIONAL_ENTRY_FIELDS = {"spoken"}  # the collect step whose question was said
 PENDING_FIELDS = {"skill", "tool", "arguments", "source", "block", "step", "turn"}
+# ``turn`` is absent in sessions saved before it was recorded (see ``PendingCall``).
+REQUIRED_PENDING_FIELDS = PENDING_FIELDS - {"turn"}
+# What ``hold_for_confirmation`` writes: the model's call, or an ``execute_tool`` block step's.
+PENDING_SOURCES = {Source.LLM.value, Source.STEP.value}
+HELD_FIELDS = {"step", "memory"}  # what ``block_pointer.hold`` writes
 
 
 def project_shape(project: Project) -> dict[str, Any]:
@@ -48,8 +64,11 @@ def project_shape(project: Project) -> dict[str, Any]:
     }
 
 
-def check_mantle_state(project: Project, c: Checker, payload: dict[str, Any]) -> dict[str, Any]:
-    """The checked memory."""
+def check_mantle_state(
+    project: Project, c: Checker, payload: dict[str, Any], limits: Limits | None = None
+) -> dict[str, Any]:
+    """The checked memory. ``limits`` bound the skill stack and a pending call's arguments as
+    they bound a live turn (when not given: the checker's)."""
     declared = {name: "" for name in initial_memory(project)}
 
     def coerce(name: str, value: Any) -> Any:
@@ -74,44 +93,63 @@ def check_mantle_state(project: Project, c: Checker, payload: dict[str, Any]) ->
     c.keys(extra, "extra", {"mantle", "usage"}, set())
     check_usage(c, extra)
     if "mantle" in extra:
-        _check_stack(project, c, c.mapping(extra["mantle"], "extra.mantle"))
+        _check_stack(
+            project,
+            c,
+            c.mapping(extra["mantle"], "extra.mantle"),
+            # The bounds the session will run with (the Checker carries them).
+            limits or c.limits,
+            c.count(payload.get("turn", 0), "turn"),
+        )
     return memory
 
 
-def _check_stack(project: Project, c: Checker, data: dict[str, Any]) -> None:
+def _check_stack(
+    project: Project, c: Checker, data: dict[str, Any], limits: Limits, turn: int
+) -> None:
     c.keys(data, "extra.mantle", STACK_FIELDS, set())
-    for index, raw in enumerate(c.listing(data.get("stack", []), "extra.mantle.stack")):
+    frames = c.listing(data.get("stack", []), "extra.mantle.stack")
+    # transitions.push_refusal: no start pushes a frame past Limits.max_stack_depth.
+    if len(frames) > limits.max_stack_depth:
+        c.fail(
+            "extra.mantle.stack",
+            f"{len(frames)} frames; at most Limits.max_stack_depth = {limits.max_stack_depth}",
+        )
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(frames):
         where = f"extra.mantle.stack[{index}]"
         frame = c.mapping(raw, where)
         c.keys(frame, where, FRAME_FIELDS, FRAME_FIELDS)
         skill = project.skills[c.one_of(frame["skill"], f"{where}.skill", project.skills)]
+        if skill.id in seen:
+            # transitions.push_refusal: one frame per skill (memory is per skill).
+            c.fail(
+                f"{where}.skill",
+                f"'{skill.id}' is already on the stack (extra.mantle.stack[{seen[skill.id]}])",
+            )
+        seen[skill.id] = index
         c.one_of(frame["status"], f"{where}.status", STATUSES)
         c.one_of(frame["kind"], f"{where}.kind", KINDS)
         c.boolean(frame["via_call"], f"{where}.via_call")
-        for position, raw_entry in enumerate(c.listing(frame["blocks"], f"{where}.blocks")):
-            at = f"{where}.blocks[{position}]"
-            entry = c.mapping(raw_entry, at)
-            c.keys(entry, at, ENTRY_FIELDS | OPTIONAL_ENTRY_FIELDS, ENTRY_FIELDS)
-            block = skill.blocks[c.one_of(entry["block"], f"{at}.block", skill.blocks)]
-            if entry["step"] is not None:
-                c.one_of(entry["step"], f"{at}.step", {s.id for s in block.steps})
-            c.boolean(entry["call"], f"{at}.call")
-            for step_id, turn in c.mapping(entry["asked"], f"{at}.asked").items():
-                c.count(turn, f"{at}.asked.{step_id}")
-            if entry["held"] is not None:
-                c.mapping(entry["held"], f"{at}.held")
-            if entry.get("spoken") is not None:
-                c.one_of(entry["spoken"], f"{at}.spoken", {s.id for s in block.steps})
+        _check_blocks(c, skill, c.listing(frame["blocks"], f"{where}.blocks"), where, turn)
+    for index, frame in enumerate(frames):
+        where = f"extra.mantle.stack[{index}]"
+        above = frames[index + 1] if index + 1 < len(frames) else None
+        if frame["status"] == ACTIVE and above is not None:
+            # SkillStack.active: only the top frame is worked on; a start pauses or parks
+            # the frame below it.
+            c.fail(f"{where}.status", "only the top frame of the stack can be active")
+        if frame["status"] == PARKED and (above is None or above["kind"] != "invoked"):
+            # A parked frame waits for the skill it invoked, right above it (transitions.finish
+            # resumes it; SkillStack.move_to_top moves the two together).
+            c.fail(f"{where}.status", "a parked frame must be right below the skill it invoked")
     pending = data.get("pending")
     if pending is not None:
-        where = "extra.mantle.pending"
-        item = c.mapping(pending, where)
-        c.keys(item, where, PENDING_FIELDS, {"skill", "tool", "arguments"})
-        skill_id = c.one_of(item["skill"], f"{where}.skill", project.skills)
-        c.one_of(item["tool"], f"{where}.tool", project.tools_for(skill_id))
-        c.mapping(item["arguments"], f"{where}.arguments")
-        if item.get("turn") is not None:
-            c.count(item["turn"], f"{where}.turn")
+        _check_pending(project, c, c.mapping(pending, "extra.mantle.pending"), frames, limits, turn)
+    _check_bookkeeping(project, c, data)
+
+
+def _check_bookkeeping(project: Project, c: Checker, data: dict[str, Any]) -> None:
     for index, key in enumerate(c.listing(data.get("fired", []), "extra.mantle.fired")):
         c.string(key, f"extra.mantle.fired[{index}]")
     for name in ("written", "activations"):
@@ -129,3 +167,120 @@ def _check_stack(project: Project, c: Checker, data: dict[str, Any]) -> None:
     if ending is not None:
         for index, skill_id in enumerate(c.listing(ending, "extra.mantle.ending")):
             c.string(skill_id, f"extra.mantle.ending[{index}]")
+
+
+def _check_blocks(c: Checker, skill: Skill, entries: list[Any], where: str, turn: int) -> None:
+    """A frame's block entries (``SkillStack.enter_block``): the first started with the skill
+    or by its prose, each one above it by a ``call:`` step of the one below (``call`` true; a
+    ``link:`` keeps it). Call/link cycles are load errors (``mantle-call-cycle``), so no block
+    is entered twice in one frame."""
+    entered: dict[str, int] = {}
+    for position, raw_entry in enumerate(entries):
+        at = f"{where}.blocks[{position}]"
+        entry = c.mapping(raw_entry, at)
+        c.keys(entry, at, ENTRY_FIELDS | OPTIONAL_ENTRY_FIELDS, ENTRY_FIELDS)
+        block = skill.blocks[c.one_of(entry["block"], f"{at}.block", skill.blocks)]
+        if block.id in entered:
+            c.fail(
+                f"{at}.block",
+                f"'{block.id}' is already entered in this frame ({where}.blocks"
+                f"[{entered[block.id]}]); a block is never entered twice",
+            )
+        entered[block.id] = position
+        steps = {s.id for s in block.steps}
+        if entry["step"] is not None:
+            c.one_of(entry["step"], f"{at}.step", steps)
+        if c.boolean(entry["call"], f"{at}.call") != (position > 0):
+            c.fail(
+                f"{at}.call",
+                "the first block of a frame is not started by a call: step"
+                if position == 0
+                else "a block above the first is started by a call: step (call must be true)",
+            )
+        for step_id, asked in c.mapping(entry["asked"], f"{at}.asked").items():
+            c.one_of(step_id, f"{at}.asked.{step_id}", steps)
+            if c.count(asked, f"{at}.asked.{step_id}") > turn:
+                c.fail(f"{at}.asked.{step_id}", f"turn {asked} is after the session's turn {turn}")
+        if entry["held"] is not None:
+            _check_held(c, block, c.mapping(entry["held"], f"{at}.held"), f"{at}.held")
+        if entry.get("spoken") is not None:
+            c.one_of(entry["spoken"], f"{at}.spoken", steps)
+
+
+def _check_held(c: Checker, block: OrderedBlock, held: dict[str, Any], at: str) -> None:
+    """``{"step": step or null, "memory": fingerprint}`` (``block_pointer.hold``)."""
+    c.keys(held, at, HELD_FIELDS, HELD_FIELDS)
+    if held["step"] is not None:
+        c.one_of(held["step"], f"{at}.step", {s.id for s in block.steps})
+    c.string(held["memory"], f"{at}.memory")
+
+
+def _check_pending(
+    project: Project,
+    c: Checker,
+    item: dict[str, Any],
+    frames: list[dict[str, Any]],
+    limits: Limits,
+    turn: int,
+) -> None:
+    """A call ``confirmation.hold_for_confirmation`` could have written: a tool of its skill
+    that needs confirmation, held by the model (``source: llm``, no block or step; arguments
+    checked like the model's, ``call_dispatch.call_skill_tool``) or by an ``execute_tool`` step
+    (``source: step``; the step's block and step, where its skill's pointer stands, and the
+    step's parameters), in a turn not after the session's."""
+    where = "extra.mantle.pending"
+    c.keys(item, where, PENDING_FIELDS, REQUIRED_PENDING_FIELDS)
+    skill_id = c.one_of(item["skill"], f"{where}.skill", project.skills)
+    skill = project.skills[skill_id]
+    tools = project.tools_for(skill_id)
+    tool = tools[c.one_of(item["tool"], f"{where}.tool", tools)]
+    if not needs_confirmation(tool_constraint(project, skill_id, tool.name)):
+        c.fail(f"{where}.tool", f"'{tool.name}' does not need a confirmation in '{skill_id}'")
+    arguments = c.mapping(item["arguments"], f"{where}.arguments")
+    source = c.one_of(item["source"], f"{where}.source", PENDING_SOURCES)
+    if item.get("turn") is not None and c.count(item["turn"], f"{where}.turn") > turn:
+        c.fail(f"{where}.turn", f"turn {item['turn']} is after the session's turn {turn}")
+    # Calls waiting for confirmation go with their skill (transitions.forget_pending).
+    frame = next((f for f in frames if f["skill"] == skill_id), None)
+    if frame is None:
+        c.fail(f"{where}.skill", f"'{skill_id}' is not on the skill stack")
+    bound = bounds_problem(tool.name, arguments, limits)
+    if bound is not None:
+        reason, field = bound
+        c.fail(f"{where}.arguments", f"{reason} (Limits.{field} = {getattr(limits, field)})")
+    if source == Source.LLM:
+        for name in ("block", "step"):
+            if item[name] is not None:
+                c.fail(f"{where}.{name}", "a call held from the model has no block or step")
+        _, problem = check_arguments(tool, arguments)
+        if problem is not None:
+            c.fail(f"{where}.arguments", problem)
+        return
+    block = skill.blocks[c.one_of(item["block"], f"{where}.block", skill.blocks)]
+    step = block.step(c.one_of(item["step"], f"{where}.step", {s.id for s in block.steps}))
+    assert step is not None
+    if step.execute_tool != tool.name:
+        c.fail(f"{where}.step", f"step '{step.id}' does not run '{tool.name}'")
+    entry = frame["blocks"][-1] if frame["blocks"] else None
+    if entry is None or (entry["block"], entry["step"]) != (block.id, step.id):
+        # The held step's pointer stays on it until the answer moves it (blocks.execute_step).
+        c.fail(
+            f"{where}.step",
+            f"'{skill_id}' is not at step '{step.id}' of block '{block.id}'",
+        )
+    for name in sorted(set(arguments) | set(step.parameters)):
+        if name not in step.parameters:
+            c.fail(f"{where}.arguments.{name}", f"not a parameter of step '{step.id}'")
+        if name not in arguments:
+            c.fail(f"{where}.arguments.{name}", f"missing (a parameter of step '{step.id}')")
+        given = step.parameters[name]
+        if not isinstance(given, Condition):
+            if arguments[name] != given:
+                c.fail(f"{where}.arguments.{name}", f"step '{step.id}' passes {given!r}")
+            continue
+        # A value read from memory when the step ran: of the type (and among the values) the
+        # tool declares, as a model's argument must be (tool_handler.check_arguments).
+        properties = (tool.parameters_schema or {}).get("properties") or {}
+        problem = _type_problem(properties.get(name) or {}, arguments[name])
+        if problem is not None:
+            c.fail(f"{where}.arguments.{name}", problem)

@@ -29,7 +29,7 @@ from agentscript.server.agents import AGENT_NAME, ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import CUT_AT_SHUTDOWN, ApiError, body, log_failure, status_of
-from agentscript.server.fastpath import MessageFastPath, TurnAnswer
+from agentscript.server.fastpath import JsonTextResponse, MessageFastPath
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
 from agentscript.server.metrics import ACTIVE_WINDOW, Metrics, method_label
 from agentscript.server.middleware import HttpMiddleware
@@ -343,6 +343,7 @@ def create_app(
         title="agentscript serve",
         version="1",
         lifespan=lifespan,
+        default_response_class=JsonTextResponse,
         docs_url=None,
         redoc_url=None,
         responses={
@@ -505,7 +506,7 @@ def create_app(
         if sse.wants_stream(accept):
             return await stream_turn(service, who, session_id, message.text, idempotency_key, root)
         result = await service.send(who, session_id, message.text, idempotency_key)
-        return TurnAnswer(mounted(root, result))
+        return JsonTextResponse(mounted(root, result))
 
     # add_middleware wraps what is there: the fast path goes inside CORS and the body limit.
     app.add_middleware(

@@ -41,8 +41,12 @@ Authenticate = Callable[[str | None], str]
 ErrorResponse = Callable[[BaseException], Response]
 
 
-class TurnAnswer(JSONResponse):
-    """A turn's JSON answer (both paths): written like the stored result (``jsontext``)."""
+class JsonTextResponse(JSONResponse):
+    """A JSON answer written like the stored results (``jsontext``): a turn's, on both paths,
+    and every route's (the app's default). A lone surrogate a model said, kept in a session's
+    history, variables or trace, is written as its escape (``"\\ud800"``), as the turn that
+    said it was; FastAPI's own writer (pydantic) fails on it, a 500 for every read of that
+    session."""
 
     def render(self, content: Any) -> bytes:
         return jsontext.dumps_bytes(content)
@@ -80,7 +84,7 @@ class MessageFastPath:
             if sse.wants_stream(headers.get(b"accept")):
                 response = await stream_turn(self.service, owner, match, text, key, root)
             else:
-                response = TurnAnswer(
+                response = JsonTextResponse(
                     mounted(root, await self.service.send(owner, match, text, key))
                 )
         except Exception as exc:

@@ -9,7 +9,9 @@ these promises:
 - a message with an Idempotency-Key that a committed turn already carried gets that turn's
   stored result, and nothing runs; the key reaches ``python://`` actions that accept it;
 - a session belongs to its creator's key: to any other key it does not exist (404);
-- a stored session whose agent changed shape is refused (409), never restored.
+- a stored session whose agent changed shape is refused (409), never restored; one whose state
+  cannot be read, or fails the engine's restore checks, is damaged (500), and ``GET`` of it
+  answers as a turn would.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from agentscript.actions.context import IDEMPOTENCY_KEY
+from agentscript.engine.restore import SessionRestoreError
 from agentscript.engine.session import Session
 from agentscript.playback import TurnReport
 from agentscript.server.agents import ServedAgent
@@ -226,7 +229,10 @@ class SessionService:
         }
 
     async def get(self, owner: str, session_id: str) -> dict[str, Any]:
-        return self.view(await self.record(owner, session_id))
+        record = readable(await self.record(owner, session_id))
+        # Checked as the next turn checks it (and refused alike), never shown unchecked.
+        self._restore(record, checking=True)
+        return self.view(record)
 
     async def delete(self, owner: str, session_id: str) -> None:
         await self.record(owner, session_id)
@@ -403,7 +409,12 @@ class SessionService:
                 self.forget(session_id)
             raise
 
-    def _restore(self, record: SessionRecord) -> Session:
+    def _restore(self, record: SessionRecord, *, checking: bool = False) -> Session:
+        """The stored session, restored to run its next turn (``checking``: only to check it,
+        without the model and stubs a turn gets). :class:`IncompatibleSession` (409) for a
+        session of another agent or version of it, which a new session mends;
+        :class:`DamagedRecord` (500) for a state the engine's restore checks refuse, or that
+        names another session than its row: written by hand or damaged, never by a server."""
         served = self.agents.get(record.agent)
         if served is None:
             raise IncompatibleSession(
@@ -415,16 +426,47 @@ class SessionService:
                 f"session {record.session_id} was created by another version of agent "
                 f"{record.agent!r} (its variables or nodes changed); start a new session"
             )
+        named = record.state.get("session_id")
+        if isinstance(named, str) and named != record.session_id:
+            # Its turns would run, be traced and committed under the other session's id.
+            raise DamagedRecord(record.session_id, "state", "it names another session")
         try:
             return served.agent.restore(
                 record.state_text if record.state_text is not None else record.state,
-                model=served.model_for(record.session_id, record.turns + 1),
-                stubs=served.stubs_for(record.session_id),
+                model=(
+                    served.model
+                    if checking
+                    else served.model_for(record.session_id, record.turns + 1)
+                ),
+                stubs=None if checking else served.stubs_for(record.session_id),
             )
+        except SessionRestoreError as exc:
+            if exc.field in IDENTITY_FIELDS:
+                raise IncompatibleSession(
+                    f"session {record.session_id} cannot be restored ({exc}); start a new session"
+                ) from None
+            # The reason of a field's check may quote the value: only the reasons about the
+            # whole text (not JSON, too deep, too large) and its signature are given, which
+            # quote none of it.
+            if exc.field == "(session)":
+                reason = exc.reason
+            elif exc.field == "signature":
+                reason = f"signature {exc.reason}"
+            else:
+                reason = f"the restore checks refuse its {exc.field}"
+            raise DamagedRecord(record.session_id, "state", reason) from None
         except (ValueError, KeyError, TypeError) as exc:
-            raise IncompatibleSession(
-                f"session {record.session_id} cannot be restored ({exc}); start a new session"
+            raise DamagedRecord(
+                record.session_id,
+                "state",
+                f"the restore checks fail on it ({type(exc).__name__})",
             ) from None
+
+
+# The fields of a saved session whose check failing means another agent, or another version
+# of it or of agentscript, saved it (409 session_incompatible, as a changed agent version):
+# its format, and the agent's identity (missing in format 1).
+IDENTITY_FIELDS = frozenset({"format", "agent", "agent.name", "agent.hash"})
 
 
 def lone_surrogate(text: str) -> int | None:

@@ -9,6 +9,7 @@ Placeholders are written ``?`` and rewritten for drivers that use ``%s``.
 from __future__ import annotations
 
 import json
+import sys
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -283,7 +284,13 @@ def turn_from_row(row: Sequence[Any]) -> TurnRecord:
 def json_object(text: str | bytes, column: str, damaged: dict[str, str]) -> dict[str, Any]:
     """A column's JSON object; ``{}`` when the stored text is not one, with why under
     ``damaged[column]`` (a row damaged on disk or written by hand must not make the rows
-    around it unreadable). The reason quotes none of the text: it reaches API clients."""
+    around it unreadable). The reason quotes none of the text: it reaches API clients.
+
+    Besides text that is not JSON, that is JSON the parser refuses: nested past its recursion
+    limit, or an integer longer than Python converts. A lone surrogate escaped in the text
+    (``"\\ud800"``, which a model's answer can hold) reads back as it was written: the answers
+    write it as its escape again (``jsontext``), and a session must not be lost to what a
+    model said."""
     try:
         value = json.loads(text)
     except UnicodeDecodeError:
@@ -291,6 +298,16 @@ def json_object(text: str | bytes, column: str, damaged: dict[str, str]) -> dict
         return {}
     except json.JSONDecodeError as exc:
         damaged[column] = f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        return {}
+    except RecursionError:
+        damaged[column] = "JSON nested too deep to read"
+        return {}
+    except ValueError as exc:  # an integer longer than int() converts (set_int_max_str_digits)
+        damaged[column] = (
+            f"JSON with an integer of more than {sys.get_int_max_str_digits()} digits"
+            if "digits" in str(exc)
+            else f"JSON that cannot be read ({type(exc).__name__})"
+        )
         return {}
     if type(value) is not dict:
         damaged[column] = f"JSON {JSON_TYPES.get(type(value), 'value')}, not an object"

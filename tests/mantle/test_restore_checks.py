@@ -1,0 +1,445 @@
+"""Restoring a saved Mantle session checks its skill stack against what the runtime writes: a
+pending confirmation the live turn could have held (its fields, its block and step, its
+arguments checked like a live call's), a held step of the shape ``hold`` writes, and a stack
+within ``Limits.max_stack_depth`` and the runtime's invariants. A forged one is refused at
+restore (SessionRestoreError naming the field), never run or failing later inside a turn."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mantle_helpers import EXAMPLE, make
+
+import agentscript
+from agentscript.engine.restore import Checker, SessionRestoreError
+from agentscript.engine.session import AgentBase, Reply, Session
+from agentscript.limits import Limits
+from agentscript.mantle.restore_check import check_mantle_state
+from agentscript.mantle.runtime import MantleAgent
+from agentscript.models.scripted import ScriptedModel, parse_move
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def bank() -> MantleAgent:
+    agent = agentscript.load(EXAMPLE, stub_missing_tools=True)
+    assert isinstance(agent, MantleAgent)
+    return agent
+
+
+def send(session: Session, text: str, *moves: dict[str, Any]) -> Reply:
+    model = session.model
+    assert isinstance(model, ScriptedModel)
+    model.begin_turn([parse_move(m) for m in moves or ({"say": "ok"},)])
+    return session.send(text)
+
+
+def pending_saved() -> tuple[MantleAgent, dict[str, Any]]:
+    """card_replace at its place_order step, waiting for the user's yes/no on
+    order_replacement (held by the step, ``source: step``)."""
+    agent = bank()
+    session = agent.session(
+        model=ScriptedModel(),
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    send(
+        session,
+        "I lost my card C-11",
+        {"tool": "activate_skill", "args": {"skill": "card_replace"}},
+        {"tool": "set_fields", "args": {"reason": "lost", "card_id": "C-11"}},
+        {"tool": "activate_skill", "args": {"skill": "card_replace", "block": "order_card"}},
+    )
+    reply = send(session, "express", {"tool": "set_fields", "args": {"shipping": "express"}})
+    assert reply.confirmation is not None
+    data = session.to_json()
+    pending = data["extra"]["mantle"]["pending"]
+    assert pending["source"] == "step" and pending["step"] == "place_order", pending
+    return agent, data
+
+
+def restore(agent: AgentBase, data: dict[str, Any]) -> Session:
+    return agent.restore(data, model=ScriptedModel())
+
+
+def refused(agent: AgentBase, data: dict[str, Any]) -> SessionRestoreError:
+    with pytest.raises(SessionRestoreError) as caught:
+        restore(agent, data)
+    return caught.value
+
+
+def at(data: dict[str, Any], path: str) -> Any:
+    target: Any = data
+    for part in path.split("/"):
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    return target
+
+
+def put(path: str, value: Any) -> Edit:
+    def apply(data: dict[str, Any]) -> None:
+        *parents, last = path.split("/")
+        target = at(data, "/".join(parents))
+        target[int(last) if isinstance(target, list) else last] = value
+
+    return apply
+
+
+def drop(path: str) -> Edit:
+    def apply(data: dict[str, Any]) -> None:
+        *parents, last = path.split("/")
+        del at(data, "/".join(parents))[last]
+
+    return apply
+
+
+PENDING = "extra/mantle/pending"
+ENTRY = "extra/mantle/stack/0/blocks/0"
+FROM_MODEL = {"source": "llm", "block": None, "step": None}
+
+
+def pending(**fields: Any) -> Edit:
+    def apply(data: dict[str, Any]) -> None:
+        at(data, PENDING).update(fields)
+
+    return apply
+
+
+# --- 1. a pending confirmation the live turn could have held --------------------------------
+
+PENDING_EDITS: list[tuple[str, Edit, str]] = [
+    ("source missing", drop(f"{PENDING}/source"), "extra.mantle.pending.source"),
+    ("block missing", drop(f"{PENDING}/block"), "extra.mantle.pending.block"),
+    ("step missing", drop(f"{PENDING}/step"), "extra.mantle.pending.step"),
+    ("source unknown", pending(source="model"), "extra.mantle.pending.source"),
+    ("source not text", pending(source={"a": 1}), "extra.mantle.pending.source"),
+    ("block a number", pending(block=7, step=["x"]), "extra.mantle.pending.block"),
+    ("block unknown", pending(block="nope"), "extra.mantle.pending.block"),
+    ("step unknown", pending(step="nope"), "extra.mantle.pending.step"),
+    ("step of another tool", pending(step="load_cards"), "extra.mantle.pending.step"),
+    ("step that is no tool call", pending(step="pick_card"), "extra.mantle.pending.step"),
+    (
+        "step not where the pointer is",
+        put(f"{ENTRY}/step", "pick_shipping"),
+        "extra.mantle.pending.step",
+    ),
+    ("block and step on a model call", pending(source="llm"), "extra.mantle.pending.block"),
+    ("tool without confirmation", pending(tool="block_card"), "extra.mantle.pending.tool"),
+    ("skill not on the stack", put("extra/mantle/stack", []), "extra.mantle.pending.skill"),
+    ("turn after the session's", pending(turn=10**9), "extra.mantle.pending.turn"),
+    ("step arguments empty", pending(arguments={}), "extra.mantle.pending.arguments.card_id"),
+    (
+        "step argument unknown",
+        pending(arguments={"card_id": "C-11", "shipping": "express", "evil": 1}),
+        "extra.mantle.pending.arguments.evil",
+    ),
+    (
+        "step argument of the wrong type",
+        pending(arguments={"card_id": 5, "shipping": "express"}),
+        "extra.mantle.pending.arguments.card_id",
+    ),
+    (
+        "step argument not among the enum",
+        pending(arguments={"card_id": "C-11", "shipping": "overnight"}),
+        "extra.mantle.pending.arguments.shipping",
+    ),
+    (
+        "model call with unknown and wrong arguments",
+        pending(**FROM_MODEL, arguments={"card_id": 5, "shipping": "overnight", "evil": 1}),
+        "extra.mantle.pending.arguments",
+    ),
+    (
+        "model call without arguments",
+        pending(**FROM_MODEL, arguments={}),
+        "extra.mantle.pending.arguments",
+    ),
+    (
+        "model call with an argument of the wrong type",
+        pending(**FROM_MODEL, arguments={"card_id": 5, "shipping": "express"}),
+        "extra.mantle.pending.arguments",
+    ),
+    (
+        "model call with an argument not among the enum",
+        pending(**FROM_MODEL, arguments={"card_id": "C-11", "shipping": "overnight"}),
+        "extra.mantle.pending.arguments",
+    ),
+    (
+        "model call with too large arguments",
+        pending(**FROM_MODEL, arguments={"card_id": "C" * 30_000, "shipping": "express"}),
+        "extra.mantle.pending.arguments",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"), [e[1:] for e in PENDING_EDITS], ids=[e[0] for e in PENDING_EDITS]
+)
+def test_a_forged_pending_confirmation_is_refused_at_restore(change: Edit, field: str) -> None:
+    agent, data = pending_saved()
+    change(data)
+    error = refused(agent, data)
+    assert error.field == field, str(error)
+
+
+def test_the_saved_pending_confirmation_restores_and_a_yes_orders_once() -> None:
+    agent, data = pending_saved()
+    session = restore(agent, data)
+    reply = send(session, "yes")
+    assert reply.error is None
+    assert reply.actions == ["order_replacement"]
+    assert reply.confirmation is None  # the block moved on: it does not ask again
+    again = send(session, "yes")
+    assert "order_replacement" not in again.actions
+
+
+def test_a_pending_call_held_from_the_model_restores_with_checked_arguments() -> None:
+    agent, data = pending_saved()
+    pending(**FROM_MODEL, arguments={"card_id": "C-11", "shipping": "standard"})(data)
+    put(f"{ENTRY}/step", "pick_shipping")(data)
+    session = restore(agent, data)
+    reply = send(session, "yes")
+    assert reply.error is None
+    assert reply.actions == ["order_replacement"]
+
+
+def test_a_pending_call_saved_before_its_turn_was_recorded_still_restores() -> None:
+    agent, data = pending_saved()
+    drop(f"{PENDING}/turn")(data)
+    restore(agent, data)
+
+
+# --- 2. a held step has the shape the runtime writes -----------------------------------------
+
+HELD_EDITS: list[tuple[str, Any, str]] = [
+    ("no step", {"x": 1}, "held.x"),
+    ("step only", {"step": "place_order"}, "held.memory"),
+    ("memory only", {"memory": "{}"}, "held.step"),
+    ("step a number", {"step": 5, "memory": "{}"}, "held.step"),
+    ("step unknown", {"step": "nope", "memory": "{}"}, "held.step"),
+    ("memory a list", {"step": "place_order", "memory": []}, "held.memory"),
+    ("extra field", {"step": "place_order", "memory": "{}", "x": 1}, "held.x"),
+]
+
+
+@pytest.mark.parametrize(
+    ("held", "field"), [e[1:] for e in HELD_EDITS], ids=[e[0] for e in HELD_EDITS]
+)
+def test_a_held_step_of_the_wrong_shape_is_refused(held: Any, field: str) -> None:
+    agent, data = pending_saved()
+    data["extra"]["mantle"]["pending"] = None
+    put(f"{ENTRY}/held", held)(data)
+    error = refused(agent, data)
+    assert error.field == f"extra.mantle.stack[0].blocks[0].{field}", str(error)
+
+
+def test_a_step_held_by_the_runtime_restores_and_the_session_goes_on() -> None:
+    agent, data = pending_saved()
+    session = restore(agent, data)
+    assert send(session, "no").error is None  # declined: the step is held
+    saved = session.to_json()
+    held = saved["extra"]["mantle"]["stack"][0]["blocks"][0]["held"]
+    assert held is not None and held["step"] == "place_order", held
+    session = restore(agent, saved)
+    assert send(session, "hello").error is None
+    put(f"{ENTRY}/held", {"step": None, "memory": "{}"})(saved)  # a pointer not yet moved
+    assert send(restore(agent, saved), "hello").error is None
+
+
+# --- 3. the stack within Limits.max_stack_depth and the runtime's invariants -----------------
+
+
+def frames(*specs: tuple[str, str, str]) -> list[dict[str, Any]]:
+    return [
+        {"skill": skill, "status": status, "kind": kind, "via_call": False, "blocks": []}
+        for skill, status, kind in specs
+    ]
+
+
+def without_pending(data: dict[str, Any]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    data["extra"]["mantle"]["pending"] = None
+    return data
+
+
+@pytest.mark.parametrize("depth", [17, 20_000])
+def test_more_frames_than_max_stack_depth_are_refused(depth: int) -> None:
+    agent, data = pending_saved()
+    data = without_pending(data)
+    frame = data["extra"]["mantle"]["stack"][0]
+    data["extra"]["mantle"]["stack"] = [copy.deepcopy(frame) for _ in range(depth)]
+    error = refused(agent, data)
+    assert error.field == "extra.mantle.stack", str(error)
+    assert "max_stack_depth = 16" in error.reason
+
+
+def test_the_stack_bound_is_the_limits_given() -> None:
+    agent, data = pending_saved()
+    three = (
+        frames(
+            ("authenticate", "paused", "routed"),
+            ("check_balance", "paused", "interrupt"),
+        )
+        + data["extra"]["mantle"]["stack"]
+    )
+    data["extra"]["mantle"]["stack"] = three
+    restore(agent, copy.deepcopy(data))  # within the default 16
+    check_mantle_state(agent.project, Checker(), copy.deepcopy(data), Limits(max_stack_depth=3))
+    with pytest.raises(SessionRestoreError) as caught:
+        check_mantle_state(agent.project, Checker(), data, Limits(max_stack_depth=2))
+    assert caught.value.field == "extra.mantle.stack"
+
+
+STACK_EDITS: list[tuple[str, list[dict[str, Any]], str]] = [
+    (
+        "one skill twice",
+        frames(("check_balance", "paused", "routed"), ("check_balance", "active", "interrupt")),
+        "stack[1].skill",
+    ),
+    (
+        "two active frames",
+        frames(("check_balance", "active", "routed"), ("authenticate", "active", "interrupt")),
+        "stack[0].status",
+    ),
+    ("a parked top frame", frames(("check_balance", "parked", "routed")), "stack[0].status"),
+    (
+        "a parked frame below one it did not invoke",
+        frames(("check_balance", "parked", "routed"), ("authenticate", "active", "interrupt")),
+        "stack[0].status",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("stack", "field"), [e[1:] for e in STACK_EDITS], ids=[e[0] for e in STACK_EDITS]
+)
+def test_a_stack_the_runtime_never_builds_is_refused(
+    stack: list[dict[str, Any]], field: str
+) -> None:
+    agent, data = pending_saved()
+    data = without_pending(data)
+    data["extra"]["mantle"]["stack"] = stack
+    error = refused(agent, data)
+    assert error.field == f"extra.mantle.{field}", str(error)
+
+
+def test_stacks_the_runtime_builds_restore() -> None:
+    agent, data = pending_saved()
+    data = without_pending(data)
+    for stack in (
+        frames(("check_balance", "parked", "routed"), ("authenticate", "active", "invoked")),
+        frames(("check_balance", "parked", "routed"), ("authenticate", "paused", "invoked")),
+        frames(("check_balance", "paused", "routed"), ("authenticate", "paused", "interrupt")),
+    ):
+        data["extra"]["mantle"]["stack"] = stack
+        assert send(restore(agent, copy.deepcopy(data)), "hello").error is None
+
+
+def test_block_entries_are_bounded_by_the_skills_blocks() -> None:
+    agent, data = pending_saved()
+    data = without_pending(data)
+    frame = data["extra"]["mantle"]["stack"][0]
+    frame["blocks"] = [dict(frame["blocks"][0], call=i > 0) for i in range(5000)]
+    error = refused(agent, data)
+    assert error.field == "extra.mantle.stack[0].blocks[1].block", str(error)
+
+
+ASKED_EDITS: list[tuple[str, dict[str, Any], str]] = [
+    ("unknown step", {"nope": 1}, "asked.nope"),
+    ("turn after the session's", {"pick_card": 10**9}, "asked.pick_card"),
+]
+
+
+@pytest.mark.parametrize(
+    ("asked", "field"), [e[1:] for e in ASKED_EDITS], ids=[e[0] for e in ASKED_EDITS]
+)
+def test_asked_names_steps_of_the_block_and_past_turns(asked: dict[str, Any], field: str) -> None:
+    agent, data = pending_saved()
+    data = without_pending(data)
+    put(f"{ENTRY}/asked", asked)(data)
+    error = refused(agent, data)
+    assert error.field == f"extra.mantle.stack[0].blocks[0].{field}", str(error)
+
+
+CALLS = {
+    "skills/refund/skill.md": """---
+name: Refund
+description: Refund an order.
+---
+Help the user get a refund. Start @block.verify.
+
+:::ordered_block id=verify
+steps:
+  - id: ask_order
+    collect: order_id
+  - id: audit
+    call: internal
+  - id: pay
+    execute_tool: issue_refund
+:::
+
+:::ordered_block id=internal
+steps:
+  - id: ask_note
+    collect: note
+:::
+""",
+    "skills/refund/memory.yml": """schema:
+  public:
+    order_id: {type: text, description: The order number.}
+    note: {type: text, description: A note.}
+""",
+    "skills/refund/tools.py": '''def issue_refund() -> dict:
+    """Issue a refund."""
+    return {"ok": True}
+''',
+}
+
+
+def called_block_saved(tmp_path: Path) -> tuple[AgentBase, dict[str, Any]]:
+    """refund's verify block at its ``call: internal`` step, internal waiting for a note."""
+    agent = agentscript.load(make(tmp_path, CALLS))
+    session = agent.session(model=ScriptedModel())
+    send(
+        session,
+        "refund please",
+        {"tool": "activate_skill", "args": {"skill": "refund"}},
+        {"tool": "activate_skill", "args": {"skill": "refund", "block": "verify"}},
+        {"tool": "set_fields", "args": {"order_id": "O-1"}},
+        {"say": "A note?"},
+    )
+    data = session.to_json()
+    entries = [
+        (e["block"], e["step"], e["call"]) for e in data["extra"]["mantle"]["stack"][0]["blocks"]
+    ]
+    assert entries == [("verify", "audit", False), ("internal", "ask_note", True)], entries
+    return agent, data
+
+
+CALL_EDITS: list[tuple[str, Edit, str]] = [
+    ("first block marked called", put(f"{ENTRY}/call", True), "blocks[0].call"),
+    (
+        "called block not marked",
+        put("extra/mantle/stack/0/blocks/1/call", False),
+        "blocks[1].call",
+    ),
+    (
+        "a block entered twice",
+        lambda d: at(d, "extra/mantle/stack/0/blocks").append(
+            copy.deepcopy(at(d, "extra/mantle/stack/0/blocks/1"))
+        ),
+        "blocks[2].block",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"), [e[1:] for e in CALL_EDITS], ids=[e[0] for e in CALL_EDITS]
+)
+def test_block_entries_follow_call_steps(tmp_path: Path, change: Edit, field: str) -> None:
+    agent, data = called_block_saved(tmp_path)
+    assert send(restore(agent, copy.deepcopy(data)), "N-1").error is None  # untouched: fine
+    change(data)
+    error = refused(agent, data)
+    assert error.field == f"extra.mantle.stack[0].{field}", str(error)
