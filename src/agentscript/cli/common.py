@@ -42,8 +42,11 @@ def load_agent_or_exit(
     except AgentScriptError as exc:
         for text in render_load_errors(exc.diagnostics, path, sys.stderr.isatty()):
             click.echo(text, err=True)
-        checked = dialect or "the file's '# @dialect:' header, else agentforce"
-        click.echo(f"{path}: cannot run an agent with errors (dialect: {checked})", err=True)
+        if _is_mantle_project(path):  # dialects are an .agent notion
+            click.echo(f"{path}: cannot run an agent with errors", err=True)
+        else:
+            checked = dialect or "the file's '# @dialect:' header, else agentforce"
+            click.echo(f"{path}: cannot run an agent with errors (dialect: {checked})", err=True)
         about_the_agent = any(d.code not in NOT_ABOUT_THE_SOURCE for d in exc.diagnostics)
         if dialect != "agentscript" and str(path).endswith(".agent") and about_the_agent:
             click.echo(
@@ -57,6 +60,13 @@ def load_agent_or_exit(
                 err=True,
             )
         exit_with(ExitCode.USAGE)
+
+
+def _is_mantle_project(path: str) -> bool:
+    """What :func:`agentscript.loader.load` loads as a Mantle project: a folder, or its
+    ``agent.yml``."""
+    file = Path(path)
+    return file.name in ("agent.yml", "agent.yaml") or file.is_dir()
 
 
 def enable_otel(agent: Any, mode: str | None) -> None:

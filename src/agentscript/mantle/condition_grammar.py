@@ -64,14 +64,19 @@ def _walk(expr: nodes.Expr) -> Iterator[tuple[str, Span]]:
             yield f"'{expr.op}' is not in the condition grammar (only not)", expr.span
         yield from _walk(expr.operand)
     elif isinstance(expr, nodes.Binary):
-        if expr.op not in ("and", "or"):
+        right = expr.right
+        op = expr.op
+        if op == "*" and isinstance(right, nodes.Spread):
+            # The shared parser reads ``a ** b`` as ``a * (*b)``: name what was written.
+            op, right = "**", right.value
+        if op not in ("and", "or"):
             yield (
-                f"arithmetic ('{expr.op}') is not in the condition grammar; compare memory "
+                f"arithmetic ('{op}') is not in the condition grammar; compare memory "
                 "entries with literals",
                 expr.span,
             )
         yield from _walk(expr.left)
-        yield from _walk(expr.right)
+        yield from _walk(right)
     elif isinstance(expr, nodes.Compare):
         for op in expr.ops:
             if op in ("in", "not in"):
@@ -95,7 +100,10 @@ def _walk(expr: nodes.Expr) -> Iterator[tuple[str, Span]]:
             nodes.ListExpr: "a list",
             nodes.DictExpr: "a mapping",
             nodes.Ternary: "a conditional expression",
-        }.get(type(expr), f"'{type(expr).__name__}'")
+            nodes.Spread: "unpacking with '*'",
+            nodes.EllipsisExpr: "'...'",
+            nodes.AtName: "an '@' reference",
+        }.get(type(expr), "this expression")
         yield (
             f"{kind} is not in the condition grammar (memory references, literals, "
             "comparisons, and/or/not)",

@@ -4,6 +4,11 @@ Tool modules are imported from their file path under a private module name. They
 registered in ``sys.modules`` only while they execute (dataclasses and postponed
 annotations need that), and helper modules they import from the project folder are
 dropped again afterwards, so loading two projects never mixes their code.
+
+The source is read with :func:`agentscript.reading.read_file_bytes` (regular files only,
+at most ``limits.MAX_FILE_BYTES``, never blocking on a FIFO) and compiled and executed here,
+so a hostile ``tools.py`` is a diagnostic, not a hang. What the module prints while it is
+imported goes to stderr: stdout carries ``--format json`` output and the LSP/MCP streams.
 """
 
 from __future__ import annotations
@@ -14,26 +19,42 @@ import hashlib
 import importlib.util
 import inspect
 import os
+import re
+import signal
 import sys
+import threading
 import types
 import typing
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from typing import Any, TypeVar
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.model import Tool, ToolWrite
-from agentscript.reading import read_file_text
+from agentscript.reading import FileInputError, read_file_bytes
 
 F = TypeVar("F", bound=Callable[..., Any])
 MARKER = "__mantle_tool__"
 HOOK_PREFIX = "run_after_setting_"
+# What both model APIs accept as a tool name (OpenAI and Anthropic: ^[a-zA-Z0-9_-]{1,64}$).
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def tool(description: str | None = None, *, writes: list[str] | None = None) -> Callable[[F], F]:
-    """Mark a function as a tool; ``writes`` lists the memory entries it sets (bare names)."""
+    """Mark a function as a tool; ``writes`` lists the memory entries it sets (bare names).
+
+    Wrong argument types are a ``TypeError`` here, so at import (a ``mantle-tool-import``
+    diagnostic), not a crash later."""
+    if description is not None and not isinstance(description, str):
+        raise TypeError(f"@tool description must be a string, not {type(description).__name__}")
+    if writes is not None and (
+        not isinstance(writes, list | tuple) or not all(isinstance(w, str) for w in writes)
+    ):
+        raise TypeError("@tool writes must be a list of memory entry names (strings)")
 
     def mark(func: F) -> F:
+        if not callable(func):
+            raise TypeError(f"@tool decorates a function, not {type(func).__name__}")
         setattr(func, MARKER, {"description": description, "writes": list(writes or [])})
         return func
 
@@ -41,17 +62,24 @@ def tool(description: str | None = None, *, writes: list[str] | None = None) -> 
 
 
 def tool_files(folder: str) -> list[str]:
-    """``tools.py`` and ``tools/*.py`` (sorted) inside ``folder``."""
+    """``tools.py`` and ``tools/*.py`` (sorted) inside ``folder``: regular files (or symlinks
+    to them) only, so a FIFO, a device or a directory named ``x.py`` is not a tool module."""
     out: list[str] = []
     single = os.path.join(folder, "tools.py")
     if os.path.isfile(single):
         out.append(single)
     package = os.path.join(folder, "tools")
     if os.path.isdir(package):
+        try:
+            names = sorted(os.listdir(package))
+        except OSError:  # an unreadable folder holds no tools we can load
+            names = []
         out.extend(
             os.path.join(package, name)
-            for name in sorted(os.listdir(package))
-            if name.endswith(".py") and not name.startswith("_")
+            for name in names
+            if name.endswith(".py")
+            and not name.startswith("_")
+            and os.path.isfile(os.path.join(package, name))
         )
     return out
 
@@ -60,11 +88,10 @@ def load_tool_file(
     path: str, project_root: str, owner: str | None
 ) -> tuple[list[Tool], list[Diagnostic]]:
     """Import one tool module and describe its tools; import failures become diagnostics."""
-    module, problem = _import(path, project_root)
+    module, tree, problem = _import(path, project_root)
     if module is None:
         assert problem is not None
         return [], [problem]
-    tree = _syntax_tree(path)
     functions = [
         obj
         for name, obj in vars(module).items()
@@ -80,23 +107,47 @@ def load_tool_file(
     diagnostics: list[Diagnostic] = []
     for func in [*chosen, *hooks]:
         made, problems = describe(func, path, tree, owner)
-        tools.append(made)
+        if made is not None:
+            tools.append(made)
         diagnostics.extend(problems)
     return tools, diagnostics
 
 
 def describe(
     func: Callable[..., Any], path: str, tree: ast.Module | None, owner: str | None
-) -> tuple[Tool, list[Diagnostic]]:
+) -> tuple[Tool | None, list[Diagnostic]]:
+    """The tool ``func`` stands for; None (with an error) when its name cannot be offered."""
     diagnostics: list[Diagnostic] = []
     name = func.__name__
     code = getattr(func, "__code__", None)
     line = code.co_firstlineno if code else 1
     span = Span(line, 1, line, 1 + len(name))
-    marker: dict[str, Any] = getattr(func, MARKER, {}) or {}
+    if not _usable_name(name):
+        message = (
+            f"tool name {name!r} is not usable: a tool name is 1 to 64 letters, digits, '_' "
+            "or '-' (what the model APIs accept)"
+        )
+        return None, [Diagnostic("mantle-tool-name", message, span, Severity.ERROR, path)]
+    marker = getattr(func, MARKER, None)
+    if not isinstance(marker, dict):
+        marker = {}
     doc = inspect.getdoc(func) or ""
     description = marker.get("description") or doc.split("\n\n")[0].strip()
-    signature = inspect.signature(func)
+    if not isinstance(description, str):
+        description = ""
+    try:
+        signature = inspect.signature(func)
+    except Exception as exc:  # a broken __signature__ or __wrapped__ set by the module
+        signature = inspect.Signature()
+        diagnostics.append(
+            Diagnostic(
+                "mantle-tool-signature",
+                f"cannot read the signature of '{name}': {type(exc).__name__}: {exc}",
+                span,
+                Severity.ERROR,
+                path,
+            )
+        )
     try:
         hints = typing.get_type_hints(func)
     except Exception as exc:  # unresolvable annotations: fall back to "any"
@@ -111,7 +162,10 @@ def describe(
             )
         )
     schema, takes_context = parameters_schema(signature, hints, _arg_docs(doc))
-    writes = [ToolWrite(w, path, span) for w in marker.get("writes", [])]
+    marked_writes = marker.get("writes")
+    if not isinstance(marked_writes, list | tuple):
+        marked_writes = []
+    writes = [ToolWrite(w, path, span) for w in marked_writes if isinstance(w, str)]
     writes.extend(_writes_in_source(tree, name, path))
     made = Tool(
         name=name,
@@ -222,11 +276,14 @@ def _arg_docs(doc: str) -> dict[str, str]:
     return out
 
 
-def _syntax_tree(path: str) -> ast.Module | None:
-    try:
-        return ast.parse(read_file_text(path, encoding="utf-8"), path)
-    except (OSError, SyntaxError, ValueError):
-        return None
+def _usable_name(name: str) -> bool:
+    """A tool offered to the model needs an API-safe name; a hook (never offered) an
+    identifier, since its name spells the memory entry it follows."""
+    if not isinstance(name, str):
+        return False
+    if name.startswith(HOOK_PREFIX):
+        return name.isidentifier()
+    return TOOL_NAME.fullmatch(name) is not None
 
 
 def _writes_in_source(tree: ast.Module | None, name: str, path: str) -> list[ToolWrite]:
@@ -259,26 +316,107 @@ def _writes_in_source(tree: ast.Module | None, name: str, path: str) -> list[Too
     return out
 
 
-def _import(path: str, project_root: str) -> tuple[types.ModuleType | None, Diagnostic | None]:
+def _import(
+    path: str, project_root: str
+) -> tuple[types.ModuleType | None, ast.Module | None, Diagnostic | None]:
+    """The executed module and its syntax tree, or the diagnostic saying why not.
+
+    The bytes are read once, parsed from bytes (so a ``# -*- coding: ... -*-`` line is
+    honoured) and compiled from that tree; the module is set up as ``importlib`` would
+    (``__name__``, ``__file__``, ``__spec__``, a ``sys.modules`` entry while it runs)."""
     digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
     module_name = f"_agentscript_mantle_tools_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        return None, Diagnostic(
-            "mantle-tool-import", f"cannot import {path}", Span(1, 1, 1, 1), file=path
+    try:
+        source = read_file_bytes(path)
+    except FileInputError as exc:
+        name = os.path.basename(path)
+        return (
+            None,
+            None,
+            Diagnostic(
+                "mantle-file", f"cannot read {name}: {exc.reason}", Span(1, 1, 1, 1), file=path
+            ),
         )
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None:
+        return None, None, _import_failed(path, 1, f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     # Imported here: the contract module imports this one (its decorator marks tools).
     from agentscript.mantle.tool_contract import documented_names
 
+    watch = _Sigint()
     try:
-        with _isolated(module_name, module, project_root), documented_names():
-            spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:
-        line = _failing_line(exc, path)
-        message = f"importing this tool module failed: {type(exc).__name__}: {exc}"
-        return None, Diagnostic("mantle-tool-import", message, Span(line, 1, line, 2), file=path)
-    return module, None
+        tree = ast.parse(source, path)
+        code = compile(tree, path, "exec", dont_inherit=True)
+        with (
+            _isolated(module_name, module, project_root),
+            documented_names(),
+            redirect_stdout(sys.stderr),
+            _sigint_watch(watch),
+        ):
+            # What importlib's loader does with a module's code: this is the project's own
+            # Python, which the author asked us to run, never agent text or model output.
+            exec(code, module.__dict__)
+    except KeyboardInterrupt as exc:
+        if watch.received is not False:
+            raise  # Ctrl-C (a real SIGINT, or one we cannot tell apart): stop, as asked
+        return None, None, _import_failed(path, _failing_line(exc, path), _failure(exc))
+    except BaseException as exc:  # SystemExit, GeneratorExit, a custom BaseException...
+        return None, None, _import_failed(path, _failing_line(exc, path), _failure(exc))
+    return module, tree, None
+
+
+def _failure(exc: BaseException) -> str:
+    detail = str(exc)
+    shown = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return f"importing this tool module failed: {shown}"
+
+
+def _import_failed(path: str, line: int, message: str) -> Diagnostic:
+    return Diagnostic("mantle-tool-import", message, Span(line, 1, line, 2), file=path)
+
+
+class _Sigint:
+    """Whether a real SIGINT arrived while a tool module ran (None: cannot tell)."""
+
+    def __init__(self) -> None:
+        self.received: bool | None = None
+
+
+@contextmanager
+def _sigint_watch(watch: _Sigint) -> Iterator[None]:
+    """Tell a real Ctrl-C from ``raise KeyboardInterrupt`` in tool code.
+
+    On the main thread, the SIGINT handler in place (Python's default one, or the engine's)
+    is wrapped for the block by one that records the signal and then calls it. Off the main
+    thread no signal reaches this code, and with SIGINT ignored or left to the system none
+    raises, so a KeyboardInterrupt is the module's own; a handler installed outside Python
+    leaves it undecided (treated as real)."""
+    if threading.current_thread() is not threading.main_thread():
+        watch.received = False
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous in (signal.SIG_IGN, signal.SIG_DFL):
+        watch.received = False
+        yield
+        return
+    if not callable(previous):
+        yield
+        return
+    handler = previous
+
+    def record(signum: int, frame: types.FrameType | None) -> None:
+        watch.received = True
+        handler(signum, frame)
+
+    signal.signal(signal.SIGINT, record)
+    watch.received = False
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is record:
+            signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
