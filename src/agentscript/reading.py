@@ -118,7 +118,7 @@ def check_yaml_nodes(
         _check_duplicate_keys(root)
 
 
-class _JsonConstructor(SafeConstructor):
+class JsonConstructor(SafeConstructor):
     """Safe types, with timestamps kept as the text written (``2026-02-10``): JSON has no
     dates, and state, traces and saved sessions must stay JSON."""
 
@@ -128,8 +128,8 @@ class _JsonConstructor(SafeConstructor):
 
 
 # types-PyYAML types add_constructor for the loader classes only; the call is the documented API.
-_JsonConstructor.add_constructor(  # type: ignore[type-var]
-    "tag:yaml.org,2002:timestamp", _JsonConstructor.timestamp_text
+JsonConstructor.add_constructor(  # type: ignore[type-var]
+    "tag:yaml.org,2002:timestamp", JsonConstructor.timestamp_text
 )
 
 
@@ -139,7 +139,7 @@ def load_yaml(text: str, *, max_nodes: int = MAX_YAML_NODES) -> Any:
     root = compose_yaml(text, max_nodes=max_nodes)
     if root is None:
         return None
-    return _JsonConstructor().construct_document(root)
+    return JsonConstructor().construct_document(root)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -155,6 +155,7 @@ def _check_expansion(root: yaml.Node, max_nodes: int) -> None:
     them: each shared node's expanded size is computed once (iteratively, any depth)."""
     sizes: dict[int, int] = {}
     in_progress: set[int] = set()
+    has_alias = False
     pending: list[tuple[yaml.Node, bool]] = [(root, False)]
     while pending:
         node, children_done = pending.pop()
@@ -163,20 +164,31 @@ def _check_expansion(root: yaml.Node, max_nodes: int) -> None:
             in_progress.discard(key)
             total = 1 + sum(sizes[id(child)] for child in _children(node))
             if total > max_nodes:
-                raise YamlLimitError(
-                    f"the document expands to more than {max_nodes} nodes through its "
-                    "aliases (limits.MAX_YAML_NODES); an alias bomb is refused",
-                    node,
-                )
+                if has_alias:
+                    problem = (
+                        f"the document expands to more than {max_nodes} nodes through its "
+                        "aliases (limits.MAX_YAML_NODES); an alias bomb is refused"
+                    )
+                else:
+                    problem = (
+                        f"the document has more than {max_nodes} nodes "
+                        "(limits.MAX_YAML_NODES); split it or make it smaller"
+                    )
+                raise YamlLimitError(problem, node)
             sizes[key] = total
             continue
         if key in sizes:
+            has_alias = True  # a node reached a second time: an alias points at it
             continue
         if key in in_progress:
             raise YamlLimitError("an alias refers to the node that contains it", node)
         in_progress.add(key)
         pending.append((node, True))
-        pending.extend((child, False) for child in _children(node) if id(child) not in sizes)
+        for child in _children(node):
+            if id(child) in sizes:
+                has_alias = True  # a node counted already: an alias points at it
+            else:
+                pending.append((child, False))
 
 
 def _check_duplicate_keys(root: yaml.Node) -> None:

@@ -45,7 +45,7 @@ def _codes(diagnostics: list[Diagnostic]) -> list[str]:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-def test_tool_files_lists_regular_files_and_symlinks_to_them_only(tmp_path: Path) -> None:
+def test_tool_files_lists_every_name_but_a_directory(tmp_path: Path) -> None:
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "good.py").write_text("def f():\n    'doc'\n")
@@ -55,7 +55,11 @@ def test_tool_files_lists_regular_files_and_symlinks_to_them_only(tmp_path: Path
     (tools / "folder.py").mkdir()
     os.symlink(tools / "loop.py", tools / "loop.py")
     os.mkfifo(tmp_path / "tools.py")
-    assert tool_files(str(tmp_path)) == [str(tools / "good.py"), str(tools / "linked.py")]
+    # all but the folder: what is not a regular file is then refused by name (mantle-file)
+    names = ["fifo.py", "good.py", "linked.py", "loop.py", "zero.py"]
+    assert tool_files(str(tmp_path)) == [str(tmp_path / "tools.py")] + [
+        str(tools / name) for name in names
+    ]
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
@@ -78,13 +82,21 @@ def test_a_tool_file_over_the_size_limit_is_a_diagnostic(tmp_path: Path) -> None
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-def test_a_project_with_a_fifo_tool_file_loads(tmp_path: Path) -> None:
+def test_a_project_with_a_fifo_or_dangling_tool_file_says_so_and_does_not_hang(
+    tmp_path: Path,
+) -> None:
     root = make(tmp_path, {"skills/greet/skill.md": SKILL})
     (root / "skills" / "greet" / "tools").mkdir()
     os.mkfifo(root / "skills" / "greet" / "tools" / "a.py")
+    os.symlink(root / "nowhere.py", root / "skills" / "greet" / "tools" / "b.py")
     os.mkfifo(root / "tools.py")
     _, diagnostics = load_project(root)
-    assert [d for d in diagnostics if d.is_error] == []
+    errors = [d for d in diagnostics if d.is_error]
+    assert {d.code for d in errors} == {"mantle-file"}
+    messages = sorted(d.message for d in errors)
+    assert len(messages) == 3
+    assert sum("not a regular file" in m for m in messages) == 2
+    assert sum("a link to nothing" in m for m in messages) == 1
 
 
 def test_the_module_is_set_up_as_an_import_would(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity
+from agentscript.reading import FileInputError, read_file_text
 
 INDEX_VERSION = "1"
 DEFAULT_CHUNK_SIZE = 1000
@@ -99,7 +100,10 @@ class KnowledgeIndex:
 
 
 def reference_files(root: Path) -> list[Path]:
-    """``references/**/*.md`` of the project and of every skill, in a stable order."""
+    """``references/**/*.md`` of the project and of every skill, in a stable order.
+
+    Every such name but a folder is listed, so one that is not a regular file (a FIFO, a
+    device, a link to nothing) reaches the reader and is reported, never skipped."""
     folders = [root / "references"]
     skills = root / "skills"
     if skills.is_dir():
@@ -107,7 +111,7 @@ def reference_files(root: Path) -> list[Path]:
     out: list[Path] = []
     for folder in folders:
         if folder.is_dir():
-            out.extend(sorted(p for p in folder.rglob("*.md") if p.is_file()))
+            out.extend(sorted(p for p in folder.rglob("*.md") if not p.is_dir()))
     return out
 
 
@@ -209,7 +213,22 @@ def build_index(
     for path in reference_files(root):
         relative = path.relative_to(root).as_posix()
         try:
-            text = path.read_text(encoding="utf-8")
+            # Bounded like every project file (limits.MAX_FILE_BYTES); only regular files.
+            text = read_file_text(path, encoding="utf-8")
+        except FileInputError as exc:
+            reason = exc.reason
+            if path.is_symlink() and not path.exists():
+                reason = "a link to nothing (dangling or a loop)"
+            diagnostics.append(
+                Diagnostic(
+                    "mantle-references",
+                    f"cannot read this reference file: {reason}",
+                    UNKNOWN_SPAN,
+                    Severity.ERROR,
+                    str(path),
+                )
+            )
+            continue
         except (OSError, UnicodeDecodeError) as exc:
             diagnostics.append(
                 Diagnostic(

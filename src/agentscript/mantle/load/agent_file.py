@@ -69,7 +69,7 @@ def read_agent(text: str, ctx: y.Ctx) -> AgentSettings:
         span = ctx.span(fields["persona"][0]) if "persona" in fields else settings.span
         ctx.add("mantle-agent", "'agent.persona' is required and must not be blank", span)
     if "voice" in fields:
-        voice = y.value(fields["voice"][1])
+        voice = y.value(fields["voice"][1], ctx)
         settings.voice = voice if isinstance(voice, dict) else None
 
     for key in MAESTRO_NESTED:
@@ -84,10 +84,10 @@ def read_agent(text: str, ctx: y.Ctx) -> AgentSettings:
     settings.conversation = _mapping(top.get("conversation"), ctx, "conversation")
     settings.session_config = _mapping(top.get("session_config"), ctx, "session_config")
     if "tool_timeout" in top:
-        raw = y.value(top["tool_timeout"][1])
+        ok, raw = y.try_value(top["tool_timeout"][1], ctx)
         if isinstance(raw, int | float) and not isinstance(raw, bool) and raw > 0:
             settings.tool_timeout = float(raw)
-        else:
+        elif ok:
             ctx.add(
                 "mantle-agent",
                 "'tool_timeout' must be a positive number of seconds",
@@ -100,7 +100,7 @@ def _mapping(pair: tuple[Any, Any] | None, ctx: y.Ctx, what: str) -> dict[str, A
     if pair is None:
         return {}
     node = pair[1]
-    raw = y.value(node)
+    raw = y.value(node, ctx)
     if raw is None:
         return {}
     if not isinstance(raw, dict):

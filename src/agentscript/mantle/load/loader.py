@@ -17,7 +17,7 @@ from agentscript.mantle.load.skill_file import read_skill
 from agentscript.mantle.load.tool_code import load_tool_file, tool_files
 from agentscript.mantle.load.validate import validate
 from agentscript.mantle.model import AgentSettings, Project, Response, Skill, Tool
-from agentscript.reading import read_file_text
+from agentscript.reading import FileInputError, read_file_text
 
 _log = logging.getLogger(__name__)
 
@@ -27,7 +27,9 @@ def is_mantle_project(path: str | os.PathLike[str]) -> bool:
     skills = Path(path) / "skills"
     if not skills.is_dir():
         return False
-    return any((child / "skill.md").is_file() for child in skills.iterdir() if child.is_dir())
+    # lexists: a skill.md that is a FIFO, a device or a dangling link still makes this a
+    # project, so loading reports it instead of calling the folder something else.
+    return any(os.path.lexists(child / "skill.md") for child in skills.iterdir() if child.is_dir())
 
 
 def load_project(
@@ -35,12 +37,25 @@ def load_project(
 ) -> tuple[Project | None, list[Diagnostic]]:
     """Read every project file, then validate across files. Never raises on bad input.
 
-    Returns ``(None, diagnostics)`` only when ``path`` is not a skill project at all.
+    Returns ``(None, diagnostics)`` when ``path`` is not a skill project at all, or when
+    loading failed on a bug of ours: then the last diagnostic is an ``internal-error``
+    naming the folder, never an exception.
     """
-    root = Path(path)
+    diagnostics: list[Diagnostic] = []
+    try:
+        return _load_project(Path(path), diagnostics, stub_missing_tools)
+    except Exception as exc:  # a bug of ours (or an exhausted resource) is a diagnostic
+        from agentscript.validation import internal_error
+
+        _log.debug("loading the Mantle project %s failed", path, exc_info=True)
+        return None, [*diagnostics, internal_error(os.fspath(path), exc)]
+
+
+def _load_project(
+    root: Path, diagnostics: list[Diagnostic], stub_missing_tools: bool
+) -> tuple[Project | None, list[Diagnostic]]:
     if root.is_file() and root.name in ("agent.yml", "agent.yaml"):
         root = root.parent
-    diagnostics: list[Diagnostic] = []
     if not root.is_dir():
         diagnostics.append(
             Diagnostic("mantle-project", f"{root} is not a folder", UNKNOWN_SPAN, file=str(root))
@@ -60,7 +75,7 @@ def load_project(
     agent_path = root / "agent.yml"
     agent_text = _read(agent_path, diagnostics)
     if agent_text is None:
-        if not agent_path.exists():
+        if not os.path.lexists(agent_path):
             diagnostics.append(
                 Diagnostic(
                     "mantle-agent",
@@ -86,7 +101,11 @@ def load_project(
             read_responses(root_responses, None, _ctx(root / "responses.yml", diagnostics))
         )
 
-    for folder in sorted(p for p in (root / "skills").iterdir() if p.is_dir()):
+    for folder in sorted((root / "skills").iterdir()):
+        if not folder.is_dir():
+            if folder.is_symlink() and not folder.exists():
+                diagnostics.append(_file_problem(folder, "a link to nothing (dangling or a loop)"))
+            continue
         skill = _load_skill(root, folder, diagnostics, responses)
         if skill is not None:
             project.skills[skill.id] = skill
@@ -108,7 +127,7 @@ def _load_skill(
     root: Path, folder: Path, diagnostics: list[Diagnostic], responses: list[dict[str, Response]]
 ) -> Skill | None:
     skill_md = folder / "skill.md"
-    if not skill_md.is_file():
+    if not os.path.lexists(skill_md):
         if any((folder / name).exists() for name in ("memory.yml", "responses.yml", "tools.py")):
             diagnostics.append(
                 Diagnostic(
@@ -216,24 +235,34 @@ def _mcp_servers(root: Path, diagnostics: list[Diagnostic]) -> list[str]:
     servers: list[str] = []
     for key, _, value in y.items(node, ctx):
         if key == "mcp_servers":
-            raw = y.value(value)
+            raw = y.value(value, ctx)
             if isinstance(raw, list):
                 servers.extend(str(s["id"]) for s in raw if isinstance(s, dict) and "id" in s)
     return servers
 
 
 def _read(path: Path, diagnostics: list[Diagnostic]) -> str | None:
-    if not path.is_file():
+    """The text of ``path``; None when there is no such name, or (reported as ``mantle-file``)
+    when it cannot be read: not a regular file (a FIFO, a device, a folder), a link to
+    nothing, too large, not UTF-8. A name that exists is never skipped silently."""
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink() and not path.exists():
+        diagnostics.append(_file_problem(path, "a link to nothing (dangling or a loop)"))
         return None
     try:
         return read_file_text(path, encoding="utf-8")
+    except FileInputError as exc:
+        diagnostics.append(_file_problem(path, exc.reason))
     except (OSError, UnicodeDecodeError) as exc:
-        diagnostics.append(
-            Diagnostic(
-                "mantle-file", f"cannot read {path.name}: {exc}", Span(1, 1, 1, 1), file=str(path)
-            )
-        )
-        return None
+        diagnostics.append(_file_problem(path, str(exc)))
+    return None
+
+
+def _file_problem(path: Path, reason: str) -> Diagnostic:
+    return Diagnostic(
+        "mantle-file", f"cannot read {path.name}: {reason}", Span(1, 1, 1, 1), file=str(path)
+    )
 
 
 def _ctx(path: Path, diagnostics: list[Diagnostic]) -> y.Ctx:

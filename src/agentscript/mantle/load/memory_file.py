@@ -6,6 +6,7 @@ import yaml
 
 from agentscript.diagnostics import Severity
 from agentscript.mantle.load import yamlsrc as y
+from agentscript.mantle.memory import MemoryWriteError, coerce_value
 from agentscript.mantle.model import PROJECT_NAMESPACE, MemoryEntry
 
 MEMORY_TYPES = frozenset({"text", "bool", "int", "float", "list", "json", "categorical", "any"})
@@ -139,7 +140,7 @@ def _entry(
     enum_values: list[object] = []
     if "enum_values" in attrs:
         enum_node = attrs["enum_values"][1]
-        raw = y.value(enum_node)
+        raw = y.value(enum_node, ctx)
         if isinstance(raw, list):
             enum_values = raw
         elif raw is not None:
@@ -155,7 +156,7 @@ def _entry(
     def flag(key: str) -> bool:
         return y.boolean(attrs.get(key, (None, None))[1], ctx, key)
 
-    return MemoryEntry(
+    entry = MemoryEntry(
         namespace=namespace,
         name=name,
         type=type_name,
@@ -164,10 +165,31 @@ def _entry(
         description=y.string(attrs.get("description", (None, None))[1], ctx, "description"),
         llm_settable=flag("llm_settable"),
         enum_values=enum_values,
-        initial_value=y.value(attrs["initial_value"][1]) if "initial_value" in attrs else None,
-        has_initial_value="initial_value" in attrs,
         visibility=visibility,
         write_once=is_project and not flag("mutable"),
         pii=flag("pii"),
         seed=flag("seed"),
     )
+    if "initial_value" in attrs:
+        _initial_value(entry, attrs["initial_value"][1], ctx)
+    return entry
+
+
+def _initial_value(entry: MemoryEntry, node: yaml.Node, ctx: y.Ctx) -> None:
+    """``initial_value`` as a memory write would store it (timestamps as the text written);
+    a value the entry's type or ``enum_values`` refuses, or one JSON cannot hold (``!!binary``,
+    ``!!set``), is ``mantle-type`` and the entry starts unset."""
+    ok, raw = y.try_value(node, ctx)
+    if not ok:
+        return
+    try:
+        value = coerce_value(entry, raw)
+    except MemoryWriteError as exc:
+        ctx.add(
+            "mantle-type",
+            f"'initial_value' of memory entry '{entry.name}' is refused: {exc}",
+            ctx.span(node),
+        )
+        return
+    entry.initial_value = value
+    entry.has_initial_value = True

@@ -99,7 +99,7 @@ def _variant(name: str, node: yaml.Node, ctx: y.Ctx) -> ResponseVariant | None:
         ctx.diagnostics.extend(problems)
     meta = attrs.get("metadata")
     if meta is not None:
-        raw = y.value(meta)
+        raw = y.value(meta, ctx)
         if isinstance(raw, dict):
             variant.metadata = raw
         elif raw is not None:

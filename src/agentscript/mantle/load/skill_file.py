@@ -22,6 +22,7 @@ from agentscript.mantle.model import (
     ToolRef,
     UtterTrigger,
 )
+from agentscript.source import normalise_newlines
 
 FRONTMATTER_KEYS = frozenset(
     {
@@ -48,7 +49,13 @@ _ELSE = re.compile(r"^(else|elif)\b\s*.*:")
 
 def read_skill(text: str, skill_id: str, folder: str, ctx: y.Ctx) -> Skill:
     skill = Skill(id=skill_id, folder=folder, file=ctx.file, span=Span(1, 1, 1, 4))
-    lines = text.lstrip("\ufeff").splitlines()
+    # Lines as the renderer (render.source_lines) and the YAML reader count them: at LF, CRLF
+    # and lone CR only; str.splitlines() also breaks at \f, \x85, U+2028 and U+2029, which
+    # shifted every later line number.
+    body = normalise_newlines(text.lstrip("\ufeff"))
+    if body.endswith("\n"):
+        body = body[:-1]
+    lines = body.split("\n") if body else []
     body_start = _frontmatter(lines, skill, ctx)
     _body(lines, body_start, skill, ctx)
     return skill
@@ -138,7 +145,10 @@ def _condition(node: yaml.Node, ctx: y.Ctx, what: str) -> Condition | None:
             ctx.span(node),
         )
         return None
-    condition, problems = make_condition(y.string(node, ctx, what) or "", ctx.file, ctx.span(node))
+    text = y.string(node, ctx, what)
+    if text is None:  # a value that cannot be read, reported by y.string
+        return None
+    condition, problems = make_condition(text, ctx.file, ctx.span(node))
     ctx.diagnostics.extend(problems)
     return condition
 

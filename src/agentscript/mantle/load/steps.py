@@ -33,8 +33,11 @@ HINTS = {"utter": "a collect step names its question with 'utterance:'"}
 
 def read_block(block_id: str, text: str, span: Span, ctx: y.Ctx) -> OrderedBlock:
     block = OrderedBlock(block_id, ctx.file, span)
+    reported = len(ctx.diagnostics)
     root = y.compose(text, ctx)
     if root is None:
+        if len(ctx.diagnostics) == reported:  # empty, not invalid: as `steps: []` is
+            ctx.add("mantle-block", f"block '{block_id}' needs a non-empty 'steps:' list", span)
         return block
     if not y.is_map(root):
         ctx.add(
@@ -111,10 +114,10 @@ def _field(step: Step, key: str, node: yaml.Node, ctx: y.Ctx) -> None:
     elif key == "noop":
         y.boolean(node, ctx, key, default=True)
     elif key == "set_memory":
-        raw = y.value(node)
+        ok, raw = y.try_value(node, ctx)
         if isinstance(raw, dict):
             step.set_memory = raw
-        else:
+        elif ok:
             ctx.add("mantle-step", "'set_memory' must map memory entries to values", ctx.span(node))
     elif key == "parameters":
         _parameters(step, node, ctx)
@@ -178,7 +181,7 @@ def _parameters(step: Step, node: yaml.Node, ctx: y.Ctx) -> None:
         ctx.add("mantle-step", "'parameters' must map argument names to values", ctx.span(node))
         return
     for name, _, value in y.items(node, ctx):
-        raw = y.value(value)
+        raw = y.value(value, ctx)
         # Strings naming memory are expressions; anything else is passed as a literal.
         if isinstance(raw, str) and raw.strip().startswith("session."):
             condition, problems = make_condition(raw, ctx.file, ctx.span(value))

@@ -62,11 +62,12 @@ def tool(description: str | None = None, *, writes: list[str] | None = None) -> 
 
 
 def tool_files(folder: str) -> list[str]:
-    """``tools.py`` and ``tools/*.py`` (sorted) inside ``folder``: regular files (or symlinks
-    to them) only, so a FIFO, a device or a directory named ``x.py`` is not a tool module."""
+    """``tools.py`` and ``tools/*.py`` (sorted) inside ``folder``: every name there but a
+    directory, so a FIFO, a device or a link to nothing of that name reaches the bounded
+    reader and is a ``mantle-file`` error (as for the project's other files), never skipped."""
     out: list[str] = []
     single = os.path.join(folder, "tools.py")
-    if os.path.isfile(single):
+    if _named_file(single):
         out.append(single)
     package = os.path.join(folder, "tools")
     if os.path.isdir(package):
@@ -79,9 +80,14 @@ def tool_files(folder: str) -> list[str]:
             for name in names
             if name.endswith(".py")
             and not name.startswith("_")
-            and os.path.isfile(os.path.join(package, name))
+            and _named_file(os.path.join(package, name))
         )
     return out
+
+
+def _named_file(path: str) -> bool:
+    # lexists: a dangling or looping link is listed too (and then refused by name).
+    return os.path.lexists(path) and not os.path.isdir(path)
 
 
 def load_tool_file(
@@ -327,6 +333,8 @@ def _import(
     digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
     module_name = f"_agentscript_mantle_tools_{digest}"
     try:
+        if not os.path.exists(path):  # a link to nothing, or a loop of links
+            raise FileInputError(path, "a link to nothing (dangling or a loop)")
         source = read_file_bytes(path)
     except FileInputError as exc:
         name = os.path.basename(path)

@@ -221,10 +221,12 @@ def _block(project: Project, skill: Skill, block: OrderedBlock) -> Iterator[Diag
             )
     for cycle in _silent_cycles(block):
         first = ids[cycle[0]]
+        shown = cycle if len(cycle) <= _CYCLE_SHOWN else [*cycle[:_CYCLE_SHOWN], "..."]
+        count = f" ({len(cycle)} steps)" if len(cycle) > _CYCLE_SHOWN else ""
         yield _diag(
             "mantle-next-cycle",
-            f"steps {' -> '.join(cycle)} -> {cycle[0]} loop without an instructions or collect "
-            "step that waits for the user",
+            f"steps {' -> '.join(shown)} -> {cycle[0]}{count} loop without an instructions or "
+            "collect step that waits for the user",
             first.file,
             first.span,
         )
@@ -263,6 +265,9 @@ def _step(project: Project, skill: Skill, block: OrderedBlock, step: Step) -> It
                 step.file,
                 step.span,
             )
+
+
+_CYCLE_SHOWN = 10  # steps of a silent cycle named in its message; longer ones are cut
 
 
 def _explicit_targets(step: Step) -> list[str]:
@@ -318,38 +323,50 @@ def _silent_cycles(block: OrderedBlock) -> list[list[str]]:
 
 
 def _sccs(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components (iterative enough for small blocks)."""
-    counter = [0]
+    """Tarjan's strongly connected components, iterative: a block of thousands of chained
+    steps must not exhaust Python's recursion limit."""
+    counter = 0
     low: dict[str, int] = {}
     num: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     out: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        num[node] = low[node] = counter[0]
-        counter[0] += 1
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph[node]:
-            if nxt not in num:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], num[nxt])
-        if low[node] == num[node]:
-            component: list[str] = []
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                component.append(top)
-                if top == node:
-                    break
-            out.append(component)
-
-    for node in graph:
-        if node not in num:
-            visit(node)
+    for root in graph:
+        if root in num:
+            continue
+        num[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        work: list[tuple[str, int]] = [(root, 0)]  # (node, index of its next successor)
+        while work:
+            node, position = work[-1]
+            successors_of = graph[node]
+            if position < len(successors_of):
+                work[-1] = (node, position + 1)
+                nxt = successors_of[position]
+                if nxt not in num:
+                    num[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], num[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == num[node]:
+                component: list[str] = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                out.append(component)
     return out
 
 
@@ -360,7 +377,9 @@ def _responses(project: Project) -> Iterator[Diagnostic]:
     for response in project.responses.values():
         for variant in response.variants:
             yield from check_condition(project, variant.condition, response.owner)
-            for placeholder in variant.placeholders:
+            # Each name once: a line repeating one unknown name thousands of times is one
+            # warning, not thousands of copies of the line.
+            for placeholder in dict.fromkeys(variant.placeholders):
                 problem = _placeholder_problem(project, placeholder, response.owner)
                 if problem:
                     yield _diag(

@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from yaml.constructor import SafeConstructor
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
-from agentscript.reading import compose_yaml
+from agentscript.reading import JsonConstructor, compose_yaml
 
 
 @dataclass(slots=True)
@@ -23,6 +22,9 @@ class Ctx:
     file: str
     line_offset: int = 0
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    # What was reported through `add`: a node read twice (by `unknown_keys` and then by the
+    # reader, or a required key checked and then read) is reported once.
+    reported: set[tuple[str, str, Span, Severity]] = field(default_factory=set, repr=False)
 
     def span(self, node: yaml.Node) -> Span:
         start, end = node.start_mark, node.end_mark
@@ -39,6 +41,10 @@ class Ctx:
         )
 
     def add(self, code: str, message: str, span: Span, severity: Severity = Severity.ERROR) -> None:
+        key = (code, message, span, severity)
+        if key in self.reported:
+            return
+        self.reported.add(key)
         self.diagnostics.append(Diagnostic(code, message, span, severity, self.file))
 
 
@@ -59,9 +65,67 @@ def compose(text: str, ctx: Ctx) -> yaml.Node | None:
     return None
 
 
-def value(node: yaml.Node) -> Any:
-    """The plain Python value of a node (safe types only)."""
-    return SafeConstructor().construct_document(node)
+class _Unreadable(Exception):
+    """A node whose value cannot be constructed, and why."""
+
+    def __init__(self, node: yaml.Node, problem: str) -> None:
+        super().__init__(problem)
+        self.node = node
+        self.problem = problem
+
+
+class _Constructor(JsonConstructor):
+    """Safe types, timestamps as text; a value that cannot be built names its own node."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except _Unreadable:
+            raise
+        except yaml.constructor.ConstructorError as exc:
+            raise _Unreadable(node, exc.problem or "invalid value") from None
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            raise _Unreadable(node, str(exc) or type(exc).__name__) from None
+
+
+def try_value(node: yaml.Node, ctx: Ctx) -> tuple[bool, Any]:
+    """``(True, value)`` for a node with a plain value, else ``(False, None)`` after a
+    ``mantle-yaml`` diagnostic at the node that cannot be read (an unknown tag such as
+    ``!foo``, ``!!int x``, a date that does not exist, a number too long to convert)."""
+    try:
+        return True, _Constructor().construct_document(node)
+    except _Unreadable as exc:
+        ctx.add("mantle-yaml", _unreadable_message(exc.node, exc.problem), ctx.span(exc.node))
+    except yaml.constructor.ConstructorError as exc:  # e.g. an unhashable key, a bad merge
+        mark = exc.problem_mark or node.start_mark
+        span = Span.point(mark.line + 1 + ctx.line_offset, mark.column + 1)
+        ctx.add("mantle-yaml", _unreadable_message(node, exc.problem or "invalid value"), span)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        ctx.add("mantle-yaml", _unreadable_message(node, str(exc)), ctx.span(node))
+    return False, None
+
+
+_STANDARD_TAG = "tag:yaml.org,2002:"
+
+
+def _unreadable_message(node: yaml.Node, problem: str) -> str:
+    tag = node.tag
+    if problem.startswith("could not determine a constructor"):
+        shown = "!!" + tag[len(_STANDARD_TAG) :] if tag.startswith(_STANDARD_TAG) else tag
+        return (
+            f"unsupported YAML tag '{shown}': write plain text, numbers, true/false, "
+            "lists and mappings"
+        )
+    kind = tag[len(_STANDARD_TAG) :] if tag.startswith(_STANDARD_TAG) else tag
+    if "limit" in problem and "digits" in problem:  # Python's int/str conversion limit
+        problem = "a number with more than 4300 digits"
+    return f"unsupported YAML value: this {kind} cannot be read ({problem})"
+
+
+def value(node: yaml.Node, ctx: Ctx) -> Any:
+    """The plain Python value of a node (safe types, timestamps as text); None after a
+    diagnostic when it cannot be read (see :func:`try_value`)."""
+    return try_value(node, ctx)[1]
 
 
 def compose_mapping(text: str, ctx: Ctx, code: str, message: str) -> yaml.MappingNode | None:
@@ -117,7 +181,16 @@ def string(node: yaml.Node | None, ctx: Ctx, what: str) -> str | None:
     if node is None or is_null(node):
         return None
     if isinstance(node, yaml.ScalarNode):
-        return str(value(node)) if node.tag != "tag:yaml.org,2002:str" else str(node.value)
+        if node.tag == "tag:yaml.org,2002:str":
+            return str(node.value)
+        ok, raw = try_value(node, ctx)
+        if not ok:
+            return None
+        try:
+            return str(raw)
+        except ValueError:  # an int too long to print (Python's digit limit)
+            ctx.add("mantle-type", f"{what} is a number too long to use", ctx.span(node))
+            return None
     ctx.add("mantle-type", f"{what} must be a string", ctx.span(node))
     return None
 
@@ -125,7 +198,9 @@ def string(node: yaml.Node | None, ctx: Ctx, what: str) -> str | None:
 def boolean(node: yaml.Node | None, ctx: Ctx, what: str, default: bool = False) -> bool:
     if node is None or is_null(node):
         return default
-    result = value(node) if isinstance(node, yaml.ScalarNode) else None
+    ok, result = try_value(node, ctx) if isinstance(node, yaml.ScalarNode) else (True, None)
+    if not ok:
+        return default
     if isinstance(result, bool):
         return result
     ctx.add("mantle-type", f"{what} must be true or false", ctx.span(node))
