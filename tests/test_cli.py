@@ -756,3 +756,13 @@ def test_run_warns_when_a_conversation_has_no_turns(
     assert f"warning: {conversation}: no turns to play" in result.stderr
     played = invoke("run", mini[0], "--conversation", mini[1])
     assert "no turns to play" not in played.stderr
+
+
+def test_writing_stdout_reports_only_the_outputs_own_errors() -> None:
+    import errno
+
+    from agentscript.cli.common import writing_stdout
+
+    # chat's whole session runs in the block: another OSError is not "cannot write the output"
+    with pytest.raises(PermissionError), writing_stdout():
+        raise PermissionError(errno.EACCES, "not ours to report")

@@ -353,6 +353,9 @@ def test_state_failing_the_restore_checks_is_damaged_on_get_and_post_alike(
             put_state(api_store, sid, json.dumps(state))
             got = await client.get(f"/v1/sessions/{sid}")
             sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+            if label == "hash":  # another version of the agent: shown as stored, no turn
+                seen[label] = got.status_code, error_of(sent), sent.json()["error"]["message"]
+                continue
             seen[label] = (
                 error_of(got),
                 error_of(sent),
@@ -367,9 +370,43 @@ def test_state_failing_the_restore_checks_is_damaged_on_get_and_post_alike(
         assert got == sent == (500, "session_damaged"), label
         assert got_message == sent_message and field in got_message
         assert "SECRET" not in got_message
-    got, sent, _, sent_message = seen["hash"]
-    assert got == sent == (409, "session_incompatible")
+    got_status, sent, sent_message = seen["hash"]
+    assert got_status == 200 and sent == (409, "session_incompatible")
     assert "agent.hash" in sent_message
+
+
+def test_get_of_a_kept_session_restores_nothing(
+    api_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session kept in memory at the stored state was committed by this server: GET shows it
+    without a restore (a full restore per poll stalled the worker on a long history)."""
+    from agentscript.server import service as service_module
+
+    restores: list[str] = []
+    real = service_module.SessionService._restore
+
+    def counted(self: Any, record: Any, **kwargs: Any) -> Any:
+        restores.append(record.session_id)
+        return real(self, record, **kwargs)
+
+    monkeypatch.setattr(service_module.SessionService, "_restore", counted)
+
+    async def scenario(client: Any) -> tuple[int, int, int]:
+        sid = await new_session(client)
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
+        assert sent.status_code == 200
+        before = len(restores)
+        got = await client.get(f"/v1/sessions/{sid}")
+        kept = len(restores) - before
+        state = stored_state(api_store, sid)
+        state["variables"]["last_note"] = "changed elsewhere"
+        put_state(api_store, sid, json.dumps(state))  # no longer the kept state: checked
+        again = await client.get(f"/v1/sessions/{sid}")
+        return got.status_code, kept, again.status_code
+
+    got, kept, again = run(api_store, scenario)
+    assert (got, kept, again) == (200, 0, 200)
+    assert len(restores) >= 1  # the changed state was restored to be checked
 
 
 def test_signed_state_edited_in_the_store_is_damaged(

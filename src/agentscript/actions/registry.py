@@ -140,17 +140,23 @@ def _stub(spec: Any, name: str) -> StubResult:
     return StubResult(outputs=dict(outputs))
 
 
+# The failure of a stub whose error text is empty (and what chat --record writes for one).
+NO_MESSAGE = "the action failed"
+
+
 def _stub_error(value: Any, name: str) -> str:
     """The failure text of an ``error:`` stub. Only text (or a number) is one: a list or a
-    mapping would reach the user as a Python repr, a binary value as ``b'...'``. A null or
-    empty ``error:`` is refused rather than taken as a success: a stub with an ``error`` key
-    was written to fail, and ``outputs`` says a success."""
-    if isinstance(value, str | int | float) and not isinstance(value, bool) and str(value).strip():
+    mapping would reach the user as a Python repr, a binary value as ``b'...'``. A null
+    ``error:`` is refused rather than taken as a success: a stub with an ``error`` key was
+    written to fail, and ``outputs`` says a success. An empty text is a failure without a
+    message (``chat --record`` wrote one for an action that failed so, before it wrote
+    :data:`NO_MESSAGE`)."""
+    if isinstance(value, str) and not value.strip():
+        return NO_MESSAGE
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
         return str(value)
     if value is None:
         got = "null"
-    elif isinstance(value, str):
-        got = "an empty text"
     elif isinstance(value, bytes | bytearray):
         got = "a binary (!!binary) value"
     elif isinstance(value, Mapping):

@@ -110,6 +110,12 @@ def interruptible() -> Iterator[None]:
         exit_with(ExitCode.INTERRUPTED)
 
 
+# The errors of an output that cannot be written: a full disk or quota, a file too large, a
+# terminal gone. Only these are said as "cannot write the output" (chat's whole session runs
+# in the block, and an error of anything else must not be reported as the output's).
+OUTPUT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
 @contextlib.contextmanager
 def writing_stdout() -> Iterator[None]:
     """Standard output that cannot be written in the block (a full disk, ``> /dev/full``)
@@ -118,8 +124,8 @@ def writing_stdout() -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            raise
+        if exc.errno not in OUTPUT_ERRORS:
+            raise  # a closed pipe is click's; another error is not the output's to report
         _drop_stdout()
         click.echo(f"error: cannot write the output: {exc.strerror or exc}", err=True)
         exit_with(ExitCode.FAILED)

@@ -29,10 +29,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from agentscript.engine.history import message_chars
 from agentscript.errors import SessionRestoreError as SessionRestoreError  # re-exported
 from agentscript.expr.values import nested_deeper_than
-from agentscript.jsonsafe import UnsafeValue, json_safe, json_size
+from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH, Limits
 from agentscript.models.base import Message, ToolCall
 
@@ -215,14 +214,10 @@ class Checker:
         values = self.mapping(value, field)
         self.keys(values, field, set(declared), set(declared))
         out: dict[str, Any] = {}
-        limit = self.limits.max_variable_chars
+        # No size bound here beyond the whole session's (MAX_SESSION_CHARS): a variable given at
+        # creation is not held to Limits.max_variable_chars, and limits lowered since the save
+        # must not strand the sessions saved under them.
         for name, item in values.items():
-            # sized as a turn sizes a write (jsonsafe), on a value decode made JSON already
-            size = len(item) + 2 if type(item) is str else json_size(item)
-            if size > limit:
-                self.fail(
-                    f"{field}.{name}", f"larger than Limits.max_variable_chars ({limit} characters)"
-                )
             try:
                 out[name] = coerce(name, item)
             except ValueError as exc:
@@ -231,16 +226,13 @@ class Checker:
 
     def history(self, value: Any) -> list[Message]:
         """Messages of the provider-neutral shape, tool calls answered in order (the last
-        ones too), no longer than a turn leaves it (see :meth:`_too_long`)."""
+        ones too). Its size is not held to ``Limits.max_history_chars``: the next turn trims
+        it, as it trims any history, and limits lowered since the save must not strand the
+        sessions saved under them (MAX_SESSION_CHARS bounds the whole session)."""
         messages: list[Message] = []
         open_calls: list[str] = []
         opened_at: dict[str, str] = {}  # call id -> where it was made
-        raw_messages = self.listing(value, "history")
-        last_user = _last_user_message(raw_messages)
-        limit = self.limits.max_history_chars
-        before_last = 0  # the size of the messages before the last user message
-        trimmable = False  # a user message after the first one, before the last one
-        for index, raw in enumerate(raw_messages):
+        for index, raw in enumerate(self.listing(value, "history")):
             where = f"history[{index}]"
             item = self.mapping(raw, where)
             self.keys(
@@ -276,13 +268,7 @@ class Checker:
             open_calls.extend(c.id for c in calls)
             for position, c in enumerate(calls):
                 opened_at[c.id] = f"{where}.tool_calls[{position}]"
-            message = Message(role, content or "", calls, call_id, name)
-            messages.append(message)
-            if index < last_user:
-                before_last += message_chars(message)
-                trimmable = trimmable or (index > 0 and role == "user")
-                if trimmable and before_last > limit:
-                    self._too_long(limit)
+            messages.append(Message(role, content or "", calls, call_id, name))
         if open_calls:
             # Every turn answers its calls before it ends (a failed one with an error); an
             # open call would fail the next turn before its model call.
@@ -291,27 +277,6 @@ class Checker:
                 f"tool call '{open_calls[0]}' has no result: the history ends before it",
             )
         return messages
-
-    def _too_long(self, limit: int) -> NoReturn:
-        """A turn trims the history to ``Limits.max_history_chars`` (dropping its oldest
-        exchanges) before it adds its own messages: what comes before the last user message
-        is that trimmed history, over the limit only when it is one exchange. More, and the
-        history is longer than any turn left it."""
-        self.fail(
-            "history",
-            f"longer than Limits.max_history_chars ({limit} characters) allows: a turn trims "
-            "the history to that size before it adds its own messages",
-        )
-
-
-def _last_user_message(raw: list[Any]) -> int:
-    """The index of the last message whose role is "user" (0 when none), read from the end
-    before the messages are checked (a turn starts with one, so few are read)."""
-    for index in range(len(raw) - 1, 0, -1):
-        item = raw[index]
-        if isinstance(item, dict) and item.get("role") == "user":
-            return index
-    return 0
 
 
 # --- the parts every saved session has ------------------------------------------------------

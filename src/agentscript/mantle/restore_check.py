@@ -109,11 +109,13 @@ def _check_stack(
 ) -> None:
     c.keys(data, "extra.mantle", STACK_FIELDS, set())
     frames = c.listing(data.get("stack", []), "extra.mantle.stack")
-    # transitions.push_refusal: no start pushes a frame past Limits.max_stack_depth.
-    if len(frames) > limits.max_stack_depth:
+    # One frame per skill (below), so never more frames than skills: refused before any is
+    # read. Not Limits.max_stack_depth, which bounds new starts only: a limit lowered since
+    # the save must not strand the sessions saved under it.
+    if len(frames) > len(project.skills):
         c.fail(
             "extra.mantle.stack",
-            f"{len(frames)} frames; at most Limits.max_stack_depth = {limits.max_stack_depth}",
+            f"{len(frames)} frames; one per skill, and the project has {len(project.skills)}",
         )
     seen: dict[str, int] = {}
     for index, raw in enumerate(frames):

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from agentscript.actions.registry import NO_MESSAGE
 from agentscript.conversation import Conversation, Turn, dump_conversation
 from agentscript.models.base import Model, ModelRequest, ModelResponse, TextSink, ToolCall
 from agentscript.models.scripted import Move
@@ -106,5 +107,5 @@ def action_stub(step: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if step.get("error") is not None:
         # A stub's error is non-empty text (conversation files refuse an empty one).
-        return {"error": str(step["error"]) or "the action failed"}
+        return {"error": str(step["error"]) or NO_MESSAGE}
     return {"outputs": _plain(step.get("output") or {})}

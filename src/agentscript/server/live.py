@@ -92,6 +92,12 @@ class LiveSessions:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def holds(self, record: SessionRecord) -> bool:
+        """Whether the session kept for ``record`` is the state the store holds (a state this
+        server committed, so checked already); nothing is taken or counted."""
+        kept = self._kept.get(record.session_id)
+        return kept is not None and kept.matches(record)
+
     def take(self, record: SessionRecord) -> Session | None:
         """The kept session for ``record`` if it is the state the store holds (it leaves the
         cache until :meth:`keep` puts it back), else None."""

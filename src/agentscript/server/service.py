@@ -17,6 +17,7 @@ these promises:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -230,8 +231,13 @@ class SessionService:
 
     async def get(self, owner: str, session_id: str) -> dict[str, Any]:
         record = readable(await self.record(owner, session_id))
-        # Checked as the next turn checks it (and refused alike), never shown unchecked.
-        self._restore(record, checking=True)
+        # Checked as the next turn checks it, so a damaged state is refused alike, never shown;
+        # a session kept in memory at this state was committed here, checked already (a full
+        # restore per poll would stall the worker on a long history).
+        if not self.live.holds(record):
+            # Another version of the agent saved it: shown as stored; a turn answers 409.
+            with contextlib.suppress(IncompatibleSession):
+                self._restore(record, checking=True)
         return self.view(record)
 
     async def delete(self, owner: str, session_id: str) -> None:
