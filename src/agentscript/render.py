@@ -119,15 +119,21 @@ def render_report(results: list[tuple[Path, list[Diagnostic]]], color: bool = Fa
         # report, not once per diagnostic (50,000 memory entries took 37 s).
         others: dict[str, list[str] | None] = {}
         for diag in diags:
-            if diag.file in (None, str(path)):
-                file_lines = lines
-            else:
-                assert diag.file is not None
-                if diag.file not in others:
-                    others[diag.file] = source_lines(diag.file)
-                file_lines = others[diag.file]
-            out.append(render_diagnostic(diag, file_lines, color))
+            out.append(render_diagnostic(diag, _lines_of(diag, path, lines, others), color))
     return out
+
+
+def _lines_of(
+    diag: Diagnostic, path: str | Path, lines: list[str] | None, others: dict[str, list[str] | None]
+) -> list[str] | None:
+    """The source lines ``diag`` points into: ``lines`` (those of ``path``) or another file's,
+    read once into ``others``."""
+    if diag.file in (None, str(path)):
+        return lines
+    assert diag.file is not None
+    if diag.file not in others:
+        others[diag.file] = source_lines(diag.file)
+    return others[diag.file]
 
 
 # Diagnostics about a table of agentscript.toml as a whole (`agentscript.load`): they have no
@@ -147,15 +153,7 @@ def render_load_errors(
     for diag in diagnostics:
         if not diag.is_error:
             continue
-        if diag.code in CONFIG_CODES:
-            lines = None
-        elif diag.file in (None, str(path)):
-            lines = agent_lines
-        else:
-            assert diag.file is not None
-            if diag.file not in others:
-                others[diag.file] = source_lines(diag.file)
-            lines = others[diag.file]
+        lines = None if diag.code in CONFIG_CODES else _lines_of(diag, path, agent_lines, others)
         out.append(render_diagnostic(diag, lines, color))
     return out
 

@@ -101,8 +101,8 @@ def trace_dir_or_exit(trace_dir: str | None) -> Path | None:
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
-    """Ctrl-C in the block ends the command with ``INTERRUPTED`` (130), without click's
-    ``Aborted!`` and its exit status 1."""
+    """Ctrl-C in the block (or in the command it decorates) ends the command with
+    ``INTERRUPTED`` (130), without click's ``Aborted!`` and its exit status 1."""
     try:
         yield
     except KeyboardInterrupt:

@@ -39,6 +39,7 @@ from agentscript.commands import ExitCode
 @stub_missing_tools_option
 @dialect_option
 @otel_option
+@interruptible()
 def run(
     agent: str,
     conversation_path: str,
@@ -49,19 +50,6 @@ def run(
     otel: str | None,
 ) -> None:
     """Play a conversation file through AGENT with the scripted model."""
-    with interruptible():
-        _run(agent, conversation_path, trace_dir, as_json, stub_missing_tools, dialect, otel)
-
-
-def _run(
-    agent: str,
-    conversation_path: str,
-    trace_dir: str | None,
-    as_json: bool,
-    stub_missing_tools: bool,
-    dialect: str | None,
-    otel: str | None,
-) -> None:
     from agentscript.conversation import ConversationError, load_conversation
     from agentscript.playback import play
 
