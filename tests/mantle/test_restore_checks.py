@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mantle_helpers import EXAMPLE, make
+from mantle_helpers import EXAMPLE, copy_bank, make
 
 import agentscript
 from agentscript.engine.restore import Checker, SessionRestoreError
@@ -442,3 +442,190 @@ def test_block_entries_follow_call_steps(tmp_path: Path, change: Edit, field: st
     change(data)
     error = refused(agent, data)
     assert error.field == f"extra.mantle.stack[0].{field}", str(error)
+
+
+# --- 4. the bookkeeping keys hold what the runtime writes ------------------------------------
+
+MANTLE = "extra/mantle"
+
+
+def frame_kind(kind: str, via_call: bool) -> Edit:
+    def apply(data: dict[str, Any]) -> None:
+        at(data, f"{MANTLE}/stack/0").update(kind=kind, via_call=via_call)
+
+    return apply
+
+
+BOOKKEEPING_EDITS: list[tuple[str, Edit, str]] = [
+    ("kind start (never written)", frame_kind("start", False), "stack[0].kind"),
+    ("via_call on a routed skill", frame_kind("routed", True), "stack[0].via_call"),
+    ("via_call on an engine skill", frame_kind("engine", True), "stack[0].via_call"),
+    (
+        "written: not a memory entry",
+        put(f"{MANTLE}/written", {"card_replace.nope": 1}),
+        "written.card_replace.nope",
+    ),
+    (
+        "written: a turn after the session's",
+        put(f"{MANTLE}/written", {"card_replace.reason": 3}),
+        "written.card_replace.reason",
+    ),
+    ("activations: unknown skill", put(f"{MANTLE}/activations", {"nope": 1}), "activations.nope"),
+    (
+        "activations: a count of 0",
+        put(f"{MANTLE}/activations", {"card_replace": 1, "check_balance": 0}),
+        "activations.check_balance",
+    ),
+    ("ending: a skill not in before_end", put(f"{MANTLE}/ending", ["check_balance"]), "ending"),
+    ("ending: an unknown skill", put(f"{MANTLE}/ending", ["nope"]), "ending"),
+    (
+        "offer: a skill not on the stack",
+        put(f"{MANTLE}/offer", {"skill": "check_balance"}),
+        "offer.skill",
+    ),
+    ("offer: the active skill", put(f"{MANTLE}/offer", {"skill": "card_replace"}), "offer.skill"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"), [e[1:] for e in BOOKKEEPING_EDITS], ids=[e[0] for e in BOOKKEEPING_EDITS]
+)
+def test_bookkeeping_the_runtime_never_writes_is_refused(change: Edit, field: str) -> None:
+    agent, data = pending_saved()
+    data = without_pending(data)
+    restore(agent, copy.deepcopy(data))  # untouched: fine
+    change(data)
+    error = refused(agent, data)
+    assert error.field == f"extra.mantle.{field}", str(error)
+
+
+def test_an_invoked_frame_with_via_call_restores() -> None:
+    """What blocks.call_step writes (and a link: from such a frame passes on)."""
+    agent, data = pending_saved()
+    data = without_pending(data)
+    data["extra"]["mantle"]["stack"] = frames(
+        ("check_balance", "parked", "routed"), ("authenticate", "active", "invoked")
+    )
+    data["extra"]["mantle"]["stack"][1]["via_call"] = True
+    assert send(restore(agent, data), "hello").error is None
+
+
+def test_a_resume_offer_restores_and_a_forged_one_is_refused() -> None:
+    """lifecycle.after_skills_ended offers the paused skill; the offer names it."""
+    agent = bank()
+    session = agent.session(
+        model=ScriptedModel(),
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    send(
+        session,
+        "I lost my card",
+        {"tool": "activate_skill", "args": {"skill": "card_replace"}},
+        {"tool": "set_fields", "args": {"reason": "lost"}},
+    )
+    send(
+        session,
+        "Wait, first tell me my balance.",
+        {"tool": "activate_skill", "args": {"skill": "check_balance"}},
+        {"tool": "get_balance"},
+        {"tool": "complete_skill"},
+        {"say": "Your balance is 1250.75 EUR."},
+    )
+    data = session.to_json()
+    assert data["extra"]["mantle"]["offer"] == {"skill": "card_replace"}
+    assert data["extra"]["mantle"]["activations"] == {"card_replace": 1, "check_balance": 1}
+    assert send(restore(agent, copy.deepcopy(data)), "yes").error is None
+    data["extra"]["mantle"]["offer"] = {"skill": "authenticate"}
+    assert refused(agent, data).field == "extra.mantle.offer.skill"
+
+
+FEEDBACK = "---\nname: Feedback\ndescription: Ask for feedback.\n---\nAsk how we did.\n"
+
+
+SESSION_END_TURNS: list[tuple[str, list[dict[str, Any]], list[tuple[str, str]], bool]] = [
+    (
+        "resumed: the session is ending",
+        [
+            {"tool": "complete_skill"},  # feedback
+            {"tool": "activate_skill", "args": {"skill": "card_replace"}},
+            {"say": "Back to your card."},
+        ],
+        [("card_replace", "active")],
+        False,
+    ),
+    (
+        "dropped: the session ended",
+        [{"tool": "complete_skill"}, {"tool": "cancel_skill"}, {"say": "Bye."}],
+        [],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("moves", "stack", "ended"),
+    [e[1:] for e in SESSION_END_TURNS],
+    ids=[e[0] for e in SESSION_END_TURNS],
+)
+def test_an_offer_left_by_a_session_end_turn_restores(
+    tmp_path: Path, moves: list[dict[str, Any]], stack: list[tuple[str, str]], ended: bool
+) -> None:
+    """A /session_end signal turn runs skills without taking the offer first (before_turn):
+    the model may resume or drop the offered skill, so a session that is ending or ended
+    keeps an offer that names a frame no longer paused."""
+    project = copy_bank(tmp_path)
+    (project / "agent.yml").write_text(
+        (project / "agent.yml").read_text() + "conversation:\n  before_end: [feedback]\n"
+    )
+    (project / "skills" / "feedback").mkdir()
+    (project / "skills" / "feedback" / "skill.md").write_text(FEEDBACK)
+    agent = agentscript.load(project, stub_missing_tools=True)
+    session = agent.session(
+        model=ScriptedModel(),
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    send(session, "I lost my card", {"tool": "activate_skill", "args": {"skill": "card_replace"}})
+    send(
+        session,
+        "my balance?",
+        {"tool": "activate_skill", "args": {"skill": "check_balance"}},
+        {"tool": "complete_skill"},
+        {"say": "1250.75 EUR."},
+    )
+    assert session.to_json()["extra"]["mantle"]["offer"] == {"skill": "card_replace"}
+    assert send(session, "/session_end", *moves).ended is ended
+    data = session.to_json()
+    mantle = data["extra"]["mantle"]
+    assert mantle["offer"] == {"skill": "card_replace"}
+    assert [(f["skill"], f["status"]) for f in mantle["stack"]] == stack
+    assert (mantle["ending"] is None) is ended
+    restore(agent, data)
+
+
+ENDING = {
+    "agent.yml": "agent:\n  id: t\n  persona: You are a bot.\n"
+    "conversation:\n  before_end: [feedback, ghost]\n",
+    "skills/feedback/skill.md": FEEDBACK,
+    "skills/other/skill.md": "---\nname: Other\ndescription: Something else.\n---\nHelp.\n",
+}
+
+
+def test_what_is_left_of_before_end_restores_and_nothing_else(tmp_path: Path) -> None:
+    """session_end_signal writes conversation.before_end and continue_ending takes from its
+    front, so ``ending`` is a tail of it: it may name a skill the project does not define
+    (skipped when its turn comes), never one before_end does not list."""
+    agent = agentscript.load(make(tmp_path, ENDING))
+    session = agent.session(model=ScriptedModel())
+    assert send(session, "/session_end", {"say": "How did we do?"}).error is None
+    data = session.to_json()
+    assert data["extra"]["mantle"]["ending"] == ["ghost"]  # feedback is running
+    for honest in (["ghost"], [], ["feedback", "ghost"]):
+        data["extra"]["mantle"]["ending"] = honest
+        restore(agent, copy.deepcopy(data))
+    data["extra"]["mantle"]["ending"] = ["ghost"]
+    restored = restore(agent, copy.deepcopy(data))
+    reply = send(restored, "Great", {"tool": "complete_skill"}, {"say": "Thanks!"})
+    assert reply.error is None and reply.ended
+    for forged in (["other"], ["feedback"], ["ghost", "ghost"], ["feedback", "ghost", "ghost"]):
+        data["extra"]["mantle"]["ending"] = forged
+        assert refused(agent, data).field == "extra.mantle.ending", forged

@@ -2,13 +2,17 @@
 
 Memory holds exactly the declared entries, each value in its declared form; the skill stack
 (``extra["mantle"]``, see :mod:`.stack`) names known skills, blocks and steps with valid
-statuses and keeps the runtime's invariants (at most ``Limits.max_stack_depth`` frames, one
-per skill, only the top one active, a parked frame below the skill it invoked, a block at most
-once in a frame with only ``call:``-started blocks above the first); a held step has the shape
-the runtime writes; a pending confirmation is one the live turn could have held (a tool of its
-skill that needs confirmation, arguments as a live call's, its block and step where its skill
-stands); the bookkeeping maps have the types the turn code reads. Raises SessionRestoreError at
-the first problem.
+statuses and keeps the runtime's invariants (one frame per skill, only the top one active, a
+parked frame below the skill it invoked, ``via_call`` only on an invoked frame, a block at
+most once in a frame with only ``call:``-started blocks above the first); a held step has the
+shape the runtime writes; a pending confirmation is one the live turn could have held (a tool
+of its skill that needs confirmation, arguments as a live call's, its block and step where its
+skill stands); the bookkeeping holds what the runtime writes (``written``: declared memory
+entries and past turns; ``activations``: project skills, counted from 1; ``ending``: what is
+left of ``conversation.before_end``; ``offer``: a paused skill on the stack, unless a
+session-end turn has run since). Sizes are not held to the limits in force (lowering one must
+strand no saved session), but a held call's arguments are, as the call was. Raises
+SessionRestoreError at the first problem.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ from agentscript.mantle.run.tool_handler import _type_problem, check_arguments
 from agentscript.trace_steps import Source
 
 STATUSES = {ACTIVE, PARKED, PAUSED}
-KINDS = {"routed", "invoked", "interrupt", "engine", "start"}
+# How a frame's skill started: the kinds ``transitions.start_skill`` is given (routing, an
+# @skill or ``call:`` invocation, an interruption, a lifecycle start; a ``link:`` keeps its
+# frame's kind).
+KINDS = {"routed", "invoked", "interrupt", "engine"}
 STACK_FIELDS = {
     "stack",
     "pending",
@@ -100,12 +107,18 @@ def check_mantle_state(
             # The bounds the session will run with (the Checker carries them).
             limits or c.limits,
             c.count(payload.get("turn", 0), "turn"),
+            payload.get("ended") is True,
         )
     return memory
 
 
 def _check_stack(
-    project: Project, c: Checker, data: dict[str, Any], limits: Limits, turn: int
+    project: Project,
+    c: Checker,
+    data: dict[str, Any],
+    limits: Limits,
+    turn: int,
+    ended: bool,
 ) -> None:
     c.keys(data, "extra.mantle", STACK_FIELDS, set())
     frames = c.listing(data.get("stack", []), "extra.mantle.stack")
@@ -132,7 +145,10 @@ def _check_stack(
         seen[skill.id] = index
         c.one_of(frame["status"], f"{where}.status", STATUSES)
         c.one_of(frame["kind"], f"{where}.kind", KINDS)
-        c.boolean(frame["via_call"], f"{where}.via_call")
+        if c.boolean(frame["via_call"], f"{where}.via_call") and frame["kind"] != "invoked":
+            # blocks.call_step starts the skill a call: step names as "invoked"; a link:
+            # passes on its frame's kind with via_call, so via_call is never on another kind.
+            c.fail(f"{where}.via_call", "only a skill invoked by a call: step has via_call")
         _check_blocks(c, skill, c.listing(frame["blocks"], f"{where}.blocks"), where, turn)
     for index, frame in enumerate(frames):
         where = f"extra.mantle.stack[{index}]"
@@ -148,27 +164,71 @@ def _check_stack(
     pending = data.get("pending")
     if pending is not None:
         _check_pending(project, c, c.mapping(pending, "extra.mantle.pending"), frames, limits, turn)
-    _check_bookkeeping(project, c, data)
+    _check_bookkeeping(project, c, data, frames, turn, ended)
 
 
-def _check_bookkeeping(project: Project, c: Checker, data: dict[str, Any]) -> None:
+def before_end(project: Project) -> list[str]:
+    """``conversation.before_end`` as ``lifecycle.before_end_skills`` reads it (its strings,
+    in order; they may name skills the project does not define, which the runtime skips)."""
+    listed = project.agent.conversation.get("before_end")
+    return [s for s in listed if isinstance(s, str)] if isinstance(listed, list) else []
+
+
+def _check_bookkeeping(
+    project: Project,
+    c: Checker,
+    data: dict[str, Any],
+    frames: list[dict[str, Any]],
+    turn: int,
+    ended: bool,
+) -> None:
     for index, key in enumerate(c.listing(data.get("fired", []), "extra.mantle.fired")):
         c.string(key, f"extra.mantle.fired[{index}]")
-    for name in ("written", "activations"):
-        for key, value in c.mapping(data.get(name, {}), f"extra.mantle.{name}").items():
-            c.count(value, f"extra.mantle.{name}.{key}")
+    # TurnContext.write notes the session's turn for each memory entry it writes (every
+    # write is to a declared entry, during a turn).
+    memory = initial_memory(project)
+    for key, value in c.mapping(data.get("written", {}), "extra.mantle.written").items():
+        c.one_of(key, f"extra.mantle.written.{key}", memory)
+        if c.count(value, f"extra.mantle.written.{key}") > turn:
+            c.fail(
+                f"extra.mantle.written.{key}", f"turn {value} is after the session's turn {turn}"
+            )
+    # transitions.start_skill counts each start of a project skill (1 or more).
+    activations = c.mapping(data.get("activations", {}), "extra.mantle.activations")
+    for key, value in activations.items():
+        c.one_of(key, f"extra.mantle.activations.{key}", project.skills)
+        if c.count(value, f"extra.mantle.activations.{key}") == 0:
+            c.fail(f"extra.mantle.activations.{key}", "a skill is counted when it starts (0)")
     c.boolean(data.get("started", False), "extra.mantle.started")
+    ending = data.get("ending")
+    if ending is not None:
+        names = c.listing(ending, "extra.mantle.ending")
+        for index, skill_id in enumerate(names):
+            c.string(skill_id, f"extra.mantle.ending[{index}]")
+        listed = before_end(project)
+        # session_end_signal writes conversation.before_end; continue_ending takes skills
+        # from its front: what is left is always a tail of it.
+        if len(names) > len(listed) or names != listed[len(listed) - len(names) :]:
+            c.fail(
+                "extra.mantle.ending",
+                f"not what is left of conversation.before_end {listed!r} to run",
+            )
     offer = data.get("offer")
     if offer is not None:
         item = c.mapping(offer, "extra.mantle.offer")
         c.keys(item, "extra.mantle.offer", {"skill"}, {"skill"})
-        c.one_of(item["skill"], "extra.mantle.offer.skill", project.skills)
+        skill_id = c.one_of(item["skill"], "extra.mantle.offer.skill", project.skills)
+        # lifecycle.after_skills_ended offers a paused frame (resumable); the next turn
+        # takes the offer before anything else runs. Only a /session_end signal turn (which
+        # leaves the session ending or ended) runs skills with the offer still made.
+        if (
+            ending is None
+            and not ended
+            and not any(f["skill"] == skill_id and f["status"] == PAUSED for f in frames)
+        ):
+            c.fail("extra.mantle.offer.skill", f"'{skill_id}' is not a paused skill on the stack")
     for index, payload in enumerate(c.listing(data.get("offered", []), "extra.mantle.offered")):
         c.string(payload, f"extra.mantle.offered[{index}]")
-    ending = data.get("ending")
-    if ending is not None:
-        for index, skill_id in enumerate(c.listing(ending, "extra.mantle.ending")):
-            c.string(skill_id, f"extra.mantle.ending[{index}]")
 
 
 def _check_blocks(c: Checker, skill: Skill, entries: list[Any], where: str, turn: int) -> None:
