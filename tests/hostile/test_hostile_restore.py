@@ -14,7 +14,7 @@ from hostile_helpers import load_agent, steps
 
 import agentscript
 from agentscript.engine.restore import SESSION_KEY_ENV, SessionRestoreError
-from agentscript.engine.session import AgentBase
+from agentscript.engine.session import AgentBase, Session
 from agentscript.models.scripted import ScriptedModel, parse_move
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -307,13 +307,19 @@ def test_restored_gate_stays_closed_when_the_value_is_not_a_boolean() -> None:
 # --- Mantle -----------------------------------------------------------------------------------
 
 
-def mantle_saved() -> tuple[AgentBase, dict[str, Any]]:
+def card_bank_session() -> tuple[AgentBase, ScriptedModel, Session]:
+    """card_bank with an authenticated customer, answered by a scripted model."""
     agent = agentscript.load(EXAMPLES / "card_bank", stub_missing_tools=True)
     model = ScriptedModel()
     session = agent.session(
         model=model,
         variables={"project.authenticated": True, "project.customer_id": "1001"},
     )
+    return agent, model, session
+
+
+def mantle_saved() -> tuple[AgentBase, dict[str, Any]]:
+    agent, model, session = card_bank_session()
     model.begin_turn(
         [
             parse_move({"tool": "activate_skill", "args": {"skill": "card_replace"}}),
@@ -326,12 +332,7 @@ def mantle_saved() -> tuple[AgentBase, dict[str, Any]]:
 
 def mantle_pending_saved() -> tuple[AgentBase, dict[str, Any]]:
     """card_replace at its place_order step, waiting for a yes/no on order_replacement."""
-    agent = agentscript.load(EXAMPLES / "card_bank", stub_missing_tools=True)
-    model = ScriptedModel()
-    session = agent.session(
-        model=model,
-        variables={"project.authenticated": True, "project.customer_id": "1001"},
-    )
+    agent, model, session = card_bank_session()
     model.begin_turn(
         [
             parse_move({"tool": "activate_skill", "args": {"skill": "card_replace"}}),

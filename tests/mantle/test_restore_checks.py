@@ -31,6 +31,14 @@ def bank() -> MantleAgent:
     return agent
 
 
+def signed_in(agent: MantleAgent) -> Session:
+    """A card_bank session of an authenticated customer, answered by a scripted model."""
+    return agent.session(
+        model=ScriptedModel(),
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+
+
 def send(session: Session, text: str, *moves: dict[str, Any]) -> Reply:
     model = session.model
     assert isinstance(model, ScriptedModel)
@@ -42,10 +50,7 @@ def pending_saved() -> tuple[MantleAgent, dict[str, Any]]:
     """card_replace at its place_order step, waiting for the user's yes/no on
     order_replacement (held by the step, ``source: step``)."""
     agent = bank()
-    session = agent.session(
-        model=ScriptedModel(),
-        variables={"project.authenticated": True, "project.customer_id": "1001"},
-    )
+    session = signed_in(agent)
     send(
         session,
         "I lost my card C-11",
@@ -513,10 +518,7 @@ def test_an_invoked_frame_with_via_call_restores() -> None:
 def test_a_resume_offer_restores_and_a_forged_one_is_refused() -> None:
     """lifecycle.after_skills_ended offers the paused skill; the offer names it."""
     agent = bank()
-    session = agent.session(
-        model=ScriptedModel(),
-        variables={"project.authenticated": True, "project.customer_id": "1001"},
-    )
+    session = signed_in(agent)
     send(
         session,
         "I lost my card",
@@ -580,10 +582,7 @@ def test_an_offer_left_by_a_session_end_turn_restores(
     (project / "skills" / "feedback").mkdir()
     (project / "skills" / "feedback" / "skill.md").write_text(FEEDBACK)
     agent = agentscript.load(project, stub_missing_tools=True)
-    session = agent.session(
-        model=ScriptedModel(),
-        variables={"project.authenticated": True, "project.customer_id": "1001"},
-    )
+    session = signed_in(agent)
     send(session, "I lost my card", {"tool": "activate_skill", "args": {"skill": "card_replace"}})
     send(
         session,

@@ -26,8 +26,9 @@ from agentscript.mantle.memory import MemoryWriteError, coerce_value, initial_me
 from agentscript.mantle.model import Condition, OrderedBlock, Project, Skill
 from agentscript.mantle.queries import tool_constraint
 from agentscript.mantle.run.confirmation import needs_confirmation
+from agentscript.mantle.run.lifecycle import before_end_skills
 from agentscript.mantle.run.stack import ACTIVE, PARKED, PAUSED
-from agentscript.mantle.run.tool_handler import _type_problem, check_arguments
+from agentscript.mantle.run.tool_handler import check_arguments, type_problem
 from agentscript.trace_steps import Source
 
 STATUSES = {ACTIVE, PARKED, PAUSED}
@@ -167,13 +168,6 @@ def _check_stack(
     _check_bookkeeping(project, c, data, frames, turn, ended)
 
 
-def before_end(project: Project) -> list[str]:
-    """``conversation.before_end`` as ``lifecycle.before_end_skills`` reads it (its strings,
-    in order; they may name skills the project does not define, which the runtime skips)."""
-    listed = project.agent.conversation.get("before_end")
-    return [s for s in listed if isinstance(s, str)] if isinstance(listed, list) else []
-
-
 def _check_bookkeeping(
     project: Project,
     c: Checker,
@@ -205,7 +199,7 @@ def _check_bookkeeping(
         names = c.listing(ending, "extra.mantle.ending")
         for index, skill_id in enumerate(names):
             c.string(skill_id, f"extra.mantle.ending[{index}]")
-        listed = before_end(project)
+        listed = before_end_skills(project)
         # session_end_signal writes conversation.before_end; continue_ending takes skills
         # from its front: what is left is always a tail of it.
         if len(names) > len(listed) or names != listed[len(listed) - len(names) :]:
@@ -343,6 +337,6 @@ def _check_pending(
         # A value read from memory when the step ran: of the type (and among the values) the
         # tool declares, as a model's argument must be (tool_handler.check_arguments).
         properties = (tool.parameters_schema or {}).get("properties") or {}
-        problem = _type_problem(properties.get(name) or {}, arguments[name])
+        problem = type_problem(properties.get(name) or {}, arguments[name])
         if problem is not None:
             c.fail(f"{where}.arguments.{name}", problem)

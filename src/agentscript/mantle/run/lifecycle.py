@@ -184,7 +184,7 @@ async def session_end_signal(runner: TurnLoop) -> None:
     end: the skill that is asking keeps waiting for its answer."""
     ctx = runner.ctx
     if ctx.stack.data["ending"] is None:
-        ctx.stack.data["ending"] = before_end_skills(ctx)
+        ctx.stack.data["ending"] = before_end_skills(ctx.project)
     else:
         ignore_signal(ctx, SESSION_END_MESSAGE, "the session is already ending")
     await continue_ending(runner)
@@ -251,7 +251,7 @@ async def after_turn(runner: TurnLoop) -> None:
     """Completion follow-up or resume offer, then the session end if it is due."""
     ctx = runner.ctx
     if ctx.result.error is None and not ctx.state.ended:
-        engine_run = LIFECYCLE_SKILLS | set(before_end_skills(ctx))
+        engine_run = LIFECYCLE_SKILLS | set(before_end_skills(ctx.project))
         ended = [
             s
             for s in ctx.trace.steps
@@ -353,9 +353,10 @@ def _not_a_skill(ctx: TurnContext, skill_id: str) -> str:
     return "conversation.before_end names a skill the project does not define"
 
 
-def before_end_skills(ctx: TurnContext) -> list[str]:
-    """``conversation.before_end`` of agent.yml (skill ids, in order)."""
-    listed = ctx.project.agent.conversation.get("before_end")
+def before_end_skills(project: Project) -> list[str]:
+    """``conversation.before_end`` of agent.yml (its strings, in order; they may name skills
+    the project does not define, which the ending skips)."""
+    listed = project.agent.conversation.get("before_end")
     return [s for s in listed if isinstance(s, str)] if isinstance(listed, list) else []
 
 

@@ -134,13 +134,13 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> tuple[dict[str,
         if arguments.get(name) is None:
             return {}, f"missing required argument '{name}' for '{tool.name}'"
     for name, value in arguments.items():
-        problem = _type_problem(properties.get(name) or {}, value)
+        problem = type_problem(properties.get(name) or {}, value)
         if problem is not None:
             return {}, f"argument '{name}' of '{tool.name}': {problem}"
     return dict(arguments), None
 
 
-def _type_problem(prop: Mapping[str, Any], value: Any) -> str | None:
+def type_problem(prop: Mapping[str, Any], value: Any) -> str | None:
     if value is None:
         return None
     if "enum" in prop and value not in prop["enum"]:
