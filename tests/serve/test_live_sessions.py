@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -218,6 +219,44 @@ def test_deleted_session_is_not_kept(tmp_path: Path) -> None:
             assert len(live_of(client)) == 1
             assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
             assert len(live_of(client)) == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("threshold", [0, None], ids=["large", "usual"])
+def test_a_large_stored_state_is_restored_off_the_event_loop(
+    api_store: str, threshold: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state of ``RESTORE_IN_THREAD_CHARS`` or more restores in a thread, for a turn and for
+    ``GET``: on the event loop, its checks would stall every other session of the worker."""
+    from agentscript.server import service as service_module
+
+    if threshold is not None:
+        monkeypatch.setattr(service_module, "RESTORE_IN_THREAD_CHARS", threshold)
+    restored_on: list[int] = []
+    restore = service_module.SessionService._restore
+
+    def watched(self: Any, record: SessionRecord, *, checking: bool = False) -> Any:
+        restored_on.append(threading.get_ident())
+        return restore(self, record, checking=checking)
+
+    monkeypatch.setattr(service_module.SessionService, "_restore", watched)
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        async with server(api_store, NOTES, live=0) as client:
+            sid = (await client.post("/v1/agents/Notes/sessions", json={})).json()["session_id"]
+            for text in ["first", 'call note {"text": "milk"}']:
+                reply = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+                assert reply.status_code == 200, reply.text
+            shown = await client.get(f"/v1/sessions/{sid}")
+            assert shown.status_code == 200, shown.text
+            assert shown.json()["turns"] == 2
+            assert len(restored_on) == 3  # two turns and the GET
+            if threshold is None:
+                assert set(restored_on) == {loop_thread}
+            else:
+                assert loop_thread not in restored_on
 
     asyncio.run(main())
 
