@@ -450,6 +450,24 @@ def test_store_lists_by_owner_and_agent_in_pages(store_url: str) -> None:
     run(store_url, body)
 
 
+def test_store_lists_sessions_without_reading_their_state(store_url: str) -> None:
+    """A page of up to 1,000 sessions shows ids, turns and times; their states, up to millions
+    of characters each, stay in the store."""
+
+    async def body(store: Store) -> None:
+        await store.create_session(record("s1", turns=3, ended=True, expires_at=None))
+        async with store.lock_session("s1", 1.0) as lock:
+            await lock.commit(outcome(4, 9))
+        (listed,) = await store.list_sessions(owner="k1", agent=None, limit=10, after=None)
+        assert (listed.session_id, listed.agent, listed.owner) == ("s1", "A", "k1")
+        assert (listed.turns, listed.agent_version, listed.damaged) == (4, "v1", {})
+        assert listed.state == {}
+        got = await store.get_session("s1")
+        assert got is not None and got.state == {"format": "x", "n": 9}
+
+    run(store_url, body)
+
+
 def test_store_duplicate_session_id_is_refused(store_url: str) -> None:
     async def body(store: Store) -> None:
         await store.create_session(record())

@@ -170,7 +170,8 @@ class Store(Protocol):
     async def list_sessions(
         self, *, owner: str, agent: str | None, limit: int, after: str | None
     ) -> list[SessionRecord]:
-        """Live sessions of ``owner`` ordered by id, those after ``after`` only."""
+        """Live sessions of ``owner`` ordered by id, those after ``after`` only, without their
+        state (``state`` is ``{}``): a listing shows a session, it never restores one."""
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session and its turns; False when there was none."""

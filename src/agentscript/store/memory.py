@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,7 +59,7 @@ class MemoryStore:
     ) -> list[SessionRecord]:
         now = time.time()
         found = [
-            copy.deepcopy(r)
+            dataclasses.replace(r, state={}, state_text=None, damaged=dict(r.damaged))
             for sid, r in sorted(self._sessions.items())
             if r.owner == owner
             and (agent is None or r.agent == agent)

@@ -171,15 +171,18 @@ _BACKFILL_EXPIRY = (
 )
 BACKFILL_EXPIRY = _BACKFILL_EXPIRY.format(lock="")
 BACKFILL_EXPIRY_SKIP_LOCKED = _BACKFILL_EXPIRY.format(lock=" FOR UPDATE SKIP LOCKED")
+# A listed session's columns: its state stays in the database (a page of a thousand sessions
+# at the history limit would read and parse gigabytes to show their turn counts).
+SESSION_SUMMARY_COLUMNS = SESSION_COLUMNS.replace(" state,", " '{}',")
 # A page of one key's live sessions, in id order, of any agent or of one: two texts rather
 # than ``(? IS NULL OR agent = ?)``, which no index serves, so that either reads its rows in
 # order from an index (``agentscript_sessions_owner_id``, ``agentscript_sessions_owner``).
 _LIST_SESSIONS = (
-    f"SELECT {SESSION_COLUMNS} FROM agentscript_sessions WHERE owner = ? {{agent}}"
+    f"SELECT {SESSION_SUMMARY_COLUMNS} FROM agentscript_sessions WHERE owner = ? <agent>"
     "AND session_id > ? AND (expires_at IS NULL OR expires_at > ?) ORDER BY session_id LIMIT ?"
 )
-LIST_SESSIONS = _LIST_SESSIONS.format(agent="")
-LIST_SESSIONS_OF_AGENT = _LIST_SESSIONS.format(agent="AND agent = ? ")
+LIST_SESSIONS = _LIST_SESSIONS.replace("<agent>", "")
+LIST_SESSIONS_OF_AGENT = _LIST_SESSIONS.replace("<agent>", "AND agent = ? ")
 
 
 def list_sessions_query(
