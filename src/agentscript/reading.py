@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.constructor import SafeConstructor
+from yaml.constructor import ConstructorError, SafeConstructor
 
 from agentscript.limits import MAX_FILE_BYTES, MAX_YAML_NODES
 
@@ -126,11 +127,33 @@ class JsonConstructor(SafeConstructor):
         assert isinstance(node, yaml.ScalarNode)
         return str(self.construct_scalar(node))
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A value PyYAML's constructors fail on with a bare ValueError (an integer longer
+        # than Python converts, ``!!int x``) becomes a YAML error at its place, which every
+        # reader already words with its line, instead of a traceback.
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as exc:
+            raise ConstructorError(None, None, _unreadable(node, exc), node.start_mark) from None
+
 
 # types-PyYAML types add_constructor for the loader classes only; the call is the documented API.
 JsonConstructor.add_constructor(  # type: ignore[type-var]
     "tag:yaml.org,2002:timestamp", JsonConstructor.timestamp_text
 )
+
+
+def _unreadable(node: yaml.Node, exc: ValueError) -> str:
+    text = str(node.value)[:40] if isinstance(node, yaml.ScalarNode) else ""
+    if "digits" in str(exc) and text.lstrip("+-").isdigit():
+        digits = len(str(node.value).lstrip("+-"))
+        return (
+            f"a number of {digits} digits is longer than Python reads "
+            f"(sys.get_int_max_str_digits(): {sys.get_int_max_str_digits()}); quote it to "
+            "make it a text"
+        )
+    kind = str(node.tag).rsplit(":", 1)[-1]
+    return f"the value {text!r} cannot be read as {kind} ({exc})"
 
 
 def load_yaml(text: str, *, max_nodes: int = MAX_YAML_NODES) -> Any:
