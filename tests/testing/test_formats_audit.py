@@ -391,17 +391,39 @@ def test_xml_empty_expected_actions_is_no_check(order_copy: Path) -> None:
 
 
 def test_json_report_escapes_a_lone_surrogate(order_copy: Path) -> None:
-    spec = order_copy / "surr.json"
-    spec.write_text(
-        '{"tests": [{"id": "bad \\ud800 id", "steps": [\n'
-        ' {"type": "agent.send_message", "id": "m1", "utterance": "Hi \\udfff"},\n'
-        ' {"type": "evaluator.planner_topic_assertion", "id": "t\\ud800", "expected": "x"}]}]}\n',
-        encoding="utf-8",
+    # A spec cannot hold one (the readers refuse it), but a model's answer can: JSON gives
+    # "\ud800" as a lone surrogate, which the report must write as its escape.
+    spec = _payload(
+        order_copy,
+        [
+            MESSAGE,
+            {
+                "type": "evaluator.string_assertion",
+                "id": "said",
+                "actual": "{sm.response}",
+                "expected": "x",
+            },
+        ],
+        **{"x-agentscript": {"actions": ORDER_STUBS}},
     )
-    code, out, err = run_test(str(spec), "--result-format", "json")
+    answers = [ORDER_TURN[0], Reply(text="It comes \ud800 soon.")]
+    with OpenAIServer(answers) as server:
+        code, out, err = run_test(
+            str(spec),
+            "--agent",
+            str(order_copy / "order_status.agent"),
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--result-format",
+            "json",
+            env=LIVE_ENV,
+        )
     assert code == 1, err
     assert "\\ud800" in out
-    assert json.loads(out)["testCases"][0]["name"] == "bad \ud800 id"
+    result = json.loads(out)["testCases"][0]["testResults"][0]
+    assert result["actualValue"] == "It comes \ud800 soon."
 
 
 # --- 10: JSON that is not a spec, found in a spec folder -------------------------------------
@@ -412,6 +434,26 @@ def test_non_spec_json_in_a_spec_folder_is_skipped(order_copy: Path) -> None:
     data.mkdir(parents=True)
     (data / "fixture.json").write_text('{"orders": [1, 2]}', encoding="utf-8")
     (order_copy / "specs" / "list.json").write_text("[1, 2]", encoding="utf-8")
+    code, out, err = run_test("--agent", str(order_copy / "order_status.agent"))
+    assert code == 0, out + err
+    assert "2 cases: 2 passed" in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"orders": [1], "orders": [2]}',  # a key twice
+        '{"name": "bad \\udfff"}',  # a lone surrogate
+        '{"total": NaN}',
+        '{"big": ' + "9" * 5_000 + "}",  # longer than Python reads
+    ],
+)
+def test_non_spec_json_in_a_spec_folder_is_skipped_whatever_it_holds(
+    order_copy: Path, text: str
+) -> None:
+    # What a run-eval payload may not hold is refused in payloads only: other JSON beside
+    # the specs (fixtures, reports) is not a spec, whatever it holds.
+    (order_copy / "specs" / "fixture.json").write_text(text, encoding="utf-8")
     code, out, err = run_test("--agent", str(order_copy / "order_status.agent"))
     assert code == 0, out + err
     assert "2 cases: 2 passed" in out
@@ -483,7 +525,7 @@ def test_empty_expected_actions_under_a_rule_any_run_satisfies_is_warned_about(
     _, _, err = run_test(str(spec))
     assert ("an empty action list under rule" in err) is warned, err
     if warned:
-        assert f"warning: {spec}:6: action_sequence_match" in err
+        assert f"warning: {spec}:6: case 'Test Case #1': action_sequence_match" in err
 
 
 def test_run_eval_empty_includes_items_is_warned_about(order_copy: Path) -> None:

@@ -9,11 +9,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 from helpers import LIVE_ENV as ENV
 from helpers import LIVE_SPEC, ORDER_STUBS, run_test
 
-from agentscript.testing import command
+from agentscript.testing import command, mutation
 from agentscript.testing.discovery import AgentCache
 from agentscript.testing.readers import read_spec
 from agentscript.testing.results import Status
@@ -88,16 +89,36 @@ def test_mutation_runs_do_not_write_the_real_recording(order_copy: Path) -> None
     assert "mutant answer" not in json.dumps(json.loads(before))
 
 
-def test_mutation_run_never_writes_a_missing_snapshot(order_copy: Path) -> None:
+def test_mutation_run_never_writes_a_missing_snapshot(
+    order_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = order_copy / "snap.yaml"
     spec.write_text(SNAPSHOT_SPEC % "escalate_order", encoding="utf-8")
     # The unmutated agent never reaches escalate_order, so the command does not run mutants
-    # for this suite at all (test_coverage_mutation.py); the mutants' own runs, called here
-    # directly, must not write the snapshot either.
+    # for this suite at all (test_coverage_mutation.py), and neither does _mutation_run (its
+    # unmutated copy fails the same way).
     code, _out, err = run_test(str(spec), "--mutate")
     assert code == 1 and "not run: 1 case(s) do not pass" in err
     (agent,) = order_copy.glob("*.agent")
     options = command.TestOptions(paths=[spec])
+    with pytest.raises(mutation.UnmutatedCopyFails):
+        asyncio.run(command._mutation_run(agent, [read_spec(spec)], options))
+    assert not (order_copy / "snap.yaml.snapshots").exists()
+    # The mutants' own runs, made to run past that check, must not write the snapshot either.
+    real = mutation.run_mutants
+
+    async def past_the_unmutated_copy(
+        path: Path, mutants: list[mutation.Mutant], suite_fails: mutation.RunSuite
+    ) -> None:
+        copies: list[Path] = []
+
+        async def fails(copy: Path) -> bool:
+            copies.append(copy)
+            return len(copies) > 1 and await suite_fails(copy)
+
+        await real(path, mutants, fails)
+
+    monkeypatch.setattr(mutation, "run_mutants", past_the_unmutated_copy)
     report = asyncio.run(command._mutation_run(agent, [read_spec(spec)], options))
     assert "mutation testing of" in report and "killed" in report
     assert not (order_copy / "snap.yaml.snapshots").exists()

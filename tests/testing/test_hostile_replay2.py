@@ -33,6 +33,12 @@ def _record(*extra: str) -> tuple[str, ...]:
         (b'{"format": "agentscript-replay/1", "calls": {"\xff\xfe": 1}}', "not UTF-8"),
         (b"not json at all", "invalid JSON"),
         (b'{"format": "other"}', "not a recording"),
+        # An integer longer than Python reads, a call given twice (the second won silently).
+        (HEADER.encode() + b'{"k": ' + b"9" * 5_000 + b"}}", "an integer of 5000 digits"),
+        (
+            HEADER.encode() + b'{\n"k": {"hash": "a"},\n"k": {"hash": "b"}}}',
+            "invalid JSON at line 1: an object gives the key 'k' twice",
+        ),
     ],
 )
 def test_damaged_recording_is_a_one_line_usage_error_naming_the_file(

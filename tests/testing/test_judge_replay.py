@@ -210,3 +210,92 @@ def test_a_case_with_no_recording_and_no_model_is_an_error(order_copy: Path) -> 
     case = data["testCases"][0]
     assert case["status"] == "ERROR"
     assert "no recorded answer for call Live/Test Case #1|1|router|0" in case["errorMessage"]
+
+
+def test_two_criteria_on_one_line_are_recorded_apart_and_replay(tmp_path: Path) -> None:
+    # `criteria: [a, b]` puts both criteria on one line, so both had the key criterion#6: the
+    # second's answer replaced the first's and replaying found that call stale. The first
+    # keeps the plain key (recordings made before still replay), the second is `#6 #2`.
+    project = tmp_path / "card_bank"
+    shutil.copytree(ROOT / "examples" / "card_bank", project)
+    scenarios = project / "eval" / "scenarios"
+    scenarios.mkdir(parents=True)
+    (scenarios / "two.yml").write_text(
+        """scenario:
+  name: Two
+  simulation_context: You are a customer who just says hello.
+  max_turns: 3
+  goals:
+    criteria: [The agent greets the user., The agent tells the balance.]
+""",
+        encoding="utf-8",
+    )
+    script = [
+        Reply(text="Hi!"),  # the simulated user
+        Reply(text="Hello there, how can I help?"),  # the agent
+        Reply(text="###STOP###"),
+        _judge(1.0, "greeted"),
+        _judge(0.9, "balance told"),
+    ]
+    with OpenAIServer(script) as server:
+        code, _, _ = run_test(
+            str(scenarios),
+            "--record",
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--judge-blocking",
+            env=ENV,
+        )
+    assert code == 0
+    calls = json.loads((scenarios / "two.yml.replay.json").read_text(encoding="utf-8"))["calls"]
+    assert sorted(k for k in calls if "|judge|" in k) == [
+        "Two/Two|1|judge|criterion#6 #2|0",
+        "Two/Two|1|judge|criterion#6|0",
+    ]
+    code, data = run_json(str(scenarios), "--judge-blocking", env=ENV)  # replayed, no model
+    case = data["testCases"][0]
+    assert code == 0, json.dumps(case, indent=1)
+    judged = [r for r in case["testResults"] if r["judged"]]
+    assert [(r["result"], r["judge"]["reasoning"]) for r in judged] == [
+        ("PASS", "greeted"),
+        ("PASS", "balance told"),
+    ]
+
+
+def test_two_rating_steps_without_id_are_recorded_apart_and_replay(order_copy: Path) -> None:
+    # Format C steps without an `id` take their test's line: two ratings shared one key.
+    spec = order_copy / "eval.json"
+    rating = {"type": "evaluator.bot_response_rating", "threshold": 3.0}
+    spec.write_text(
+        json.dumps(
+            {
+                "x-agentscript": {"actions": {
+                    "get_delivery_date": {"outputs": {"delivery_date": "February 10, 2026"}},
+                    "check_if_late": {"outputs": {"is_late": False}},
+                }},
+                "tests": [{"id": "t1", "steps": [
+                    {"type": "agent.create_session", "context_variables": {"Id": "1234"}},
+                    {"type": "agent.send_message", "utterance": "Where is my order?"},
+                    {**rating, "expected": "The agent gives a date."},
+                    {**rating, "expected": "The agent is polite."},
+                ]}],
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )  # fmt: skip
+    with OpenAIServer([*TURN, _judge(1.0, "date"), _judge(0.8, "polite")]) as server:
+        code, _, _ = run_test(
+            str(spec), "--record", "--model", "openai:m", "--base-url", server.base_url, env=ENV
+        )
+    assert code == 0
+    calls = json.loads((order_copy / "eval.json.replay.json").read_text(encoding="utf-8"))
+    judged = {k.split("|judge|")[1] for k in calls["calls"] if "|judge|" in k}
+    plain = min(judged, key=len)  # bot_response_rating#<the test's line>|0
+    assert judged == {plain, plain.replace("|0", " #2|0")}, judged
+    code, data = run_json(str(spec), "--judge-blocking", env=ENV)
+    assert code == 0, json.dumps(data, indent=1)
+    verdicts = [r for r in data["testCases"][0]["testResults"] if r["judged"]]
+    assert [r["judge"]["reasoning"] for r in verdicts] == ["date", "polite"]

@@ -81,3 +81,27 @@ def test_a_whitebox_name_the_agent_lacks_fails_the_case_as_the_command_does(
     # The spec is refused as a whole, as `agentscript test` refuses it (exit 2): every case fails.
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*'go_to_ordrs' is not a tool of the agent Order_Status*"])
+
+
+def test_a_file_in_a_listed_folder_that_is_no_spec_is_skipped(project: pytest.Pytester) -> None:
+    # `agentscript test FOLDER` skips them; the plugin interrupted the session with 2 errors.
+    specs = project.path / "order_status" / "specs"
+    (specs / "fixture.json").write_text('{"fixture": 1}\n', encoding="utf-8")
+    (specs / "memory.yml").write_text("slots:\n  a: 1\n", encoding="utf-8")
+    project.makeini("[pytest]\nagentscript_specs = order_status/specs\n")
+    result = project.runpytest("-p", PLUGIN)
+    result.assert_outcomes(passed=2, errors=0)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_a_file_listed_by_itself_that_is_no_spec_is_a_collection_error(
+    project: pytest.Pytester,
+) -> None:
+    (project.path / "order_status" / "specs" / "fixture.json").write_text(
+        '{"fixture": 1}\n', encoding="utf-8"
+    )
+    listed = "order_status/specs\n    order_status/specs/fixture.json"
+    project.makeini(f"[pytest]\nagentscript_specs =\n    {listed}\n")
+    result = project.runpytest("-p", PLUGIN)
+    result.stdout.fnmatch_lines(["*fixture.json:1: not a run-eval payload*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from agentscript.testing.errors import SpecError
 from agentscript.testing.jsonpath import JsonPathError, compile_path
 from agentscript.testing.readers import read_spec
+from agentscript.testing.readers.strict_json import JsonProblem, load_json
 
 FRAGMENTS = [
     "name: T\n",
@@ -68,6 +69,10 @@ JSON = [
     '"id": "m"',
     '"actual": "{m.topic}"',
     ":",
+    '"x": "\\udfff"',  # a lone surrogate
+    '"\\ud83d\\ude00"',  # a pair: one character
+    "9" * 5_000,  # longer than Python reads
+    "NaN",
 ]
 
 
@@ -97,6 +102,15 @@ def test_xml_specs_read_or_fail_cleanly(parts: list[str]) -> None:
 @given(st.lists(st.sampled_from(JSON), max_size=14))
 def test_eval_payloads_read_or_fail_cleanly(parts: list[str]) -> None:
     _read(".json", "".join(parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='{}[]:,"\\udD8fe0 9aN', max_size=40))
+def test_strict_json_reads_or_raises_json_problem(text: str) -> None:
+    try:
+        load_json(text, finite=True, unicode=True)
+    except JsonProblem as exc:
+        assert exc.message.startswith("invalid JSON: ")
 
 
 @settings(max_examples=300, deadline=None)

@@ -166,29 +166,37 @@ def test_turn_error_of_an_action_no_fault_injected_still_fails(order_copy: Path)
 
 
 def test_salesforce_case_whose_turn_errors_fails(order_copy: Path) -> None:
+    # The turn ends in an error (a stubbed flow action fails) that no expectation expects.
     payload = {
+        "x-agentscript": {"actions": {"get_delivery_date": {"error": "service unavailable"}}},
         "tests": [
             {
                 "id": "t1",
                 "steps": [
-                    {
-                        "type": "agent.send_message",
-                        "id": "m1",
-                        "utterance": "I want a human \udfff",
-                    },
+                    {"type": "agent.send_message", "id": "m1", "utterance": "Where is my order?"},
                     {
                         "type": "evaluator.planner_topic_assertion",
                         "id": "topic",
-                        "expected": "router",
+                        "expected": "Order_Management",
                         "operator": "equals",
                     },
                 ],
             }
-        ]
+        ],
     }
-    spec = order_copy / "surrogate.json"
+    spec = order_copy / "turn_error.json"
     spec.write_text(json.dumps(payload), encoding="utf-8")
-    code, out, _ = run_test(str(spec), "--agent", str(order_copy / "order_status.agent"))
+    with OpenAIServer([Reply(calls=[FakeCall.of("go_to_orders", {})])]) as server:
+        code, out, _ = run_test(
+            str(spec),
+            "--agent",
+            str(order_copy / "order_status.agent"),
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            env=LIVE_ENV,
+        )
     assert code == 1
     assert "FAIL turn_error" in out
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
 from helpers import run_json, run_test
 
 CONVERSATION = """variables: {order_ID: "1234", num_turns: 2}
@@ -141,3 +143,77 @@ def test_bad_fault_and_assert_are_spec_errors(order_copy: Path) -> None:
     spec = _write(order_copy, CONVERSATION.replace("llm_calls: 2", "llm_callz: 2"))
     code, _, err = run_test(str(spec))
     assert code == 2 and "unknown assertion 'llm_callz'" in err
+
+
+# --- fault names and the agent's [limits] (tests/testing/agents/gate) ----------------------
+
+GATE = Path(__file__).parent / "agents" / "gate" / "gate.agent"
+# `verify` is the tool the model sees; it runs the action `verify_identity`, whose stub would
+# answer verified: true if the fault did not replace it.
+GATE_FAULT = """variables: {tier: silver}
+actions:
+  verify_identity: {outputs: {verified: true}}
+faults:
+  NAME: {raise: down}
+turns:
+  - user: Change my address, my email is a@b.c
+    model: [{tool: go_account}, {tool: verify, args: {email: a@b.c}}, {say: "Sorry."}]
+    assert:
+      - action_failed: {action: verify_identity, error_contains: down}
+"""
+
+
+def _gate(tmp_path: Path, spec: str) -> Path:
+    shutil.copy(GATE, tmp_path / "gate.agent")
+    return _write(tmp_path, spec)
+
+
+@pytest.mark.parametrize("name", ["verify", "verify_identity"])
+def test_fault_by_tool_or_action_name_replaces_the_action(tmp_path: Path, name: str) -> None:
+    # A fault on the tool name used to be ignored: the stub ran and the case tested nothing.
+    spec = _gate(tmp_path, GATE_FAULT.replace("NAME", name))
+    code, out, err = run_test(str(spec))
+    assert code == 0, out + err
+
+
+@pytest.mark.parametrize(
+    ("faults", "line", "message"),
+    [
+        ("  verifi: {raise: down}", 5, "'verifi' is not an action of the agent Coverage_Gate nor "
+         "a tool that runs one (a fault of case 'whitebox'); did you mean 'verify'?"),
+        ("  go_account: {raise: down}", 5, "(a fault of case 'whitebox'; it is a tool that runs "
+         "no action); use one of: update, update_account_info, verify, verify_identity"),
+        ("  verify_identity: {raise: a}\n  verify: {raise: b}", 6,
+         "faults 'verify_identity' and 'verify' of case 'whitebox' both name the action "
+         "'verify_identity'; keep one"),
+    ],
+)  # fmt: skip
+def test_fault_on_a_name_the_agent_lacks_is_a_spec_error(
+    tmp_path: Path, faults: str, line: int, message: str
+) -> None:
+    # A fault on a name no action has would never fire: the case would pass on the real path.
+    spec = _gate(tmp_path, GATE_FAULT.replace("  NAME: {raise: down}", faults))
+    code, out, err = run_test(str(spec))
+    assert code == 2, out
+    assert f"{spec}:{line}: " in err and message in err, err
+
+
+@pytest.mark.parametrize(
+    "faults", ["", "faults: {update_account_info: {raise: down}}\n",
+               "faults: {update_account_info: {timeout: true}}\n"]
+)  # fmt: skip
+def test_a_case_with_faults_keeps_the_limits_of_agentscript_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, faults: str
+) -> None:
+    # Faults used to give the session a fresh Limits, dropping the agent's [limits]: this
+    # turn needs 2 LLM calls, over max_llm_calls = 1, and passed only when a fault was set.
+    monkeypatch.delenv("AGENTSCRIPT_CONFIG", raising=False)
+    (tmp_path / "agentscript.toml").write_text("[limits]\nmax_llm_calls = 1\n", encoding="utf-8")
+    spec = _gate(
+        tmp_path,
+        faults + "turns:\n  - user: hi\n    model: [{tool: go_account}, {say: Hello.}]\n"
+        "    expect: {node: account}\n",
+    )
+    code, out, _ = run_test(str(spec))
+    assert code == 1, out
+    assert "FAIL turn_error" in out and "Limits.max_llm_calls = 1" in out

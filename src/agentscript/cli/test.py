@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from agentscript.cli.common import exit_with
+from agentscript.cli.common import exit_with, interruptible
 from agentscript.commands import ExitCode
 
 
@@ -54,6 +54,7 @@ from agentscript.commands import ExitCode
     is_flag=True,
     help="Exit 0 when expectations fail (only cases that cannot run exit 1).",
 )
+@interruptible()
 def test_cmd(
     paths: tuple[str, ...],
     agent_path: str | None,

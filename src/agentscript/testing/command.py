@@ -3,7 +3,8 @@
 Exit codes (``agentscript.commands.ExitCode``): ``OK`` every case passed; ``FAILED`` a case
 failed an expectation (judged ones only with ``judge_blocking``) or could not run (unless
 ``fail_on_assertion`` is off: then only cases that could not run give ``FAILED``), or
-``mutate`` was asked for a suite that does not pass on the unmutated agent; ``USAGE`` bad usage
+``mutate`` was asked for a suite that does not pass on the unmutated agent (or on an unmutated
+copy of it in a temporary folder); ``USAGE`` bad usage
 or a bad spec (the message names the file and line). A spec that is legal but checks
 (nearly) nothing gets a ``warning:`` line on the error stream (:func:`weak_checks`).
 """
@@ -26,13 +27,14 @@ from agentscript.testing import coverage as agent_coverage
 from agentscript.testing.discovery import AgentCache, bind_to_agent, collect, shown_path
 from agentscript.testing.errors import NotASpec, SpecError
 from agentscript.testing.judge import JudgeSettings
+from agentscript.testing.mutation import UnmutatedCopyFails
 from agentscript.testing.readers import read_spec
 from agentscript.testing.replay import ReplayStore
 from agentscript.testing.reporters import REPORTERS, SUFFIXES
 from agentscript.testing.reporters.escaping import terminal_text
 from agentscript.testing.results import CaseResult, RunResult, Status
 from agentscript.testing.runner import CaseRunner, RunOptions
-from agentscript.testing.spec import CheckKind, MatchRule, Suite
+from agentscript.testing.spec import Check, CheckKind, MatchRule, Suite
 
 
 @dataclass
@@ -219,7 +221,15 @@ def test_command(
                     )
                     unmutated_fails = True
                     continue
-                out(asyncio.run(_mutation_run(agent_path, group, options)))
+                try:
+                    out(asyncio.run(_mutation_run(agent_path, group, options)))
+                except UnmutatedCopyFails as exc:
+                    error(
+                        terminal_text(
+                            f"mutation testing of {shown_path(agent_path)} not run: {exc}"
+                        )
+                    )
+                    unmutated_fails = True
         if options.output_dir is not None:
             suffix = SUFFIXES[options.result_format]
             _write(options.output_dir / f"test-result.{suffix}", text, "--output-dir")
@@ -237,27 +247,112 @@ def test_command(
 
 
 def weak_checks(suite: Suite, override: MatchRule | None) -> list[str]:
-    """What in ``suite`` checks (nearly) nothing, one warning each: a case with no expectation
-    (it fails only when a turn errs) and an empty expected action list under a rule that any
-    actions satisfy (``subset``, ``in_order``; under ``exact`` or ``superset`` it says "no
-    action ran", a real check). Warnings, not errors: such a spec is legal in every format."""
+    """What in ``suite`` checks (nearly) nothing, one warning each, naming the file (and line
+    when the check has one) and the case: a case with no expectation (it fails only when a turn
+    errs), and each check that holds whatever the agent does (:func:`_holds_always`). Warnings,
+    not errors: such a spec is legal in every format, and users run the spec files they have."""
     warnings: list[str] = []
     for case in suite.cases:
         at = f"{suite.path}:{case.line}" if case.line else str(suite.path)
-        checks = case.all_checks
-        if not checks:
+        if not case.all_checks:
             warnings.append(f"{at}: case {case.name!r} has no expectation; add one")
-        for check in checks:
-            if check.kind is not CheckKind.ACTIONS or check.expected:
-                continue
-            rule = check.params.get("rule") or override or suite.match_rule or MatchRule.EXACT
-            if rule in (MatchRule.SUBSET, MatchRule.IN_ORDER):
+        placed: list[tuple[int | None, Check]] = [
+            (n, c) for n, t in enumerate(case.turns, start=1) for c in t.checks
+        ]
+        placed += [(None, c) for c in case.final_checks]
+        for turn, check in placed:
+            rule = override or suite.match_rule or MatchRule.EXACT
+            if check.kind is CheckKind.ACTIONS:
+                rule = check.params.get("rule") or rule
+            for name, why in _holds_always(check, rule):
                 where = f"{suite.path}:{check.line}" if check.line else at
-                warnings.append(
-                    f"{where}: {check.name}: an empty action list under rule {rule.value} "
-                    "holds whatever runs; list the actions, or use exact to mean none"
+                # A check without a line of its own (a conversation file's expect:) is found by
+                # its turn.
+                which = f"case {case.name!r}" + (
+                    f", turn {turn}" if not check.line and turn else ""
                 )
+                warnings.append(f"{where}: {which}: {name}: {why}")
     return warnings
+
+
+_EMPTY_TEXT_OPERATORS = ("contains", "startswith", "endswith")
+
+
+def _holds_always(check: Check, rule: MatchRule) -> list[tuple[str, str]]:
+    """Each part of ``check`` that no turn can fail, as (the name shown, why and the fix).
+
+    An empty expected action list only under ``subset`` and ``in_order`` (under ``exact`` or
+    ``superset`` it says "no action ran", a real check). The white-box checks and custom
+    string comparisons below still fail when nothing is there to look at (no LLM call, the
+    action did not run, the path matches nothing), so the warning says what is left."""
+    params, name = check.params, check.label or check.name
+    kind = check.kind
+    if kind is CheckKind.ACTIONS:
+        if not check.expected and rule in (MatchRule.SUBSET, MatchRule.IN_ORDER):
+            return [
+                (
+                    name,
+                    f"an empty action list under rule {rule.value} holds whatever runs; "
+                    "list the actions, or use exact to mean none",
+                )
+            ]
+        return []
+    if kind is CheckKind.STRING:
+        operator, expected = params.get("operator"), params.get("expected")
+        if operator in _EMPTY_TEXT_OPERATORS and isinstance(expected, str) and not expected:
+            return [
+                (
+                    name,
+                    f"{operator} an empty text holds for any value (it fails only when "
+                    "'actual' matches nothing); give the expected text",
+                )
+            ]
+        return []
+    if kind is CheckKind.MANTLE:
+        if check.name == "bot_uttered" and str(params.get("text_matches", "")) == "":
+            return [(name, "an empty text_matches holds for any reply; give what must be said")]
+        return []
+    if kind is CheckKind.EXPECT and isinstance(check.expected, dict):
+        return _expect_holds_always(check.expected)
+    if kind is CheckKind.WHITEBOX:
+        return _whitebox_holds_always(check.name, params)
+    return []
+
+
+def _expect_holds_always(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    found = []
+    if "response_contains" in spec and str(spec["response_contains"]) == "":
+        found.append(
+            ("expect.response_contains", "an empty text holds for any reply; give the text")
+        )
+    if "variables" in spec and not spec["variables"]:
+        found.append(
+            ("expect.variables", "an empty mapping holds whatever the variables are; list some")
+        )
+    if spec.get("error") == "":
+        found.append(
+            (
+                "expect.error",
+                "an empty text holds whether or not the turn fails (and excuses its error); "
+                "use true, false, or a text the error contains",
+            )
+        )
+    return found
+
+
+def _whitebox_holds_always(kind: str, params: dict[str, Any]) -> list[tuple[str, str]]:
+    if kind == "instructions_contain" and params.get("text") == "":
+        why = "an empty text is in any instructions (it checks only that an LLM call was made)"
+        return [(kind, why + "; give the text")]
+    if kind in ("tools_offered", "tools_hidden") and not params.get("tools"):
+        why = "an empty tool list holds at any LLM call (it checks only that one was made)"
+        return [(kind, why + "; list the tools")]
+    if kind in ("variables_before", "variables_after") and not params:
+        return [(kind, "an empty mapping holds whatever the variables are; list some")]
+    if kind == "action_variables" and not (params.get("before") or params.get("after")):
+        why = f"without before or after it checks only that {params.get('action')!r} ran"
+        return [(kind, why + "; give before or after")]
+    return []
 
 
 def _any_selected(suites: list[Suite], pattern: str) -> bool:

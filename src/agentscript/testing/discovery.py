@@ -21,6 +21,7 @@ from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import AgentBase
 from agentscript.loader import load
 from agentscript.testing.errors import SpecError
+from agentscript.testing.faults import bind_faults
 from agentscript.testing.readers import is_spec_file
 from agentscript.testing.readers.mantle_scenario import bind_names as bind_mantle_names
 from agentscript.testing.readers.salesforce_yaml import bind_history
@@ -177,12 +178,14 @@ class AgentCache:
 
 def bind_to_agent(suite: Suite, agent: AgentBase) -> None:
     """Check the names ``suite`` uses against the agent it tests, before anything runs: a
-    tool, variable or subagent the agent lacks is a spec error (:class:`AgentNames`)."""
+    tool, action, variable or subagent the agent lacks is a spec error (:class:`AgentNames`).
+    Faults are keyed by the action they replace (:func:`bind_faults`)."""
     names = AgentNames.of(agent)
     if names is None:
         return
     for case in suite.cases:
         bind_history(case, names, suite.path, agent.name)
+        bind_faults(case, names, suite.path, agent.name)
         for check in case.all_checks:
             if check.kind is CheckKind.WHITEBOX:
                 bind_names(check, names, suite.path, agent.name)

@@ -9,8 +9,12 @@ faults:
   slow: {latency_ms: 30, return: {ok: true}}      # answers late, then returns
 ```
 
+A fault names an action by its definition name or by the name of a tool that runs it (the
+name the model sees), as expected actions do; before a run :func:`bind_faults` keys each
+fault by its action and refuses any other name (a fault on a typo would never fire).
 Faults are per-action callables passed to ``agent.session(actions=...)`` plus a per-action
-timeout in :class:`agentscript.Limits`; a faulted action is never stubbed in the same case.
+timeout added to the agent's :class:`agentscript.Limits`; a faulted action is never stubbed
+in the same case.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any
 
 from agentscript.actions.registry import ActionFunction
 from agentscript.testing.errors import SpecError
-from agentscript.testing.yamlmarks import line_of
+from agentscript.testing.spec import Case
+from agentscript.testing.whitebox import AgentNames, unknown_name
+from agentscript.testing.yamlmarks import Marked, line_of
 
 _KEYS = {"raise", "timeout", "timeout_s", "malformed", "latency_ms", "return"}
 DEFAULT_TIMEOUT_S = 0.05
@@ -33,7 +39,10 @@ def parse_faults(raw: Any, path: Path, line: int | None) -> dict[str, dict[str, 
         return {}
     if not isinstance(raw, dict):
         raise SpecError(path, line_of(raw) or line, "'faults' maps action names to a fault")
-    faults: dict[str, dict[str, Any]] = {}
+    # Each name keeps its line: discovery.bind_to_agent refuses a name the agent lacks there.
+    faults = Marked()
+    faults.line = line or 0
+    faults.key_lines = {}
     for name, fault in raw.items():
         at = line_of(raw, name) or line
         if not isinstance(fault, dict) or not fault:
@@ -54,6 +63,7 @@ def parse_faults(raw: Any, path: Path, line: int | None) -> dict[str, dict[str, 
             ):
                 raise SpecError(path, at, f"fault of {name!r}: {key!r} must be a number >= 0")
         faults[str(name)] = dict(fault)
+        faults.key_lines[str(name)] = at or 0
     return faults
 
 
@@ -79,3 +89,51 @@ def fault_timeouts(faults: dict[str, dict[str, Any]]) -> dict[str, float]:
         for name, fault in faults.items()
         if fault.get("timeout")
     }
+
+
+def fault_targets(names: AgentNames) -> dict[str, str]:
+    """Each name a fault may use, with the action it replaces (an action call is named after
+    its action, so that is the name the runner keys the fault by).
+
+    Agent Script: an action definition by its own name, or a tool by its name when it runs an
+    action; a transition or another tool that runs no action has nothing to fault. A name
+    that is both a tool's and the definition name of an action some tool runs means that
+    action (the name ``action_failed`` and the trace's ``action`` use). Mantle: every tool is
+    its own action."""
+    if names.nodes is None:  # Mantle (AgentNames.of): a tool call is an action call
+        return {tool: tool for tool in names.tools}
+    targets = {tool: action for action, tools in names.tools_of_action.items() for tool in tools}
+    # ``actions`` holds the tool names as well: those of no action definition are dropped.
+    targets.update({action: action for action in names.actions - names.tools})
+    targets.update({action: action for action in names.tools_of_action})
+    return targets
+
+
+def bind_faults(case: Case, names: AgentNames, path: Path, agent: str) -> None:
+    """Key ``case.faults`` by action name, refusing a name that is no action of ``agent`` nor
+    a tool running one: the fault would never fire and the case would test the real action
+    (or its stub) while claiming to test the error path. Two names of one action are
+    refused too (which fault would win is not written anywhere)."""
+    targets = fault_targets(names)
+    bound: dict[str, dict[str, Any]] = {}
+    spelt: dict[str, str] = {}
+    for name, fault in case.faults.items():
+        line = line_of(case.faults, name) or case.line
+        action = targets.get(name)
+        if action is None:
+            why = "; it is a tool that runs no action" if name in names.tools else ""
+            what = (
+                f"an action of the agent {agent} nor a tool that runs one "
+                f"(a fault of case {case.name!r}{why})"
+            )
+            raise unknown_name(path, line, what, name, targets)
+        if action in bound:
+            raise SpecError(
+                path,
+                line,
+                f"faults {spelt[action]!r} and {name!r} of case {case.name!r} both name the "
+                f"action {action!r}; keep one",
+            )
+        bound[action] = fault
+        spelt[action] = name
+    case.faults = bound

@@ -84,6 +84,34 @@ def expectation_text(check: Check) -> str:
     return f"The agent's last reply has this meaning: {check.expected}"
 
 
+class JudgeKeys:
+    """The recording key of each judged check of a case: ``<check>#<line>``, unique per turn.
+
+    Two judged checks of a turn can share both name and line: Mantle ``criteria: [a, b]``
+    written as a flow list, or format C ``bot_response_rating`` steps without an ``id`` (each
+    placed at its test's line). Under one key the second check's prompt overwrote the first's
+    answer when recorded, and replaying found it stale. The second and later checks with a
+    given ``<check>#<line>`` in a turn are keyed ``<check>#<line> #2``, `` #3``...; the first
+    keeps the plain key, so every recording made before this suffix still replays (a check
+    alone on its line, nearly all of them, keeps its key). Keys are handed out in the order
+    the checks are judged, the spec's order, so every run gives a check the same key.
+    """
+
+    def __init__(self) -> None:
+        self._taken: set[tuple[int, str]] = set()
+
+    def key(self, check: Check, turn: int) -> str:
+        base = f"{check.name}#{check.line or 0}"
+        key, n = base, 1
+        # `_taken` holds the suffixed keys too: a plain key equal to an earlier suffixed one
+        # (a check name ending in a space) still gets a key of its own.
+        while (turn, key) in self._taken:
+            n += 1
+            key = f"{base} #{n}"
+        self._taken.add((turn, key))
+        return key
+
+
 class JudgeFailed(ModelError):
     """The judge model gave no answer at all: the check could not be evaluated (an ERROR)."""
 
@@ -207,13 +235,17 @@ async def judge(
     settings: JudgeSettings,
     model_name: str,
     turn: int,
+    key: str | None = None,
 ) -> Verdict:
+    """The verdict of ``check``; ``ask`` gets ``<key>|<run>`` (``key`` from
+    :class:`JudgeKeys`, else the check's plain ``<check>#<line>``)."""
+    key = key or f"{check.name}#{check.line or 0}"
     request = build_prompt(check, transcript)
     threshold = float(check.params.get("threshold", settings.threshold))
     runs: list[dict[str, Any]] = []
     for index in range(settings.runs):
         try:
-            response = await ask(f"{check.name}#{check.line or 0}|{index}", request)
+            response = await ask(f"{key}|{index}", request)
         except ModelError as exc:
             raise _failure(check, exc) from exc
         score, reasoning = parse_score(response.text)

@@ -6,7 +6,9 @@ in, compared exactly and case-sensitively, also accepting Salesforce org-style n
 (``p_<plannerId>_<Name>``, ``<Name>_<Id>``, or both); format C's ``contains`` operator passes
 when the expected name (or its org-style bare name) is part of the actual one. Actions are the
 actions and tools that ran, transitions included, compared by :class:`MatchRule` (``exact`` by
-default). A turn that ends in an error fails unless the turn expects it (:func:`turn_error`).
+default). A handoff (``agent_handoff_match``: Salesforce's "target agent" of a multi-agent bot)
+is a node the turn handed the conversation to (:func:`handoffs`), never merely the node it
+started in. A turn that ends in an error fails unless the turn expects it (:func:`turn_error`).
 """
 
 from __future__ import annotations
@@ -78,6 +80,25 @@ def by_tool_name(expected: list[str], turn: TurnOutcome) -> list[str]:
     return [name if name in ran else alias.get(name, name) for name in expected]
 
 
+# What hands the conversation to a node, by trace step: an Agent Script transition, a Mantle
+# skill started or resumed.
+_HANDOFF_EVENTS = {"activated", "resumed"}
+
+
+def handoffs(turn: TurnOutcome) -> list[str]:
+    """The nodes the turn handed the conversation to, in order: each subagent entered by a
+    transition (``TRANSITION_STEP``'s ``to``), each Mantle skill started or resumed
+    (``SKILL_STEP``). Not the node the turn started in: ``reply.path`` begins with it (the start
+    agent, or the previous subagent), so a handoff to it would hold with no handoff at all."""
+    found = []
+    for step in turn.steps:
+        if step.get("type") == "TRANSITION_STEP":
+            found.append(str(step.get("to")))
+        elif step.get("type") == "SKILL_STEP" and step.get("event") in _HANDOFF_EVENTS:
+            found.append(str(step.get("skill")))
+    return found
+
+
 _RULE_TEXT = {
     MatchRule.EXACT: "exactly these actions in this order",
     MatchRule.IN_ORDER: "these actions in this order, others allowed between",
@@ -124,12 +145,13 @@ def check_turn(check: Check, turn: TurnOutcome, rule: MatchRule, number: int) ->
         )
         return verdict(ok, check.expected, reply.actions, why)
     if kind is CheckKind.HANDOFF:
-        ok = check.expected in reply.path
+        targets = handoffs(turn)
         return verdict(
-            ok,
+            check.expected in targets,
             check.expected,
-            reply.path,
-            f"handoff: expected {check.expected!r} among {reply.path}",
+            targets,
+            f"handoff: expected a handoff to {check.expected!r} in this turn (a subagent "
+            f"entered by a transition, or a skill started or resumed), got {targets}",
         )
     if kind is CheckKind.LATENCY:
         limit = check.expected
@@ -301,7 +323,13 @@ def check_mantle(check: Check, turns: list[TurnOutcome], before: Mapping[str, An
     elif kind == "memory_was_set":
         found = _memory_was_set(params, turns, before)
     else:
-        found = any(str(params["text_matches"]) in t.reply.text for t in turns)
+        try:
+            found = _uttered(str(params["text_matches"]), turns)
+        except re.error as exc:
+            # Normally refused when the spec is read; never a traceback mid-run.
+            why = f"{kind}: text_matches is not a regular expression ({exc}); fix the pattern"
+            return Verdict(kind, params, None, False, explanation=why, line=check.line,
+                           turn=len(turns))  # fmt: skip
     return Verdict(
         kind,
         params,
@@ -310,6 +338,19 @@ def check_mantle(check: Check, turns: list[TurnOutcome], before: Mapping[str, An
         explanation="" if found else f"{kind} {params}: no recorded event matches",
         line=check.line,
         turn=len(turns),
+    )
+
+
+def _uttered(pattern: str, turns: list[TurnOutcome]) -> bool:
+    """Rasa's ``bot_uttered.text_matches``: a regular expression searched (``re.search``, so
+    unanchored) in each message the agent said, as Rasa searches each ``BotUttered`` event's
+    text (rasa/e2e_test/assertions.py, ``BotUtteredAssertion.run``). A plain text without
+    special characters still matches as the substring it was before."""
+    compiled = re.compile(pattern)
+    return any(
+        compiled.search(message)
+        for turn in turns
+        for message in (turn.reply.messages or [turn.reply.text])
     )
 
 

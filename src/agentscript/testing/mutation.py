@@ -8,18 +8,27 @@ frontmatter lines). Each mutant is written into a copy of the agent's folder and
 against it: the mutant is *killed* when a case fails or errors, *survived* when every case
 passes, *invalid* when the mutated agent does not load (not counted). The mutation score is
 killed / (killed + survived); survivors are listed by source line.
+
+The copies read the ``agentscript.toml`` that applies to the original agent (none when none
+does), wherever it sits. Before any mutant, the suite runs on an unmutated copy: when it does
+not pass there (the agent needs a file outside its folder, say), every mutant would fail for
+that reason and count as killed, so :func:`run_mutants` raises :class:`UnmutatedCopyFails`
+instead of scoring.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentscript.models.config import CONFIG_ENV, find_config
 from agentscript.syntax import parse
 from agentscript.syntax.tree import (
     AvailableWhenStmt,
@@ -188,26 +197,86 @@ RunSuite = Callable[[Path], Awaitable[bool]]  # the agent path -> True when the 
 
 
 async def run_mutants(agent_path: Path, mutants: list[Mutant], suite_fails: RunSuite) -> None:
-    """Run the suite against each mutant (in a temporary copy of the agent's folder)."""
+    """Run the suite against each mutant (in a temporary copy of the agent's folder).
+
+    First against an unmutated copy: :class:`UnmutatedCopyFails` when the suite does not pass
+    there (then no mutant runs and every status stays ``pending``)."""
     agent_path = agent_path.resolve()
     folder = agent_path if agent_path.is_dir() else agent_path.parent
-    with tempfile.TemporaryDirectory(prefix="agentscript-mutant-") as scratch:
-        for mutant in mutants:
-            copy = Path(scratch) / f"m{id(mutant)}"
+    with (
+        tempfile.TemporaryDirectory(prefix="agentscript-mutant-") as scratch,
+        _original_config(agent_path, Path(scratch)),
+    ):
+
+        async def run(name: str, mutant: Mutant | None) -> bool:
+            """Whether the suite failed on this copy; _Invalid when the copy does not load."""
+            copy = Path(scratch) / name
             # Links are copied as links: following them, a link to a parent folder (sub/up -> ..)
             # copies the folder into itself until the path is too long.
             shutil.copytree(
                 folder, copy, symlinks=True, ignore=shutil.ignore_patterns("*.replay.json", ".*")
             )
-            _own_file(copy, mutant.file).write_text(mutant.text, encoding="utf-8")
-            target = copy if agent_path.is_dir() else copy / agent_path.name
             try:
-                failed = await suite_fails(target)
+                if mutant is not None:
+                    _own_file(copy, mutant.file).write_text(mutant.text, encoding="utf-8")
+                return await suite_fails(copy if agent_path.is_dir() else copy / agent_path.name)
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
+
+        try:
+            baseline_failed = await run("unmutated", None)
+        except _Invalid:
+            raise UnmutatedCopyFails(agent_path, loads=False) from None
+        if baseline_failed:
+            raise UnmutatedCopyFails(agent_path, loads=True)
+        for mutant in mutants:
+            try:
+                failed = await run(f"m{id(mutant)}", mutant)
             except _Invalid:
                 mutant.status = "invalid"
             else:
                 mutant.status = "killed" if failed else "survived"
-            shutil.rmtree(copy, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _original_config(agent_path: Path, scratch: Path) -> Iterator[None]:
+    """While the copies run, ``$AGENTSCRIPT_CONFIG`` names the ``agentscript.toml`` that applies
+    to the original agent; restored in ``finally``.
+
+    Found from a copy, it would be whatever lies above the scratch folder: a file in a parent
+    of the agent's folder (MCP servers, limits, action settings) is lost, and mutants failed
+    for that and counted as killed (2 of 2, 100%, where the same agent beside its file scored
+    50%). Through the variable because ``agentscript.load`` takes no configuration path and a
+    session reads ``[actions]`` when it starts. When no file applies to the original, an empty
+    one stands in, so none found above the scratch folder applies to the copies either."""
+    config = find_config(agent_path)
+    if config is None:
+        config = scratch / "no-config.toml"
+        config.write_text("# no agentscript.toml applies to the original\n", encoding="utf-8")
+    previous = os.environ.get(CONFIG_ENV)
+    os.environ[CONFIG_ENV] = str(config.resolve())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(CONFIG_ENV, None)
+        else:
+            os.environ[CONFIG_ENV] = previous
+
+
+class UnmutatedCopyFails(Exception):
+    """The suite does not pass on an unmutated copy of the agent (or the copy does not load):
+    a mutant failing could not be told from the copy failing, so there is no score."""
+
+    def __init__(self, agent: Path, *, loads: bool) -> None:
+        self.agent = agent
+        self.loads = loads  # False: the copy did not even load
+        super().__init__(
+            "the suite does not pass on an unmutated copy of the agent "
+            + ("" if loads else "(the copy does not load) ")
+            + "in a temporary folder, so every mutant would count as killed; keep every file "
+            "the agent needs (Python actions, tools, data) in its folder"
+        )
 
 
 def _own_file(copy: Path, relative: Path) -> Path:

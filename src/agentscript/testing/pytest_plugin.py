@@ -9,7 +9,9 @@ file), e.g. in ``pyproject.toml``::
 
 Each case runs like ``agentscript test`` runs it (scripted moves or recorded answers beside
 the spec; no live model): a case that fails shows each failed expectation with expected and
-actual; a spec that cannot be read is a collection error naming the file and line.
+actual; a spec that cannot be read is a collection error naming the file and line. A file in a
+listed folder that is no spec at all (a JSON fixture, a Mantle ``memory.yml``) is skipped, as
+``agentscript test FOLDER`` skips it; a file listed by itself must be a spec.
 ``--agentscript-agent PATH`` tests that agent instead of the one each spec names.
 """
 
@@ -23,7 +25,7 @@ import pytest
 
 from agentscript.testing.command import replay_path
 from agentscript.testing.discovery import AgentCache, bind_to_agent
-from agentscript.testing.errors import SpecError
+from agentscript.testing.errors import NotASpec, SpecError
 from agentscript.testing.readers import is_spec_file, read_spec
 from agentscript.testing.replay import ReplayStore
 from agentscript.testing.results import CaseResult, Status
@@ -64,6 +66,11 @@ class SpecFile(pytest.File):
     def collect(self) -> Any:
         try:
             suite = read_spec(self.path)
+        except NotASpec as exc:
+            if self.path.resolve() in _roots(self.config):
+                raise self.CollectError(str(exc)) from None  # listed by itself: must be a spec
+            # Found in a listed folder (a fixture, a memory.yml): skipped, as by the command.
+            return
         except SpecError as exc:
             raise self.CollectError(str(exc)) from None
         for number, case in enumerate(suite.cases, start=1):

@@ -33,6 +33,7 @@ from agentscript.models.base import (
     ToolCall,
 )
 from agentscript.testing.errors import SpecError
+from agentscript.testing.readers.strict_json import JsonProblem, load_json
 
 FORMAT = "agentscript-replay/1"
 _FIX = "delete it and re-record with --record --model MODEL"
@@ -154,17 +155,19 @@ class ReplayStore:
                 path, f"cannot read the recording: {exc.strerror or exc}"
             ) from None
         try:
-            data = json.loads(raw.decode("utf-8"))
+            # A key twice (a hand-edited call, the second silently winning) or an integer
+            # longer than Python reads is refused; NaN and lone surrogates a model answered
+            # are kept, as they were recorded.
+            data = load_json(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise RecordingError(
                 path, "not a recording: the file is not UTF-8 text; " + _FIX
             ) from None
-        except json.JSONDecodeError as exc:
+        except JsonProblem as exc:
+            at = f" at line {exc.line}" if exc.line is not None else ""
             raise RecordingError(
-                path, f"not a recording: invalid JSON at line {exc.lineno}; " + _FIX
+                path, f"not a recording: invalid JSON{at}: {exc.problem}; " + _FIX
             ) from None
-        except RecursionError:
-            raise RecordingError(path, "not a recording: JSON nested too deeply; " + _FIX) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise RecordingError(path, f"not a recording (expected format {FORMAT}); " + _FIX)
         calls = data.get("calls")

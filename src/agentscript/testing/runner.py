@@ -15,16 +15,17 @@ with the reason, never a traceback.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentscript.engine.session import AgentBase, Session
+from agentscript.limits import Limits
 from agentscript.models.base import Message, Model, ModelError, ModelRequest, ModelResponse
 from agentscript.models.scripted import ScriptedModel
 from agentscript.testing import matchers
 from agentscript.testing.errors import SpecError
 from agentscript.testing.faults import fault_function, fault_timeouts
-from agentscript.testing.judge import JudgeSettings, judge
+from agentscript.testing.judge import JudgeKeys, JudgeSettings, judge
 from agentscript.testing.replay import ReplayModel, ReplayStore
 from agentscript.testing.results import CaseResult, TurnOutcome, Verdict
 from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, Suite, TurnSpec
@@ -122,12 +123,12 @@ class CaseRunner:
 
     def _session(self, case: Case, model: Model) -> Session:
         from agentscript.actions.registry import StubBook
-        from agentscript.engine.turn import Limits
 
+        # ``case.faults`` is keyed by action name (discovery.bind_to_agent), as stubs are.
         stub_data = {k: v for k, v in case.stubs.items() if k not in case.faults}
         stubs = StubBook.from_data(stub_data) if stub_data else None
         functions = {name: fault_function(name, f) for name, f in case.faults.items()}
-        limits = Limits(action_timeouts=fault_timeouts(case.faults)) if case.faults else None
+        limits = self._fault_limits(case)
         session = self.agent.session(
             model=model,
             variables=_variables(self.agent, case.context_variables),
@@ -148,11 +149,25 @@ class CaseRunner:
             saved, model=model, stubs=stubs, actions=functions or None, limits=limits
         )
 
+    def _fault_limits(self, case: Case) -> Limits | None:
+        """The agent's own limits (its ``agentscript.toml`` ``[limits]``) with the timeouts of
+        the case's ``timeout`` faults added, or None (the agent's limits) without them.
+
+        Limits given to a session replace the agent's whole: a fresh ``Limits`` here dropped
+        every configured bound (``max_llm_calls = 1`` held without faults and not with
+        them), so a case with a fault could pass where the agent fails."""
+        timeouts = fault_timeouts(case.faults)
+        if not timeouts:
+            return None
+        base = self.agent.limits
+        return replace(base, action_timeouts={**base.action_timeouts, **timeouts})
+
     async def _run(self, case: Case, result: CaseResult) -> None:
         key = self.keys.get(id(case), f"{self.suite.name}/{case.name}")
         replay = ReplayModel(self.store, self.options.model, key)
         scripted = ScriptedModel(keep_requests=False)  # never read: kept, N turns cost N²
         chooser = _Chooser(replay, scripted)
+        judge_keys = JudgeKeys()  # the recording keys of this case's judged checks
         session = self._session(case, chooser)
         memory_before = session.variables
         transcript = result.transcript
@@ -175,7 +190,7 @@ class CaseRunner:
             for check in spec.checks:
                 if check.kind.judged:
                     result.verdicts.append(
-                        await self._judge(replay.case, check, transcript, number)
+                        await self._judge(replay.case, check, transcript, number, judge_keys)
                     )
                 elif check.kind is CheckKind.WHITEBOX:
                     snapshots = self.suite.path.with_name(self.suite.path.name + ".snapshots")
@@ -202,7 +217,7 @@ class CaseRunner:
                 result.verdicts.append(matchers.check_mantle(check, result.turns, memory_before))
             else:
                 result.verdicts.append(
-                    await self._judge(replay.case, check, transcript, len(result.turns))
+                    await self._judge(replay.case, check, transcript, len(result.turns), judge_keys)
                 )
 
     @staticmethod
@@ -250,7 +265,12 @@ class CaseRunner:
             ]
 
     async def _judge(
-        self, base: str, check: Check, transcript: list[dict[str, str]], turn: int
+        self,
+        base: str,
+        check: Check,
+        transcript: list[dict[str, str]],
+        turn: int,
+        keys: JudgeKeys,
     ) -> Verdict:
         """``base`` is the case's key in the recording (cases may run concurrently).
 
@@ -262,7 +282,8 @@ class CaseRunner:
             return await self.store.answer(f"{base}|{turn}|judge|{key}", request, live)
 
         name = live.name if live is not None else "replay"
-        return await judge(check, list(transcript), ask, self.options.judge, name, turn)
+        key = keys.key(check, turn)
+        return await judge(check, list(transcript), ask, self.options.judge, name, turn, key)
 
 
 class _Chooser:

@@ -5,16 +5,19 @@
 and every list is a :class:`MarkedList` with ``line`` and ``item_lines``. Only the safe loader
 is used: no tags, no object construction; the node tree is checked against
 :func:`agentscript.reading.check_yaml_nodes` (alias bombs, recursive aliases, duplicate keys)
-before anything is built.
+before anything is built, and a scalar Python cannot convert (an integer of more than 4,300
+digits, a date such as ``2024-13-45``) is a spec error at its line, never a traceback.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, SequenceNode
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from agentscript.reading import check_yaml_nodes
 from agentscript.testing.errors import SpecError
@@ -48,7 +51,28 @@ _Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_Base):  # type: ignore[valid-type,misc]
-    pass
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # A scalar Python cannot convert raises a bare ValueError: an integer longer than
+        # sys.get_int_max_str_digits() (4,300 digits), a date such as 2024-13-45. It becomes
+        # an error at the scalar's line, as a syntax error is.
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as exc:
+            raise ConstructorError(None, None, _unreadable(node, exc), node.start_mark) from None
+
+
+def _unreadable(node: Node, exc: ValueError) -> str:
+    text = str(node.value) if isinstance(node, ScalarNode) else ""
+    if node.tag == "tag:yaml.org,2002:int":
+        digits = sum(c.isdigit() for c in text)
+        return (
+            f"a number of {digits} digits is longer than Python reads "
+            f"(sys.get_int_max_str_digits(): {sys.get_int_max_str_digits()}); "
+            "quote it to make it a text"
+        )
+    kind = node.tag.rpartition(":")[2]
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    return f"the {kind} {shown!r} cannot be read ({exc}); quote it to make it a text"
 
 
 def _mapping(loader: _Loader, node: MappingNode) -> Marked:

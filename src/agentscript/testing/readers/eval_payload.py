@@ -14,15 +14,18 @@ what Salesforce's own tools write (forcedotcom/agents ``yamlSpecTranslator``):
 lastExecution.topic}`` / ``.invokedActions`` read the turn before an ``agent.get_state`` step
 ``gs``. Salesforce's normalizer silently drops fields it does not know; here an unknown field,
 step type or operator is a spec error naming the JSON pointer, so a typo (``operatr``) is never
-a check that silently does something else. One key of ours, ``x-agentscript``, may appear at
-the top (``agent``, ``actionMatch``, ``actions``) and on a test (``actions``): stub results, as
-in format A. A JSON file whose top level has no ``tests`` is not a spec at all (:class:`NotASpec`).
+a check that silently does something else. So is what plain ``json.loads`` lets through
+(:mod:`~agentscript.testing.readers.strict_json`): a key given twice, an integer longer than
+Python reads, NaN or Infinity, a lone surrogate. An empty ``tests`` list, and a
+``bot_response_rating`` without a text ``expected``, are refused as formats A and B refuse
+theirs. One key of ours, ``x-agentscript``, may appear at the top (``agent``, ``actionMatch``,
+``actions``) and on a test (``actions``): stub results, as in format A. A JSON file whose top
+level has no ``tests`` is not a spec at all (:class:`NotASpec`), whatever else it holds.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +41,7 @@ from agentscript.testing.readers.checks import (
 )
 from agentscript.testing.readers.fields import stub_results
 from agentscript.testing.readers.salesforce_yaml import EXTENSION, match_rule
+from agentscript.testing.readers.strict_json import JsonProblem, load_json
 from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, SpecFormat, Suite, TurnSpec
 
 _REF = re.compile(r"^\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_.\[\]*]+)\}$")
@@ -81,6 +85,7 @@ _ACTION_OPERATORS = {
 _STATE_PREFIX = "response.planner_response.lastExecution."
 _STATE_FIELDS = {"topic": "topic", "invokedActions": "invokedActions"}
 Finder = Callable[[str], int | None]
+_NOT_A_PAYLOAD = 'not a run-eval payload {"tests": [{"id": ..., "steps": [...]}]}'
 
 
 def is_eval_payload(data: Any) -> bool:
@@ -95,35 +100,26 @@ def _line_finder(text: str) -> Finder:
     return find
 
 
-class _NotJsonNumber(ValueError):
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-def _refuse_constant(name: str) -> Any:
-    # Python's json reads NaN/Infinity/-Infinity, which JSON does not have: an expected value
-    # of NaN never compares equal, and it would be copied into a report that is not JSON.
-    raise _NotJsonNumber(name)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e400 overflows to infinity
-        raise _NotJsonNumber(text)
-    return value
-
-
 def _load(text: str, path: Path) -> Any:
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
-        raise SpecError(path, exc.lineno, f"invalid JSON: {exc.msg}") from None
-    except _NotJsonNumber as exc:
-        at = _line_finder(text)(exc.name)
-        raise SpecError(path, at, f"invalid JSON: {exc.name} is not a finite JSON number") from None
-    except RecursionError:
-        raise SpecError(path, 1, "invalid JSON: nested too deeply") from None
+        # Duplicate keys, NaN, over-long integers and lone surrogates are refused, as the
+        # YAML readers refuse theirs: a second "expected" never silently replaces the first.
+        return load_json(text, finite=True, unicode=True)
+    except JsonProblem as exc:
+        if _other_json(text):
+            raise NotASpec(path, 1, _NOT_A_PAYLOAD) from None
+        raise SpecError(path, exc.line, exc.message) from None
+
+
+def _other_json(text: str) -> bool:
+    """Whether ``text`` is JSON to Python's lenient reader (the last of two keys kept, any
+    integer, NaN, lone surrogates) but no payload: other JSON beside the specs (a fixture, a
+    report) is skipped, whatever it holds."""
+    try:
+        data = json.loads(text, parse_int=len)  # the value of an integer does not matter here
+    except (ValueError, RecursionError):
+        return False
+    return not (isinstance(data, dict) and "tests" in data)
 
 
 def read_eval_payload(text: str, path: Path) -> Suite:
@@ -131,9 +127,12 @@ def read_eval_payload(text: str, path: Path) -> Suite:
     find = _line_finder(text)
     if not isinstance(data, dict) or "tests" not in data:
         # Fixtures, coverage reports and other JSON found beside the specs are skipped.
-        raise NotASpec(path, 1, 'not a run-eval payload {"tests": [{"id": ..., "steps": [...]}]}')
+        raise NotASpec(path, 1, _NOT_A_PAYLOAD)
     if not isinstance(data["tests"], list):
         raise SpecError(path, find('"tests"'), "/tests must be a list of tests")
+    if not data["tests"]:
+        # As formats A and B: a spec that runs nothing would pass, and say nothing was tested.
+        raise SpecError(path, find('"tests"'), "/tests: the spec has no test cases")
     _no_unknown(data, _TOP, "", path, find)
     ext = _extension(data, _TOP_EXTENSION, "", path, find)
     shared = stub_results(ext, path)
@@ -238,10 +237,24 @@ class _TestReader:
     def _create_session(self, step: dict[str, Any], where: str, line: int | None) -> None:
         raw = step.get("context_variables") or {}
         if isinstance(raw, list):
-            raw = {str(v.get("name")): v.get("value") for v in raw if isinstance(v, dict)}
+            raw = self._variable_list(raw, f"{where}/context_variables", line)
         if not isinstance(raw, dict):
             raise self.fail(line, f"{where}/context_variables", "must be an object or a list")
         self.variables.update(raw)
+
+    def _variable_list(self, raw: list[Any], where: str, line: int | None) -> dict[str, Any]:
+        """``[{"name", "value"}]``: each entry named, no name twice (as formats A and B)."""
+        found: dict[str, Any] = {}
+        for index, entry in enumerate(raw):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise self.fail(line, f"{where}/{index}", 'must be {"name": ..., "value": ...}')
+            name = entry["name"]
+            if name in found:
+                raise self.fail(
+                    line, f"{where}/{index}", f"context variable {name!r} is given twice"
+                )
+            found[name] = entry.get("value")
+        return found
 
     def _send_message(self, step: dict[str, Any], where: str, line: int | None) -> None:
         utterance = step.get("utterance")
@@ -332,7 +345,17 @@ class _TestReader:
                 line, f"{where}/threshold", f"'threshold' must be a rating from {low:g} to {high:g}"
             )
         threshold = rating_threshold(float(rating))
-        return Check(CheckKind.OUTCOME, name, step.get("expected"), {"threshold": threshold}, line)
+        # As formats A and B (expectedOutcome, a bot_response_rating scorer): the meaning the
+        # reply must have is a text; without one the judge would be asked about "None".
+        expected = step.get("expected")
+        if not isinstance(expected, str) or not expected:
+            raise self.fail(
+                line,
+                f"{where}/expected",
+                "evaluator.bot_response_rating needs 'expected': the meaning the reply must "
+                "have, as a text",
+            )
+        return Check(CheckKind.OUTCOME, name, expected, {"threshold": threshold}, line)
 
     def _assertion(
         self, step: dict[str, Any], name: str, field: str | None, where: str, line: int | None

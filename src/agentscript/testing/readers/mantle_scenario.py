@@ -20,12 +20,14 @@ scenario:                      # the wrapper is optional
 Assertion kinds: ``skill_activated``, ``skill_completed``, ``skill_cancelled``,
 ``skill_interrupted``, ``skill_resumed`` (``skill_id``, optional ``step_id``),
 ``tool_executed`` (``tool_name``), ``tool_not_executed``, ``memory_was_set`` (``name``,
-optional ``value``), ``bot_uttered`` (``text_matches``: a substring). A check passes when at
+optional ``value``), ``bot_uttered`` (``text_matches``: a regular expression, searched in
+each message the agent said, as Rasa reads it). A check passes when at
 least one recorded event matches (``tool_not_executed``: when none does).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,8 @@ def read_mantle_scenario(data: dict[str, Any], path: Path) -> Suite:
         missing = sorted((ASSERTIONS[kind] & _REQUIRED) - set(params))
         if missing:
             raise SpecError(path, at, f"{kind} needs {missing}")
+        if kind == "bot_uttered":
+            _pattern(params["text_matches"], path, at)
         checks.append(Check(CheckKind.MANTLE, kind, dict(params), params=dict(params), line=at))
     ext = optional_mapping(
         body.get("x-agentscript"), path, line_of(body, "x-agentscript"), "x-agentscript"
@@ -126,6 +130,22 @@ def read_mantle_scenario(data: dict[str, Any], path: Path) -> Suite:
         final_checks=checks,
     )
     return Suite(path=path, format=SpecFormat.MANTLE_SCENARIO, name=name, cases=[case])
+
+
+def _pattern(value: Any, path: Path, at: int | None) -> None:
+    """``text_matches`` as Rasa takes it: a regular expression, refused here when it is not one
+    (rather than failing its check after the whole conversation ran)."""
+    if not isinstance(value, str):
+        raise SpecError(path, at, "bot_uttered: text_matches is a regular expression, as a text")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise SpecError(
+            path,
+            at,
+            f"bot_uttered: text_matches {value[:80]!r} is not a regular expression ({exc}); "
+            "fix it, or escape special characters with \\",
+        ) from None
 
 
 def bind_names(check: Check, names: AgentNames, path: Path, agent: str) -> None:

@@ -1,8 +1,14 @@
 """``*.aiEvaluationDefinition-meta.xml`` and ``*.aiTestingDefinition-meta.xml`` test definitions.
 
-Element order may vary and any field may repeat. ``<expectation>`` (evaluation definitions)
-and ``<scorer>`` (testing definitions) become the same checks as the YAML spec's fields; a
-custom ``<expectation>`` with ``<parameter>`` children becomes a string/numeric comparison.
+Element order may vary. Only the lists of Salesforce's metadata repeat (``<testCase>``;
+``<expectation>``, ``<scorer>``; ``<contextVariable>``, ``<conversationHistory>``;
+``<parameter>``): any other element given twice in one place (a second ``<inputs>``,
+``<utterance>`` or ``<expectedValue>``) is an error naming its line, never one of the two
+silently dropped, and so is a context variable or a custom parameter named twice.
+
+``<expectation>`` (evaluation definitions) and ``<scorer>`` (testing definitions) become the
+same checks as the YAML spec's fields; a custom ``<expectation>`` with ``<parameter>``
+children becomes a string/numeric comparison.
 Entities are not expanded (an entity declaration is refused), so a hostile file cannot grow.
 A value field's value is its whole text content: ``<expectedValue>Hello <b>there</b>
 friend</expectedValue>`` is ``Hello there friend`` (child elements' text and the text after
@@ -34,6 +40,12 @@ _ROOTS = {
 _HEADER = {"name", "description", "subjectName", "subjectType", "subjectVersion", "testCase"}
 _CASE = {"number", "inputs", "expectation", "scorer"}
 _INPUTS = {"utterance", "contextVariable", "conversationHistory"}
+# The elements that are lists in Salesforce's AiEvaluationDefinition / AiTestingDefinition
+# metadata (testCase[], inputs.contextVariable[], inputs.conversationHistory[], expectation[],
+# scorer[], expectation.parameter[]); every other one holds one value.
+_REPEATED = frozenset(
+    {"testCase", "expectation", "scorer", "contextVariable", "conversationHistory", "parameter"}
+)
 _ACTION_NAMES = ("action_sequence_match", "actions_assertion")
 
 
@@ -99,6 +111,13 @@ def read_metadata_xml(text: str, path: Path) -> Suite:
                     line(child),
                     f"unknown element <{name}> in {what}; allowed: {', '.join(sorted(allowed))}",
                 )
+            if name in found and name not in _REPEATED:
+                raise SpecError(
+                    path,
+                    line(child),
+                    f"<{name}> is given twice in {what} (first at line {line(found[name][0])}); "
+                    "keep one",
+                )
             found.setdefault(name, []).append(child)
         return found
 
@@ -123,7 +142,7 @@ def read_metadata_xml(text: str, path: Path) -> Suite:
     for position, element in enumerate(header.get("testCase", []), start=1):
         parts = children(element, _CASE, "<testCase>")
         number = value(parts, "number") or str(position)
-        inputs_el = parts.get("inputs", [])
+        inputs_el = parts.get("inputs", [])  # one at most: children() refuses a second
         if not inputs_el:
             raise SpecError(path, line(element), "a <testCase> needs <inputs>")
         inputs = children(inputs_el[0], _INPUTS, "<inputs>")
@@ -136,6 +155,8 @@ def read_metadata_xml(text: str, path: Path) -> Suite:
             name = value(fields, "variableName")
             if not name:
                 raise SpecError(path, line(var), "<contextVariable> needs <variableName>")
+            if name in variables:
+                raise SpecError(path, line(var), f"context variable {name!r} is given twice")
             variables[name] = value(fields, "variableValue") or ""
         history: list[HistoryTurn] = []
         for turn in inputs.get("conversationHistory", []):
@@ -160,7 +181,12 @@ def read_metadata_xml(text: str, path: Path) -> Suite:
                 params: dict[str, tuple[object, bool]] = {}
                 for param in fields["parameter"]:
                     pf = children(param, {"name", "value", "isReference"}, "<parameter>")
-                    params[value(pf, "name") or ""] = (
+                    pname = value(pf, "name") or ""
+                    if pname in params:
+                        raise SpecError(
+                            path, line(param), f"<parameter> {pname!r} is given twice; keep one"
+                        )
+                    params[pname] = (
                         value(pf, "value"),
                         (value(pf, "isReference") or "false").lower() == "true",
                     )

@@ -216,6 +216,8 @@ def _custom(raw: Any, path: Path, line: int | None) -> Check:
         param = mapping(p, path, at, "a parameter")
         no_unknown(param, {"name", "value", "isReference"}, path, "a parameter")
         pname = text(param, "name", path, required=True) or ""
+        if pname in params:  # the second would silently replace the first
+            raise SpecError(path, at, f"parameter {pname!r} is given twice; keep one")
         reference = param.get("isReference", False)
         if not isinstance(reference, bool):
             raise SpecError(path, line_of(param, "isReference"), "isReference must be true/false")

@@ -27,5 +27,5 @@ def render_json(run: RunResult, verbose: bool = False) -> str:
     # write a report that is not JSON.
     data = _finite(run.to_json())
     text = json.dumps(data, indent=2, default=repr, ensure_ascii=False, allow_nan=False)
-    # A lone surrogate (a JSON spec's "\ud800" escape in a test id) would crash the print.
+    # A lone surrogate (in a model's answer, which the report quotes) would crash the print.
     return escape_lone_surrogates(text) + "\n"
