@@ -588,7 +588,7 @@ def test_run_exits_1_for_a_turn_after_end_session(tmp_path: Path, mini: tuple[Pa
         ("actions: {lookup_order: {outputs: 3}}\n", "outputs"),
         # Values PyYAML builds with a bare ValueError: a traceback before.
         ("turns:\n  - user: " + "9" * 5000 + "\n", ":2:11: invalid YAML: a number of 5000"),
-        ("turns:\n  - user: !!int x\n", "invalid YAML: the value 'x' cannot be read as int"),
+        ("turns:\n  - user: !!int x\n", "invalid YAML: the int 'x' cannot be read"),
     ],
 )
 def test_run_exits_2_for_a_malformed_conversation(

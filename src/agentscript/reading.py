@@ -127,15 +127,6 @@ class JsonConstructor(SafeConstructor):
         assert isinstance(node, yaml.ScalarNode)
         return str(self.construct_scalar(node))
 
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        # A value PyYAML's constructors fail on with a bare ValueError (an integer longer
-        # than Python converts, ``!!int x``) becomes a YAML error at its place, which every
-        # reader already words with its line, instead of a traceback.
-        try:
-            return super().construct_object(node, deep=deep)
-        except ValueError as exc:
-            raise ConstructorError(None, None, _unreadable(node, exc), node.start_mark) from None
-
 
 # types-PyYAML types add_constructor for the loader classes only; the call is the documented API.
 JsonConstructor.add_constructor(  # type: ignore[type-var]
@@ -143,17 +134,31 @@ JsonConstructor.add_constructor(  # type: ignore[type-var]
 )
 
 
-def _unreadable(node: yaml.Node, exc: ValueError) -> str:
-    text = str(node.value)[:40] if isinstance(node, yaml.ScalarNode) else ""
-    if "digits" in str(exc) and text.lstrip("+-").isdigit():
-        digits = len(str(node.value).lstrip("+-"))
+def unreadable_value(node: yaml.Node, exc: ValueError) -> str:
+    """Why PyYAML could not build ``node`` (it raised a bare ValueError), as a reader says it."""
+    text = str(node.value) if isinstance(node, yaml.ScalarNode) else ""
+    if node.tag == "tag:yaml.org,2002:int" and "digits" in str(exc):
+        digits = sum(c.isdigit() for c in text)
         return (
             f"a number of {digits} digits is longer than Python reads "
-            f"(sys.get_int_max_str_digits(): {sys.get_int_max_str_digits()}); quote it to "
-            "make it a text"
+            f"(sys.get_int_max_str_digits(): {sys.get_int_max_str_digits()}); "
+            "quote it to make it a text"
         )
-    kind = str(node.tag).rsplit(":", 1)[-1]
-    return f"the value {text!r} cannot be read as {kind} ({exc})"
+    kind = str(node.tag).rpartition(":")[2]
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    return f"the {kind} {shown!r} cannot be read ({exc}); quote it to make it a text"
+
+
+class _ValueConstructor(JsonConstructor):
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A value PyYAML's constructors fail on with a bare ValueError (an integer longer
+        # than Python converts, ``!!int x``) becomes a YAML error at its place, which every
+        # reader of load_yaml already words with its line, instead of a traceback.
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as exc:
+            problem = unreadable_value(node, exc)
+            raise ConstructorError(None, None, problem, node.start_mark) from None
 
 
 def load_yaml(text: str, *, max_nodes: int = MAX_YAML_NODES) -> Any:
@@ -162,7 +167,7 @@ def load_yaml(text: str, *, max_nodes: int = MAX_YAML_NODES) -> Any:
     root = compose_yaml(text, max_nodes=max_nodes)
     if root is None:
         return None
-    return JsonConstructor().construct_document(root)
+    return _ValueConstructor().construct_document(root)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

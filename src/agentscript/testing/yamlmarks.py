@@ -11,15 +11,14 @@ digits, a date such as ``2024-13-45``) is a spec error at its line, never a trac
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import MappingNode, Node, SequenceNode
 
-from agentscript.reading import check_yaml_nodes
+from agentscript.reading import check_yaml_nodes, unreadable_value
 from agentscript.testing.errors import SpecError
 
 
@@ -58,21 +57,8 @@ class _Loader(_Base):  # type: ignore[valid-type,misc]
         try:
             return super().construct_object(node, deep=deep)
         except ValueError as exc:
-            raise ConstructorError(None, None, _unreadable(node, exc), node.start_mark) from None
-
-
-def _unreadable(node: Node, exc: ValueError) -> str:
-    text = str(node.value) if isinstance(node, ScalarNode) else ""
-    if node.tag == "tag:yaml.org,2002:int":
-        digits = sum(c.isdigit() for c in text)
-        return (
-            f"a number of {digits} digits is longer than Python reads "
-            f"(sys.get_int_max_str_digits(): {sys.get_int_max_str_digits()}); "
-            "quote it to make it a text"
-        )
-    kind = node.tag.rpartition(":")[2]
-    shown = text if len(text) <= 40 else text[:40] + "..."
-    return f"the {kind} {shown!r} cannot be read ({exc}); quote it to make it a text"
+            problem = unreadable_value(node, exc)
+            raise ConstructorError(None, None, problem, node.start_mark) from None
 
 
 def _mapping(loader: _Loader, node: MappingNode) -> Marked:
