@@ -21,6 +21,7 @@ from click.testing import CliRunner
 import agentscript
 from agentscript.chat import (
     ChatUsageError,
+    Console,
     agent_model_id,
     choose_model,
     describe_turn,
@@ -771,3 +772,68 @@ def test_chat_to_a_full_disk_is_one_line_not_a_traceback(lone_shop: Path) -> Non
         )
     assert done.returncode == 1
     assert done.stderr == "error: cannot write the output: No space left on device\n"
+
+
+# ---------------------------------------------------------------------- text from outside
+
+
+# Clears the screen, sets the window title, reverses what follows, returns to the line start;
+# the tab, the newline and the zero-width joiner of the emoji stay.
+HOSTILE = (
+    "ok \x1b[2J\x1b]0;pwned\x07 \u202eboom\u2066 \rend\tof line\nnext \U0001f468\u200d\U0001f469"
+)
+SHOWN = (
+    "ok \\x1b[2J\\x1b]0;pwned\\x07 \\u202eboom\\u2066 \\rend\tof line\nnext "
+    "\U0001f468\u200d\U0001f469"
+)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_model_text_is_printed_escaped_and_recorded_as_it_came(
+    shop: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str], stream: bool
+) -> None:
+    record = tmp_path / "chat.yaml"
+    preamble = ModelResponse(text=HOSTILE, tool_calls=[ToolCall("c1", "remember", {"note": "n"})])
+    model = QueueModel(preamble, say(HOSTILE))
+
+    code, _ = chat(shop, model, ["hi"], stream=stream, record=record)
+
+    assert code == 0
+    assert capsys.readouterr().out == f"{SHOWN}\n{SHOWN}\n\n"
+    # Only the display is escaped: the recording keeps what the model said.
+    turn = yaml.safe_load(record.read_text(encoding="utf-8"))["turns"][0]
+    assert [move.get("say") for move in turn["model"]] == [HOSTILE, HOSTILE]
+
+
+def test_errors_and_details_a_tool_or_a_model_wrote_are_printed_escaped(
+    shop: Agent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An MCP tool's or an API's error text reaches the terminal in --show details and in the
+    # turn's error; a model provider's error in the turn's error.
+    stubs = tmp_path / "stubs.yaml"
+    failing = {"verify_customer": {"error": "bad \x1b]0;pwned\x07 token\u202e"}}
+    stubs.write_text(json.dumps({"actions": failing}), encoding="utf-8")
+    model = QueueModel(
+        call("verify", email="a@example.com"),
+        say("Could not verify."),
+        ModelError("HTTP 500: \x1b[2J\x1b]0;pwned\x07 boom"),
+    )
+
+    code, _ = chat(shop, model, ["I am a@example.com", "again"], stubs=stubs, show=["trace"])
+
+    captured = capsys.readouterr()
+    assert code == 1
+    printed = captured.out + captured.err
+    assert not {"\x1b", "\x07", "\u202e"} & set(printed)
+    assert "bad \\x1b]0;pwned\\x07 token\\u202e" in captured.err
+    assert "error: the model failed: HTTP 500: \\x1b[2J\\x1b]0;pwned\\x07 boom" in captured.err
+
+
+@pytest.mark.parametrize("method", ["write", "line", "reply", "detail", "notice", "error"])
+def test_the_console_prints_every_text_escaped(
+    method: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    print_text = getattr(Console(interactive=True), method)
+    print_text("a\x1b]0;t\x07\u202eb\tc\nd\x9b2J")
+    captured = capsys.readouterr()
+    assert "a\\x1b]0;t\\x07\\u202eb\tc\nd\\x9b2J" in captured.out + captured.err

@@ -4,6 +4,12 @@ Interactive when stdin is a terminal (line editing and history through ``readlin
 welcome message, ``/commands``); otherwise one user message per input line and each reply on
 stdout, so a chat can be scripted. A turn that fails prints the agent's error text and the
 chat goes on; nothing here prints a traceback.
+
+Everything printed goes through :class:`Console`, which writes control, bidi and format
+characters as escapes (``\\x1b``, ``\\u202e``; newlines and tabs kept,
+:func:`agentscript.printable.printable_text`): replies, streamed tokens, confirmations, errors
+and ``--show`` details hold what a model, an MCP server or an API wrote. Only the display is
+escaped: traces, ``--record`` files and the session keep the text as it came.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from agentscript.models.config import (
 from agentscript.models.recording import ConversationRecorder, RecordingModel
 from agentscript.models.routing import RoutedModel
 from agentscript.playback import describe_changes
+from agentscript.printable import printable_text
 from agentscript.reading import load_yaml
 
 COMMANDS = {
@@ -239,7 +246,8 @@ def refuse_overwriting_inputs(record: Path, agent: AgentBase, stubs: str | Path 
 
 class Console:
     """Where chat output goes. Replies on stdout; details go to stdout in a terminal and to
-    stderr when scripted (so stdout holds only replies); errors always to stderr."""
+    stderr when scripted (so stdout holds only replies); errors always to stderr. Every text
+    given is printed escaped (``printable_text``), its own styling added after."""
 
     def __init__(self, *, interactive: bool, color: bool = False) -> None:
         self.interactive = interactive
@@ -250,28 +258,31 @@ class Console:
         return click.style(text, **style) if self.color else text
 
     def write(self, text: str) -> None:
+        self._raw(printable_text(text))
+
+    def _raw(self, text: str) -> None:
         click.echo(text, nl=False)
         sys.stdout.flush()
 
     def line(self, text: str = "") -> None:
-        click.echo(text)
+        click.echo(printable_text(text))
 
     def begin_reply(self) -> None:
         if self.interactive:
-            self.write(self.style("agent> ", fg="green", bold=True))
+            self._raw(self.style("agent> ", fg="green", bold=True))
 
     def reply(self, text: str) -> None:
         self.begin_reply()
         self.line(text)
 
     def detail(self, text: str) -> None:
-        click.echo(self.style(f"  {text}", dim=True), err=not self.interactive)
+        click.echo(self.style(f"  {printable_text(text)}", dim=True), err=not self.interactive)
 
     def notice(self, text: str) -> None:
-        click.echo(self.style(text, fg="yellow"), err=not self.interactive)
+        click.echo(self.style(printable_text(text), fg="yellow"), err=not self.interactive)
 
     def error(self, text: str) -> None:
-        click.echo(self.style(text, fg="red"), err=True)
+        click.echo(self.style(printable_text(text), fg="red"), err=True)
 
 
 # ---------------------------------------------------------------------- the chat

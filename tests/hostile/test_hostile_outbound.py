@@ -374,3 +374,84 @@ def test_http_action_error_shows_no_query_string() -> None:
     with RawServer(unavailable) as server, pytest.raises(ActionError, match="HTTP 503") as caught:
         _post(http_json_handler(), f"{server.url}/save?token=k3y-in-the-query")
     assert "k3y" not in str(caught.value)
+
+
+def test_a_document_redirect_is_followed_only_to_the_same_scheme(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # https -> http handed the document to anyone on the path, who could rewrite its servers
+    # (where the credentials go) and its operations.
+    from agentscript.actions import outbound
+
+    asked: list[str] = []
+    moves = {
+        "https://docs.example/openapi.json": "https://docs.example/v2/openapi.json",
+        "https://docs.example/v2/openapi.json": "http://docs.example/v2/openapi.json?sig=k3y",
+    }
+
+    def answer(url: str, **_: Any) -> outbound.Fetched:
+        asked.append(url)
+        if url in moves:
+            return outbound.Fetched(302, {"location": moves[url]}, b"")
+        return outbound.Fetched(200, {}, b"{}")
+
+    monkeypatch.setattr(outbound, "fetch", answer)
+    with pytest.raises(outbound.FetchError) as caught:
+        outbound.fetch_following(
+            "https://docs.example/openapi.json", timeout=5, total=5, max_bytes=100
+        )
+    assert asked == list(moves)  # the same-scheme move was followed, the other never fetched
+    message = str(caught.value)
+    assert "HTTP 302: a redirect from https:// to http://docs.example/v2/openapi.json" in message
+    assert "changes the scheme" in message and "k3y" not in message
+    with pytest.raises(ConfigError, match="cannot fetch: HTTP 302: a redirect from https://"):
+        load_document(OpenApiConfig("notes", "https://docs.example/openapi.json"))
+
+
+def _note_with_locale(base: str) -> dict[str, Any]:
+    parameter = {"name": "X-Locale", "in": "header", "schema": {"type": "string"}}
+    operation = {"operationId": "saveNote", "parameters": [parameter], "responses": {}}
+    return _document(base, {"/notes": {"post": operation}})
+
+
+@pytest.mark.parametrize(
+    "locale", ["fr-CA\r\nX-Admin: yes", "fr-CA\n", "fr-CA\r", "fr\x00CA", "fr-CA\u2028"]
+)
+def test_openapi_header_parameter_http_cannot_carry_names_the_parameter_and_sends_nothing(
+    tmp_path: Path, locale: str
+) -> None:
+    # The model wrote it: the error was "check the configured headers", which it cannot.
+    with RawServer(_recorded) as server:
+        config = _config(tmp_path, _note_with_locale(server.url))
+        request = ActionRequest("save", f"{server.url}#saveNote", {"X-Locale": locale})
+        with pytest.raises(ActionError) as caught:
+            OpenApiHub([config]).handle(request)
+        assert server.bodies == []
+    message = str(caught.value)
+    assert "the header parameter 'X-Locale' holds a line break" in message
+    assert "nothing was sent" in message and "configured headers" not in message
+    assert "fr" not in message and TOKEN not in message
+    with RawServer(_recorded) as server:  # a tab and Latin-1 are sent as they are
+        config = _config(tmp_path, _note_with_locale(server.url))
+        request = ActionRequest("save", f"{server.url}#saveNote", {"X-Locale": "en-GB\tcafé"})
+        assert OpenApiHub([config]).handle(request) == {"ok": True}
+        assert len(server.bodies) == 1
+
+
+def test_a_header_name_http_cannot_send_is_called_a_name() -> None:
+    # A document's header parameter names its header; it was reported as a header value.
+    from agentscript.actions import outbound
+
+    with RawServer(_recorded) as server:
+        with pytest.raises(outbound.FetchError) as caught:
+            outbound.fetch(
+                f"{server.url}/save",
+                method="POST",
+                headers={"X-Locale\nX-Admin": "en"},
+                body=b"{}",
+                timeout=5,
+                total=5,
+                max_bytes=100,
+            )
+        assert server.bodies == []
+    assert str(caught.value) == "a header name holds a character HTTP cannot send"

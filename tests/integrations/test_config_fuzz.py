@@ -1,5 +1,6 @@
 """Readers of outside input never raise anything but their clear error: ``agentscript.toml``
-integration tables, budget tables, OpenAPI documents, response schema checks."""
+integration tables, budget tables, OpenAPI documents, response schema checks; and an OpenAPI
+document that loads has the schema shapes the checks read."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ keys = st.sampled_from(
         "application/json",
         "schema",
         "$ref",
+        "properties",
+        "required",
+        "type",
     ]
 )
 documents: st.SearchStrategy[Any] = st.recursive(
@@ -94,6 +98,50 @@ def test_openapi_document_errors_are_config_errors(data: dict[str, Any]) -> None
         spec.write_text(json.dumps(data, default=str))
         with contextlib.suppress(ConfigError):
             load_document(OpenApiConfig("api", str(spec)))
+
+
+def _shapes_problem(schema: Any, where: str) -> str | None:
+    """Where a loaded schema breaks the shapes the checks read, or None."""
+    if not isinstance(schema, dict):
+        return f"{where} is not a mapping"
+    props, required = schema.get("properties"), schema.get("required")
+    if props is not None and not isinstance(props, dict):
+        return f"{where}: properties {props!r}"
+    if required is not None and not (
+        isinstance(required, list) and all(isinstance(n, str) for n in required)
+    ):
+        return f"{where}: required {required!r}"
+    for name, sub in (props or {}).items():
+        if problem := _shapes_problem(sub, f"{where}.{name}"):
+            return problem
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents, documents, documents)
+def test_a_loaded_openapi_document_has_the_schema_shapes_the_checks_read(
+    param: Any, body: Any, response: Any
+) -> None:
+    operation = {
+        "operationId": "op",
+        "parameters": [{"name": "p", "in": "query", "schema": param}],
+        "requestBody": {"content": {"application/json": {"schema": body}}},
+        "responses": {"200": {"content": {"application/json": {"schema": response}}}},
+    }
+    data = {"openapi": "3.0.0", "servers": [{"url": "http://127.0.0.1:9"}]}
+    data["paths"] = {"/x": {"post": operation}}
+    with tempfile.TemporaryDirectory() as folder:
+        spec = Path(folder) / "api.json"
+        spec.write_text(json.dumps(data, default=str))
+        try:
+            document = load_document(OpenApiConfig("api", str(spec)))
+        except ConfigError:
+            return
+    (loaded,) = document.operations.values()
+    schemas = [p.schema for p in loaded.parameters] + [loaded.body_schema, loaded.response_schema]
+    for schema in schemas:
+        assert _shapes_problem(schema or {}, "schema") is None
+        schema_mismatch({"status": 1, "a": {"b": [1]}}, schema)
 
 
 @settings(max_examples=200, deadline=None)

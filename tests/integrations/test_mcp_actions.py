@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,32 @@ def test_malformed_mcp_table_is_a_load_error(tmp_path: Path) -> None:
     path = write_agent(tmp_path, "[mcp.servers.demo]\nargs = ['x']\n")
     with pytest.raises(agentscript.AgentScriptError, match="exactly one of `command`"):
         agentscript.load(path, dialect="agentscript")
+
+
+def test_a_relative_cwd_is_relative_to_the_config_files_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was resolved against the process's cwd, so the server started elsewhere (or not at
+    # all) depending on where agentscript ran; [openapi] spec was already anchored.
+    from tests.integrations.test_mcp_hostile_servers import RAW_SERVER
+
+    from agentscript.integrations.config import load_integration_config
+
+    folder = tmp_path / "project"
+    (folder / "servers").mkdir(parents=True)
+    (folder / "servers" / "raw.py").write_text(RAW_SERVER)
+    toml = folder / "agentscript.toml"
+    toml.write_text(
+        f'[mcp.servers.raw]\ncommand = {json.dumps(sys.executable)}\nargs = ["raw.py", "ok"]\n'
+        'cwd = "servers"\n'
+        f'[mcp.servers.absolute]\ncommand = "x"\ncwd = {json.dumps(str(tmp_path))}\n'
+    )
+    monkeypatch.chdir(tmp_path)  # anywhere but the config file's folder
+    servers = load_integration_config(toml).mcp_servers
+    assert servers["raw"].cwd == str(folder / "servers")
+    assert servers["absolute"].cwd == str(tmp_path)
+    hub = McpHub(servers)
+    try:
+        assert run(hub.call_tool("raw", "pid", {}))["pid"]  # type: ignore[index]
+    finally:
+        hub.close()

@@ -12,6 +12,9 @@ from click.testing import CliRunner
 from tests.integrations.helpers import DEMO_SERVER, free_port
 
 from agentscript.cli import main
+from agentscript.diagnostics import Severity
+from agentscript.integrations.connect_check import connect_check
+from agentscript.integrations.mcp_client import McpTool
 
 AGENT = """\
 system:
@@ -149,3 +152,49 @@ def test_connect_checks_mantle_mcp_imports(tmp_path: Path) -> None:
     found = [(d["code"], d["file"], d["line"]) for d in json.loads(result.stdout)]
     assert found == [("mcp-unknown-tool", str(skill), 6)]
     assert result.exit_code == 1
+
+
+class ListedTools:
+    """Stands in for McpHub: every server lists ``tools``."""
+
+    def __init__(self, tools: list[McpTool]) -> None:
+        self.tools = tools
+
+    def list_tools_blocking(self, server: str) -> list[McpTool]:
+        return self.tools
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_tool_name_listed_twice_is_a_problem_and_listed_once(tmp_path: Path) -> None:
+    # The list read "get_weather, get_weather, , fail, forecast, ...": repeats, and an empty
+    # name that left a dangling ", ". Which of two same-named tools a call runs is the server's
+    # choice, and the schema checked was the last one listed.
+    path = write(tmp_path, f"[mcp.servers.demo]\ncommand = {json.dumps(sys.executable)}\n")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    listed = [
+        McpTool(name, "", schema, None)
+        for name in ("get_weather", "get_weather", "", "fail", "forecast", "forecast", "forecast")
+    ]
+    report = connect_check(path, hub=ListedTools(listed))
+    (summary,) = report.servers
+    assert summary.endswith("): get_weather, '', fail, forecast")
+    repeats = [d for d in report.diagnostics if d.code == "mcp-duplicate-tool"]
+    used = [d for d in repeats if d.severity is Severity.ERROR]
+    assert sorted(d.span.line for d in used) == [
+        line_of(a) for a in ("good", "no_city", "wrong_type")
+    ]
+    assert "lists tool 'get_weather' 2 times" in used[0].message
+    (unused,) = [d for d in repeats if d.severity is Severity.WARNING]
+    assert "lists more than once: forecast; tool names must be unique" in unused.message
+    assert unused.span.line == line_of("good")  # the server's first use
+
+
+def test_a_listed_empty_tool_name_is_shown_quoted(tmp_path: Path) -> None:
+    path = write(tmp_path, f"[mcp.servers.demo]\ncommand = {json.dumps(sys.executable)}\n")
+    hub = ListedTools([McpTool("", "", {}, None)])
+    report = connect_check(path, hub=hub)
+    assert report.servers[0].endswith("): ''")
+    unknown = [d for d in report.diagnostics if d.code == "mcp-unknown-tool"]
+    assert unknown and all(d.message.endswith("it has: ''") for d in unknown)

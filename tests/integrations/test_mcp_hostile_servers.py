@@ -18,6 +18,7 @@ import pytest
 
 from agentscript.actions.registry import ActionError
 from agentscript.integrations import connect_check as cc
+from agentscript.integrations import mcp_client
 from agentscript.integrations.config import McpServerConfig
 from agentscript.integrations.mantle_mcp import (
     MAX_DESCRIPTION_CHARS,
@@ -29,7 +30,7 @@ from agentscript.models import sdk_provider
 
 # A hand-written stdio server (no SDK), so it can misbehave in ways the SDK would not let it.
 RAW_SERVER = r"""
-import json, os, sys
+import hashlib, json, os, sys
 mode = sys.argv[1]
 lists = 0
 def send(obj):
@@ -47,6 +48,8 @@ for line in sys.stdin:
         lists += 1
         if mode == "silent_list" and lists > 1:  # the SDK lists once itself before a call
             continue
+        if mode == "badlist":  # a tool without a name or an input schema
+            send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [{"name": 5}]}}); continue
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": []}})
     elif method == "tools/call":
         tool = msg["params"]["name"]
@@ -55,6 +58,16 @@ for line in sys.stdin:
                 sys.stdout.write("x" * 65536); sys.stdout.flush()
         if tool == "badrpc":
             send({"jsonrpc": "2.0", "id": mid, "result": 42}); continue
+        if tool == "badresult":  # a text block without its text
+            send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text"}]}})
+            continue
+        if tool == "echo":  # what it was given: its environment's key, its arguments
+            argv = sys.argv[2:]
+            text = json.dumps({"key": os.environ.get("API_KEY", ""), "argv": argv,
+                               "mode": os.environ.get("MODE", ""),
+                               "sha": [hashlib.sha256(a.encode()).hexdigest() for a in argv]})
+            send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
+            continue
         if tool == "leak":
             send({"jsonrpc": "2.0", "id": mid, "result": {"isError": True, "content": [
                 {"type": "text", "text": "denied for key " + os.environ["API_KEY"]}]}})
@@ -159,6 +172,88 @@ def test_timed_out_tool_listing_closes_the_connection(raw_server: Path) -> None:
         hub.close()
 
 
+# ----------------------------------------------------------------- 1: a server never ready
+
+# Notes its pid in the file it is given, then reads and never answers (not even initialize).
+SILENT_SERVER = r"""
+import os, sys
+with open(sys.argv[1], "a") as starts:
+    starts.write(f"{os.getpid()}\n")
+for _ in sys.stdin:
+    pass
+"""
+
+
+def silent_config(tmp_path: Path, **options: Any) -> tuple[McpServerConfig, Path]:
+    script, starts = tmp_path / "silent.py", tmp_path / "starts.txt"
+    script.write_text(SILENT_SERVER)
+    starts.write_text("")
+    args = (str(script), str(starts))
+    return McpServerConfig("silent", command=sys.executable, args=args, **options), starts
+
+
+def test_concurrent_calls_share_one_connection_attempt_and_its_failure_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each waiting call made its own full attempt, one after the other: four calls with
+    # connect_timeout 2 failed at 7, 14, 21 and 28 s, each saying "within 2 s".
+    config, starts = silent_config(tmp_path, connect_timeout=1)
+    hub = McpHub({"silent": config})
+
+    async def four() -> list[BaseException | dict[str, Any]]:
+        calls = [hub.call_tool("silent", "x", {}) for _ in range(4)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        failures = run(four())
+        assert all(isinstance(f, ActionError) for f in failures), failures
+        assert all("did not answer within 1 s" in str(f) for f in failures)
+        assert len(starts.read_text().split()) == 1  # one attempt, its outcome shared
+        # The failure is held: the next call fails at once, without starting the server.
+        with pytest.raises(ActionError, match=r"within 1 s .*FAILED_CONNECT_HOLD"):
+            run(hub.call_tool("silent", "x", {}))
+        assert len(starts.read_text().split()) == 1
+        # Past the hold, a call tries again.
+        monkeypatch.setattr(mcp_client, "FAILED_CONNECT_HOLD", 0)
+        with pytest.raises(ActionError, match="did not answer within 1 s"):
+            run(hub.call_tool("silent", "x", {}))
+        assert len(starts.read_text().split()) == 2
+    finally:
+        hub.close()
+
+
+class WatchedConnection(_Connection):
+    """A connection noting how its owning task ended: cancelled, and told to stop before."""
+
+    cancelled = False
+    stop_was_set = False
+
+    async def _own(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
+        try:
+            await super()._own(ready, stop)
+        except asyncio.CancelledError:
+            self.cancelled, self.stop_was_set = True, stop.is_set()
+            raise
+
+
+def test_a_connection_never_ready_is_cancelled_at_once_and_its_server_stopped(
+    tmp_path: Path,
+) -> None:
+    # close() told the task to stop and waited 5 s for it, but a task still in initialize()
+    # never sees the stop: `validate --connect` with connect_timeout 4 took 9.6 s.
+    config, starts = silent_config(tmp_path, connect_timeout=1)
+    connection = WatchedConnection(config)
+
+    async def connect() -> None:
+        with pytest.raises(ActionError, match="did not answer within 1 s"):
+            await connection.ensure()
+
+    run(connect())
+    assert connection.cancelled and not connection.stop_was_set
+    (pid,) = map(int, starts.read_text().split())
+    assert not is_running(pid)  # stopped before the failure was reported
+
+
 # ----------------------------------------------------------------- 5: malformed JSON-RPC
 
 
@@ -246,6 +341,86 @@ def test_tool_error_echoing_an_environment_secret_is_redacted(
         assert "SECRET-KEY-456" not in str(info.value)
     finally:
         hub.close()
+
+
+def test_a_tool_result_echoing_an_environment_secret_is_redacted(
+    raw_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only error text was redacted: a successful result echoing the key reached the model and
+    # the trace, where the documentation promises it never appears.
+    monkeypatch.setenv("HOSTILE_KEY", "SECRET-KEY-456")
+    env = (("API_KEY", "${HOSTILE_KEY}"), ("MODE", "production"))
+    hub = raw_hub(raw_server, env=env, connect_timeout=20)
+    try:
+        outputs = run(hub.call_tool("raw", "echo", {}))
+        assert outputs["key"] == "[redacted]"
+        assert "SECRET-KEY-456" not in json.dumps(outputs)
+        # A value written in agentscript.toml itself is no secret: the result keeps it.
+        assert outputs["mode"] == "production"
+    finally:
+        hub.close()
+
+
+def test_arguments_expand_variables_shown_unexpanded_and_redacted(
+    raw_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `${VAR}` was passed to the server as written, so a key had to be written out in `args`,
+    # where every error's server description showed it.
+    import hashlib
+
+    monkeypatch.setenv("HOSTILE_ARG", "SECRET-ARG-789")
+    monkeypatch.delenv("HOSTILE_UNSET", raising=False)
+    config = McpServerConfig(
+        "raw", command=sys.executable, args=(str(raw_server), "ok", "--key=${HOSTILE_ARG}")
+    )
+    assert config.describe().endswith(" ok --key=${HOSTILE_ARG}")
+    hub = McpHub({"raw": config})
+    try:
+        outputs = run(hub.call_tool("raw", "echo", {}))
+        # The server got the value; the result shows it to nobody.
+        given = hashlib.sha256(b"--key=SECRET-ARG-789").hexdigest()
+        assert outputs["sha"] == [given]
+        assert outputs["argv"] == ["[redacted]"]
+    finally:
+        hub.close()
+    # An error names the server's command as written.
+    missing = McpServerConfig("gone", command="/nonexistent/server", args=config.args)
+    hub = McpHub({"gone": missing})
+    try:
+        with pytest.raises(ActionError, match="cannot start MCP server 'gone'") as info:
+            run(hub.call_tool("gone", "echo", {}))
+        assert "--key=${HOSTILE_ARG})" in str(info.value)
+        assert "SECRET" not in str(info.value)
+    finally:
+        hub.close()
+    unset = McpServerConfig("raw", command=sys.executable, args=("--key=${HOSTILE_UNSET}",))
+    hub = McpHub({"raw": unset})
+    try:
+        with pytest.raises(ActionError, match=r"args\[0\] names the environment variable "):
+            run(hub.call_tool("raw", "echo", {}))
+    finally:
+        hub.close()
+
+
+def test_an_invalid_tool_result_or_tool_list_is_one_line(raw_server: Path) -> None:
+    # The message was pydantic's whole text: a line per error, then "For further information
+    # visit https://errors.pydantic.dev/...", which went to the model and the trace.
+    hub = raw_hub(raw_server, timeout=20, connect_timeout=20)
+    listing = raw_hub(raw_server, "badlist", timeout=20, connect_timeout=20)
+    try:
+        with pytest.raises(ActionError) as result:
+            run(hub.call_tool("raw", "badresult", {}))
+        with pytest.raises(ActionError) as tools:
+            run(listing.list_tools("raw"))
+    finally:
+        hub.close()
+        listing.close()
+    for caught, model in ((result, "CallToolResult"), (tools, "ListToolsResult")):
+        message = str(caught.value)
+        assert "\n" not in message and "pydantic.dev" not in message
+        assert f"ValidationError: {model}: " in message
+        assert "more error" in message  # the first error, and how many others
+    assert "content.0.TextContent.text: Field required" in str(result.value)
 
 
 # ----------------------------------------------------------------- 4: tool text

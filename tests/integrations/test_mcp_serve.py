@@ -291,6 +291,31 @@ def test_mcp_a_failure_of_the_server_itself_is_a_one_line_tool_error(
     assert all(r.exc_info is None for r in caplog.records)  # one line, no traceback
 
 
+def test_mcp_arguments_the_schema_refuses_are_a_one_line_tool_error() -> None:
+    # The SDK answered with pydantic's whole text: a line per error and "For further
+    # information visit https://errors.pydantic.dev/...", for the client's model to read.
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from agentscript.integrations.mcp_server import build_server
+
+    async def refused(server: Any, tool: str, arguments: dict[str, Any]) -> str:
+        with pytest.raises(ToolError) as caught:
+            await server.call_tool(tool, arguments)
+        return str(caught.value)
+
+    with OpenAIServer([]) as fake:
+        server = build_server(_tools(fake.base_url))
+        one = asyncio.run(refused(server, "ask", {"message": [1]}))
+        two = asyncio.run(refused(server, "send", {"message": [1], "session_id": 5}))
+        assert fake.requests == []
+    assert (
+        one
+        == "Error executing tool ask: invalid arguments: message: Input should be a valid string"
+    )
+    assert two.startswith("Error executing tool send: invalid arguments: message: ")
+    assert two.endswith(" (and 1 more error)") and "\n" not in two and "pydantic.dev" not in two
+
+
 def test_mcp_serve_refuses_a_trace_dir_it_cannot_make_in_one_line(tmp_path: Path) -> None:
     agent = tmp_path / "echo.agent"
     agent.write_text(AGENT)

@@ -165,3 +165,69 @@ def test_mcp_serve_over_stdio_answers_an_oversized_line_and_serves_the_next(
     logged = [line for line in errors.splitlines() if "MAX_WIRE_MESSAGE_BYTES" in line]
     assert len(logged) == 1 and "dropped a message of" in logged[0]
     assert code == 0
+
+
+MALFORMED = [
+    b"not json at all\n",
+    b"[1,2]\n",
+    b'{"jsonrpc":"2.0","id":2}\n',
+    b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":"zzz"}\n',
+    b'{"jsonrpc":"2.0","id":"six","method":"ping","params":[]}\n',
+    b"   \n",  # a blank line is no message: passed over
+    b'{"jsonrpc":"2.0","id":3,"result":5}\n',  # a malformed answer: logged, never answered
+]
+
+
+async def _drive_with_malformed_lines(agent: Path) -> tuple[list[dict[str, Any]], str, int]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *_arguments(agent, "http://127.0.0.1:9/v1"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        proc.stdin.write(
+            _request(1, "initialize", {**hello, "clientInfo": {"name": "t", "version": "1"}})
+        )
+        proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        proc.stdin.writelines([*MALFORMED, _request(7, "ping")])
+        await proc.stdin.drain()
+        answers = [await _answer(proc)]
+        while answers[-1].get("id") != 7:  # the ping comes last: what is answered comes before
+            answers.append(await _answer(proc))
+        proc.stdin.close()
+        code = await asyncio.wait_for(proc.wait(), WAIT)
+        errors = (await proc.stderr.read()).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    return answers[1:-1], errors, code
+
+
+def test_mcp_serve_over_stdio_answers_lines_that_are_not_json_rpc_messages(
+    tmp_path: Path,
+) -> None:
+    # The SDK's transport hands such a line on as an exception and its dispatcher drops it: a
+    # client waiting for id 6 waited for ever, and nothing was logged.
+    agent = tmp_path / "echo.agent"
+    agent.write_text(AGENT)
+    answers, errors, code = asyncio.run(_drive_with_malformed_lines(agent))
+    assert [(a["id"], a["error"]["code"]) for a in answers] == [
+        (None, -32700),
+        (None, -32600),
+        (2, -32600),
+        (6, -32600),
+        ("six", -32600),
+    ]
+    assert answers[0]["error"]["message"].startswith("Parse error: Invalid JSON: ")
+    assert answers[2]["error"]["message"] == "Invalid Request: method: Field required"
+    assert answers[3]["error"]["message"].startswith("Invalid Request: params: ")
+    logged = [line for line in errors.splitlines() if "malformed" in line]
+    assert len(logged) == 6, errors  # one line each, the dropped answer's included
+    assert "dropped a malformed answer (id 3)" in logged[-1]
+    assert "not json at all" not in errors  # what was read is not logged
+    assert code == 0

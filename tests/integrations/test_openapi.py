@@ -15,7 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 import agentscript
+from agentscript.actions.registry import ActionError
 from agentscript.cli import main
+from agentscript.integrations.config import ConfigError
+from agentscript.integrations.openapi import OpenApiConfig, OpenApiHub, load_document
 from agentscript.models.scripted import Move, ScriptedModel
 
 received: list[dict[str, Any]] = []
@@ -331,3 +334,124 @@ def test_s12_a_dot_segment_path_parameter_is_an_error_result_and_sends_nothing(
     assert "'order_id' holds a '.' or '..' path segment" in step["error"]
     assert reply.error is None and reply.text == "Sorry."
     assert [r["path"] for r in received] == ["/openapi.json"]
+
+
+# ---------------------------------------------------------------------- document shapes
+
+
+SHAPES_SPEC = """\
+openapi: 3.0.3
+info: {title: Orders, version: "1"}
+servers: [{url: "BASE/v1"}]
+paths:
+  /orders/{order_id}:
+    get:
+      operationId: getOrder
+      parameters:
+        - {name: order_id, in: path, required: true, schema: PARAM}
+      requestBody: {content: {application/json: {schema: BODY}}}
+      responses:
+        "200": {description: ok, content: {application/json: {schema: RESPONSE}}}
+"""
+GOOD_SCHEMA = "{type: object, properties: {status: {type: string}}, required: [status]}"
+
+
+@pytest.mark.parametrize(
+    ("part", "schema", "problem"),
+    [
+        ("BODY", "{type: object, properties: [1, 2], required: 5}", "`properties` must be"),
+        ("BODY", "{type: object, required: 5}", "`required` must be a list of property names"),
+        ("BODY", "{type: object, required: [a, 1]}", "found a list holding int"),
+        ("BODY", "{properties: {a: {properties: [x]}}}", "the request body schema > a: `prop"),
+        ("PARAM", "{type: string, required: [1]}", "the schema of path parameter 'order_id'"),
+        ("RESPONSE", "{type: object, required: 5}", "the schema of response 200: `required`"),
+        ("RESPONSE", "{properties: {a: 7}}", "the schema of response 200 > a: expected a mapping"),
+    ],
+)
+def test_a_schema_whose_properties_or_required_has_the_wrong_shape_is_a_load_error(
+    tmp_path: Path, part: str, schema: str, problem: str
+) -> None:
+    # Each was read as is and failed every call (TypeError: 'int' object is not iterable) and
+    # `validate --connect` with a traceback.
+    spec = SHAPES_SPEC.replace("BASE", "http://127.0.0.1:9")
+    for name in ("PARAM", "BODY", "RESPONSE"):
+        spec = spec.replace(name, schema if name == part else GOOD_SCHEMA)
+    (tmp_path / "spec.yaml").write_text(spec)
+    agent = write(
+        tmp_path,
+        "http://127.0.0.1:9",
+        spec="spec.yaml",
+        agent=AGENT.replace("#createOrder", "#getOrder"),
+    )
+    with pytest.raises(agentscript.AgentScriptError) as caught:
+        agentscript.load(agent, dialect="agentscript")
+    assert "operation getOrder" in str(caught.value) and problem in str(caught.value)
+    result = CliRunner().invoke(
+        main, ["validate", "--connect", "--format", "json", "--dialect", "agentscript", str(agent)]
+    )
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    assert result.exit_code == 1
+    (error,) = [d for d in json.loads(result.stdout) if d["code"] == "config-error"]
+    assert "operation getOrder" in error["message"] and problem in error["message"]
+
+
+def test_a_boolean_required_in_a_schema_is_ignored_as_swagger_2_wrote_it(tmp_path: Path) -> None:
+    # `required: true` inside a property's or a parameter's schema: a Swagger 2 habit found in
+    # many OpenAPI 3 documents, which says nothing the checks read; the document still loads.
+    spec = SHAPES_SPEC.replace("BASE", "http://127.0.0.1:9")
+    spec = spec.replace("PARAM", "{type: string, required: true}")
+    spec = spec.replace("BODY", "{type: object, properties: {a: {type: string, required: true}}}")
+    spec = spec.replace("RESPONSE", GOOD_SCHEMA)
+    (tmp_path / "spec.yaml").write_text(spec)
+    document = load_document(OpenApiConfig("orders", str(tmp_path / "spec.yaml")))
+    (operation,) = document.operations.values()
+    assert operation.body_schema == {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert [p.schema for p in operation.parameters] == [{"type": "string"}]
+
+
+def test_an_operation_id_used_twice_is_a_load_error_naming_both_operations(
+    tmp_path: Path,
+) -> None:
+    # The last one won silently: the action reading an order ran the DELETE.
+    doc = document("http://127.0.0.1:9")
+    doc["paths"]["/orders/{order_id}"]["delete"] = {
+        "operationId": "getOrder",
+        "parameters": doc["paths"]["/orders/{order_id}"]["get"]["parameters"][:1],
+        "responses": {"204": {"description": "gone"}},
+    }
+    (tmp_path / "orders.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigError) as caught:
+        load_document(OpenApiConfig("orders", str(tmp_path / "orders.json")))
+    message = str(caught.value)
+    assert "operationId 'getOrder' is used twice" in message
+    assert "GET /orders/{order_id} and DELETE /orders/{order_id}" in message
+
+
+# ---------------------------------------------------------------------- which API a target names
+
+
+def _api(tmp_path: Path, name: str, base_url: str) -> OpenApiConfig:
+    spec = tmp_path / f"{name}.json"
+    spec.write_text(json.dumps(document("http://unused.example")))
+    return OpenApiConfig(name, str(spec), base_url=base_url)
+
+
+def test_a_target_names_an_api_only_at_or_below_its_base_urls_path(tmp_path: Path) -> None:
+    hub = OpenApiHub([_api(tmp_path, "orders", "http://api.example/v1")])
+    for target in ("http://api.example/v1evil#getOrder", "http://api.example/v10#getOrder"):
+        with pytest.raises(ActionError, match="is not the base URL of an API declared"):
+            hub.find(target)
+    for target in ("http://api.example/v1#getOrder", "http://api.example/v1/#getOrder"):
+        assert hub.find(target)[0].name == "orders"
+    assert hub.find("http://api.example/v1/orders#getOrder")[0].name == "orders"
+
+
+def test_a_target_under_two_base_urls_names_the_api_of_the_longer_one(tmp_path: Path) -> None:
+    hub = OpenApiHub(
+        [
+            _api(tmp_path, "orders", "http://api.example/v1"),
+            _api(tmp_path, "beta", "http://api.example/v1/beta"),
+        ]
+    )
+    assert hub.find("http://api.example/v1/beta#getOrder")[0].name == "beta"
+    assert hub.find("http://api.example/v1#getOrder")[0].name == "orders"

@@ -202,6 +202,31 @@ def test_env_configuration() -> None:
         telemetry_from_env({"OTEL_TRACES_EXPORTER": "zipkin"})
 
 
+def test_an_unreachable_collector_is_said_once_per_kind_of_failure_not_per_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The OTLP exporter logged a warning per retry ("Transient error ... retrying in 2.08s")
+    # and an error per batch lost, on stderr, between a chat's replies.
+    import logging
+
+    assert telemetry_from_env({"OTEL_TRACES_EXPORTER": "otlp"}) is not None
+    exporter_log = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    retry = "Transient error %s encountered while exporting %s batch, retrying in %.2fs."
+    lost = "Failed to export %s batch due to timeout, max retries or shutdown."
+    with caplog.at_level(logging.WARNING):
+        for backoff in (1.0, 2.08, 4.1):
+            exporter_log.warning(retry, "connection refused", "traces", backoff)
+        for _ in range(3):
+            exporter_log.error(lost, "traces")
+    shown = [r.getMessage() for r in caplog.records if r.name == exporter_log.name]
+    assert shown == [
+        "OpenTelemetry: Transient error connection refused encountered while exporting traces "
+        "batch, retrying in 1.00s. (not shown again)",
+        "OpenTelemetry: Failed to export traces batch due to timeout, max retries or shutdown. "
+        "(not shown again)",
+    ]
+
+
 def test_run_otel_console_prints_spans_to_stderr_only() -> None:
     result = CliRunner().invoke(
         main,

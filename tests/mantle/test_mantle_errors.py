@@ -261,6 +261,47 @@ def test_tool_collisions(tmp_path: Path) -> None:
     assert any("same name as a skill" in d.message for d in collisions)
 
 
+def test_mcp_imports_offered_under_one_name_collide(tmp_path: Path) -> None:
+    # ``mcp/S:T`` is offered as ``T``: two imports of one plain name left the model one tool
+    # (the other silently dropped), and a local tool of that name hid the import.
+    front = (
+        "import_tools:\n  - mcp/a:get_forecast\n  - mcp/b:get_forecast\n"
+        "  - mcp/b:lookup\n  - lookup\n  - mcp/a:local_one\n  - mcp/a:set_fields\n"
+    )
+    root = make(
+        tmp_path,
+        {
+            "s": {
+                "skill.md": skill_md(front=front),
+                "tools.py": "def local_one():\n    '''Local.'''\n",
+            }
+        },
+        **{"tools__lookup.py": "def lookup():\n    '''Shared.'''\n"},
+    )
+    _, diagnostics = load_project(root)
+    found = {
+        (d.span.line, d.severity)
+        for d in diagnostics
+        if d.code == "mantle-tool-collision" and d.file == str(root / "skills/s/skill.md")
+    }
+    assert found == {
+        (6, Severity.ERROR),  # mcp/b:get_forecast after mcp/a:get_forecast
+        (8, Severity.ERROR),  # lookup after mcp/b:lookup
+        (9, Severity.WARNING),  # the local local_one wins
+        (10, Severity.ERROR),  # a built-in engine tool's name
+    }, [d.format() for d in diagnostics]
+
+
+def test_mcp_import_of_a_tool_name_the_model_apis_refuse(tmp_path: Path) -> None:
+    # The import is offered under the server's name for the tool: the same rule as local tools.
+    front = 'import_tools:\n  - "mcp/a:bad name"\n  - mcp/a:good-name_1\n'
+    root = make(tmp_path, {"s": {"skill.md": skill_md(front=front)}})
+    _, diagnostics = load_project(root)
+    d = only(diagnostics, "mantle-tool-name")
+    assert (d.span.line, d.severity) == (5, Severity.ERROR)
+    assert "'bad name'" in d.message and "1 to 64" in d.message
+
+
 def test_response_rules(tmp_path: Path) -> None:
     responses = (
         "responses:\n  utter_a:\n    - text: x\n      condition: session.project.flag\n"

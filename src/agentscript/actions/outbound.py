@@ -144,6 +144,8 @@ def fetch(
             response = connection.getresponse()
             raw = response.read(max_bytes + 1)
         except ValueError as exc:
+            if "header name" in str(exc).lower():
+                raise FetchError("a header name holds a character HTTP cannot send") from None
             if "header" in str(exc).lower():
                 raise FetchError(
                     "a header value holds a character HTTP cannot send (a newline?); "
@@ -172,8 +174,10 @@ def fetch(
 def fetch_following(
     url: str, *, timeout: float, total: float, max_bytes: int, hops: int = 5
 ) -> Fetched:
-    """A ``GET`` without credentials that follows up to ``hops`` redirects to ``http(s)``
-    addresses (a document on a host that moved), all within ``total`` seconds."""
+    """A ``GET`` without credentials that follows up to ``hops`` redirects to addresses of
+    the same scheme (a document on a host that moved), all within ``total`` seconds. A
+    redirect from ``https`` to ``http`` (or any other change of scheme) is a FetchError: the
+    document would come in the clear, where anyone on the path can rewrite it."""
     deadline = time.monotonic() + total
     for _ in range(hops + 1):
         left = deadline - time.monotonic()
@@ -183,15 +187,35 @@ def fetch_following(
         location = answer.headers.get("location")
         if answer.status not in (301, 302, 303, 307, 308) or not location:
             return answer
-        url = urllib.parse.urljoin(url, location)
+        try:
+            target = urllib.parse.urljoin(url, location)
+            scheme = urllib.parse.urlsplit(url).scheme.lower()
+            moved_to = urllib.parse.urlsplit(target).scheme.lower()
+        except ValueError:  # "Invalid IPv6 URL"
+            raise FetchError(f"HTTP {answer.status}: a redirect to an invalid URL") from None
+        if moved_to != scheme:
+            raise FetchError(
+                f"HTTP {answer.status}: a redirect from {scheme}:// to {_shown_location(target)}, "
+                "which changes the scheme; only same-scheme redirects are followed: use the "
+                "final address"
+            )
+        url = target
     raise FetchError(f"more than {hops} redirects")
 
 
 def redirect_note(answer: Fetched) -> str:
     """What a refused redirect says: where it pointed (its origin and path only)."""
-    location = urllib.parse.urlsplit(answer.headers.get("location", ""))
-    where = f"{location.scheme}://{location.netloc.rpartition('@')[2]}{location.path}"
+    where = _shown_location(answer.headers.get("location", ""))
     return f" (a redirect to {where}; redirects are not followed: use the final address)"
+
+
+def _shown_location(url: str) -> str:
+    """``url`` as a message shows it: scheme, host and path; no user, password or query."""
+    try:
+        location = urllib.parse.urlsplit(url)
+    except ValueError:  # "Invalid IPv6 URL"
+        return "an invalid URL"
+    return f"{location.scheme}://{location.netloc.rpartition('@')[2]}{location.path}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ kept as written and expanded only when a connection is made, see :func:`expand_e
 ```toml
 [mcp.servers.weather]            # stdio: a command the runtime starts
 command = "${PYTHON}"            # the Python running agentscript
-args = ["weather_server.py"]
+args = ["weather_server.py"]     # may use ${VAR} too
 env = { API_KEY = "${WEATHER_KEY}" }
 timeout = 20                     # seconds per call (default 30)
 
@@ -65,7 +65,8 @@ class McpServerConfig:
     def describe(self) -> str:
         """Where the server is, without header or environment values, nor the URL's user,
         password and query string (they may be secrets: a message reaches the model, the
-        client and the trace)."""
+        client and the trace); the command and its arguments as written, each ``${VAR}``
+        unexpanded (an argument may carry a key: ``--api-key=${KEY}``)."""
         if self.command:
             return " ".join([self.command, *self.args])
         return shown_url(self.url) if self.url else ""
@@ -163,8 +164,10 @@ def _server(name: str, spec: Any, where: str, path: Path | None) -> McpServerCon
     cwd = spec.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise ConfigError(f"{where}: {table} `cwd` must be a string")
-    if cwd is None and command is not None and path is not None:
-        cwd = str(path.parent)  # relative script paths are relative to the config file
+    if command is not None and path is not None:
+        # Relative script paths, and a relative cwd, are relative to the config file's folder,
+        # as [openapi] spec is: not to wherever the process happens to run.
+        cwd = str(path.parent / cwd) if cwd is not None else str(path.parent)
     return McpServerConfig(
         name=name,
         command=command,

@@ -5,19 +5,21 @@ to it. Out: diagnostics at the action's line (the import's line for Mantle) and 
 line per server listing its tools. Each server is asked once for its tool list.
 
 Codes: ``config-error`` (agentscript.toml), ``mcp-unknown-server``, ``mcp-unreachable``,
-``mcp-unknown-tool``, ``mcp-missing-input`` (a required tool argument the action does not
-declare), ``mcp-unknown-input`` (an action input the tool does not take), ``mcp-type-mismatch``
+``mcp-unknown-tool``, ``mcp-duplicate-tool`` (a tool name the server lists more than once:
+an error at each use of it, a warning at the server's first use for the others),
+``mcp-missing-input`` (a required tool argument the action does not declare),
+``mcp-unknown-input`` (an action input the tool does not take), ``mcp-type-mismatch``
 (declared type against the JSON schema type), ``mcp-unknown-output`` (an output the tool's
 output schema does not have; warning). Nothing here raises on a bad server or file.
 
 Names a server supplies (tools, inputs, outputs, schema types) are printed escaped (control,
-format and bidi characters as ``\\uXXXX``), each cut at :data:`MAX_NAME_CHARS`, and lists of
-them cut at :data:`MAX_LISTED` names: a server must not rewrite or flood the terminal.
+format and bidi characters as ``\\uXXXX``, :func:`agentscript.printable.printable_name`), each
+cut at :data:`MAX_NAME_CHARS`, and lists of them cut at :data:`MAX_LISTED` names: a server must
+not rewrite or flood the terminal. A tool list names each tool once, an empty name as ``''``.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +34,10 @@ from agentscript.integrations.config import (
     load_integration_config,
 )
 from agentscript.integrations.mcp_client import McpHub, McpTool, parse_target
+from agentscript.printable import printable_name
 
 MAX_NAME_CHARS = 80
 MAX_LISTED = 30
-# Control, format (bidi overrides, zero-width), separator and unassigned characters.
-_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 # Agent Script types -> the JSON schema types that accept their values.
 _JSON_TYPES: dict[str, frozenset[str]] = {
@@ -98,6 +99,7 @@ def _check_uses(
     uses: list[_Use], config: IntegrationConfig, hub: McpHub, report: ConnectReport
 ) -> None:
     tools: dict[str, dict[str, McpTool] | None] = {}
+    repeated: dict[str, dict[str, int]] = {}  # per server: the tool names listed more than once
     for use in uses:
         if use.server not in config.mcp_servers:
             known = ", ".join(sorted(config.mcp_servers)) or "none"
@@ -111,28 +113,46 @@ def _check_uses(
             )
             continue
         if use.server not in tools:
-            tools[use.server] = _list(hub, config, use, report)
-        listed = tools[use.server]
-        if listed is None:
+            listed = _list(hub, config, use, report)
+            tools[use.server] = None if listed is None else {t.name: t for t in listed}
+            if listed is not None:
+                repeated[use.server] = _repeated(t.name for t in listed)
+                used = {u.tool for u in uses if u.server == use.server}
+                report.diagnostics.extend(_unused_repeats(repeated[use.server], used, use))
+        by_name = tools[use.server]
+        if by_name is None:
             continue
-        tool = listed.get(use.tool)
+        tool = by_name.get(use.tool)
         if tool is None:
             report.diagnostics.append(
                 _diag(
                     "mcp-unknown-tool",
                     f"MCP server '{use.server}' has no tool '{use.tool}'; "
-                    f"it has: {_listing(listed, 'none')}",
+                    f"it has: {_listing(by_name, 'none')}",
                     use,
                 )
             )
             continue
+        if use.tool in repeated[use.server]:
+            report.diagnostics.append(
+                _diag(
+                    "mcp-duplicate-tool",
+                    f"MCP server '{use.server}' lists tool '{_shown(use.tool)}' "
+                    f"{repeated[use.server][use.tool]} times: which one a call runs is the "
+                    "server's choice, and the schema checked here is the last one listed; "
+                    "tool names must be unique: rename the server's tools",
+                    use,
+                )
+            )
         if use.action is not None:
             report.diagnostics.extend(_schema_problems(use, tool))
 
 
 def _list(
     hub: McpHub, config: IntegrationConfig, use: _Use, report: ConnectReport
-) -> dict[str, McpTool] | None:
+) -> list[McpTool] | None:
+    """The server's tools as listed (its summary line added), or None when it cannot be
+    reached (reported at ``use``)."""
     server = config.mcp_servers[use.server]
     try:
         listed = hub.list_tools_blocking(use.server)
@@ -140,11 +160,36 @@ def _list(
         report.diagnostics.append(_diag("mcp-unreachable", str(exc), use))
         report.servers.append(f"mcp server '{use.server}' ({server.describe()}): unreachable")
         return None
-    names = _listing((t.name for t in listed), "no tools", sort=False)
+    names = _listing(dict.fromkeys(t.name for t in listed), "no tools", sort=False)
     report.servers.append(
         f"mcp server '{use.server}' ({server.transport}: {server.describe()}): {names}"
     )
-    return {t.name: t for t in listed}
+    return listed
+
+
+def _repeated(names: Iterable[str]) -> dict[str, int]:
+    """The names given more than once, with how many times, in the order first given."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return {name: n for name, n in counts.items() if n > 1}
+
+
+def _unused_repeats(repeated: dict[str, int], used: set[str], use: _Use) -> list[Diagnostic]:
+    """One warning, at the server's first use, naming the tools it lists more than once that
+    the agent does not use (a use of such a tool is an error at that use)."""
+    unused = [name for name in repeated if name not in used]
+    if not unused:
+        return []
+    return [
+        _diag(
+            "mcp-duplicate-tool",
+            f"MCP server '{use.server}' lists more than once: {_listing(unused, '', sort=False)}; "
+            "tool names must be unique: rename the server's tools",
+            use,
+            severity=Severity.WARNING,
+        )
+    ]
 
 
 def _schema_problems(use: _Use, tool: McpTool) -> list[Diagnostic]:
@@ -237,22 +282,14 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def _shown(text: str) -> str:
     """Server-supplied text fit for one terminal line: escaped, and cut when long."""
-    out = []
-    for char in text[: MAX_NAME_CHARS * 2]:
-        if unicodedata.category(char) in _ESCAPED_CATEGORIES or char == "\\":
-            out.append(char.encode("unicode_escape").decode("ascii"))
-        else:
-            out.append(char)
-    shown = "".join(out)
-    if len(shown) > MAX_NAME_CHARS or len(text) > MAX_NAME_CHARS * 2:
-        return shown[:MAX_NAME_CHARS] + "..."
-    return shown
+    return printable_name(text, MAX_NAME_CHARS)
 
 
 def _listing(names: Iterable[str], empty: str, *, sort: bool = True) -> str:
-    """``a, b, c`` of at most MAX_LISTED shown names, then how many more there are."""
+    """``a, b, c`` of at most MAX_LISTED shown names (an empty name as ``''``), then how many
+    more there are."""
     every = sorted(names) if sort else list(names)
-    shown = ", ".join(_shown(n) for n in every[:MAX_LISTED]) or empty
+    shown = ", ".join(_shown(n) or "''" for n in every[:MAX_LISTED]) or empty
     more = len(every) - MAX_LISTED
     return f"{shown}, ... ({more} more)" if more > 0 else shown
 

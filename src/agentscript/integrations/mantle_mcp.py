@@ -1,11 +1,13 @@
 """Mantle skills that import MCP tools (``import_tools: [mcp/SERVER:TOOL]``).
 
-Each import becomes a shared project tool named after the server's tool (the name the LLM
-sees must be a plain identifier), whose target is ``mcp://SERVER/TOOL``, so it runs through
-the same ``mcp`` scheme handler as Agent Script actions. Its description and argument schema
-are the server's: the servers are asked for their tool lists once, when the agent is loaded
-(that connection is then reused by the calls). A server that cannot be reached then is not a
-load error: its tools are offered with an open schema and each call reports the failure.
+Each import becomes a shared project tool named after the server's tool, whose target is
+``mcp://SERVER/TOOL``, so it runs through the same ``mcp`` scheme handler as Agent Script
+actions. The load checks the name the model is offered (``mantle/load/validate.py``): a tool
+name the model APIs refuse is ``mantle-tool-name``, and two imports of one skill offered under
+one name are ``mantle-tool-collision``. Its description and argument schema are the server's:
+the servers are asked for their tool lists once, when the agent is loaded (that connection is
+then reused by the calls). A server that cannot be reached then is not a load error: its tools
+are offered with an open schema and each call reports the failure.
 
 What the server says about a tool is offered to the model only up to a bound: a description
 longer than :data:`MAX_DESCRIPTION_CHARS` is cut, and an argument schema longer than

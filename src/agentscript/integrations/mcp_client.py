@@ -6,6 +6,11 @@ Contract:
 - one client session per configured server per :class:`McpHub`, started on the first call,
   reused by every later call, session and turn, and started again on the next call after the
   server crashed or the connection broke;
+- one connection attempt at a time per server: calls that come while it is under way wait for
+  its outcome, and a failed attempt (``connect_timeout`` included) fails the calls of the next
+  :data:`FAILED_CONNECT_HOLD` seconds at once, with its message, before another is made; an
+  attempt cut by its ``connect_timeout`` stops its server at once (no close grace is waited
+  out for a server that never became ready);
 - every call runs under the server's ``timeout``; a tool result with ``isError``, a protocol
   error, a crash, an unreachable server or a timeout raise :class:`ActionError` with a message
   naming the server and the tool (rule S12), never hang and never show a traceback;
@@ -16,11 +21,14 @@ Contract:
   flight at once, as a protocol error, instead of leaving them to their timeout;
 - an HTTP answer's body is bounded (:data:`~agentscript.models.sdk_provider.MAX_ANSWER_BYTES`,
   the bound the model clients keep); the SDK bounds each server-sent event itself;
-- header and environment values are expanded from ``${VAR}`` when connecting and never
-  appear in a message or a trace: a header value that HTTP does not allow (a trailing newline)
-  is refused before any request, and every expanded value is blotted out of error messages;
-  so are a server URL's user, password and query string (a message names the URL without
-  them, and their values are blotted out of the transport's own messages).
+- header, environment and argument values are expanded from ``${VAR}`` when connecting and
+  never appear in a message or a trace: a header value that HTTP does not allow (a trailing
+  newline) is refused before any request, and every header and environment value, and every
+  argument that names a variable, as expanded, is blotted out of error messages and of the
+  text of tool results (a result echoing a key); so are a server URL's user, password and
+  query string (a message names the URL without them, and their values are blotted out of the
+  transport's own messages). A message names a server's command with its arguments as
+  written, ``${VAR}`` unexpanded.
 
 The sessions live on one background event loop owned by the hub: ``Session.send`` runs each
 turn under its own ``asyncio.run``, and a client session is bound to the loop that opened it.
@@ -38,7 +46,8 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Awaitable, Coroutine, Mapping
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote_plus, urlsplit
@@ -54,6 +63,15 @@ T = TypeVar("T")
 EXTRA_HINT = "install the MCP extra: pip install 'agentscript[mcp]'"
 RESTART_NOTE = "(the server will be restarted on the next call)"
 REDACTED = "[redacted]"
+# A pydantic error's location and message, in one line (errors_line): a location can name a
+# key of what was read, as long as the message it came in.
+MAX_ERROR_LINE_CHARS = 300
+# Seconds a failed connection attempt fails the calls to its server at once, with its message,
+# before another attempt is made: a burst of calls to a server that does not answer then costs
+# one connect_timeout, not one each.
+FAILED_CONNECT_HOLD = 5.0
+# Seconds a ready session gets to end its transport when closed (a stdio server then ends).
+CLOSE_GRACE = 5.0
 # Printable ASCII and tab inside, nothing blank at the ends: what an HTTP header value may be
 # (h11 refuses the rest, and its error shows the value).
 _HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
@@ -61,6 +79,9 @@ _HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
 # The SDK logs each unparsable line from a stdio server with its traceback; without a handler
 # of its own, Python's last-resort handler would print that into the user's terminal.
 logging.getLogger("mcp.client").addHandler(logging.NullHandler())
+# Its client session logs under the bare name "client" (mcp/client/session.py), say a warning
+# for each call of a tool it was not shown listed, which reached the terminal the same way.
+logging.getLogger("client").addHandler(logging.NullHandler())
 
 
 class McpProtocolError(Exception):
@@ -125,29 +146,51 @@ class _Connection:
         self.tools: dict[str, McpTool] | None = None
         self.starts = 0
         self.secrets: frozenset[str] = frozenset()
+        # Those of values read from the environment (``${VAR}``) or a URL's credentials: the
+        # ones blotted out of a successful result too. A literal value (``MODE = "production"``,
+        # ``Accept: application/json``) is no secret, and blotting it out of a tool's answer
+        # would change the data.
+        self.result_secrets: frozenset[str] = frozenset()
         self._fault: asyncio.Future[str] | None = None
         self._stop: asyncio.Event | None = None
+        self._ready: asyncio.Future[ClientSession] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._lock: asyncio.Lock | None = None
+        # The attempt under way, which every caller awaits; the last failed one and its time.
+        self._attempt: asyncio.Future[ClientSession] | None = None
+        self._failed: tuple[float, str] | None = None
 
     async def ensure(self) -> ClientSession:
-        """The live session, started (again) when there is none."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self.session is not None and self._task is not None and not self._task.done():
-                return self.session
+        """The live session, started (again) when there is none: by the attempt under way if
+        there is one, else by a new one unless one failed less than FAILED_CONNECT_HOLD ago."""
+        if self.session is not None and self._task is not None and not self._task.done():
+            return self.session
+        if self._attempt is None:
+            if self._failed is not None:
+                at, message = self._failed
+                if time.monotonic() - at < FAILED_CONNECT_HOLD:
+                    raise ActionError(
+                        f"{message} (not tried again within {FAILED_CONNECT_HOLD:g} s: "
+                        "FAILED_CONNECT_HOLD)"
+                    )
+            self._attempt = asyncio.ensure_future(self._connect())
+            # Read even when every caller gave up on it.
+            self._attempt.add_done_callback(lambda f: f.cancelled() or f.exception())
+        # Shielded: a caller that gives up does not cut the attempt the others wait for.
+        return await asyncio.shield(self._attempt)
+
+    async def _connect(self) -> ClientSession:
+        try:
             await self.close()
-            ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            ready: asyncio.Future[ClientSession] = loop.create_future()
             # After a connect timeout nobody awaits ``ready``; a late failure is still read.
             ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._ready = ready
             self._stop = asyncio.Event()
-            self._fault = asyncio.get_running_loop().create_future()
+            self._fault = loop.create_future()
             self._task = asyncio.create_task(self._own(ready, self._stop))
             try:
-                self.session = await asyncio.wait_for(
-                    asyncio.shield(ready), self.config.connect_timeout
-                )
+                session = await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout)
             except TimeoutError:
                 await self.close()
                 raise ActionError(
@@ -157,8 +200,15 @@ class _Connection:
             except ActionError:
                 await self.close()
                 raise
+            self.session = session
+            self._failed = None
             self.starts += 1
-            return self.session
+            return session
+        except ActionError as exc:
+            self._failed = (time.monotonic(), str(exc))
+            raise
+        finally:
+            self._attempt = None
 
     async def _own(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
         """Open the transport and the session, hand it over, hold it until told to stop."""
@@ -178,7 +228,9 @@ class _Connection:
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self.session = None
+            # A task that close() gave up on may end after the next session is in place.
+            if self._task is asyncio.current_task():
+                self.session = None
 
     async def guarded(self, work: Awaitable[T]) -> T:
         """``work``'s result, or McpProtocolError as soon as the server breaks the protocol."""
@@ -206,14 +258,26 @@ class _Connection:
         table = f"[mcp.servers.{config.name}]"
         if config.command:
             env = {k: expand_env(v, f"{table} env {k}") for k, v in config.env}
-            self.secrets = secret_forms(config.env, env.values())
+            args = [expand_env(a, f"{table} args[{i}]") for i, a in enumerate(config.args)]
+            # An argument naming a variable may carry a key (`--api-key=${KEY}`); the others
+            # are shown as written anyway (describe).
+            named = [(a, value) for a, value in zip(config.args, args, strict=True) if a != value]
+            self.secrets = secret_forms(
+                [*config.env, *(("args", a) for a, _ in named)],
+                [*env.values(), *(value for _, value in named)],
+            )
+            from_env = [(t, v) for t, v in zip(config.env, env.values(), strict=True) if t[1] != v]
+            self.result_secrets = secret_forms(
+                [t for t, _ in from_env] + [("args", a) for a, _ in named],
+                [v for _, v in from_env] + [value for _, value in named],
+            )
             # ${PYTHON} is the interpreter running agentscript: a server written in Python
             # then finds the packages agentscript was installed with.
             command = expand_env(
                 config.command, f"{table} command", {**os.environ, "PYTHON": sys.executable}
             )
             params = mcp.StdioServerParameters(
-                command=command, args=list(config.args), env=env or None, cwd=config.cwd
+                command=command, args=args, env=env or None, cwd=config.cwd
             )
             # The server's own log goes nowhere: its stderr would interleave with the chat.
             opened: contextlib.AbstractAsyncContextManager[Any] = mcp.stdio_client(
@@ -225,6 +289,12 @@ class _Connection:
 
         headers = {k: expand_env(v, f"{table} header {k}") for k, v in config.headers}
         self.secrets = secret_forms(config.headers, [*headers.values(), *_url_secrets(config.url)])
+        from_env = [
+            (t, v) for t, v in zip(config.headers, headers.values(), strict=True) if t[1] != v
+        ]
+        self.result_secrets = secret_forms(
+            [t for t, _ in from_env], [*(v for _, v in from_env), *_url_secrets(config.url)]
+        )
         for name, value in headers.items():
             _check_header(name, value, table)
         # The SDK's own client (its timeouts and redirect rules), asked for uncompressed answers
@@ -235,10 +305,25 @@ class _Connection:
 
     def describe(self, exc: BaseException) -> str:
         """:func:`_describe` with every expanded header and environment value blotted out."""
-        return self.redact(_describe(exc))
+        return _describe(exc, self.redact)
 
     def redact(self, text: str) -> str:
         return without_secrets(text, self.secrets, REDACTED)
+
+    def redact_outputs(self, outputs: dict[str, Any]) -> dict[str, Any]:
+        """A tool's outputs with every value read from the environment blotted out of their
+        text (keys included): a result goes to the model and the trace as an error does."""
+        if not self.result_secrets:
+            return outputs
+
+        def redact(text: str) -> str:
+            return without_secrets(text, self.result_secrets, REDACTED)
+
+        try:
+            redacted: dict[str, Any] = _redacted(outputs, redact)
+        except RecursionError:  # nested past Python's stack: nothing of it can be checked
+            return {"result": f"{REDACTED} (a result nested too deep to check for secrets)"}
+        return redacted
 
     def _connect_error(self, exc: BaseException) -> ActionError:
         if isinstance(exc, ActionError):
@@ -251,17 +336,23 @@ class _Connection:
         )
 
     async def close(self) -> None:
-        """End the session and its transport (the stdio process ends with it)."""
-        task, stop = self._task, self._stop
-        self._task = self._stop = None
+        """End the session and its transport (the stdio process ends with it): a ready one is
+        told to stop and gets CLOSE_GRACE to end; one still opening (a server that has not
+        answered ``initialize``) is cancelled at once, as it would never see the stop."""
+        task, stop, ready = self._task, self._stop, self._ready
+        self._task = self._stop = self._ready = None
         self._fault = None
         self.session = None
         if task is None or stop is None:
             return
-        stop.set()
-        try:
-            await asyncio.wait_for(task, 5)
-        except BaseException:  # a broken transport may fail while closing; it is gone anyway
+        if ready is not None and ready.done() and not ready.cancelled() and not ready.exception():
+            stop.set()
+        else:
+            task.cancel()
+        # The transport's own shutdown is bounded (the SDK's stdio client ends its process);
+        # a broken transport may fail while closing: it is gone anyway.
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_GRACE)
+        if not done:
             task.cancel()
 
 
@@ -388,7 +479,7 @@ class McpHub:
         if result.is_error:
             message = connection.redact(_text(result.content)) or "no message"
             raise ActionError(f"{where} reported an error: {message}")
-        return _outputs(result)
+        return connection.redact_outputs(_outputs(result))
 
     async def _list(self, connection: _Connection) -> list[McpTool]:
         session = await connection.ensure()
@@ -433,17 +524,63 @@ def _outputs(result: Any) -> dict[str, Any]:
     return {"result": text}
 
 
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` (plain JSON) with ``redact`` applied to each string in it."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): _redacted(v, redact) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v, redact) for v in value]
+    return value
+
+
 def _text(content: Any) -> str:
     parts = [getattr(block, "text", None) for block in content or []]
     return "\n".join(p for p in parts if isinstance(p, str))
 
 
-def _describe(exc: BaseException) -> str:
-    """A one-line reason; exception groups from the SDK's task groups are unwrapped."""
+def _describe(exc: BaseException, redact: Callable[[str], str]) -> str:
+    """A one-line reason, ``redact`` applied before its lines are joined (a secret may hold
+    blanks); exception groups from the SDK's task groups are unwrapped."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = str(exc).strip()
+    text = " ".join(redact(validation_line(exc) or str(exc)).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def validation_line(exc: BaseException) -> str | None:
+    """A pydantic ``ValidationError`` in one line: its model, the first error's location and
+    message, and how many more (its own text takes lines per error and ends with a link to
+    pydantic's site, which a model, a trace or a client has no use for); None for any other
+    exception."""
+    try:
+        from pydantic import ValidationError
+    except ImportError:  # pydantic comes with the MCP SDK
+        return None
+    if not isinstance(exc, ValidationError):
+        return None
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    return f"{exc.title}: {errors_line(errors)}"
+
+
+def errors_line(errors: list[Any]) -> str:
+    """The first of pydantic's ``errors()`` as ``location: message``, and how many more, on
+    one printable line of at most :data:`MAX_ERROR_LINE_CHARS` (a location names the keys of
+    what was read: the sender's text)."""
+    if not errors:
+        return "invalid"
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    text = str(first.get("msg", "invalid"))
+    if where:
+        text = f"{where}: {text}"
+    text = " ".join(text.split())
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    if len(text) > MAX_ERROR_LINE_CHARS:
+        text = text[: MAX_ERROR_LINE_CHARS - 3] + "..."
+    more = len(errors) - 1
+    return f"{text} (and {more} more error{'s' if more > 1 else ''})" if more else text
 
 
 def _protocol_fault(message: Any) -> str | None:

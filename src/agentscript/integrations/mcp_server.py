@@ -266,7 +266,7 @@ def build_server(tools: AgentTools) -> MCPServer:
     except ImportError:
         raise RuntimeError(f"mcp-serve needs the `mcp` package: {EXTRA_HINT}") from None
     name = tools.agent.name
-    server = MCPServer(
+    server = _one_line_argument_errors(MCPServer)(
         f"agentscript-{name}",
         instructions=f"The agent '{name}'. Use `send` for a conversation, `ask` for one question.",
         # Its INFO lines name every request and session; errors still show.
@@ -293,6 +293,33 @@ def build_server(tools: AgentTools) -> MCPServer:
         description=f"Send a message in a conversation with the agent '{name}'.",
     )
     return server
+
+
+def _one_line_argument_errors(base: type[MCPServer]) -> type[MCPServer]:
+    """``base`` whose answer to arguments that fail the tool's schema is one line, the first
+    error's location and message (``mcp_client.errors_line``): the SDK's is pydantic's
+    whole text, a line per error and a link to pydantic's site, which the client's model
+    reads."""
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+    from pydantic import ValidationError
+
+    from agentscript.integrations.mcp_client import errors_line
+
+    class OneLineArgumentErrors(base):  # type: ignore[valid-type,misc]
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                    raise
+                # The SDK logs the fields of a ValidationError cause: it stays the cause.
+                errors = cause.errors(include_url=False, include_input=False, include_context=False)
+                raise ToolError(
+                    f"Error executing tool {name}: invalid arguments: {errors_line(errors)}"
+                ) from cause
+
+    return OneLineArgumentErrors
 
 
 def owner_of(ctx: Any) -> str:

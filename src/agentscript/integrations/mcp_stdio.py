@@ -11,6 +11,12 @@ exit code, once stdin ends or a signal stopped the server. The SDK's transport w
   keeps stdin open, and Python waits for that thread at exit: a signal could not stop the
   server. :class:`StdinReader` waits on the event loop for the descriptor instead.
 
+A line the SDK cannot read as a JSON-RPC message, which its transport hands on as an exception
+and its dispatcher then drops unanswered, is answered too (:class:`ErrorAnswers`), and logged
+in one line: ``-32700`` (id null) when it is not JSON, else ``-32600`` with the request's id
+(null when it has none that can be read); a malformed answer of the client's is only logged,
+and a blank line passed over.
+
 While it serves, fd 0 reads the null device, so an action or a child process never reads the
 client's bytes.
 
@@ -61,6 +67,13 @@ STDIO_READ_BYTES = 64 * 1024
 # JSON-RPC's "Invalid Request", with the text the client gets for a line over the bound.
 TOO_LARGE_CODE = -32600
 TOO_LARGE_TEXT = "message too large"
+# JSON-RPC's "Parse error" and "Invalid Request", for a line that is not a JSON-RPC message.
+PARSE_ERROR_CODE = -32700
+PARSE_ERROR_TEXT = "Parse error"
+INVALID_REQUEST_CODE = -32600
+INVALID_REQUEST_TEXT = "Invalid Request"
+# What of a request id a log line shows (the id is the client's text, up to the wire bound).
+LOGGED_ID_CHARS = 40
 # The signals that stop the server, as they stop `agentscript serve` (SIGHUP: a closed terminal).
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Seconds the SDK's transport gets at least, once the requests are answered or cut, to write
@@ -140,36 +153,111 @@ class BoundedLines:
             self._buffer += b"\n"  # the last line had no newline: it ends here
 
 
-class TooLargeAnswer:
-    """What a stdio line over the bound gets: a line in the log, and the JSON-RPC error on the
-    SDK's write stream (id null: the request's id was in the part not kept). The stream is
-    known only once the SDK's transport runs; ``write_stream`` is set then."""
+class ErrorAnswers:
+    """The JSON-RPC errors the transport owes for lines that never reach the SDK as messages,
+    each with a line in the log: one over the bound (``too_long``: id null, the request's id
+    was in the part not kept) and one the SDK could not read (``malformed``, the module's
+    docstring). They go on the SDK's write stream, known only once its transport runs:
+    ``write_stream`` is set then. They are not counted as answers owed (:class:`OwedAnswers`):
+    the SDK never saw their requests."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.write_stream: Any = None  # the SDK's, for SessionMessage
 
-    async def __call__(self, size: int) -> None:
+    async def too_long(self, size: int) -> None:
         log.warning(
             "stdin: dropped a message of %d bytes: over MAX_WIRE_MESSAGE_BYTES (%d)",
             size,
             self.limit,
         )
+        await self._send(too_large_message(self.limit))
+
+    async def malformed(self, item: Exception) -> None:
+        """Answer (and log) what the SDK's transport could not read, given as ``item``."""
+        import mcp_types
+
+        problem = malformed_line(item)
+        if problem is None:
+            return
+        code, request_id, reason = problem
+        shown = "null" if request_id is None else repr(request_id)[:LOGGED_ID_CHARS]
+        if code is None:
+            log.warning("stdin: dropped a malformed answer (id %s): %s", shown, reason)
+            return
+        log.warning("stdin: answered a malformed message with %d (id %s): %s", code, shown, reason)
+        text = PARSE_ERROR_TEXT if code == PARSE_ERROR_CODE else INVALID_REQUEST_TEXT
+        error = mcp_types.ErrorData(code=code, message=f"{text}: {reason}")
+        await self._send(_error_message(request_id, error))
+
+    async def _send(self, message: SessionMessage) -> None:
         if self.write_stream is None:
             return
         # Closed only once the server stops: there is nobody left to answer.
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await self.write_stream.send(too_large_message(self.limit))
+            await self.write_stream.send(message)
 
 
 def too_large_message(limit: int) -> SessionMessage:
     import mcp_types
-    from mcp.shared.message import SessionMessage
 
     error = mcp_types.ErrorData(
         code=TOO_LARGE_CODE, message=TOO_LARGE_TEXT, data={"max_bytes": limit}
     )
-    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error))
+    return _error_message(None, error)
+
+
+def _error_message(request_id: str | int | None, error: Any) -> SessionMessage:
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+def malformed_line(item: Exception) -> tuple[int | None, str | int | None, str] | None:
+    """What a line the SDK's transport could not read gets, from the exception it gave
+    (pydantic's, whose errors carry what was read): ``(code, id, reason)``, the code None for
+    a malformed answer (an answer gets no answer); None for a blank line."""
+    from agentscript.integrations.mcp_client import errors_line
+
+    errors: list[Any] = []
+    errors_of = getattr(item, "errors", None)
+    if callable(errors_of):
+        with contextlib.suppress(Exception):
+            errors = list(errors_of(include_url=False, include_context=False))
+    if not errors:
+        return INVALID_REQUEST_CODE, None, f"not a JSON-RPC message ({type(item).__name__})"
+    if errors[0].get("type") == "json_invalid":
+        found = errors[0].get("input")
+        if isinstance(found, str) and not found.strip():
+            return None
+        return PARSE_ERROR_CODE, None, errors_line(errors[:1])  # where the JSON breaks
+    message = _message_read(errors)
+    if message is None:
+        return INVALID_REQUEST_CODE, None, "not a JSON-RPC message object"
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None  # JSON-RPC's ids are strings and numbers
+    code: int | None = INVALID_REQUEST_CODE
+    if "method" in message or not ("result" in message or "error" in message):
+        kind = "JSONRPCRequest" if "id" in message else "JSONRPCNotification"
+    else:
+        kind, code = ("JSONRPCError" if "error" in message else "JSONRPCResponse"), None
+    # Each error is tagged with the message kind it was read as: the reason is the first of
+    # the kind the line looks like, its location without the tag.
+    mine = [{**e, "loc": tuple(e["loc"][1:])} for e in errors if e.get("loc", ())[:1] == (kind,)]
+    return code, request_id, errors_line(mine or errors)
+
+
+def _message_read(errors: list[Any]) -> dict[str, Any] | None:
+    """The JSON object of the line, from pydantic's errors: the input of an error on a message
+    kind itself, or on a field missing from it (deeper errors' inputs are inner values)."""
+    for error in errors:
+        loc = error.get("loc", ())
+        if len(loc) == 1 or (len(loc) == 2 and error.get("type") == "missing"):
+            found = error.get("input")
+            return found if isinstance(found, dict) else None
+    return None
 
 
 class StdinReader:
@@ -291,18 +379,22 @@ class _Wrapped:
 
 
 class NotedReads(_Wrapped):
-    """The SDK's read stream, each item shown to ``note`` as it passes; its end is passed on
-    once ``at_end()`` returned, since the SDK cuts every request unanswered at that end."""
+    """The SDK's read stream, each item shown to ``note`` as it passes, and a line the
+    transport could not read (an exception, which the SDK drops) to ``malformed`` first; its
+    end is passed on once ``at_end()`` returned, since the SDK cuts every request unanswered
+    at that end."""
 
     def __init__(
         self,
         inner: ReadStream[SessionMessage | Exception],
         note: Callable[[SessionMessage | Exception], None],
         at_end: Callable[[], Awaitable[None]],
+        malformed: Callable[[Exception], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(inner)
         self._note = note
         self._at_end = at_end
+        self._malformed = malformed
 
     @property
     def last_context(self) -> Any:
@@ -315,6 +407,8 @@ class NotedReads(_Wrapped):
         except anyio.EndOfStream:
             await self._at_end()
             raise
+        if isinstance(item, Exception) and self._malformed is not None:
+            await self._malformed(item)
         self._note(item)
         return item
 
@@ -475,14 +569,14 @@ async def _serve(server: MCPServer, reader: StdinReader, limit: int, stop: Stdio
     the end of stdin passed on once ``stop`` lets it."""
     from mcp.server.stdio import stdio_server
 
-    answer = TooLargeAnswer(limit)
+    answers = ErrorAnswers(limit)
     # Typed as an AsyncFile, but the SDK's transport only iterates it (`async for`).
-    lines: Any = BoundedLines(reader.read, limit, answer)
+    lines: Any = BoundedLines(reader.read, limit, answers.too_long)
     async with stdio_server(stdin=lines) as (read_stream, write_stream):
-        answer.write_stream = write_stream
+        answers.write_stream = write_stream
         lowlevel = server._lowlevel_server
         await lowlevel.run(
-            NotedReads(read_stream, stop.owed.read, stop.stdin_ended),
+            NotedReads(read_stream, stop.owed.read, stop.stdin_ended, answers.malformed),
             NotedSends(write_stream, stop.owed.sent),
             lowlevel.create_initialization_options(),
         )

@@ -9,21 +9,26 @@ headers = { Authorization = "Bearer ${ORDERS_TOKEN}" }   # values from the envir
 timeout = 15
 ```
 
-Contract. A target whose URL (before ``#``) starts with a declared API's base URL names one
-of its operations. The action's inputs fill the operation's ``path``, ``query`` and
+Contract. A target whose URL (before ``#``) is a declared API's base URL or a path below it
+(``https://host/v1/...``, never ``https://host/v1evil``; the longest such base URL wins) names
+one of its operations. The action's inputs fill the operation's ``path``, ``query`` and
 ``header`` parameters by name; the remaining inputs form the JSON request body (an input named
 ``body`` is sent as the whole body). A missing required parameter, a non-2xx answer, a body
 that is not JSON or a JSON object whose fields contradict the documented 2xx response schema
 are :class:`ActionError` with a message naming the action, the operation and the cause. A JSON
 object answer becomes the outputs; any other JSON value becomes ``{"result": value}``.
 Documents are read once per process; a malformed one is a :class:`ConfigError` naming the
-file.
+file: among others, an ``operationId`` used twice (naming both operations), or a parameter,
+request body or response schema whose ``properties`` is not a mapping or whose ``required``
+is not a list of names (naming the operation).
 
 What never happens: a configured header value, or the credential or ``${VAR}`` value inside
 it, in a message or a trace (:mod:`agentscript.redaction`); a URL's user, password or
 query string in a message (a base or spec URL holding a user or password is refused at load:
 it would never be sent); a request whose path leaves the base URL's path (a path parameter
-holding a ``.`` or ``..`` segment is refused before anything is sent).
+holding a ``.`` or ``..`` segment is refused before anything is sent); a header parameter
+whose value HTTP cannot carry (a line break, another control character, a character beyond
+Latin-1) sent at all (refused, naming the parameter, not the value).
 """
 
 from __future__ import annotations
@@ -211,6 +216,13 @@ def load_document(config: OpenApiConfig) -> OpenApiDocument:
                 raise ConfigError(
                     f"{where}: operation {operation.get('operationId')}: {reason}"
                 ) from None
+            first = document.operations.get(parsed.operation_id)
+            if first is not None:
+                raise ConfigError(
+                    f"{where}: operationId '{parsed.operation_id}' is used twice, by "
+                    f"{first.method} {first.path} and {parsed.method} {parsed.path}; an "
+                    "action names its operation by operationId: make each one unique"
+                )
             document.operations[parsed.operation_id] = parsed
     return document
 
@@ -261,8 +273,8 @@ def _operation(
     shared: Any,
     budget: _Budget,
 ) -> Operation:
-    def resolve(node: Any) -> dict[str, Any]:
-        return _resolved(doc, node, budget)
+    def resolve(node: Any, schema: str | None = None) -> dict[str, Any]:
+        return _resolved(doc, node, budget, schema=schema)
 
     parameters: dict[tuple[str, str], Parameter] = {}
     for raw in [*(shared or []), *(op.get("parameters") or [])]:
@@ -275,7 +287,7 @@ def _operation(
             name,
             location,
             bool(spec.get("required", location == "path")),
-            resolve(spec.get("schema") or {}),
+            resolve(spec.get("schema") or {}, f"the schema of {location} parameter '{name}'"),
         )
     body_schema: dict[str, Any] | None = None
     body_required = False
@@ -283,14 +295,16 @@ def _operation(
         body = resolve(op["requestBody"])
         media = (body.get("content") or {}).get("application/json")
         if media is not None:
-            body_schema = resolve(media.get("schema") or {})
+            body_schema = resolve(media.get("schema") or {}, "the request body schema")
             body_required = bool(body.get("required", False))
     response_schema = None
     for status, response in sorted((op.get("responses") or {}).items(), key=lambda kv: str(kv[0])):
         if str(status).startswith("2"):
             media = (resolve(response).get("content") or {}).get("application/json")
             if media is not None:
-                response_schema = resolve(media.get("schema") or {})
+                response_schema = resolve(
+                    media.get("schema") or {}, f"the schema of response {status}"
+                )
             break
     return Operation(
         str(op["operationId"]),
@@ -303,14 +317,19 @@ def _operation(
     )
 
 
-def _resolved(doc: Mapping[str, Any], node: Any, budget: _Budget, depth: int = 0) -> dict[str, Any]:
+def _resolved(
+    doc: Mapping[str, Any], node: Any, budget: _Budget, depth: int = 0, *, schema: str | None = None
+) -> dict[str, Any]:
     """``node`` with local ``$ref``s followed (``#/components/...``), top level and
-    properties; remote refs are not fetched."""
+    properties; remote refs are not fetched. ``schema`` says where a schema is (for its
+    error): a schema's ``properties`` must be a mapping and its ``required`` a list of names,
+    the shapes the request and response checks read (each schema down its properties)."""
     budget.spend()
     if depth > MAX_REF_DEPTH:
         raise ValueError("$ref nesting too deep (a cycle?)")
     if not isinstance(node, dict):
-        raise TypeError(f"expected a mapping, found {type(node).__name__}")
+        at = f"{schema}: " if schema else ""
+        raise TypeError(f"{at}expected a mapping, found {type(node).__name__}")
     ref = node.get("$ref")
     if isinstance(ref, str):
         if not ref.startswith("#/"):
@@ -318,14 +337,53 @@ def _resolved(doc: Mapping[str, Any], node: Any, budget: _Budget, depth: int = 0
         target: Any = doc
         for part in ref[2:].split("/"):
             target = target[part.replace("~1", "/").replace("~0", "~")]
-        return _resolved(doc, target, budget, depth + 1)
+        return _resolved(doc, target, budget, depth + 1, schema=schema)
+    if isinstance(node.get("required"), bool):
+        # Swagger 2's habit of marking a property ``required: true`` inside its own schema, in
+        # many OpenAPI 3 documents: it says nothing a check reads (only the object's list
+        # does), so it is dropped rather than refuse the document.
+        node = {key: value for key, value in node.items() if key != "required"}
+    if schema is not None:
+        _check_schema_shape(node, schema)
     props = node.get("properties")
     if isinstance(props, dict):
         node = {
             **node,
-            "properties": {k: _resolved(doc, v, budget, depth + 1) for k, v in props.items()},
+            "properties": {
+                str(k): _resolved(
+                    doc, v, budget, depth + 1, schema=None if schema is None else f"{schema} > {k}"
+                )
+                for k, v in props.items()
+            },
         }
     return dict(node)
+
+
+def _check_schema_shape(node: Mapping[str, Any], where: str) -> None:
+    """ValueError unless ``properties`` (when given) is a mapping and ``required`` a list of
+    strings: a call's checks iterate both (``properties: [1, 2]`` or ``required: 5`` failed
+    every call with a TypeError)."""
+    props = node.get("properties")
+    if props is not None and not isinstance(props, dict):
+        raise ValueError(
+            f"{where}: `properties` must be a mapping of names to schemas, "
+            f"found {type(props).__name__}"
+        )
+    required = node.get("required")
+    if required is not None and not (
+        isinstance(required, list) and all(isinstance(name, str) for name in required)
+    ):
+        raise ValueError(
+            f"{where}: `required` must be a list of property names, found {_json_kind(required)}"
+        )
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list holding " + ", ".join(
+            sorted({type(v).__name__ for v in value if not isinstance(v, str)})
+        )
+    return type(value).__name__
 
 
 # ---------------------------------------------------------------------- calls
@@ -354,19 +412,27 @@ class OpenApiHub:
                 f"'{shown}' names no operation: write {shown}#operationId, or register "
                 "http_json_handler for plain JSON POSTs"
             )
+        matched: tuple[OpenApiConfig, OpenApiDocument] | None = None
         for config in self.configs:
             try:
                 document = self.document(config)
             except ConfigError as exc:
                 raise ActionError(str(exc)) from None
-            if url.rstrip("/").startswith(document.base_url):
-                operation = document.operations.get(operation_id)
-                if operation is None:
-                    raise ActionError(
-                        f"the OpenAPI document of [openapi.{config.name}] has no operation "
-                        f"'{operation_id}'"
-                    )
-                return config, document, operation
+            # The longest base URL the target is at or below, path segment by segment:
+            # https://host/v1evil is not below https://host/v1.
+            if _below(url, document.base_url) and (
+                matched is None or len(document.base_url) > len(matched[1].base_url)
+            ):
+                matched = config, document
+        if matched is not None:
+            config, document = matched
+            operation = document.operations.get(operation_id)
+            if operation is None:
+                raise ActionError(
+                    f"the OpenAPI document of [openapi.{config.name}] has no operation "
+                    f"'{operation_id}'"
+                )
+            return config, document, operation
         known = ", ".join(f"{c.name}" for c in self.configs) or "none"
         raise ActionError(
             f"'{shown_url(url)}' is not the base URL of an API declared in agentscript.toml "
@@ -382,6 +448,12 @@ class OpenApiHub:
         except ActionError as exc:
             raise ActionError(f"action '{request.name}': {exc}") from None
         return call_operation(config, document, operation, request)
+
+
+def _below(url: str, base: str) -> bool:
+    """Whether ``url`` is ``base`` (which has no trailing ``/``) or a path below it."""
+    url = url.rstrip("/")
+    return url == base or url.startswith(base + "/")
 
 
 def call_operation(
@@ -458,8 +530,25 @@ def _parameters(
         elif param.location == "query":
             query[param.name] = text
         else:
-            headers[param.name] = text
+            headers[param.name] = _header_value(text, param.name, where)
     return path, query, headers
+
+
+# What HTTP cannot carry in a header value: controls but the tab (a line break would end the
+# header and could start another), and anything past Latin-1 (http.client encodes values so).
+_NOT_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]")
+
+
+def _header_value(text: str, name: str, where: str) -> str:
+    """A header parameter's value, refused (not shown: the model wrote it) when HTTP cannot
+    send it."""
+    if _NOT_IN_HEADER.search(text):
+        raise ActionError(
+            f"{where}: the header parameter '{name}' holds a line break, a control character "
+            "or a character beyond Latin-1, which an HTTP header cannot carry; nothing was sent: "
+            "pass a single line of plain text"
+        )
+    return text
 
 
 def _path_segment(text: str, name: str, where: str) -> str:
@@ -543,10 +632,13 @@ def schema_mismatch(value: Any, schema: Mapping[str, Any] | None, where: str = "
         if not ok and not (value is None and schema.get("nullable")):
             return f"{label} should be {expected}, found {type(value).__name__}"
     if isinstance(value, dict) and where.count(".") < 2:
-        for name in schema.get("required") or []:
-            if name not in value:
+        # A loaded document's shapes were checked (_check_schema_shape); any other is skipped.
+        required = schema.get("required")
+        for name in required if isinstance(required, list) else []:
+            if isinstance(name, str) and name not in value:
                 return f"{label} lacks required field '{name}'"
-        for name, sub in (schema.get("properties") or {}).items():
+        props = schema.get("properties")
+        for name, sub in (props if isinstance(props, dict) else {}).items():
             if name in value and isinstance(sub, dict):
                 problem = schema_mismatch(value[name], sub, f"{where}.{name}" if where else name)
                 if problem:

@@ -28,11 +28,17 @@ emitted when the turn ends, with each step's start time and ``durationMs``.
 Configuration (:func:`telemetry_from_env`): ``OTEL_TRACES_EXPORTER=console`` or ``otlp``, or
 an ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` (the OTLP/HTTP exporter reads the other standard
 ``OTEL_*`` variables itself); ``--otel console`` on ``run`` and ``chat``.
+
+A collector that cannot be reached is said once per kind of failure, not once per retry: the
+OTLP exporter's own log lines (a warning per retry, "Transient error ... retrying in 2.08s",
+and an error per batch lost) each show their first time only, marked ``OpenTelemetry:``
+(:class:`OncePerKind`), where they interleaved with a chat's replies on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -57,6 +63,13 @@ MAX_ATTRIBUTE_CHARS = 16_000
 PREFIX = "agentscript."
 # Step types that become spans; every other step type becomes an event on the turn span.
 _SPAN_STEPS = frozenset({"LLM_STEP", "ACTION_STEP"})
+# Where the OTLP/HTTP exporter and the batch processor log what goes wrong with an export (a
+# filter applies to the records of its own logger only, not to those of its children).
+EXPORT_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.sdk._shared_internal",
+)
 
 
 class TelemetryConfigError(ValueError):
@@ -497,12 +510,42 @@ def _build(mode: str, capture_content: bool, max_attribute_chars: int) -> Teleme
             ) from None
         exporter = OTLPSpanExporter()
         provider.add_span_processor(BatchSpanProcessor(exporter))
+        OncePerKind.install()
     import atexit
 
     atexit.register(_flush_at_exit, provider)
     return Telemetry.for_provider(
         provider, capture_content=capture_content, max_attribute_chars=max_attribute_chars
     )
+
+
+class OncePerKind(logging.Filter):
+    """Lets through the first record of each message (its text before the arguments: one
+    kind of failure) of the exporter's loggers, marked as OpenTelemetry's and as not shown
+    again; drops the repeats. The loggers are the process's, as the exporter is (one per
+    process, :func:`telemetry_for`), so it is installed on them once per process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[str, str]] = set()
+        self._guard = threading.Lock()  # records come from the exporter's thread and others
+
+    @classmethod
+    def install(cls) -> None:
+        once = cls()
+        for name in EXPORT_LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, cls) for f in logger.filters):
+                logger.addFilter(once)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = (record.name, str(record.msg))
+        with self._guard:
+            if kind in self._seen:
+                return False
+            self._seen.add(kind)
+        record.msg = f"OpenTelemetry: {record.msg} (not shown again)"
+        return True
 
 
 def _flush_at_exit(provider: Any) -> None:

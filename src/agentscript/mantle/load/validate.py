@@ -9,7 +9,7 @@ from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.buttons import parse_payload, payload_value, source_tool
 from agentscript.mantle.conditions import names_used
 from agentscript.mantle.load.cycles import call_cycles
-from agentscript.mantle.load.tool_code import make_stub
+from agentscript.mantle.load.tool_code import TOOL_NAME, make_stub
 from agentscript.mantle.memory import MemoryWriteError, coerce_value
 from agentscript.mantle.model import (
     END_STEP,
@@ -507,6 +507,14 @@ def _tool_problem(project: Project, skill: Skill, ref: ToolRef) -> tuple[str, st
             return "mantle-tool-name", f"write MCP tools as 'mcp/<server>:<tool>', not '{name}'"
         if project.mcp_servers and server not in project.mcp_servers:
             return "mantle-unknown-mcp-server", f"MCP server '{server}' is not in integrations.yml"
+        if TOOL_NAME.fullmatch(tool) is None:
+            # The tool is offered under the server's name for it: a name the model APIs refuse
+            # would fail every request of the skill.
+            return "mantle-tool-name", (
+                f"MCP tool name {tool!r} in '{name}' is not usable: a tool name is 1 to 64 "
+                "letters, digits, '_' or '-' (what the model APIs accept); import another tool "
+                "or have the server rename it"
+            )
         return None
     if name in skill.tools:
         return None
@@ -565,6 +573,7 @@ def _tool_collisions(project: Project) -> Iterator[Diagnostic]:
                 Severity.WARNING,
             )
     for skill in project.skills.values():
+        yield from _import_collisions(project, skill)
         for name, tool in skill.tools.items():
             if name in skill.import_tools and name in project.shared_tools and not tool.is_stub:
                 yield _diag(
@@ -575,6 +584,56 @@ def _tool_collisions(project: Project) -> Iterator[Diagnostic]:
                     tool.span,
                     Severity.WARNING,
                 )
+
+
+def _import_collisions(project: Project, skill: Skill) -> Iterator[Diagnostic]:
+    """Imports the model would see under one name: an MCP import ``mcp/S:T`` is offered as
+    ``T`` (:meth:`Project.tools_for`), so two imports of one plain name would leave only the
+    last, and a local tool of that name hides the import."""
+    first: dict[str, str] = {}
+    listed: set[str] = set()
+    for ref in skill.tool_refs:
+        if ref.via != "import_tools" or ref.name in listed:
+            continue  # one import listed twice is offered once
+        listed.add(ref.name)
+        if ref.name.startswith("mcp/"):
+            offered = ref.name.partition(":")[2]
+        elif ref.name in project.shared_tools:
+            offered = project.shared_tools[ref.name].name
+        else:
+            continue  # an unresolved import: reported by _tool_problem
+        if not offered:
+            continue
+        if offered in first:
+            yield _diag(
+                "mantle-tool-collision",
+                f"skill '{skill.id}' imports '{first[offered]}' and '{ref.name}', both offered "
+                f"to the model as '{offered}', which would see only one; import one of them",
+                ref.file,
+                ref.span,
+            )
+            continue
+        first[offered] = ref.name
+        if not ref.name.startswith("mcp/"):
+            continue  # a shared import shadowed by a local tool: warned about below
+        if offered in FRAMEWORK_TOOLS:
+            yield _diag(
+                "mantle-tool-collision",
+                f"'{ref.name}' would be offered as '{offered}', the name of a built-in engine "
+                "tool; import another tool",
+                ref.file,
+                ref.span,
+            )
+        local = skill.tools.get(offered)
+        if local is not None and local.hook_for is None and not local.is_stub:
+            yield _diag(
+                "mantle-tool-collision",
+                f"skill '{skill.id}' defines '{offered}' and also imports '{ref.name}', offered "
+                "under that name; the local one wins: rename the local tool or drop the import",
+                ref.file,
+                ref.span,
+                Severity.WARNING,
+            )
 
 
 # --- buttons and post-write hooks -------------------------------------------------------
