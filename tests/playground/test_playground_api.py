@@ -91,6 +91,25 @@ def test_playground_page_and_assets_come_from_the_package_without_network() -> N
         assert not re.search(r"""["'](/v1/|/playground)""", text), file.name
 
 
+def test_playground_page_and_assets_are_revalidated_so_an_upgrade_never_mixes_versions() -> None:
+    """The page and its script and style all say ``Cache-Control: no-cache``: a browser keeps
+    them but asks again (the assets answer 304 to their ETag), so a server upgrade never runs
+    the new page with the old script, nor the old page with the new one."""
+
+    async def scenario(c: httpx.AsyncClient) -> None:
+        page = await c.get("/playground/")
+        assert page.headers.get("cache-control") == "no-cache"
+        for url in ("/playground/static/playground.js", "/playground/static/playground.css"):
+            first = await c.get(url)
+            assert first.status_code == 200
+            assert first.headers.get("cache-control") == "no-cache", url
+            again = await c.get(url, headers={"If-None-Match": first.headers["etag"]})
+            assert again.status_code == 304, url
+            assert again.headers.get("cache-control") == "no-cache", url
+
+    run(options(ORDER_STATUS), scenario)
+
+
 @pytest.mark.parametrize("told", [True, False], ids=["root_path", "prefix_stripped"])
 def test_playground_page_behind_a_proxy_prefix_loads_everything_from_under_it(
     told: bool,

@@ -271,6 +271,19 @@ def test_browser_confirmation_prompt_has_yes_and_no(page: Any, base_url: str) ->
         "#load-file", str(Path(CARD_BANK) / "conversations" / "rule5_tool_constraints.yml")
     )
     page.wait_for_selector("#script li.next")
+    # Step by step until the confirmation: its Yes button has the focus (Enter confirms).
+    for _ in range(3):
+        done = page.locator(".turn-head").count()
+        page.click("#step")
+        page.wait_for_function(
+            f"document.querySelectorAll('.turn-head').length > {done}"
+            " && !window.playground.state.busy"
+        )
+        if page.locator(".msg.confirmation").count():
+            break
+    assert page.locator(".msg.confirmation").count() == 1
+    assert page.evaluate("document.activeElement.className") == "confirm-yes"
+    assert page.evaluate("document.activeElement.textContent") == "Yes"
     page.click("#play")
     page.wait_for_function(
         "!window.playground.state.busy && document.querySelector('#step').disabled"
@@ -759,3 +772,278 @@ def test_browser_page_under_a_proxy_prefix_runs_a_turn_and_saves_it(
     assert not errors, errors
     fetched = [u for u in requested if u.startswith("http")]
     assert fetched and all(u.startswith(f"{url}/agents/") for u in fetched), fetched
+
+
+# ---------------------------------------------------------------------- turns, sessions, failures
+
+SCRIPT = """\
+variables: {order_ID: "1234"}
+turns:
+    - user: "first"
+      model:
+          - say: "scripted answer to turn 1"
+    - user: "second"
+      model:
+          - say: "scripted answer to turn 2"
+"""
+
+
+def session_json(url: str, session_id: str) -> dict[str, Any]:
+    """GET /v1/sessions/{id} from the test (the server has no keys: loopback is enough)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/v1/sessions/{session_id}", timeout=10) as answer:
+        data: dict[str, Any] = json.loads(answer.read())
+    return data
+
+
+@pytest.mark.parametrize("key", ["Alt+N", "Alt+R"])
+def test_browser_a_turn_still_running_draws_nothing_into_the_next_session(
+    chrome: Any, tmp_path: Path, key: str
+) -> None:
+    """New session (or Restart) while a turn runs (a model that takes a second): the old turn
+    is no longer read, so its steps, its end of session and its state never reach the new
+    session's panes; the server still commits it, in the old session."""
+    from agentscript.server.standin import StandInServer
+
+    lounge = tmp_path / "lounge.agent"
+    lounge.write_text(LOUNGE, encoding="utf-8")
+    model = StandInServer(delay=1.0).start()
+    try:
+        opts = options(str(lounge), model="openai:standin", base_url=model.base_url)
+        with playground_server(opts) as url:
+            context = chrome.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            try:
+                open_agent(page, url, "Lounge")
+                old = page.evaluate("window.playground.state.session")
+                page.focus("#input")
+                page.keyboard.type("/bye")  # ends the session, after the model's second
+                page.keyboard.press("Enter")
+                page.wait_for_function("window.playground.state.busy")
+                page.keyboard.press(key)
+                page.wait_for_function(
+                    f"window.playground.state.session && window.playground.state.session !== {old!r}"
+                )
+                # The old turn ends on the server (and would have reached the page by now).
+                deadline = 40
+                while session_json(url, old)["turns"] < 1 and deadline:
+                    page.wait_for_timeout(250)
+                    deadline -= 1
+                assert session_json(url, old)["ended"] is True
+                page.wait_for_timeout(500)
+                assert page.locator(".msg.notice.ended").count() == 0
+                assert not page.locator("#input").is_disabled()
+                assert not page.locator("#send").is_disabled()
+                assert "Session ended" not in page.locator("#where").inner_text()
+                assert page.locator("#trace > li").count() == 0
+                assert page.locator(".msg.user").count() == 0
+                assert page.evaluate("window.playground.state.turns") == 0
+                assert page.locator('#variables input[data-variable="tier"]').count() == 1
+                # The new session works, numbered from its own first turn.
+                send(page, "hello")
+                assert page.locator(".msg.agent").last.inner_text() == "You said: hello"
+                assert page.locator(".turn-head").all_inner_texts() == ["Turn 1: hello"]
+                assert not steps_of(page, "EVENT_STEP")
+                assert page.evaluate("window.playground.state.turns") == 1
+            finally:
+                context.close()
+            assert not errors, errors
+    finally:
+        model.stop()
+
+
+def test_browser_a_refused_message_is_not_a_turn_and_the_replay_stays_in_step(
+    page: Any, base_url: str
+) -> None:
+    """A message the server refuses (422 message_too_long) is marked not sent and not
+    counted: the loaded conversation's next step is still its turn 1, answered by turn 1's
+    moves (the server picks them by its own turn count)."""
+    open_agent(page, base_url, "Order_Status")
+    page.evaluate("t => window.playground.loadConversation(t)", SCRIPT)
+    page.wait_for_selector("#script li.next")
+    page.fill("#input", "B" * 20_000)  # past max_message_chars (16,000)
+    page.press("#input", "Enter")
+    page.wait_for_selector(".msg.error")
+    page.wait_for_function("!window.playground.state.busy")
+    assert "[message_too_long]" in page.locator(".msg.error").last.inner_text()
+    refused = page.locator(".msg.user").last
+    assert "unsent" in (refused.get_attribute("class") or "")
+    assert refused.locator(".unsent-note").inner_text() == "not sent"
+    assert page.locator(".turn-head").last.inner_text().startswith("Not sent: BBB")
+    assert page.evaluate("window.playground.state.turns") == 0
+    assert page.locator("#script li.next").inner_text() == "first"
+    assert page.locator("#variables input").count() > 0  # still before the first turn
+    page.click("#step")
+    page.wait_for_function("window.playground.state.turns === 1 && !window.playground.state.busy")
+    assert page.locator(".msg.agent").last.inner_text() == "scripted answer to turn 1"
+    assert page.locator(".turn-head").last.inner_text() == "Turn 1: first"
+    assert page.locator("#script li.next").inner_text() == "second"
+
+
+BIDI_SCRIPT = """\
+variables: {order_ID: "12\\u202e34"}
+actions:
+    get_delivery_date:
+        outputs: {delivery_date: "\\u2067evil\\u200f"}
+    check_if_late:
+        outputs: {is_late: true}
+turns:
+    - user: "where is it?"
+      model:
+          - tool: go_to_orders
+          - say: "on its way \\u202ereversed"
+"""
+
+
+# LRM, RLM, LRE, RLE, PDF, LRO, RLO, LRI, RLI, FSI, PDI.
+BIDI_CONTROLS = "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_browser_bidi_controls_in_values_are_shown_escaped_and_isolated(
+    page: Any, base_url: str
+) -> None:
+    """A right-to-left override (U+202E) or isolate (U+2067) in a tool's or the model's value
+    cannot reorder the fields shown after it: JSON values show it as \\u202e, and values,
+    messages and trace pieces are bidi-isolated."""
+    open_agent(page, base_url, "Order_Status")
+    page.evaluate("t => window.playground.loadConversation(t)", BIDI_SCRIPT)
+    page.wait_for_selector("#script li.next")
+    page.click("#step")
+    page.wait_for_function("window.playground.state.turns === 1 && !window.playground.state.busy")
+    actions = " ".join(steps_of(page, "ACTION_STEP"))
+    assert '"order_ID":"12\\u202e34"' in actions
+    assert '"delivery_date":"\\u2067evil\\u200f"' in actions
+    shown = page.evaluate(
+        "[...document.querySelectorAll('#trace .io, #variables .value, #trace .change')]"
+        ".map((e) => e.textContent).join(' ')"
+    )
+    assert not any(c in shown for c in BIDI_CONTROLS)
+    value = page.locator('#variables tr[data-variable="order_ID"] .value').inner_text()
+    assert value == '"12\\u202e34"'
+    styles = page.evaluate(
+        """() => Object.fromEntries([
+            ['message', '.msg.agent'], ['value', '#variables .value'],
+            ['trace', '#trace .step-ACTION_STEP .io'], ['name', '#trace .step b'],
+        ].map(([k, q]) => [k, getComputedStyle(document.querySelector(q)).unicodeBidi]))"""
+    )
+    assert styles == {
+        "message": "plaintext",
+        "value": "isolate",
+        "trace": "isolate",
+        "name": "isolate",
+    }
+
+
+def test_browser_without_a_session_typed_text_stays_and_the_page_says_why(
+    page: Any, base_url: str
+) -> None:
+    """A session that could not start: Send is disabled, the input says there is no session,
+    a typed message stays in the input with the reason in the banner, and a loaded
+    conversation whose session cannot start is not announced as loaded."""
+    open_agent(page, base_url, "Order_Status")
+    refusal = json.dumps({"error": {"code": "down", "message": "sessions are down"}})
+    pattern = "**/playground/api/agents/*/sessions"
+    page.route(pattern, lambda route: route.fulfill(status=503, body=refusal))
+    page.click("#new-session")
+    page.wait_for_selector(".msg.error")
+    page.wait_for_function("!window.playground.state.starting")
+    assert page.locator(".msg.error").inner_text() == (
+        "Starting a session failed [down]: sessions are down"
+    )
+    assert page.evaluate("window.playground.state.session") is None
+    assert page.locator("#send").is_disabled()
+    assert "no session" in (page.locator("#input").get_attribute("placeholder") or "")
+    page.focus("#input")
+    page.keyboard.type("is anyone there?")
+    page.keyboard.press("Enter")
+    assert page.input_value("#input") == "is anyone there?"
+    assert page.locator("#banner").inner_text().startswith("There is no session")
+    assert page.locator(".msg.user").count() == 0
+    # Loading a conversation: its session cannot start either, so it is not "Loaded".
+    page.evaluate("t => window.playground.loadConversation(t)", SCRIPT)
+    page.wait_for_function(
+        "document.querySelectorAll('.msg.error').length === 1 && !window.playground.state.starting"
+    )
+    assert page.locator(".msg.notice").count() == 0
+    assert page.locator("#script").is_hidden()
+    # Sessions are back: New session (Alt+N), and the kept text goes.
+    page.unroute(pattern)
+    page.keyboard.press("Alt+N")
+    page.wait_for_function("!!window.playground.state.session")
+    page.focus("#input")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "document.querySelectorAll('.turn-head').length === 1 && !window.playground.state.busy"
+    )
+    assert page.input_value("#input") == ""
+    assert page.locator(".msg.agent").last.inner_text() == "You said: is anyone there?"
+
+
+def test_browser_a_server_that_cannot_be_reached_or_cuts_the_stream_is_said_plainly(
+    page: Any, base_url: str
+) -> None:
+    open_agent(page, base_url, "Order_Status")
+    pattern = "**/v1/sessions/*/messages"
+    page.route(pattern, lambda route: route.abort("connectionrefused"))
+    send(page, "hello")
+    error = page.locator(".msg.error").last.inner_text()
+    assert error.startswith(
+        "The message failed [network]: the playground server cannot be reached"
+    ), error
+    assert "unsent" in (page.locator(".msg.user").last.get_attribute("class") or "")
+    page.unroute(pattern)
+    # A stream cut after its first token (the browser's read fails part-way).
+    page.evaluate(
+        """() => {
+            const real = window.fetch;
+            window.fetch = (url, init) => {
+                if (!String(url).endsWith('/messages')) return real(url, init);
+                const body = new ReadableStream({
+                    start(c) {
+                        c.enqueue(new TextEncoder().encode('event: token\\ndata: {"text": "You sa"}\\n\\n'));
+                        setTimeout(() => c.error(new TypeError('network error')), 50);
+                    },
+                });
+                return Promise.resolve(new Response(body, { headers: { 'Content-Type': 'text/event-stream' } }));
+            };
+        }"""
+    )
+    send(page, "hello again")
+    error = page.locator(".msg.error").last.inner_text()
+    assert error.startswith(
+        "The message failed [stream_cut]: the connection to the playground server was lost"
+    ), error
+    assert page.evaluate("window.playground.state.turns") == 0  # the server's count
+    assert not page.locator("#send").is_disabled()
+
+
+def test_browser_a_streamed_reply_appends_each_token_without_rewriting_the_text(
+    page: Any, base_url: str
+) -> None:
+    """Each token is a text node of its own: the bubble's text is not copied again at every
+    token (quadratic in the reply's length), and is replaced once, by the final reply."""
+    open_agent(page, base_url, "Order_Status")
+    page.evaluate(
+        """() => {
+            window.__tokens = { added: 0, rewrites: 0 };
+            new MutationObserver((records) => {
+                for (const r of records) {
+                    if (!r.target.classList || !r.target.classList.contains('agent')) continue;
+                    for (const n of r.addedNodes) if (n.nodeType === Node.TEXT_NODE) window.__tokens.added += 1;
+                    if ([...r.removedNodes].some((n) => n.nodeType === Node.TEXT_NODE)) window.__tokens.rewrites += 1;
+                }
+            }).observe(document.getElementById('messages'), { childList: true, subtree: true });
+        }"""
+    )
+    page.fill("#input", "y" * 200)
+    page.press("#input", "Enter")
+    page.wait_for_function(
+        "document.querySelectorAll('.turn-head').length === 1 && !window.playground.state.busy"
+    )
+    assert page.locator(".msg.agent").last.inner_text() == "You said: " + "y" * 200
+    counts = page.evaluate("window.__tokens")
+    assert counts["added"] > 20, counts  # streamed in 8-character tokens
+    assert counts["rewrites"] <= 1, counts  # the final reply only

@@ -81,11 +81,14 @@ PAGE_HEADERS = {
 
 
 class PageFiles(StaticFiles):
-    """The page's assets, with :data:`PAGE_HEADERS`."""
+    """The page's assets, with :data:`PAGE_HEADERS` and ``Cache-Control: no-cache``, as the
+    page itself: a browser revalidates them (ETag, 304), so an upgraded server never runs
+    the new page with the old script or style."""
 
     def file_response(self, *args: Any, **kwargs: Any) -> Response:
         response = super().file_response(*args, **kwargs)
         response.headers.update(PAGE_HEADERS)
+        response.headers["Cache-Control"] = "no-cache"
         return response
 
 

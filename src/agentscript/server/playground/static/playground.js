@@ -19,8 +19,11 @@
     variables: {},      // what the current session started with
     edited: {},         // the variable editor's values (applied to the next session)
     script: null,       // {text, turns: [{user, model}]} of a loaded conversation file
-    turns: 0,
+    turns: 0,           // the session's turns as the server counts them (never a refused message)
     busy: false,
+    turn: null,         // the turn in flight: {session, controller}; another session drops it
+    starting: false,    // a new session was asked for and has not answered yet
+    starts: 0,          // sessions asked for: only the last one asked is drawn
     ended: false,       // the session ended: no more messages until a new one
     visited: new Set(),
     taken: new Set(),   // "from->to" transitions seen
@@ -49,10 +52,20 @@
     return node;
   }
 
+  // Bidi controls (LRM, RLM, LRE..RLO, LRI..PDI) in a value would reorder how the text after
+  // them reads, other fields included: every JSON the page shows has them escaped (\u202e),
+  // so a value reads as what it holds. (The CSS also isolates each value and message.)
+  const BIDI = /[\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+
+  function json(value, indent) {
+    const text = JSON.stringify(value, null, indent);
+    if (text === undefined) return String(text);
+    return text.replace(BIDI, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  }
+
   function show(value) {
     if (value === undefined) return "—";
-    if (typeof value === "string") return JSON.stringify(value);
-    return JSON.stringify(value);
+    return json(value);
   }
 
   function banner(text, kind) {
@@ -86,17 +99,23 @@
     return new ApiFailure(response.status, code, message);
   }
 
-  async function api(method, url, body) {
-    let response;
+  // fetch, with the browser's own words for a server it cannot reach ("Failed to fetch")
+  // said plainly. A request the page aborted itself stays an AbortError.
+  async function reach(url, init) {
     try {
-      response = await fetch(url, {
-        method,
-        headers: headers(body !== undefined ? { "Content-Type": "application/json" } : {}),
-        body: body !== undefined ? JSON.stringify(body) : undefined,
-      });
+      return await fetch(url, init);
     } catch (e) {
-      throw new ApiFailure(0, "network", "the playground server cannot be reached: " + e.message);
+      if (e && e.name === "AbortError") throw e;
+      throw new ApiFailure(0, "network", "the playground server cannot be reached (the browser says: " + e.message + ")");
     }
+  }
+
+  async function api(method, url, body) {
+    const response = await reach(url, {
+      method,
+      headers: headers(body !== undefined ? { "Content-Type": "application/json" } : {}),
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+    });
     if (!response.ok) throw await failure(response);
     return response.status === 204 ? null : response.json();
   }
@@ -117,20 +136,34 @@
   }
 
   const PLACEHOLDER = "Type a message; Enter sends, Shift+Enter adds a line";
+  const ENDED = "The session has ended. New session (Alt+N) starts another.";
+  const STARTING = "Starting a session…";
+  const NO_SESSION = "There is no session: New session (Alt+N) starts one.";
+
+  // The composer and the controls as S says: Send needs a session that has not ended and no
+  // turn in flight; the input says why it cannot send.
+  function drawControls() {
+    $("input").disabled = S.ended;
+    $("send").disabled = S.busy || S.ended || !S.session;
+    $("input").placeholder = S.ended ? ENDED : S.session ? PLACEHOLDER : S.starting ? STARTING : NO_SESSION;
+    $("save").disabled = $("traces").disabled = !S.session;
+    updateScriptButtons();
+  }
 
   function setBusy(busy) {
     S.busy = busy;
-    $("send").disabled = busy || S.ended;
     $("input").setAttribute("aria-busy", busy ? "true" : "false");
-    updateScriptButtons();
+    drawControls();
   }
 
   function setEnded(ended) {
     S.ended = ended;
-    $("input").disabled = ended;
-    $("send").disabled = ended || S.busy;
-    $("input").placeholder = ended ? "The session has ended. New session (Alt+N) starts another." : PLACEHOLDER;
-    updateScriptButtons();
+    drawControls();
+  }
+
+  function setSession(id) {
+    S.session = id;
+    drawControls();
   }
 
   // The buttons of the turn's responses, one row per response that has some: the variant
@@ -163,7 +196,10 @@
     return box;
   }
 
+  // Draws the end of the turn; returns the element that takes the focus (the Yes button of a
+  // confirmation), or null for the input.
   function finishTurn(bubble, turn) {
+    let focus = null;
     bubble.classList.remove("streaming");
     bubble.textContent = turn.response || "";
     const extra = buttonRows(turn);
@@ -175,13 +211,14 @@
         el("button", { class: "confirm-yes", onclick: () => send("yes") }, "Yes"),
         el("button", { class: "confirm-no", onclick: () => send("no") }, "No"));
       const box = addMessage("notice confirmation", "Confirmation needed: " + turn.confirmation, row);
-      box.querySelector("button").focus();
+      focus = box.querySelector("button.confirm-yes");
     }
     if (turn.escalated) addMessage("notice escalated", "Escalated: the conversation is handed to a human agent.");
     if (turn.ended) {
       addMessage("notice ended", "The session has ended: the agent ended the conversation. New session (Alt+N) starts another.");
       setEnded(true);
     }
+    return focus;
   }
 
   // A tool that supplies buttons fills them into a RESPONSE_STEP already streamed: read the
@@ -204,37 +241,75 @@
     }
   }
 
+  // Why a message cannot be sent now ("empty", "busy", "ended", "no session"), or null.
+  function refusal(text) {
+    if (!String(text).trim()) return "empty";
+    if (S.busy) return "busy";
+    if (S.ended) return "ended";
+    if (!S.session) return "no session";
+    return null;
+  }
+
+  // A message the server refused (an HTTP error, an error event, a server not reached): it is
+  // not one of the session's turns, and its bubble and heading say so.
+  function markNotSent(said, head, text) {
+    said.classList.add("unsent");
+    said.append(el("small", { class: "unsent-note" }, "not sent"));
+    head.classList.add("unsent");
+    head.textContent = "Not sent: " + text;
+  }
+
   // `shown`: what the user's bubble says when it differs from what is sent (a button's title;
   // the payload it sends is shown under it, and is what the session and saved chat record).
+  // Returns the turn, or null when nothing was sent, the message was refused, or another
+  // session started while it ran (the server still runs that turn to its commit; the page
+  // stops reading it and draws nothing more of it).
   async function send(text, shown) {
-    if (S.busy || S.ended || !S.session || !text.trim()) return;
+    const why = refusal(text);
+    if (why === "no session" && S.agent) banner(S.starting ? "The session is still starting: send again in a moment." : NO_SESSION);
+    if (why) return null;
+    const session = S.session;
+    const mine = { session, controller: new AbortController() };
+    const current = () => S.turn === mine;
+    S.turn = mine;
     setBusy(true);
     banner("");
-    lockVariables();
-    if (shown && shown !== text) addMessage("user", shown, el("small", { class: "sent", title: "what the button sent" }, text));
-    else addMessage("user", text);
-    S.turns += 1;
-    const head = el("li", { class: "turn-head", "data-turn": S.turns }, "Turn " + S.turns + ": " + text);
+    drawStartVariables();  // read-only while the message runs
+    const said = shown && shown !== text
+      ? addMessage("user", shown, el("small", { class: "sent", title: "what the button sent" }, text))
+      : addMessage("user", text);
+    // Numbered by the server's answer (turn.turn): until then, the number it would take.
+    const head = el("li", { class: "turn-head" }, "Turn " + (S.turns + 1) + ": " + text);
     $("trace").append(head);
     const bubble = addMessage("agent streaming", "");
     const steps = [];
     const nodes = [];
-    const session = S.session;  // the turn's, should another session start while it runs
     let turn = null;
+    let accepted = false;  // the server took the message and streams its turn
+    let focus = null;
     try {
-      const response = await fetch(at("v1/sessions/" + session + "/messages"), {
+      const response = await reach(at("v1/sessions/" + session + "/messages"), {
         method: "POST",
         headers: headers({ "Content-Type": "application/json", "Accept": "text/event-stream" }),
         body: JSON.stringify({ text }),
+        signal: mine.controller.signal,
       });
       if (!response.ok) throw await failure(response);
+      accepted = true;
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
       let buffered = "";
       for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffered += decoder.decode(value, { stream: true });
+        let chunk;
+        try {
+          chunk = await reader.read();
+        } catch (e) {
+          if (!current() || (e && e.name === "AbortError")) throw e;
+          throw new ApiFailure(0, "stream_cut", "the connection to the playground server was lost before the turn ended (the browser says: " + e.message + "); the session may still have recorded the turn");
+        }
+        if (!current()) return null;  // another session started: nothing more is drawn
+        if (chunk.done) break;
+        buffered += decoder.decode(chunk.value, { stream: true });
         let cut;
         while ((cut = buffered.indexOf("\n\n")) >= 0) {
           const block = buffered.slice(0, cut);
@@ -245,24 +320,43 @@
             else if (line.startsWith("data:")) data = JSON.parse(line.slice(5));
           }
           if (data === null) continue;
-          if (name === "token") { bubble.textContent += data.text; }
+          // One text node per token: `textContent +=` copies the whole reply at each one.
+          if (name === "token") { bubble.append(data.text); }
           else if (name === "step") { steps.push(data); nodes.push(...renderSteps([data])); }
           else if (name === "turn") { turn = data; }
-          else if (name === "error") { throw new ApiFailure(data.status, data.code, data.message); }
+          else if (name === "error") { accepted = false; throw new ApiFailure(data.status, data.code, data.message); }
         }
       }
       if (!turn) throw new ApiFailure(0, "stream_closed", "the server closed the stream before the turn ended");
+      if (Number.isInteger(turn.turn)) {
+        S.turns = turn.turn;
+        head.setAttribute("data-turn", turn.turn);
+        head.textContent = "Turn " + turn.turn + ": " + text;
+      }
       turn.__steps = await settleSteps(session, turn, steps, nodes);
-      finishTurn(bubble, turn);
-      await refreshState(turn);
+      if (!current()) return null;
+      focus = finishTurn(bubble, turn);
+      await refreshState(session, turn);
     } catch (err) {
+      if (!current()) return null;
       bubble.remove();
       errorMessage("The message failed", err);
-      if (err.code === "session_not_found") S.session = null;
+      if (!turn) {
+        // A stream cut or closed before its end: the server runs a turn to its commit even
+        // when its client goes away, so the session's own count says whether this one was.
+        if (accepted) await refreshState(session, null, true);
+        else markNotSent(said, head, text);
+      }
+      if (err.code === "session_not_found" && S.session === session) setSession(null);
+      turn = null;
     } finally {
-      setBusy(false);
-      markScript();
-      $("input").focus();
+      if (current()) {
+        S.turn = null;
+        setBusy(false);
+        drawStartVariables();  // editable again when the session still has no turn
+        markScript();
+        (focus || $("input")).focus();
+      }
     }
     return turn;
   }
@@ -306,13 +400,13 @@
       if (s.confirmed !== undefined && s.confirmed !== null) parts.push(s.confirmed ? ": confirmed" : ": declined");
       if (s.reason) parts.push(": " + s.reason);
       if (s.error) parts.push(el("div", { class: "error-text" }, s.error));
-      parts.push(lazyDetails("details", () => JSON.stringify(s, null, 2)));
+      parts.push(lazyDetails("details", () => json(s, 2)));
       return parts;
     },
     BLOCK_STEP: (s) => [s.event + " block ", el("b", {}, s.block), " of " + s.skill, s.step ? " at " + s.step : "", s.next ? " → " + s.next : ""],
     BUDGET_STEP: (s) => [el("span", { class: "error-text" }, "budget: the " + s.scope + " " + s.cap + " cap (" + s.limit + ") would reach " + s.wouldReach + "; " + s.action)],
     KNOWLEDGE_STEP: (s) => ["search ", el("code", {}, s.query || ""), " → " + (s.passages || []).length + " passages",
-      lazyDetails("passages", () => JSON.stringify(s.passages, null, 2))],
+      lazyDetails("passages", () => json(s.passages, 2))],
     SKILL_STEP: (s) => [s.event + " ", el("b", {}, s.skill), s.kind ? " (" + s.kind + ")" : "", s.by ? " by " + s.by : ""],
     RESPONSE_STEP: (s) => {
       const parts = [el("span", {}, s.text || ""), s.response ? el("span", { class: "muted" }, " " + s.response) : ""];
@@ -341,19 +435,19 @@
     },
     LLM_STEP: (s) => {
       const out = s.output || {};
-      const calls = (out.tool_calls || []).map((c) => c.name + " " + JSON.stringify(c.arguments));
+      const calls = (out.tool_calls || []).map((c) => c.name + " " + json(c.arguments));
       const parts = ["model (" + (s.node || "") + " #" + (s.iteration || 1) + "): ",
         calls.length ? el("b", {}, calls.join(", ")) : el("span", {}, out.text || "")];
       if (s.error) parts.push(el("div", { class: "error-text" }, s.error));
       const input = fullInput(s.input);
-      parts.push(lazyDetails("input", () => JSON.stringify(input, null, 2)));
+      parts.push(lazyDetails("input", () => json(input, 2)));
       return parts;
     },
     ACTION_STEP: (s) => {
       const parts = [el("b", {}, s.name), " (" + (s.source || "") + (s.target ? ", " + s.target : "") + ")"];
-      parts.push(el("div", { class: "io" }, "in: " + JSON.stringify(s.input)));
+      parts.push(el("div", { class: "io" }, "in: " + json(s.input)));
       if (s.error) parts.push(el("div", { class: "error-text" }, "error: " + s.error));
-      else parts.push(el("div", { class: "io" }, "out: " + JSON.stringify(s.output)));
+      else parts.push(el("div", { class: "io" }, "out: " + json(s.output)));
       return parts;
     },
   };
@@ -421,7 +515,7 @@
     const li = el("li", { class: "step step-" + s.type + (s.error ? " failed" : ""), "data-type": s.type },
       el("span", { class: "kind" }, s.type.replace("_STEP", "").replace("_", " ")));
     if (render) li.append(...render(s));
-    else li.append(lazyDetails("details", () => JSON.stringify(s, null, 2)));
+    else li.append(lazyDetails("details", () => json(s, 2)));
     for (const c of changes(s.preVars, s.postVars)) li.append(c);
     return li;
   }
@@ -465,7 +559,7 @@
   function drawVariables(values, before) {
     const body = $("variables").tBodies[0];
     body.textContent = "";
-    const editable = S.turns === 0;
+    const editable = S.turns === 0 && !S.busy;
     for (const v of variableRows()) {
       const value = values[v.name];
       const tags = [v.type, v.linked ? "linked" : null, v.mutable ? null : "read-only"].filter(Boolean).join(", ");
@@ -493,7 +587,8 @@
       : "Changed by the last turn: highlighted, with the value before.";
   }
 
-  function lockVariables() {
+  // Before the first turn: the start-up variables, editable unless a message is running.
+  function drawStartVariables() {
     if (S.turns === 0) drawVariables(S.lastValues || S.variables, null);
   }
 
@@ -523,10 +618,14 @@
     if (state.ended) box.append(el("div", { class: "ended-state" }, "Session ended"));
   }
 
-  async function refreshState(turn) {
-    if (!S.session) return;
+  // The state of `session` (the server's turn count included), drawn only while it is still
+  // the page's session; `quiet`: a failure to read it is not said.
+  async function refreshState(session, turn, quiet) {
+    if (!session) return;
     try {
-      const state = await api("GET", at("playground/api/sessions/" + S.session + "/state"));
+      const state = await api("GET", at("playground/api/sessions/" + session + "/state"));
+      if (S.session !== session) return;
+      if (Number.isInteger(state.turns)) S.turns = state.turns;
       const before = S.lastValues;
       S.lastValues = state.variables;
       drawVariables(state.variables, turn ? before : null);
@@ -534,7 +633,7 @@
       if (turn && turn.path) for (const n of turn.path) S.visited.add(n);
       drawGraph();
     } catch (err) {
-      errorMessage("Reading the session state failed", err);
+      if (!quiet && S.session === session) errorMessage("Reading the session state failed", err);
     }
   }
 
@@ -639,26 +738,52 @@
     $("step-count").textContent = "";
   }
 
+  // Leaves the page's session: the turn in flight, if any, is no longer read or drawn (its
+  // request is aborted; the server still runs that turn to its commit, in the old session).
+  function leaveSession() {
+    if (S.turn) {
+      S.turn.controller.abort();
+      S.turn = null;
+      setBusy(false);
+    }
+    setSession(null);
+    $("session-id").textContent = "";
+  }
+
+  // Starts a session; true once it runs, false when it could not start (the reason is said
+  // in the chat) or another one was asked for meanwhile.
   async function newSession(keepScript) {
-    if (!S.agent) return;
+    if (!S.agent) return false;
+    const mine = ++S.starts;
+    S.starting = true;
+    leaveSession();
     if (!keepScript) S.script = null;
     const body = { variables: Object.assign({}, S.edited) };
     if (S.script) body.conversation = S.script.text;
     resetPanes();
+    let created = null;
     try {
-      const created = await api("POST", at("playground/api/agents/" + encodeURIComponent(S.agent.name) + "/sessions"), body);
-      S.session = created.session_id;
+      created = await api("POST", at("playground/api/agents/" + encodeURIComponent(S.agent.name) + "/sessions"), body);
+    } catch (err) {
+      if (mine !== S.starts) return false;
+      errorMessage("Starting a session failed", err);
+    }
+    if (mine !== S.starts) return false;
+    S.starting = false;
+    if (created) {
       S.variables = created.variables;
+      setSession(created.session_id);
       $("session-id").textContent = "session " + S.session.slice(0, 8) + (S.script ? " (replaying " + created.scripted_turns + " turns)" : "");
       for (const m of created.messages) addMessage("agent welcome", m);
       banner("");
-    } catch (err) {
-      S.session = null;
-      errorMessage("Starting a session failed", err);
+      await refreshState(S.session, null);
+    } else {
+      drawControls();  // the input now says there is no session
     }
-    await refreshState(null);
+    if (mine !== S.starts) return false;
     drawScript();
     $("input").focus();
+    return created !== null;
   }
 
   function drawScript() {
@@ -702,8 +827,12 @@
       const parsed = await api("POST", at("playground/api/conversations"), { text });
       S.script = { text, turns: parsed.turns };
       S.edited = Object.assign({}, parsed.variables);
-      await newSession(true);
-      addMessage("notice", "Loaded a conversation of " + parsed.turns.length + " turns: Next step (Alt+S) sends them one by one; its model moves answer them.");
+      if (await newSession(true)) {
+        addMessage("notice", "Loaded a conversation of " + parsed.turns.length + " turns: Next step (Alt+S) sends them one by one; its model moves answer them.");
+      } else if (!S.session && !S.starting) {
+        S.script = null;  // its session did not start (said above): it is not loaded
+        drawScript();
+      }
     } catch (err) {
       errorMessage("Loading the conversation failed", err);
     }
@@ -712,7 +841,7 @@
   async function download(url, fallbackName) {
     if (!S.session) return;
     try {
-      const response = await fetch(url, { headers: headers() });
+      const response = await reach(url, { headers: headers() });
       if (!response.ok) throw await failure(response);
       const disposition = response.headers.get("Content-Disposition") || "";
       const match = /filename="([^"]+)"/.exec(disposition);
@@ -727,6 +856,7 @@
   }
 
   async function selectAgent(name) {
+    leaveSession();  // before the agent changes: the old turn draws nothing with the new one
     S.agent = S.config.agents.find((a) => a.name === name) || S.config.agents[0];
     S.script = null;
     S.edited = {};
@@ -741,10 +871,17 @@
 
   async function start() {
     const started = performance.now();
+    drawControls();  // no session yet: Send waits for one
     $("key").value = S.key;
     $("key-box").addEventListener("submit", (e) => e.preventDefault());
     $("key").addEventListener("change", () => { S.key = $("key").value; sessionStorage.setItem("agentscript-key", S.key); init(); });
-    $("composer").addEventListener("submit", (e) => { e.preventDefault(); const t = $("input").value; $("input").value = ""; send(t); });
+    $("composer").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const t = $("input").value;
+      // Cleared only when the message goes: typed text is never lost to a refusal.
+      if (refusal(t) === null) $("input").value = "";
+      send(t);
+    });
     $("input").addEventListener("keydown", (e) => {
       if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
     });
