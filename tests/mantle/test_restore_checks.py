@@ -201,8 +201,10 @@ def test_the_saved_pending_confirmation_restores_and_a_yes_orders_once() -> None
 
 def test_a_pending_call_held_from_the_model_restores_with_checked_arguments() -> None:
     agent, data = pending_saved()
-    pending(**FROM_MODEL, arguments={"card_id": "C-11", "shipping": "standard"})(data)
-    put(f"{ENTRY}/step", "pick_shipping")(data)
+    # Held by the model in the skill's prose (no block runs: one would run the tool itself),
+    # with the arguments its question shows (memory: C-11, express).
+    pending(**FROM_MODEL, arguments={"card_id": "C-11", "shipping": "express"})(data)
+    put("extra/mantle/stack/0/blocks", [])(data)
     session = restore(agent, data)
     reply = send(session, "yes")
     assert reply.error is None

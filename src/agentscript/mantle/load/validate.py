@@ -26,6 +26,7 @@ from agentscript.mantle.model import (
     ToolRef,
     ToolWrite,
 )
+from agentscript.mantle.queries import tool_constraint
 
 # Tools the engine itself offers; a project tool must not take these names.
 FRAMEWORK_TOOLS = frozenset(
@@ -131,6 +132,22 @@ def _bare_write_problem(project: Project, skill: Skill | None, name: str) -> str
         return None
     owner = f"skills/{skill.id}/memory.yml or " if skill else ""
     return f"memory entry '{name}' is written but not declared in {owner}the project memory.yml"
+
+
+def _collect_problem(project: Project, skill: Skill, name: str) -> str | None:
+    """A ``collect:`` fills an entry of its own skill (``queries.collect_key``): the model
+    writes it with ``set_fields``, and the model never writes project memory. A bare name
+    declared only in the project memory.yml could therefore never be filled, and the block
+    would wait at the step for good."""
+    problem = _bare_write_problem(project, skill, name)
+    if problem is not None or name in skill.memory:
+        return problem
+    return (
+        f"collect '{name}' fills the skill's own entry '{skill.id}.{name}', which is not "
+        f"declared in skills/{skill.id}/memory.yml ('{name}' is a project entry, which the "
+        "model never writes; collect steps fill the skill's own entries): declare it in the "
+        "skill's memory.yml, or fill the project entry from a tool"
+    )
 
 
 # --- per skill --------------------------------------------------------------------------
@@ -245,7 +262,7 @@ def _step(project: Project, skill: Skill, block: OrderedBlock, step: Step) -> It
     if step.utterance:
         yield from _response_ref(project, step.utterance, step.file, step.span)
     if step.kind is StepKind.COLLECT and step.collect:
-        problem = _bare_write_problem(project, skill, step.collect)
+        problem = _collect_problem(project, skill, step.collect)
         if problem:
             yield _diag("mantle-undeclared-memory", problem, step.file, step.span)
     for key in step.set_memory:
@@ -662,7 +679,8 @@ def check_buttons(project: Project) -> Iterator[Diagnostic]:
                         "mantle-button", problem, button.span, Severity.ERROR, variant.file
                     )
             source = variant.buttons_source
-            if source is not None and source_tool(project, source, response.owner) is None:
+            found = None if source is None else source_tool(project, source, response.owner)
+            if source is not None and found is None:
                 yield Diagnostic(
                     "mantle-button",
                     f"buttons of '{response.name}': source tool '{source}' is not defined in "
@@ -671,6 +689,24 @@ def check_buttons(project: Project) -> Iterator[Diagnostic]:
                     Severity.ERROR,
                     variant.file,
                 )
+            elif found is not None and _needs_confirmation(project, found[0], source or ""):
+                # The run never calls such a tool for buttons (mantle/run/buttons.py:
+                # source_gate): nobody is asked at the end of a turn.
+                yield Diagnostic(
+                    "mantle-button",
+                    f"buttons of '{response.name}': source tool '{source}' requires "
+                    "confirmation, so it is never run to supply buttons; list the buttons or "
+                    "use a tool without confirmation",
+                    variant.span,
+                    Severity.WARNING,
+                    variant.file,
+                )
+
+
+def _needs_confirmation(project: Project, skill_id: str, tool_name: str) -> bool:
+    constraint = tool_constraint(project, skill_id, tool_name)
+    confirm = constraint.requires_confirmation if constraint else None
+    return confirm is not None and confirm.enabled
 
 
 def payload_problem(project: Project, button: Button, parsed: tuple[str, str] | None) -> str | None:

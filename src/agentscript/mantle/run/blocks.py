@@ -1,25 +1,28 @@
 """Stepping an ordered block (M3, M5, M7): the step under the pointer runs when it needs no
 model (``noop``, ``set_memory``, ``action``, ``execute_tool``, ``call``, ``link``) or is
 checked when it waits for the user (``collect``, ``instructions``).
+
+The block runs its ``execute_tool`` steps itself, in order: while a block runs, the model is
+neither offered nor allowed to call the tools of the ``execute_tool`` steps at or ahead of its
+pointer (:func:`run_by_block`), or it could run a step's action early, and the step would then
+run it again.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from agentscript.engine.llm import TurnError
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
-from agentscript.mantle.model import END_STEP, Condition, OrderedBlock, Skill, Step, StepKind
-from agentscript.mantle.queries import (
-    collect_key,
-    default_evaluator,
-    holds,
-    tool_allowed,
-    tool_constraint,
-)
+from agentscript.mantle.model import END_STEP, OrderedBlock, Skill, Step, StepKind
+from agentscript.mantle.queries import collect_key, holds, tool_allowed, tool_constraint
 from agentscript.mantle.run import collect, hooks
 from agentscript.mantle.run.block_pointer import advance, advance_past_call, hold, is_held
-from agentscript.mantle.run.confirmation import hold_for_confirmation, needs_confirmation
+from agentscript.mantle.run.confirmation import (
+    changed_since_asked,
+    drop,
+    hold_for_confirmation,
+    needs_confirmation,
+    step_arguments,
+)
 from agentscript.mantle.run.stack import PARKED, BlockEntry, Frame, SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.transitions import (
@@ -125,8 +128,17 @@ async def execute_step(
     if is_held(ctx, entry, step):
         return False  # failed or declined before; runs again once memory changes
     pending = ctx.stack.pending
-    if pending and pending.get("step") == step.id and pending.get("skill") == skill.id:
-        return False
+    if (
+        pending
+        and pending["source"] == Source.STEP
+        and (pending["skill"], pending["block"], pending["step"]) == (skill.id, block.id, step.id)
+    ):
+        changed = changed_since_asked(ctx, pending)
+        if changed is None:
+            return False  # waits for the user's answer
+        # The question no longer describes the call: it is held again below, with the
+        # arguments and the question memory gives now (a later yes runs only what was shown).
+        drop(ctx, pending, changed)
     name = step.execute_tool or ""
     tool = ctx.project.tools_for(skill.id).get(name)
     if tool is None:
@@ -154,20 +166,6 @@ async def execute_step(
         return True
     hold(ctx, entry)
     return False
-
-
-def step_arguments(skill: Skill, step: Step, memory: dict[str, Any]) -> dict[str, Any]:
-    """``parameters`` of an ``execute_tool`` step: ``session.`` values are evaluated."""
-    arguments: dict[str, Any] = {}
-    for key, value in step.parameters.items():
-        if isinstance(value, Condition):
-            try:
-                arguments[key] = default_evaluator(value, memory)
-            except Exception as exc:
-                raise TurnError(f"step {step.id} of {skill.id}: parameter {key}: {exc}") from None
-        else:
-            arguments[key] = value
-    return arguments
 
 
 def call_step(ctx: TurnContext, frame: Frame, skill: Skill, step: Step) -> bool:
@@ -207,3 +205,59 @@ def link_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry, s
     forget_pending(ctx, frame)
     start_skill(ctx, target, frame["kind"], via_call=frame["via_call"])
     return True
+
+
+def run_by_block(skill: Skill, frame: Frame, name: str) -> str | None:
+    """Why the model may not call ``name`` now: an ``execute_tool`` step of a block the frame
+    runs will run it (None: no step ahead runs it). Ahead means the step under a pointer and
+    every step a ``next:`` (any branch), a fall-through or a ``call:``/``link:`` to a block of
+    the skill can reach from it. The step under the pointer counts: a failed or declined step
+    runs again once memory changes, and a call by the model would not move the pointer, so
+    the step would run it a second time. A step already passed and not reachable again does
+    not count: the block has run it, as the author ordered ("search again" in an
+    ``instructions:`` step after the search step is the model's to do)."""
+    for entry in frame["blocks"]:
+        block = skill.blocks.get(entry["block"])
+        if block is None or not block.steps:
+            continue
+        first = entry["step"] if entry["step"] is not None else block.steps[0].id
+        for owner, step in steps_ahead(skill, block, first):
+            if step.execute_tool == name:
+                return (
+                    f"'{name}' is run by step '{step.id}' of block '{owner.id}', which is ahead "
+                    f"of the running block '{block.id}' (at step '{first}'); the model "
+                    "cannot call it before the block does"
+                )
+    return None
+
+
+def steps_ahead(skill: Skill, block: OrderedBlock, step_id: str) -> list[tuple[OrderedBlock, Step]]:
+    """The steps reachable from ``step_id`` (itself included) whatever memory holds."""
+    seen: set[tuple[str, str]] = set()
+    out: list[tuple[OrderedBlock, Step]] = []
+    todo = [(block, step_id)]
+    while todo:
+        owner, current = todo.pop()
+        step = owner.step(current)
+        if step is None or (owner.id, step.id) in seen:
+            continue  # END, or already reached
+        seen.add((owner.id, step.id))
+        out.append((owner, step))
+        if step.kind is StepKind.END:
+            continue
+        targets: list[str] = []
+        if isinstance(step.next, str):
+            targets.append(step.next)
+        else:
+            branches = step.next or []
+            targets.extend(branch.target for branch in branches)
+            if not any(branch.condition is None for branch in branches):
+                index = next(i for i, s in enumerate(owner.steps) if s is step)
+                if index + 1 < len(owner.steps):
+                    targets.append(owner.steps[index + 1].id)
+        todo.extend((owner, target) for target in targets)
+        entered = step.call or step.link
+        called = skill.blocks.get(entered) if entered else None
+        if called is not None and called.steps:
+            todo.append((called, called.steps[0].id))
+    return out

@@ -17,7 +17,9 @@ applied (not offered, unknown, private, foreign, invalid or write-once value) sa
 Tool-supplied buttons are filled at the end of the turn (tools are asynchronous): the tool
 runs with no arguments (as an ``ACTION_STEP`` with source ``buttons``) and returns a list of
 ``{title, payload}`` (or ``{"buttons": [...]}``); they are added to the ``RESPONSE_STEP``
-and to ``Reply.buttons``.
+and to ``Reply.buttons``. The tool's ``tool_constraints`` apply (M5): while its ``requires``
+does not hold, or when it requires confirmation, it is not run, the response shows no
+buttons and its ``RESPONSE_STEP`` says why in ``buttonsError``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from agentscript.mantle.buttons import parse_payload, payload_value, source_tool
 from agentscript.mantle.memory import MemoryWriteError, check_write
 from agentscript.mantle.model import PROJECT_NAMESPACE
+from agentscript.mantle.queries import tool_allowed, tool_constraint
 from agentscript.mantle.run import hooks
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.turn_context import TurnContext
@@ -104,6 +107,11 @@ async def fill_source_buttons(ctx: TurnContext) -> None:
             step["buttonsError"] = f"button source tool '{name}' is not defined"
             continue
         owner, tool = found
+        gate = source_gate(ctx, owner, name)
+        if gate is not None:
+            step["buttonsError"] = gate
+            step["buttons"] = []
+            continue
         result, ok = await run_tool(ctx, owner, tool, {}, Source.BUTTONS)
         items = result.get("buttons", result.get("result")) if ok else None
         buttons = [
@@ -115,3 +123,22 @@ async def fill_source_buttons(ctx: TurnContext) -> None:
             step["buttonsError"] = f"'{name}' did not return a list of buttons"
         step["buttons"] = buttons
         ctx.result.buttons.extend(buttons)
+
+
+def source_gate(ctx: TurnContext, skill_id: str, name: str) -> str | None:
+    """Why the button source tool ``name`` may not run now (None: it may). Its
+    ``tool_constraints`` apply whoever calls it (M5, boundary rule 5): not while its
+    ``requires`` does not hold, and never when it requires confirmation, since a source
+    runs at the end of the turn with nobody to ask."""
+    constraint = tool_constraint(ctx.project, skill_id, name)
+    if constraint is None:
+        return None
+    confirm = constraint.requires_confirmation
+    if confirm is not None and confirm.enabled:
+        return (
+            f"button source tool '{name}' requires confirmation; it is not run to supply "
+            "buttons (list the buttons, or use a tool without confirmation)"
+        )
+    if not tool_allowed(ctx.project, skill_id, name, ctx.memory):
+        return f"button source tool '{name}' is not available now: its requires does not hold"
+    return None

@@ -1,9 +1,14 @@
 """The model's tool calls (M5, M6): each goes through the gates before anything runs.
 
-Engine tools go to their handlers; a skill tool must belong to the active skill, its
-``requires`` must hold, its arguments must fit its schema, and a confirmation gate holds it
-for the user. Everything else is refused with a ``REFUSED_STEP`` and an error result, and
-every call gets its answer in the history.
+Engine tools go to their handlers; a skill tool must belong to the active skill, must not be
+run by a block of that skill that is running (M3), its ``requires`` must hold, its arguments
+must fit its schema, and a confirmation gate holds it for the user. Everything else is refused
+with a ``REFUSED_STEP`` and an error result, and every call gets its answer in the history.
+
+The model's text sent with its calls stays in the history with them. When a call ends the
+turn with a question or a denial the engine says (a confirmation), that text is said first
+(``RESPONSE_STEP`` kind ``llm``), as Agent Script does (S13): no text answer follows, so it
+is the model's last word to the user, and the history already has it in that order.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from agentscript.engine.kernel import bounds_problem
 from agentscript.mantle.queries import tool_allowed, tool_constraint
 from agentscript.mantle.run import hooks
 from agentscript.mantle.run import prompt as p
+from agentscript.mantle.run.blocks import run_by_block
 from agentscript.mantle.run.confirmation import (
+    SayFirst,
     answerable,
     hold_for_confirmation,
     live_pending,
@@ -27,12 +34,23 @@ from agentscript.mantle.run.tool_handler import check_arguments
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ModelResponse, ToolCall
 from agentscript.not_offered import NotOffered, not_offered_message
-from agentscript.trace_steps import Source, refused_step
+from agentscript.trace_steps import ResponseKind, Source, refused_step, response_step
 
 
 async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
     calls = response.tool_calls
-    ctx.open_calls(response.text or "", calls)
+    text = response.text or ""
+    ctx.open_calls(text, calls)
+    unsaid = [text] if text else []
+
+    def say_first() -> None:
+        """The model's text, once, before the engine's words that end the turn (S13). Not
+        added to the history again: it is the calls' message there."""
+        if unsaid:
+            said = unsaid.pop()
+            ctx.speech.say(said, streamed=True)
+            response_step(ctx.trace, text=said, node=ctx.node_name(), kind=ResponseKind.LLM)
+
     most = ctx.limits.max_tool_calls_per_step
     try:
         for index, call in enumerate(calls):
@@ -42,7 +60,7 @@ async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
             elif ctx.stop:
                 result = refuse(ctx, call, "not run: the turn already ended")
             else:
-                result = await call_tool(ctx, call)
+                result = await call_tool(ctx, call, say_first)
             ctx.answer(call, result)
     finally:
         # A call that raised ends the turn; the calls left still get an answer so the
@@ -75,7 +93,7 @@ def refuse(
     return {"error": reason if cause is None else not_offered_message(call.name)}
 
 
-async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
+async def call_tool(ctx: TurnContext, call: ToolCall, say_first: SayFirst) -> dict[str, Any]:
     if call.arguments is None:
         return refuse(
             ctx,
@@ -114,9 +132,10 @@ async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
         elif not isinstance(confirmed, bool):
             result = {"error": "resolve_tool_confirmation needs confirmed=true or false"}
         else:
-            return await with_hooks(ctx, since, await resolve(ctx, confirmed, via=Source.LLM))
+            resolved = await resolve(ctx, confirmed, via=Source.LLM, say_first=say_first)
+            return await with_hooks(ctx, since, resolved)
     else:
-        return await with_hooks(ctx, since, await call_skill_tool(ctx, call, args))
+        return await with_hooks(ctx, since, await call_skill_tool(ctx, call, args, say_first))
     if "error" in result:
         return refuse(ctx, call, str(result["error"]))
     ctx.actions_run.append(call.name)
@@ -129,7 +148,9 @@ async def with_hooks(ctx: TurnContext, since: int, result: dict[str, Any]) -> di
     return result if rejected is None else {**result, "error": rejected}
 
 
-async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]) -> dict[str, Any]:
+async def call_skill_tool(
+    ctx: TurnContext, call: ToolCall, args: dict[str, Any], say_first: SayFirst
+) -> dict[str, Any]:
     frame = ctx.stack.active()
     if frame is None:
         return refuse(
@@ -144,23 +165,39 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
             f"unknown tool '{call.name}' for skill '{skill_id}'",
             cause=NotOffered.UNKNOWN,
         )
-    pending = ctx.stack.pending
+    pending = live_pending(ctx)
     if pending is not None and pending["tool"] == call.name:
-        return refuse(
-            ctx,
-            call,
-            f"'{call.name}' waits for the user's confirmation; call resolve_tool_confirmation",
-        )
+        # The prompt already says the call waits, so saying it again reveals nothing.
+        if answerable(ctx, pending):
+            reason = (
+                f"'{call.name}' already waits for the user's confirmation; call "
+                "resolve_tool_confirmation with their answer"
+            )
+        else:
+            reason = (
+                f"'{call.name}' already waits for the user's confirmation: ask them and end "
+                "your reply; their answer comes in their next message"
+            )
+        return refuse(ctx, call, reason)
     if ctx.searched:
         # Hidden like any tool whose gate does not hold: the model reads "not available".
         reason = f"tool '{call.name}' is withheld after a knowledge search"
         return refuse(ctx, call, reason, cause=NotOffered.HIDDEN)
+    skill = ctx.project.skills[skill_id]
+    running = run_by_block(skill, frame, call.name)
+    if running is not None:
+        return refuse(ctx, call, running, cause=NotOffered.HIDDEN)
     if not tool_allowed(ctx.project, skill_id, call.name, ctx.memory):
-        return refuse(ctx, call, not_offered_message(call.name), cause=NotOffered.HIDDEN)
+        constraint = tool_constraint(ctx.project, skill_id, call.name)
+        gate = constraint.requires.text if constraint and constraint.requires else "?"
+        reason = f"the requires of '{call.name}' does not hold (or cannot be evaluated): {gate}"
+        return refuse(ctx, call, reason, cause=NotOffered.HIDDEN)
     checked, problem = check_arguments(tool, args)
     if problem is not None:
         return refuse(ctx, call, problem)
     if needs_confirmation(tool_constraint(ctx.project, skill_id, call.name)):
-        return hold_for_confirmation(ctx, skill_id, tool, checked, source=Source.LLM)
+        return hold_for_confirmation(
+            ctx, skill_id, tool, checked, source=Source.LLM, say_first=say_first
+        )
     result, _ = await run_tool(ctx, skill_id, tool, checked, Source.LLM)
     return result

@@ -10,19 +10,34 @@ held it while that skill is the active one: when the skill is paused (interrupt)
 gone, the call is dropped (the user's next "yes" answers something else), and a held
 ``execute_tool`` step holds it again, asking again, when its skill resumes. One slot: a second
 gated call while one waits is refused, never swapped in.
+
+A yes runs only the call the user was shown. The question is a response rendered from memory,
+as every Mantle response is, so a call the model makes is held only when each argument that
+names a memory entry (as a bare ``{placeholder}`` reads it: the skill's entry, then the
+project's) equals that entry's value; otherwise it is refused and nothing is asked. On yes the
+call is checked again: a step's arguments are computed anew from memory, a model's are
+compared with memory again (and with the running block, which may run that tool itself), and
+a call that no longer matches is dropped (``confirmation_dropped``) instead of run: the step
+holds it again with a fresh question; the model is told the user must be asked again. A held
+step whose arguments change while it waits is dropped and held again at once
+(:func:`.blocks.execute_step`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agentscript.engine.kernel import read_yes_no
-from agentscript.mantle.model import Tool, ToolConstraint
-from agentscript.mantle.queries import tool_allowed, tool_constraint
+from agentscript.engine.llm import TurnError
+from agentscript.mantle.memory import MemoryWriteError, coerce_value, resolve_name, shown
+from agentscript.mantle.model import Condition, Skill, Step, Tool, ToolConstraint
+from agentscript.mantle.queries import default_evaluator, tool_allowed, tool_constraint
 from agentscript.mantle.run.block_pointer import advance, hold
 from agentscript.mantle.run.stack import PendingCall, SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.turn_context import TurnContext
+from agentscript.not_offered import NotOffered, not_offered_message
 from agentscript.trace_steps import (
     ResponseKind,
     Source,
@@ -31,6 +46,10 @@ from agentscript.trace_steps import (
     event_step,
     refused_step,
 )
+
+# Said before a question or a denial that ends the turn: the model's text sent with the call
+# (S13, as in Agent Script); a no-op when the engine itself resolves the call.
+SayFirst = Callable[[], None]
 
 # The user's plain yes/no (None when the answer needs the model to interpret): the kernel's
 # rule, the same as Agent Script's.
@@ -50,6 +69,12 @@ def live_pending(ctx: TurnContext) -> PendingCall | None:
     frame = ctx.stack.active()
     if frame is not None and frame["skill"] == pending["skill"]:
         return pending
+    drop(ctx, pending, "its skill is no longer the active one")
+    return None
+
+
+def drop(ctx: TurnContext, pending: PendingCall, reason: str, **fields: Any) -> None:
+    """Forget the held call without running it (``EVENT_STEP confirmation_dropped``)."""
     ctx.stack.pending = None
     event_step(
         ctx.trace,
@@ -57,9 +82,95 @@ def live_pending(ctx: TurnContext) -> PendingCall | None:
         node=ctx.node_name(),
         tool=pending["tool"],
         skill=pending["skill"],
-        reason="its skill is no longer the active one",
+        reason=reason,
+        **fields,
     )
+
+
+def step_arguments(skill: Skill, step: Step, memory: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` of an ``execute_tool`` step: ``session.`` values are evaluated."""
+    arguments: dict[str, Any] = {}
+    for key, value in step.parameters.items():
+        if isinstance(value, Condition):
+            try:
+                arguments[key] = default_evaluator(value, memory)
+            except Exception as exc:
+                raise TurnError(f"step {step.id} of {skill.id}: parameter {key}: {exc}") from None
+        else:
+            arguments[key] = value
+    return arguments
+
+
+def memory_mismatch(ctx: TurnContext, skill_id: str, arguments: dict[str, Any]) -> str | None:
+    """Why a model's call does not describe what its confirmation question shows: the first
+    argument that names a memory entry (a bare name: the skill's entry, then the project's,
+    as a ``{placeholder}`` reads it) with another value than the entry's (None: each agrees).
+    Memory values are not quoted: the text reaches the model, and an entry may be private."""
+    for name, value in arguments.items():
+        entry = resolve_name(ctx.project, name, [skill_id])
+        if entry is None:
+            continue
+        try:
+            given = coerce_value(entry, value)
+        except MemoryWriteError:
+            given = value  # not a value of the entry's type: it cannot be the entry's value
+        current = ctx.memory.get(entry.qualified_name)
+        if given != current:
+            state = "is unset" if current is None else "has another value"
+            return (
+                f"its argument {name}={shown(value)} is not what the confirmation question "
+                f"shows: session.{entry.qualified_name} {state}"
+            )
     return None
+
+
+def held_step(ctx: TurnContext, pending: PendingCall) -> tuple[Skill, Step] | None:
+    """The ``execute_tool`` step that held ``pending``, while its skill's pointer is on it."""
+    if pending["source"] != Source.STEP:
+        return None
+    frame = ctx.stack.find(pending["skill"])
+    entry = SkillStack.block(frame) if frame else None
+    if entry is None or (entry["block"], entry["step"]) != (pending["block"], pending["step"]):
+        return None
+    skill = ctx.project.skills[pending["skill"]]
+    block = skill.blocks.get(entry["block"])
+    step = block.step(entry["step"]) if block and entry["step"] else None
+    return None if step is None else (skill, step)
+
+
+def changed_since_asked(ctx: TurnContext, pending: PendingCall) -> str | None:
+    """Why the held call is no longer the one the user was asked about (None: it still is):
+    a step's parameters now evaluate to other arguments; a model's call no longer agrees with
+    the memory entries its question reads, or is one a running block runs itself."""
+    held = held_step(ctx, pending)
+    if held is not None:
+        skill, step = held
+        now = step_arguments(skill, step, ctx.memory)
+        if now != pending["arguments"]:
+            changed = sorted(
+                k
+                for k in set(now) | set(pending["arguments"])
+                if now.get(k) != pending["arguments"].get(k)
+            )
+            return (
+                f"memory changed since the user was asked: step {step.id} now passes other "
+                f"{', '.join(changed)}"
+            )
+        return None
+    if pending["source"] == Source.STEP:
+        return None
+    # blocks imports this module (block steps hold calls), so its rule is imported here.
+    from agentscript.mantle.run.blocks import run_by_block
+
+    frame = ctx.stack.find(pending["skill"])
+    owner = ctx.project.skills.get(pending["skill"])
+    if frame is not None and owner is not None:
+        # Held before the model was kept from calling it (a session saved earlier): the block
+        # runs it at its step, so a yes now would run it twice.
+        ahead = run_by_block(owner, frame, pending["tool"])
+        if ahead is not None:
+            return ahead
+    return memory_mismatch(ctx, pending["skill"], pending["arguments"])
 
 
 def answerable(ctx: TurnContext, pending: PendingCall) -> bool:
@@ -77,7 +188,9 @@ def hold_for_confirmation(
     source: Source,
     block: str | None = None,
     step: str | None = None,
+    say_first: SayFirst | None = None,
 ) -> dict[str, Any]:
+    """Hold the call and ask (or have the model ask); an error result when it is not held."""
     waiting = live_pending(ctx)
     if waiting is not None:
         reason = (
@@ -87,10 +200,17 @@ def hold_for_confirmation(
         if source is Source.STEP and step is not None:
             ctx.refuse_waiting_step(tool.name, reason, skill_id, step)
         else:
-            refused_step(
-                ctx.trace, name=tool.name, reason=reason, node=ctx.node_name(), source=source
-            )
+            refuse(ctx, tool.name, reason, source, skill_id, arguments)
         return {"error": reason}
+    if source is Source.LLM:
+        mismatch = memory_mismatch(ctx, skill_id, arguments)
+        if mismatch is not None:
+            reason = (
+                f"'{tool.name}' was not held for confirmation: {mismatch}; write the entry "
+                "first (set_fields) or pass its value"
+            )
+            refuse(ctx, tool.name, reason, source, skill_id, arguments)
+            return {"error": reason}
     constraint = tool_constraint(ctx.project, skill_id, tool.name)
     gate = constraint.requires_confirmation if constraint else None
     ask = gate.utter_for_confirmation if gate else None
@@ -98,7 +218,7 @@ def hold_for_confirmation(
     question = rendered.text if rendered else None
     if ask and not question:
         reason = f"the confirmation question for '{tool.name}' is empty; the call is not run"
-        refused_step(ctx.trace, name=tool.name, reason=reason, node=ctx.node_name(), source=source)
+        refuse(ctx, tool.name, reason, source, skill_id, arguments)
         return {"error": reason}
     ctx.stack.pending = {
         "skill": skill_id,
@@ -118,6 +238,8 @@ def hold_for_confirmation(
         source=source,
     )
     if question:
+        if say_first is not None:
+            say_first()
         ctx.say(question, ResponseKind.CONFIRMATION, response=ask)
         ctx.result.confirmation = question
         ctx.stop = True
@@ -128,56 +250,106 @@ def hold_for_confirmation(
     }
 
 
-async def resolve(ctx: TurnContext, confirmed: bool, *, via: Source) -> dict[str, Any]:
+def refuse(
+    ctx: TurnContext,
+    name: str,
+    reason: str,
+    source: Source,
+    skill_id: str,
+    arguments: dict[str, Any] | None = None,
+    cause: NotOffered | None = None,
+) -> None:
+    refused_step(
+        ctx.trace,
+        name=name,
+        reason=reason,
+        node=ctx.node_name(),
+        source=source,
+        arguments=arguments,
+        skill=skill_id,
+        cause=cause,
+    )
+
+
+async def resolve(
+    ctx: TurnContext, confirmed: bool, *, via: Source, say_first: SayFirst | None = None
+) -> dict[str, Any]:
     """Apply the answer to the pending call (``via``: ``user`` or ``llm``)."""
     pending = ctx.stack.pending
     assert pending is not None
-    ctx.stack.pending = None
+    name = pending["tool"]
+    # The user answered without the model: the history shows the call the engine made.
+    call = ctx.engine_call("confirm", name, pending["arguments"]) if via is Source.USER else None
+    result = await answer(ctx, pending, confirmed, via, say_first)
+    if call is not None:
+        ctx.answer(call, result)
+        ctx.close_calls()
+    return result
+
+
+async def answer(
+    ctx: TurnContext,
+    pending: PendingCall,
+    confirmed: bool,
+    via: Source,
+    say_first: SayFirst | None,
+) -> dict[str, Any]:
     skill_id, name = pending["skill"], pending["tool"]
+    changed = changed_since_asked(ctx, pending) if confirmed else None
+    if changed is not None:
+        # A yes to a question that no longer describes the call: nothing runs. A step's
+        # call is held again, with a fresh question, when the block reaches the step again
+        # (the same turn); a model's call must be made again.
+        drop(ctx, pending, changed, confirmed=True, via=via.value)
+        again = (
+            "the question is asked again"
+            if pending["source"] == Source.STEP
+            else "the user must be asked again before it runs"
+        )
+        return {"error": f"'{name}' was not run: {changed}; {again}"}
+    ctx.stack.pending = None
     confirmation_resolved(
         ctx.trace, node=ctx.node_name(), skill=skill_id, tool=name, confirmed=confirmed, via=via
     )
     frame = ctx.stack.find(skill_id)
     tool = ctx.project.tools_for(skill_id).get(name)
-    entry = SkillStack.block(frame) if frame else None
-    from_step = (
-        pending["source"] == "step"
-        and entry is not None
-        and entry["block"] == pending["block"]
-        and entry["step"] == pending["step"]
-    )
-    # The user answered without the model: the history shows the call the engine made.
-    call = ctx.engine_call("confirm", name, pending["arguments"]) if via is Source.USER else None
-    result: dict[str, Any]
+    held = held_step(ctx, pending)
+    entry = SkillStack.block(frame) if frame and held else None
     if frame is None or tool is None:
-        result = {"error": f"'{name}' cannot run: its skill is no longer on the stack"}
-    elif not confirmed:
-        result = {"status": f"the user declined; {name} was not run"}
+        return {"error": f"'{name}' cannot run: its skill is no longer on the stack"}
+    if not confirmed:
         constraint = tool_constraint(ctx.project, skill_id, name)
         gate = constraint.requires_confirmation if constraint else None
-        if from_step and entry is not None:
+        if entry is not None:
             hold(ctx, entry)
         denial = gate.utter_on_user_denial if gate else None
         if denial and ctx.render(denial):
+            if say_first is not None:
+                say_first()
             ctx.utter(denial, ResponseKind.DENIAL)
             ctx.stop = True
-    elif not tool_allowed(ctx.project, skill_id, name, ctx.memory):
-        result = {"error": f"tool '{name}' is not available now"}
-        refused_step(ctx.trace, name=name, reason=result["error"], node=ctx.node_name(), source=via)
-    else:
-        source = Source.DETERMINISTIC if pending["source"] == Source.STEP else Source.LLM
-        result, ok = await run_tool(
-            ctx, skill_id, tool, dict(pending["arguments"]), source, pending.get("step")
+        return {"status": f"the user declined; {name} was not run"}
+    if not tool_allowed(ctx.project, skill_id, name, ctx.memory):
+        # Read by the model like any tool it was not offered; the trace keeps why (S5).
+        refuse(
+            ctx,
+            name,
+            f"the requires of '{name}' became false since the call was held",
+            via,
+            skill_id,
+            pending["arguments"],
+            NotOffered.HIDDEN,
         )
-        if from_step and entry is not None:
-            skill = ctx.project.skills[skill_id]
-            block = skill.blocks[entry["block"]]
-            step = block.step(entry["step"])
-            if ok and step is not None:
-                advance(ctx, skill, entry, block, step)
-            else:
-                hold(ctx, entry)
-    if call is not None:
-        ctx.answer(call, result)
-        ctx.close_calls()
+        return {"error": not_offered_message(name)}
+    source = Source.DETERMINISTIC if pending["source"] == Source.STEP else Source.LLM
+    result, ok = await run_tool(
+        ctx, skill_id, tool, dict(pending["arguments"]), source, pending.get("step")
+    )
+    if held is not None and entry is not None:
+        skill, step = held
+        block = skill.blocks[entry["block"]]
+        if ok:
+            advance(ctx, skill, entry, block, step)
+        else:
+            hold(ctx, entry)
     return result

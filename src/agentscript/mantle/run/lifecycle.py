@@ -18,8 +18,10 @@
   engine tool: built in, it says ``utter_cannot_help`` and ends the turn. A call of it when
   it was not offered (:func:`cannot_help_withheld`) is refused like any tool not offered.
 - ``conversation.before_end`` skills run, in order, when a ``/session_end`` message arrives;
-  the session ends once none of them is active any more. A ``/session_end`` while they run
-  is ignored: the ending goes on where it is, a finished skill does not run again.
+  the session ends once none of them is active any more. The skill being worked on then (and
+  the parked callers waiting for it) is cancelled first (``SKILL_STEP cancelled``, reason
+  ``/session_end``); paused skills stay paused. A ``/session_end`` while they run is
+  ignored: the ending goes on where it is, a finished skill does not run again.
 
 Each but the resume offer is overridable by a project skill of the same id (it then runs as an
 engine-managed skill, also without a ``routing:`` key), and the wording of all of them by
@@ -54,10 +56,12 @@ from agentscript.mantle.model import (
     UNSUPPORTED_SKILL,
     Project,
 )
-from agentscript.mantle.run.stack import PARKED
+from agentscript.mantle.run.stack import ACTIVE, PARKED
 from agentscript.mantle.run.transitions import (
     activate,
     drop_paused,
+    forget_pending,
+    position,
     push_refusal,
     requires_refusal,
     resumable,
@@ -184,10 +188,31 @@ async def session_end_signal(runner: TurnLoop) -> None:
     end: the skill that is asking keeps waiting for its answer."""
     ctx = runner.ctx
     if ctx.stack.data["ending"] is None:
+        cancel_work_in_progress(ctx)
         ctx.stack.data["ending"] = before_end_skills(ctx.project)
     else:
         ignore_signal(ctx, SESSION_END_MESSAGE, "the session is already ending")
     await continue_ending(runner)
+
+
+def cancel_work_in_progress(ctx: TurnContext) -> None:
+    """The skill being worked on when ``/session_end`` arrives, and the parked callers that
+    wait for it, are cancelled (a ``SKILL_STEP cancelled`` each, reason ``/session_end``): the
+    channel says the conversation is over, so nothing resumes them, and the ``before_end``
+    skills run and the session ends in this turn. Paused skills stay paused (the user had
+    already left them; a ``before_end`` skill paused on the stack is still refused). A call
+    waiting for confirmation goes with its skill."""
+    frames = ctx.stack.frames
+    while frames and frames[-1]["status"] in (ACTIVE, PARKED):
+        frame = ctx.stack.pop()
+        skill_event(
+            ctx.trace,
+            event="cancelled",
+            skill=frame["skill"],
+            reason=SESSION_END_MESSAGE,
+            **position(frame),
+        )
+        forget_pending(ctx, frame)
 
 
 SIGNALS = {

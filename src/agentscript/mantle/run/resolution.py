@@ -1,6 +1,7 @@
 """What the model is given for one call, from live state (recorded as a
 ``RESOLUTION_STEP``): the routing catalogue or the active skill's prose, the current step's
-guidance, a pending confirmation, and only the tools whose gates hold now.
+guidance, a pending confirmation, and only the tools whose gates hold now (not those a
+running block runs itself, :func:`.blocks.run_by_block`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from agentscript.mantle.model import Skill, StepKind
 from agentscript.mantle.queries import offered_skills, tool_allowed
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.block_pointer import step_at
+from agentscript.mantle.run.blocks import run_by_block
 from agentscript.mantle.run.confirmation import answerable, live_pending
 from agentscript.mantle.run.instruction_lines import instruction_lines
 from agentscript.mantle.run.lifecycle import CANNOT_HELP
@@ -69,9 +71,13 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
         settable = p.settable_entries(project, skill)
         if settable:
             tools.append(p.set_fields_spec(settable))
+        # The dispatcher refuses a call of a hidden tool by the same rules
+        # (call_dispatch.call_skill_tool).
         for name, tool in project.tools_for(skill.id).items():
             if ctx.searched:
                 hidden.append(name)  # withheld after a knowledge search this turn
+            elif run_by_block(skill, frame, name) is not None:
+                hidden.append(name)  # a running block's execute_tool step runs it (M3)
             elif tool_allowed(project, skill.id, name, memory):
                 tools.append(ToolSpec(name, tool.description, dict(tool.parameters_schema)))
             else:

@@ -22,6 +22,8 @@ from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import Source, action_step, knowledge_step
 
+ROUTER_NODE = "router"  # the trace node while no skill is active (TurnContext.node_name)
+
 
 def activate_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     skill, block = args.get("skill"), args.get("block")
@@ -48,7 +50,21 @@ def complete_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def cancel_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Cancel the active skill; with none, drop the most recent paused skill the prompt
+    lists. Which of the two the call means is decided by what the model saw when its answer
+    was resolved (:func:`active_when_resolved`), as the gates are checked again at dispatch:
+    an earlier call of the same answer (another ``cancel_skill``, a ``complete_skill``, an
+    activation) may have changed the stack, and a call made to end the skill that was active
+    then must not cancel another one, nor drop a paused skill the model saw only as one it
+    could start."""
     frame = ctx.stack.active()
+    seen = active_when_resolved(ctx)
+    if seen is not None and (frame is None or frame["skill"] != seen):
+        now = f"'{frame['skill']}' is active now" if frame is not None else "no skill is active"
+        return {
+            "error": f"'{seen}', the skill active when this answer was given, is no longer the "
+            f"active skill ({now}); nothing was cancelled"
+        }
     if frame is not None:
         finish(ctx, frame, "cancelled", reason="cancel_skill")
         return {"status": "cancelled", "skill": frame["skill"]}
@@ -58,6 +74,18 @@ def cancel_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     if not listed:
         return {"error": "no skill to cancel"}
     return drop_paused(ctx, listed[0]["skill"])
+
+
+def active_when_resolved(ctx: TurnContext) -> str | None:
+    """The skill that was active when the model's answer being dispatched was resolved: the
+    ``node`` of the turn's last ``RESOLUTION_STEP`` (every model call has one, recorded just
+    before it). None when no skill was active (the routing node) or no resolution was
+    recorded."""
+    for step in reversed(ctx.trace.steps):
+        if step["type"] == "RESOLUTION_STEP":
+            node = step.get("node")
+            return node if node != ROUTER_NODE and node in ctx.project.skills else None
+    return None
 
 
 def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:

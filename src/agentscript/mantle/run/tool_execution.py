@@ -1,12 +1,25 @@
 """Running one project tool in a turn: through the engine's ``ActionRunner`` (stubs first),
 with a ``context`` bound to the session's memory, traced as an ``ACTION_STEP``, followed by
 the constraint's ``on_success``/``on_failure`` response. Failures are results, never raised.
+
+The ``context`` lives as long as the call (:class:`CallScope`): once the call has ended
+(returned, raised or timed out) its ``memory.get``/``memory.set`` and ``send`` raise
+:class:`ContextClosed` and reach nothing of the session. A synchronous tool that timed out
+goes on running on its worker thread (Python cannot stop a thread), and without this it
+would write memory and say things after the model was told it failed, outside the turn's
+trace. A call that raised or timed out also has the memory writes it made before rolled back
+(an ``EVENT_STEP write_rolled_back`` with ``hook: null``): the tool did not finish, so what
+it half did is not kept. A tool that returns a result reporting failure (``error``,
+``ok: false``) finished and keeps its writes (an attempts counter, say).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from agentscript.actions.registry import ActionError, ActionRequest
 from agentscript.jsonsafe import UnsafeValue, json_safe
@@ -17,7 +30,10 @@ from agentscript.mantle.run.scopes import readable, refuse_access
 from agentscript.mantle.run.tool_handler import MemoryView, ToolContext, failed, tool_target
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
-from agentscript.trace_steps import ResponseKind, Source, action_step
+from agentscript.trace_steps import ResponseKind, Source, action_step, event_step
+
+_log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 async def run_tool(
@@ -43,8 +59,12 @@ async def run_tool(
         pre_vars=ctx.snapshot(),
     )
     inputs = dict(arguments)
+    scope = CallScope(tool.name)
+    context: ToolContext | None = None
     if tool.takes_context:
-        inputs["context"] = tool_context(ctx, tool, skill_id)
+        context = inputs["context"] = tool_context(ctx, tool, skill_id, scope)
+    since = len(ctx.journal)  # where this call's memory writes begin
+    written = dict(ctx.stack.data["written"])  # each entry's last write turn, before the call
     started = time.perf_counter()
     error: str | None = None
     request = ActionRequest(tool.name, tool_target(tool), inputs)
@@ -53,6 +73,12 @@ async def run_tool(
     except ActionError as exc:
         error = str(exc)
         result = {"error": error}
+        if context is not None:
+            context.is_cancelled = True  # a timed-out tool still running may look
+    finally:
+        scope.close()  # nothing the call does from now on reaches the session
+    if error is not None:
+        undo_failed_call(ctx, tool, since, written, error)
     else:
         try:
             result = json_safe(result, max_chars=ctx.limits.max_output_chars)
@@ -76,6 +102,76 @@ async def run_tool(
     return result, ok
 
 
+def undo_failed_call(
+    ctx: TurnContext, tool: Tool, since: int, written: dict[str, int], error: str
+) -> None:
+    """Roll back what a call that raised or timed out wrote (journal entries since
+    ``since``), and the turn each undone entry was last written in (``written``, from before
+    the call: an ``ask_before_filling`` step must not count an undone write as an answer).
+    Traced as ``write_rolled_back`` when there was something to undo; post-write hooks then
+    see no write of it."""
+    # hooks imports this module (hooks run as tools), so its rollback is imported here.
+    from agentscript.mantle.run.hooks import rollback
+
+    undone = rollback(ctx, since)
+    turns = ctx.stack.data["written"]
+    for key in undone:
+        if key in written:
+            turns[key] = written[key]
+        else:
+            turns.pop(key, None)
+    if undone:
+        event_step(
+            ctx.trace,
+            event="write_rolled_back",
+            node=ctx.node_name(),
+            tool=tool.name,
+            hook=None,
+            keys=undone,
+            error=error,
+        )
+
+
+class ContextClosed(RuntimeError):
+    """A tool used its ``context`` after its call ended (it timed out and went on running,
+    or handed the context to a thread or task that outlived the call)."""
+
+
+class CallScope:
+    """The lifetime of one call's ``context``: open while :func:`run_tool` waits for the
+    call, closed when the call ends. A closed scope refuses every operation with
+    :class:`ContextClosed` (logged once per call, since a worker thread's exception after
+    its timeout is dropped). The lock makes closing atomic with an operation running on the
+    tool's thread: once :meth:`close` returns, none is in progress and none starts."""
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self._lock = threading.Lock()
+        self._open = True
+        self._reported = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+
+    def run(self, what: str, operation: Callable[[], R]) -> R:
+        with self._lock:
+            if self._open:
+                return operation()
+            if not self._reported:
+                self._reported = True
+                _log.warning(
+                    "tool '%s' used context.%s after its call ended (it timed out or "
+                    "outlived its call); refused, nothing reached the session",
+                    self.tool,
+                    what,
+                )
+        raise ContextClosed(
+            f"context.{what} of tool '{self.tool}' was used after its call ended (it timed "
+            "out or outlived its call): nothing reaches the session any more"
+        )
+
+
 DEFAULT_TOOL_TIMEOUT = 10.0  # seconds: Mantle's documented default for ``tool_timeout``
 
 
@@ -85,8 +181,9 @@ def tool_timeout(project: Project) -> float:
     return DEFAULT_TOOL_TIMEOUT if configured is None else configured
 
 
-def tool_context(ctx: TurnContext, tool: Tool, skill_id: str) -> ToolContext:
-    """``context``: bare names look in the tool's skill, the active skill, then ``project``."""
+def tool_context(ctx: TurnContext, tool: Tool, skill_id: str, scope: CallScope) -> ToolContext:
+    """``context``: bare names look in the tool's skill, the active skill, then ``project``;
+    every operation goes through ``scope`` (refused once the call has ended)."""
     namespaces = [ns for ns in (tool.owner, skill_id) if ns]
     reader = tool.owner or skill_id  # a shared tool acts for the active skill
 
@@ -128,4 +225,10 @@ def tool_context(ctx: TurnContext, tool: Tool, skill_id: str) -> ToolContext:
     def send(text: str) -> None:
         ctx.say(text, ResponseKind.TOOL)
 
-    return ToolContext(MemoryView(read, write), send)
+    return ToolContext(
+        MemoryView(
+            lambda name: scope.run("memory.get", lambda: read(name)),
+            lambda name, value: scope.run("memory.set", lambda: write(name, value)),
+        ),
+        lambda text: scope.run("send", lambda: send(text)),
+    )
