@@ -532,6 +532,34 @@ def test_S13_text_sent_with_a_call_that_does_not_end_the_turn_is_not_said(
     assert spoken(reply) == [("llm", "Which shipping?")]
 
 
+def test_S13_text_sent_with_calls_is_said_before_a_block_steps_question() -> None:
+    # The calls let the block go on, and its step asks (a collect question, then a held
+    # step's confirmation): the model's text is said first, as with a question it caused
+    # directly. It was only in the history.
+    session = bank_session()
+    reply = send(
+        session,
+        "I lost my card C-11",
+        {"tool": "activate_skill", "args": {"skill": "card_replace"}},
+        {"tool": "set_fields", "args": {"reason": "lost", "card_id": "C-11"}},
+        {
+            "say": "Sorry to hear that.",
+            "tool": "activate_skill",
+            "args": {"skill": "card_replace", "block": "order_card"},
+        },
+    )
+    [_activated, (kind, text), (asked, _)] = spoken(reply)
+    assert (kind, text, asked) == ("llm", "Sorry to hear that.", "collect")
+    reply = send(
+        session,
+        "standard",
+        {"say": "Standard it is.", "tool": "set_fields", "args": {"shipping": "standard"}},
+    )
+    assert spoken(reply) == [("llm", "Standard it is."), ("confirmation", STANDARD_C11)]
+    texts = [m.content for m in session.state.history if m.role == "assistant"]
+    assert texts.count("Standard it is.") == 1
+
+
 # --- L3: refusals say why, and what the model can do -------------------------------------------
 
 

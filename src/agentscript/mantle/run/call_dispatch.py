@@ -21,7 +21,6 @@ from agentscript.mantle.run import hooks
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.blocks import run_by_block
 from agentscript.mantle.run.confirmation import (
-    SayFirst,
     answerable,
     hold_for_confirmation,
     live_pending,
@@ -34,22 +33,14 @@ from agentscript.mantle.run.tool_handler import check_arguments
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import ModelResponse, ToolCall
 from agentscript.not_offered import NotOffered, not_offered_message
-from agentscript.trace_steps import ResponseKind, Source, refused_step, response_step
+from agentscript.trace_steps import Source, refused_step
 
 
 async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
     calls = response.tool_calls
     text = response.text or ""
     ctx.open_calls(text, calls)
-    unsaid = [text] if text else []
-
-    def say_first() -> None:
-        """The model's text, once, before the engine's words that end the turn (S13). Not
-        added to the history again: it is the calls' message there."""
-        if unsaid:
-            said = unsaid.pop()
-            ctx.speech.say(said, streamed=True)
-            response_step(ctx.trace, text=said, node=ctx.node_name(), kind=ResponseKind.LLM)
+    ctx.unsaid = text or None
 
     most = ctx.limits.max_tool_calls_per_step
     try:
@@ -60,7 +51,7 @@ async def dispatch(ctx: TurnContext, response: ModelResponse) -> None:
             elif ctx.stop:
                 result = refuse(ctx, call, "not run: the turn already ended")
             else:
-                result = await call_tool(ctx, call, say_first)
+                result = await call_tool(ctx, call)
             ctx.answer(call, result)
     finally:
         # A call that raised ends the turn; the calls left still get an answer so the
@@ -93,7 +84,7 @@ def refuse(
     return {"error": reason if cause is None else not_offered_message(call.name)}
 
 
-async def call_tool(ctx: TurnContext, call: ToolCall, say_first: SayFirst) -> dict[str, Any]:
+async def call_tool(ctx: TurnContext, call: ToolCall) -> dict[str, Any]:
     if call.arguments is None:
         return refuse(
             ctx,
@@ -132,10 +123,10 @@ async def call_tool(ctx: TurnContext, call: ToolCall, say_first: SayFirst) -> di
         elif not isinstance(confirmed, bool):
             result = {"error": "resolve_tool_confirmation needs confirmed=true or false"}
         else:
-            resolved = await resolve(ctx, confirmed, via=Source.LLM, say_first=say_first)
+            resolved = await resolve(ctx, confirmed, via=Source.LLM)
             return await with_hooks(ctx, since, resolved)
     else:
-        return await with_hooks(ctx, since, await call_skill_tool(ctx, call, args, say_first))
+        return await with_hooks(ctx, since, await call_skill_tool(ctx, call, args))
     if "error" in result:
         return refuse(ctx, call, str(result["error"]))
     ctx.actions_run.append(call.name)
@@ -148,9 +139,7 @@ async def with_hooks(ctx: TurnContext, since: int, result: dict[str, Any]) -> di
     return result if rejected is None else {**result, "error": rejected}
 
 
-async def call_skill_tool(
-    ctx: TurnContext, call: ToolCall, args: dict[str, Any], say_first: SayFirst
-) -> dict[str, Any]:
+async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]) -> dict[str, Any]:
     frame = ctx.stack.active()
     if frame is None:
         return refuse(
@@ -196,8 +185,6 @@ async def call_skill_tool(
     if problem is not None:
         return refuse(ctx, call, problem)
     if needs_confirmation(tool_constraint(ctx.project, skill_id, call.name)):
-        return hold_for_confirmation(
-            ctx, skill_id, tool, checked, source=Source.LLM, say_first=say_first
-        )
+        return hold_for_confirmation(ctx, skill_id, tool, checked, source=Source.LLM)
     result, _ = await run_tool(ctx, skill_id, tool, checked, Source.LLM)
     return result

@@ -47,7 +47,9 @@ def ask(ctx: TurnContext, skill: Skill, block_id: str, entry: BlockEntry, step: 
     if name is None:
         return False
     before = len(ctx.result.messages)
-    ctx.utter(name, ResponseKind.COLLECT, skill=skill.id, block=block_id, step=step.id)
+    ctx.utter(
+        name, ResponseKind.COLLECT, skill=skill.id, block=block_id, step=step.id, ends_turn=True
+    )
     if len(ctx.result.messages) == before:
         return False  # rendered empty: the model asks instead
     entry["spoken"] = step.id

@@ -25,7 +25,6 @@ step whose arguments change while it waits is dropped and held again at once
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from agentscript.engine.kernel import read_yes_no
@@ -49,7 +48,6 @@ from agentscript.trace_steps import (
 
 # Said before a question or a denial that ends the turn: the model's text sent with the call
 # (S13, as in Agent Script); a no-op when the engine itself resolves the call.
-SayFirst = Callable[[], None]
 
 # The user's plain yes/no (None when the answer needs the model to interpret): the kernel's
 # rule, the same as Agent Script's.
@@ -188,7 +186,6 @@ def hold_for_confirmation(
     source: Source,
     block: str | None = None,
     step: str | None = None,
-    say_first: SayFirst | None = None,
 ) -> dict[str, Any]:
     """Hold the call and ask (or have the model ask); an error result when it is not held."""
     waiting = live_pending(ctx)
@@ -238,8 +235,7 @@ def hold_for_confirmation(
         source=source,
     )
     if question:
-        if say_first is not None:
-            say_first()
+        ctx.say_unsaid()
         ctx.say(question, ResponseKind.CONFIRMATION, response=ask)
         ctx.result.confirmation = question
         ctx.stop = True
@@ -271,16 +267,14 @@ def refuse(
     )
 
 
-async def resolve(
-    ctx: TurnContext, confirmed: bool, *, via: Source, say_first: SayFirst | None = None
-) -> dict[str, Any]:
+async def resolve(ctx: TurnContext, confirmed: bool, *, via: Source) -> dict[str, Any]:
     """Apply the answer to the pending call (``via``: ``user`` or ``llm``)."""
     pending = ctx.stack.pending
     assert pending is not None
     name = pending["tool"]
     # The user answered without the model: the history shows the call the engine made.
     call = ctx.engine_call("confirm", name, pending["arguments"]) if via is Source.USER else None
-    result = await answer(ctx, pending, confirmed, via, say_first)
+    result = await answer(ctx, pending, confirmed, via)
     if call is not None:
         ctx.answer(call, result)
         ctx.close_calls()
@@ -292,7 +286,6 @@ async def answer(
     pending: PendingCall,
     confirmed: bool,
     via: Source,
-    say_first: SayFirst | None,
 ) -> dict[str, Any]:
     skill_id, name = pending["skill"], pending["tool"]
     changed = changed_since_asked(ctx, pending) if confirmed else None
@@ -324,9 +317,7 @@ async def answer(
             hold(ctx, entry)
         denial = gate.utter_on_user_denial if gate else None
         if denial and ctx.render(denial):
-            if say_first is not None:
-                say_first()
-            ctx.utter(denial, ResponseKind.DENIAL)
+            ctx.utter(denial, ResponseKind.DENIAL, ends_turn=True)
             ctx.stop = True
         return {"status": f"the user declined; {name} was not run"}
     if not tool_allowed(ctx.project, skill_id, name, ctx.memory):

@@ -100,6 +100,7 @@ class MantleTurnRunner:
             if ctx.stop:
                 return
             self.spend_call()
+            ctx.unsaid = None  # the model speaks again: its earlier text stays unsaid (S13)
             instructions, tools = resolve_prompt(ctx)
             response = await self.ask_model(instructions, tools)
             if response.tool_calls:

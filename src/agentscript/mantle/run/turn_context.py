@@ -47,6 +47,10 @@ class TurnContext:
     llm_calls: int = 0
     steps_run: int = 0
     stop: bool = False  # the turn ends now (a confirmation question or a denial was said)
+    # Text the model sent with the tool calls being run, not said (S13): said before the
+    # engine's words if they end the turn (a confirmation question, a denial, a collect
+    # question), dropped when the model is called again.
+    unsaid: str | None = None
     held_reported: set[str] = field(default_factory=set)  # steps whose wait was traced
     engine_calls: int = 0  # numbers the ids of tool calls the engine makes on its own
     searched: bool = False  # search_knowledge ran this turn: skill tools are withheld
@@ -143,10 +147,15 @@ class TurnContext:
         skill: str | None = None,
         block: str | None = None,
         step: str | None = None,
+        ends_turn: bool = False,
     ) -> None:
+        """Say a response (``ends_turn``: words of the engine that end the turn, which the
+        model's unsaid text precedes)."""
         rendered = self.render(name)
         if rendered is None:
             return
+        if ends_turn and rendered.text:
+            self.say_unsaid()
         if rendered.buttons:
             self.result.buttons.extend(rendered.buttons)
         said = self.say(
@@ -163,6 +172,14 @@ class TurnContext:
             frame = self.stack.active()
             source = rendered.variant.buttons_source
             self.pending_buttons.append((said, source, frame["skill"] if frame else None))
+
+    def say_unsaid(self) -> None:
+        """Say the model's text that came with its calls, once, before the engine's words that
+        end the turn. Not added to the history again: it is the calls' message there."""
+        text, self.unsaid = self.unsaid, None
+        if text:
+            self.speech.say(text, streamed=True)
+            response_step(self.trace, text=text, node=self.node_name(), kind=ResponseKind.LLM)
 
     # --- the history the model reads ------------------------------------------------
 
