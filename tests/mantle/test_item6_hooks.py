@@ -77,6 +77,30 @@ def test_model_write_rejected_by_the_hook_is_rolled_back_and_the_model_told(
     assert any("does not belong" in str(m.get("content")) for m in messages)
 
 
+def test_a_write_the_hook_rejected_does_not_count_as_written(agent: MantleAgent) -> None:
+    # The rollback restored the value but not the turn the entry was last written in, so an
+    # ask_before_filling step took the rejected write for an answer.
+    from agentscript.models.scripted import ScriptedModel, parse_move
+
+    session = agent.session(
+        model=ScriptedModel(),
+        variables={"project.authenticated": True, "project.customer_id": "1001"},
+    )
+    moves = [
+        {"tool": "activate_skill", "args": {"skill": "card_replace"}},
+        {"tool": "set_fields", "args": {"reason": "lost"}},
+        {"tool": "set_fields", "args": {"card_id": "C-99"}},
+        {"say": "C-99 is not one of your cards."},
+    ]
+    assert isinstance(session.model, ScriptedModel)
+    session.model.begin_turn([parse_move(m) for m in moves])
+    reply = session.send("I lost my card C-99")
+    assert reply.error is None, reply.error
+    assert session.state.variables["card_replace.card_id"] is None
+    written = session.state.extra["mantle"]["written"]
+    assert "card_replace.reason" in written and "card_replace.card_id" not in written
+
+
 def test_accepted_write_runs_the_hook_and_keeps_the_value(agent: MantleAgent) -> None:
     playback = clean(
         run_text(

@@ -10,7 +10,8 @@ engine-made tool exchange in the history). Writes a hook makes do not run hooks 
 
 Hooks for a skill entry live in that skill's tools; hooks for a project entry in the
 active skill's tools, then the shared tools. Writes are found through
-``TurnContext.journal`` (``(key, previous value)`` pairs, appended by ``TurnContext.write``).
+``TurnContext.journal`` (``(key, previous value, previous write turn)``, appended by
+``TurnContext.write``).
 The load-time check that a hook names a writable entry is in
 :mod:`agentscript.mantle.load.validate`.
 """
@@ -49,11 +50,17 @@ def find_hook(ctx: TurnContext, qualified: str) -> tuple[str, Tool] | None:
 
 
 def rollback(ctx: TurnContext, since: int) -> list[str]:
-    """Undo every write since ``since``; returns the keys restored."""
+    """Undo every write since ``since``, the turn each entry was last written in included;
+    returns the keys restored."""
     undone: list[str] = []
+    turns = ctx.stack.data["written"]
     while len(ctx.journal) > since:
-        key, previous = ctx.journal.pop()
+        key, previous, turn = ctx.journal.pop()
         ctx.memory[key] = previous
+        if turn is None:
+            turns.pop(key, None)
+        else:
+            turns[key] = turn
         if key not in undone:
             undone.append(key)
     return undone
@@ -63,7 +70,7 @@ async def after_writes(ctx: TurnContext, since: int, *, engine_made: bool) -> st
     """Run the hooks of the entries written since ``since``; the error when one rejected
     (everything since ``since`` is then rolled back)."""
     written: list[str] = []
-    for key, _ in ctx.journal[since:]:
+    for key, *_ in ctx.journal[since:]:
         if key not in written:
             written.append(key)
     for key in written:

@@ -64,7 +64,6 @@ async def run_tool(
     if tool.takes_context:
         context = inputs["context"] = tool_context(ctx, tool, skill_id, scope)
     since = len(ctx.journal)  # where this call's memory writes begin
-    written = dict(ctx.stack.data["written"])  # each entry's last write turn, before the call
     started = time.perf_counter()
     error: str | None = None
     request = ActionRequest(tool.name, tool_target(tool), inputs)
@@ -78,7 +77,7 @@ async def run_tool(
     finally:
         scope.close()  # nothing the call does from now on reaches the session
     if error is not None:
-        undo_failed_call(ctx, tool, since, written, error)
+        undo_failed_call(ctx, tool, since, error)
     else:
         try:
             result = json_safe(result, max_chars=ctx.limits.max_output_chars)
@@ -102,24 +101,14 @@ async def run_tool(
     return result, ok
 
 
-def undo_failed_call(
-    ctx: TurnContext, tool: Tool, since: int, written: dict[str, int], error: str
-) -> None:
+def undo_failed_call(ctx: TurnContext, tool: Tool, since: int, error: str) -> None:
     """Roll back what a call that raised or timed out wrote (journal entries since
-    ``since``), and the turn each undone entry was last written in (``written``, from before
-    the call: an ``ask_before_filling`` step must not count an undone write as an answer).
-    Traced as ``write_rolled_back`` when there was something to undo; post-write hooks then
-    see no write of it."""
+    ``since``, each entry's write turn included). Traced as ``write_rolled_back`` when there
+    was something to undo; post-write hooks then see no write of it."""
     # hooks imports this module (hooks run as tools), so its rollback is imported here.
     from agentscript.mantle.run.hooks import rollback
 
     undone = rollback(ctx, since)
-    turns = ctx.stack.data["written"]
-    for key in undone:
-        if key in written:
-            turns[key] = written[key]
-        else:
-            turns.pop(key, None)
     if undone:
         event_step(
             ctx.trace,

@@ -54,8 +54,10 @@ class TurnContext:
     held_reported: set[str] = field(default_factory=set)  # steps whose wait was traced
     engine_calls: int = 0  # numbers the ids of tool calls the engine makes on its own
     searched: bool = False  # search_knowledge ran this turn: skill tools are withheld
-    # Every write of the turn as (key, previous value): post-write hooks roll back from it.
-    journal: list[tuple[str, Any]] = field(default_factory=list)
+    # Every write of the turn as (key, previous value, the turn it was last written in or
+    # None): a rejected or failed write rolls back from it, its write turn included (an
+    # ``ask_before_filling`` step must not count an undone write as an answer).
+    journal: list[tuple[str, Any, int | None]] = field(default_factory=list)
     # Responses whose buttons a tool supplies: (RESPONSE_STEP, tool name, skill), filled at
     # the end of the turn.
     pending_buttons: list[tuple[dict[str, Any], str, str | None]] = field(default_factory=list)
@@ -92,7 +94,7 @@ class TurnContext:
             raise MemoryWriteError(
                 f"{key}: cannot store this value ({exc.reason}; Limits.max_variable_chars)"
             ) from None
-        self.journal.append((key, self.memory.get(key)))
+        self.journal.append((key, self.memory.get(key), self.stack.data["written"].get(key)))
         self.memory[key] = value
         self.stack.note_write(key, self.state.turn)
 
