@@ -11,6 +11,7 @@ import pytest
 
 from agentscript.authoring import lints
 from agentscript.authoring.lints import fix_source, lint_agent, lint_project
+from agentscript.authoring.prompts import node_prompts
 from agentscript.check import check
 from agentscript.loader import parse_file
 from agentscript.mantle import load_project
@@ -62,6 +63,70 @@ def test_check_below_prose() -> None:
     fixed, count = fix_source(POST_ACTION_WRONG, "x.agent")
     assert count >= 1
     assert fixed == POST_ACTION_RIGHT
+
+
+def _effective_prompts(text: str) -> list[tuple[str, list[tuple[object, ...]]]]:
+    """What ``agentscript prompts`` shows of each node: per case, its condition, text, tools,
+    effects and transition."""
+    return [
+        (
+            node.node,
+            [
+                (c.label, c.instructions, c.tools, c.conditional_tools, c.effects, c.transition)
+                for c in node.cases
+            ],
+        )
+        for node in node_prompts(outline_of(text))
+    ]
+
+
+# The `if` below the prose, with each kind of other branch: (its lines, whether the fix applies).
+BELOW_PROSE_BRANCHES = {
+    "no other branch": ("", True),
+    "else with prose (the audit's case)": (
+        "                else:\n                    | Ask whether they are finished.\n",
+        False,
+    ),
+    "else if with prose": (
+        "                else if @variables.tries > 2:\n                    | Offer to stop.\n",
+        False,
+    ),
+    "else that transitions": (
+        "                else:\n"
+        "                    | Unseen.\n"
+        "                    transition to @subagent.bye\n",
+        True,
+    ),
+    "else writing what the prose does not read": (
+        "                else:\n                    set @variables.tries = @variables.tries + 1\n",
+        True,
+    ),
+    "else writing what the prose reads": (
+        "                else:\n                    set @variables.tries = @variables.tries + 1\n",
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BELOW_PROSE_BRANCHES))
+def test_check_below_prose_fix_keeps_every_effective_prompt(case: str) -> None:
+    # Moving the `if` above `| Help the customer.` put its else's `| Ask ...` line first.
+    branch, fixable = BELOW_PROSE_BRANCHES[case]
+    prose = "Help the customer {!@variables.tries}." if case.endswith("reads") else "Help."
+    text = swap(
+        swap(POST_ACTION_WRONG, "| Help the customer.", f"| {prose}"),
+        "                    transition to @subagent.bye\n",
+        "                    transition to @subagent.bye\n" + branch,
+    )
+    text = swap(
+        text,
+        "        done: mutable boolean = False\n",
+        "        done: mutable boolean = False\n        tries: mutable number = 0\n",
+    )
+    assert lints.CHECK_BELOW_PROSE in codes(text)
+    fixed, count = fix_source(text, "x.agent")
+    assert (count > 0) is fixable, fixed
+    assert _effective_prompts(fixed) == _effective_prompts(text)
 
 
 LITERAL_WRONG = agent_text(
@@ -259,6 +324,18 @@ SELF_RIGHT = swap(
 def test_self_transition_without_change() -> None:
     assert lints.SELF_TRANSITION in codes(SELF_WRONG)
     assert lints.SELF_TRANSITION not in codes(SELF_RIGHT)
+
+
+def test_self_transition_with_a_change_under_an_if_is_not_flagged() -> None:
+    # The callback changes the state when tries < 3: the node does not restart unchanged.
+    guarded = swap(
+        SELF_WRONG,
+        "                again: @utils.transition to @start_agent.main\n",
+        "                again: @utils.transition to @start_agent.main\n"
+        "                    if @variables.tries < 3:\n"
+        "                        set @variables.tries = @variables.tries + 1\n",
+    )
+    assert lints.SELF_TRANSITION not in codes(guarded)
 
 
 UNREAD_WRONG = agent_text(

@@ -174,3 +174,52 @@ def test_markdown_format_has_a_heading_per_node() -> None:
     assert result.exit_code == 0
     assert "## Order_Management" in result.stdout
     assert "### case 1 of 2" in result.stdout
+
+
+# An agent whose own text is Markdown and HTML: a line of ``` in its instructions, a tag and
+# backticks in a guard's string literal, a heading after the fence.
+HOSTILE_MARKDOWN = agent_text(
+    """\
+    variables:
+        code: mutable string = ""
+
+    start_agent main:
+        description: "Main"
+        reasoning:
+            instructions: ->
+                | Hi
+                | ```
+                | # injected heading
+                | ``````
+            actions:
+                go: @utils.transition to @subagent.other
+                    available when @variables.code == "<img src=x onerror=alert(1)> `a` ``` x`"
+                set_code: @utils.setVariables
+                    with code=...
+
+    subagent other:
+        description: "Other"
+        reasoning:
+            instructions: ->
+                if @variables.code == "<b>x</b>":
+                    | Bold.
+    """
+)
+
+
+def test_markdown_keeps_the_agents_text_as_text(tmp_path: Path) -> None:
+    # Shown by the VS Code extension's "Show Effective Prompts": a ``` line of the agent's
+    # closed the fixed fence (the rest became Markdown), and a guard's <img onerror> was HTML.
+    import markdown_it  # in requirements-dev.lock (rich's dependency): never skipped
+
+    agent = tmp_path / "hostile.agent"
+    agent.write_text(HOSTILE_MARKDOWN)
+    result = invoke("prompts", agent, "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    assert "\n```````text\nHi\n```\n# injected heading\n``````\n```````\n" in result.stdout
+    html = markdown_it.MarkdownIt("commonmark").render(result.stdout)
+    assert "<img" not in html and "<b>" not in html and "injected heading</h1>" not in html
+    assert "<h1>" not in html
+    # Every value from the agent is shown whole, as code.
+    assert "&lt;img src=x onerror=alert(1)&gt; `a` ``` x`" in html
+    assert "<h3>case 1 of 2: <code>code == &quot;&lt;b&gt;x&lt;/b&gt;&quot;</code></h3>" in html

@@ -4,12 +4,14 @@ Each takes a path and output streams, prints, and returns the exit code (0 done,
 has errors or an assertion failed, 2 bad usage: a path that cannot be read, as for ``validate``),
 so the CLI stays a thin parser of options. An agent with errors is reported with its
 diagnostics, never analysed half-checked. Text taken from the agent is printed through
-``terminal_safe``: a string literal in a guard must not drive the terminal.
+``terminal_safe``: a string literal in a guard must not drive the terminal. In Markdown it is
+also kept as text: in fenced blocks and code spans longer than any backtick run it holds.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -97,15 +99,16 @@ def prompts_command(path: Path, node: str | None, fmt: str, out: TextIO, err: Te
         title = f'skill catalogue (the "{catalogue.heading}" section of every system prompt)'
         lines = [terminal_safe(line) for line in catalogue.lines]
         if markdown:
-            out.write(f"## {title}\n\n```text\n" + "\n".join(lines) + "\n```\n\n")
+            out.write(f"## {title}\n\n" + _md_fenced("\n".join(lines)) + "\n")
         else:
             out.write(f"== {title} ==\n" + "".join(f"    {line}\n" for line in lines) + "\n")
     for result in results:
         name = terminal_safe(result.node)
-        out.write(f"## {name}\n\n" if markdown else f"== {name} ==\n")
+        out.write(f"## {_md_name(name)}\n\n" if markdown else f"== {name} ==\n")
         for number, case in enumerate(result.cases, 1):
-            title = f"case {number} of {len(result.cases)}: {terminal_safe(case.label)}"
-            out.write(f"### {title}\n\n" if markdown else f"-- {title}\n")
+            label = terminal_safe(case.label)
+            title = f"case {number} of {len(result.cases)}: "
+            out.write(f"### {title}{_md_code(label)}\n\n" if markdown else f"-- {title}{label}\n")
             _write_case(case, out, markdown)
         if result.truncated:
             out.write("(more paths exist than are shown: the walk stopped at its case limit)\n")
@@ -117,7 +120,7 @@ def _write_case(case: Any, out: TextIO, markdown: bool) -> None:
     def block(title: str, text: str) -> None:
         text = terminal_safe(text, keep_newlines=True)
         if markdown:
-            out.write(f"**{title}**\n\n```text\n{text}\n```\n\n")
+            out.write(f"**{title}**\n\n" + _md_fenced(text) + "\n")
         else:
             lines = text.split("\n")
             if lines[-1] == "":
@@ -125,22 +128,71 @@ def _write_case(case: Any, out: TextIO, markdown: bool) -> None:
             body = "\n".join("    " + line for line in lines) or "    (empty)"
             out.write(f"  {title}:\n{body}\n")
 
-    def line(title: str, text: str) -> None:
+    def line(title: str, text: str, before: str = "", after: str = "") -> None:
+        # ``text`` comes from the agent; ``before`` and ``after`` are ours.
         text = terminal_safe(text)
-        out.write(f"**{title}:** {text}\n\n" if markdown else f"  {title}: {text}\n")
+        if markdown:
+            out.write(f"**{title}:** {before}{_md_code(text)}{after}\n\n")
+        else:
+            out.write(f"  {title}: {before}{text}{after}\n")
 
     if case.transition is not None:
-        line("transition", f"to {case.transition} before any model call (the prompt is discarded)")
+        line(
+            "transition",
+            case.transition,
+            "to ",
+            " before any model call (the prompt is discarded)",
+        )
     else:
         block("system", case.system)
         block("instructions", case.instructions)
-        line("tools", ", ".join(case.tools) or "(none)")
+        if case.tools:
+            line("tools", ", ".join(case.tools))
+        else:
+            line("tools", "", "(none)")
         for name, guard in case.conditional_tools.items():
             line("offered when", f"{name}: {guard}")
         for name, guard in case.hidden_tools.items():
             line("hidden", f"{name} (available when {guard})")
     if case.effects:
         line("effects", "; ".join(case.effects))
+
+
+# Markdown of `prompts --format markdown` (shown by the VS Code extension's "Show Effective
+# Prompts"): the agent's text must stay text. A fenced block ends at a line of as many
+# backticks as opened it, so each fence is longer than any backtick run in its text (an
+# instruction line of ``` closed a fixed fence, and what followed was read as Markdown); an
+# inline value goes in a code span sized the same way, where neither HTML (`<img onerror>`)
+# nor links, emphasis or entities are read.
+_BACKTICKS = re.compile("`+")
+_PLAIN_NAME = re.compile(r"[\w.-]+")
+
+
+def _longest_backticks(text: str) -> int:
+    return max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+
+
+def _md_fenced(text: str) -> str:
+    """``text`` as a fenced block no line of it can close (CommonMark: a closing fence is at
+    least as long as the opening one)."""
+    fence = "`" * max(3, _longest_backticks(text) + 1)
+    return f"{fence}text\n{text}\n{fence}\n"
+
+
+def _md_code(text: str) -> str:
+    """``text`` as one code span (nothing in it is read as Markdown or HTML); "" for no text."""
+    if not text:
+        return ""
+    ticks = "`" * (_longest_backticks(text) + 1)
+    # A span's content that starts or ends with a backtick needs a space beside it (one space
+    # each side is stripped by the reader), as does one that starts and ends with a space.
+    pad = " " if text[0] in "` " or text[-1] in "` " else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _md_name(name: str) -> str:
+    """A node or skill name for a heading: as it is when it is a plain name, else a code span."""
+    return name if _PLAIN_NAME.fullmatch(name) else _md_code(name)
 
 
 def graph_command(path: Path, fmt: str, out: TextIO, err: TextIO) -> int:

@@ -17,6 +17,7 @@ Never raises on a checked outline.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 import tomllib
@@ -27,9 +28,11 @@ from typing import Any
 from agentscript.authoring.facts import Facts, readable, truth, variable_name, variables_in
 from agentscript.check.outline import AgentOutline
 from agentscript.engine.program import Program
+from agentscript.expr.lexer import Lexer
 from agentscript.expr.nodes import AtName, Expr, Literal, Member
 from agentscript.expr.parser import parse_expression
-from agentscript.models.config import find_config, read_toml
+from agentscript.models.config import MAX_CONFIG_BYTES, find_config, read_toml
+from agentscript.reading import read_file_text
 from agentscript.syntax.tree import Block, CollectStmt, IfStmt, RunStmt, SetStmt
 
 ANY = object()  # a write whose value is not known statically (an action output, the model)
@@ -258,34 +261,63 @@ class Assertion:
 
 
 @dataclass(slots=True)
+class AssertProblem:
+    """Why an ``[[assert]]`` rule cannot be read or cannot apply, and where it is: ``line``
+    is the rule's line in ``file`` when the file's text shows it (None: the file as a whole).
+    ``str()`` gives the line check-gates prints: ``FILE:LINE: assert N: ...``."""
+
+    message: str  # "assert N: ..."
+    file: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(slots=True)
 class AssertFailure:
     assertion: Assertion
     node: str
-    path: str  # the case label where the tool is offered without the condition
+    path: str  # the case label where the tool is offered without the condition ("always")
+    # The tool's guard as printed when the path leaves it undecided (the tool is offered when
+    # the guard holds, and the guard does not imply the condition); None: offered outright.
+    guard: str | None = None
+    # The path assumed nothing: the tool is offered whatever the variables are.
+    unconditional: bool = False
 
     def describe(self) -> str:
-        return (
-            f"{self.assertion.rule!r} fails in {self.node}: {self.assertion.tool} is "
-            f"offered when {self.path}"
-        )
+        if self.guard is not None:
+            when = "whenever" if self.unconditional else f"when {self.path} and"
+            offered = (
+                f"offered {when} its guard {self.guard} holds, which does not imply the condition"
+            )
+        elif self.unconditional:
+            offered = "offered whatever the variables are"
+        else:
+            offered = f"offered when {self.path}"
+        return f"{self.assertion.rule!r} fails in {self.node}: {self.assertion.tool} is {offered}"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "rule": self.assertion.rule,
             "node": self.node,
             "path": self.path,
+            "guard": self.guard,
             "source": self.assertion.source,
         }
 
 
-def load_asserts(agent_path: Path, outline: AgentOutline) -> tuple[list[Assertion], list[str]]:
+def load_asserts(
+    agent_path: Path, outline: AgentOutline
+) -> tuple[list[Assertion], list[AssertProblem]]:
     """The ``[[assert]]`` rules of the ``agentscript.toml`` that applies to the agent (the
     one :func:`~agentscript.models.config.find_config` picks, as for ``[limits]``). Returns
     the rules and the problems that keep a rule from being read or from applying: a rule
     naming a tool the agent does not have would hold on every path, so it is a problem.
 
     ``outline`` is the agent's checked outline, whose tools the rules are compared with."""
-    rules, problems = _read_rules(agent_path)
+    rules, problems, lines = _read_rules(agent_path)
     known: list[Assertion] = []
     offered_as = _tools_by_action(outline) if rules else {}  # one Program for all the rules
     for rule in rules:
@@ -293,55 +325,100 @@ def load_asserts(agent_path: Path, outline: AgentOutline) -> tuple[list[Assertio
         if problem is None:
             known.append(rule)
         else:
-            problems.append(f"{rule.source}: assert {rule.index}: {problem}")
+            problems.append(
+                AssertProblem(f"assert {rule.index}: {problem}", rule.source, lines.get(rule.index))
+            )
     return known, problems
 
 
-def _read_rules(agent_path: Path) -> tuple[list[Assertion], list[str]]:
+def _read_rules(
+    agent_path: Path,
+) -> tuple[list[Assertion], list[AssertProblem], dict[int, int]]:
+    """The rules, the problems, and the line of each rule (by its index) in the file."""
     config = find_config(agent_path)
     if config is None or not config.is_file():
-        return [], []  # $AGENTSCRIPT_CONFIG naming no file means no configuration
+        return [], [], {}  # $AGENTSCRIPT_CONFIG naming no file means no configuration
     try:
         data = read_toml(config)
+        lines = _rule_lines(read_file_text(config, max_bytes=MAX_CONFIG_BYTES, encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return [], [f"{config}: cannot read: {exc}"]
+        return [], [AssertProblem(f"cannot read: {exc}", str(config))], {}
     raw = data.get("assert", [])
     if isinstance(raw, dict):
         raw = [raw]
     if not isinstance(raw, list):
-        return [], [f"{config}: [[assert]] must be a list of tables with a `rule`"]
+        return (
+            [],
+            [AssertProblem("[[assert]] must be a list of tables with a `rule`", str(config))],
+            {},
+        )
     rules: list[Assertion] = []
-    problems: list[str] = []
+    problems: list[AssertProblem] = []
     for index, entry in enumerate(raw, 1):
         text = entry.get("rule") if isinstance(entry, dict) else entry
         if not isinstance(text, str):
-            problems.append(f"{config}: assert {index}: `rule` must be a string")
+            message = "`rule` must be a string"
+        elif (match := _RULE.match(text)) is None:
+            message = f"{text!r} does not read '<tool> never offered unless <condition>'"
+        else:
+            expr, diags = parse_expression(_bare_names_as_variables(match.group("cond")))
+            if not diags:
+                rules.append(Assertion(text, match.group("tool"), expr, str(config), index))
+                continue
+            message = f"cannot read the condition {match.group('cond')!r}: {diags[0].message}"
+        problems.append(AssertProblem(f"assert {index}: {message}", str(config), lines.get(index)))
+    return rules, problems, lines
+
+
+def _bare_names_as_variables(condition: str) -> str:
+    """``status == "open" and not is_verified`` -> ``@variables.status == "open" and not
+    @variables.is_verified``: each bare name token becomes a variable reference. Tokens come
+    from the expression lexer, so a word inside a string literal (``"open"``, ``"a \\" b"``)
+    stays as written, and keywords, function names (``len(x)``) and members (``x.y``'s ``y``)
+    are left alone. Text the lexer stops at (a ``#``) is kept for the parser to report."""
+    tokens = Lexer(condition, 0).tokens()
+    out: list[str] = []
+    position = 0
+    for number, token in enumerate(tokens):
+        if token.kind != "IDENT":
             continue
-        match = _RULE.match(text)
-        if match is None:
-            problems.append(
-                f"{config}: assert {index}: {text!r} does not read "
-                "'<tool> never offered unless <condition>'"
-            )
+        before = tokens[number - 1] if number else None
+        after = tokens[number + 1] if number + 1 < len(tokens) else None
+        if before is not None and before.kind == "OP" and before.text == ".":
             continue
-        condition_text = re.sub(
-            r"(?<![@\w.])([A-Za-z_]\w*)(?![\w(])",
-            lambda m: (
-                m.group(1)
-                if m.group(1) in ("and", "or", "not", "True", "False", "None")
-                else f"@variables.{m.group(1)}"
-            ),
-            match.group("cond"),
-        )
-        expr, diags = parse_expression(condition_text)
-        if diags:
-            problems.append(
-                f"{config}: assert {index}: cannot read the condition "
-                f"{match.group('cond')!r}: {diags[0].message}"
-            )
+        if after is not None and after.kind == "OP" and after.text == "(":
             continue
-        rules.append(Assertion(text, match.group("tool"), expr, str(config), index))
-    return rules, problems
+        out.append(condition[position : token.start])
+        out.append(f"@variables.{token.text}")
+        position = token.end
+    out.append(condition[position:])
+    return "".join(out)
+
+
+_ASSERT_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*assert[ \t]*\]\][ \t]*(?:#.*)?$")
+_TABLE_HEADER = re.compile(r"^[ \t]*\[")
+_RULE_KEY = re.compile(r"^[ \t]*(?:rule|\"rule\"|'rule')[ \t]*=")
+
+
+def _rule_lines(text: str) -> dict[int, int]:
+    """The line of each ``[[assert]]`` table's ``rule`` (its header's when the table has no
+    ``rule`` line), by the table's place among them from 1. Read from the text, since
+    ``tomllib`` keeps no positions; the tables written another way (``assert = [...]``) have
+    none, and their problems point at the file."""
+    found: dict[int, int] = {}
+    index = 0
+    inside = False
+    for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), 1):
+        if _ASSERT_HEADER.match(line):
+            index += 1
+            inside = True
+            found[index] = number
+        elif _TABLE_HEADER.match(line):
+            inside = False
+        elif inside and _RULE_KEY.match(line):
+            found[index] = number
+            inside = False
+    return found
 
 
 def _unknown_tool(
@@ -351,7 +428,6 @@ def _unknown_tool(
     action is offered as). An action no node offers is a tool that exists and is never
     offered (the rule holds); an action offered under another name is named wrongly, since
     rules name the tools the model sees."""
-    from agentscript.check.context import suggest
     from agentscript.limits import MAX_NAMES_SHOWN
 
     tools = sorted({name for names in offered_as.values() for name in names})
@@ -364,11 +440,27 @@ def _unknown_tool(
         )
     if any(rule.tool in node.actions for node in outline.subagents.values()):
         return None
+    close = _closest_tool(rule.tool, tools)
+    if close is not None:
+        return f"the agent has no tool '{rule.tool}'. Did you mean '{close}'?"
     shown = ", ".join(tools[:MAX_NAMES_SHOWN]) + (", ..." if len(tools) > MAX_NAMES_SHOWN else "")
-    return (
-        f"the agent has no tool '{rule.tool}'.{suggest(rule.tool, tools)} Name one of its "
-        f"tools: {shown or 'none'}"
-    )
+    return f"the agent has no tool '{rule.tool}'. Name one of its tools: {shown or 'none'}"
+
+
+def _closest_tool(name: str, tools: list[str]) -> str | None:
+    """The tool ``name`` probably means: a close spelling (``refnd``: ``refund``), else a tool
+    whose name holds it as a word (``refund``: ``issue_refund``), the most similar first;
+    None when nothing is close (the caller lists the tools)."""
+    from agentscript.check.context import closest
+
+    hit = closest(name, tools)
+    if hit is not None:
+        return hit
+    words = set(name.lower().split("_")) - {""}
+    holding = [t for t in tools if words and words <= set(t.lower().split("_"))]
+    if not holding:
+        return None
+    return difflib.get_close_matches(name, holding, n=1, cutoff=0.0)[0]
 
 
 def _tools_by_action(outline: AgentOutline) -> dict[str, set[str]]:
@@ -397,7 +489,8 @@ def check_asserts(outline: AgentOutline, rules: list[Assertion]) -> list[AssertF
             if opened is None:
                 continue
             if truth(rule.condition, opened) is not True:
-                failures.append(AssertFailure(rule, node, label))
+                shown = None if guard is None else readable(guard)
+                failures.append(AssertFailure(rule, node, label, shown, not facts.atoms))
     return failures
 
 
@@ -410,6 +503,7 @@ def _assume_true(guard: Expr, facts: Facts) -> Facts | None:
 __all__ = [
     "ANY",
     "AssertFailure",
+    "AssertProblem",
     "Assertion",
     "GateProof",
     "Write",

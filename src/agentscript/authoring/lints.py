@@ -24,6 +24,7 @@ from agentscript.diagnostics import Diagnostic, Span, warning
 from agentscript.engine.program import Program, walk_statements
 from agentscript.syntax.tree import (
     Block,
+    CollectStmt,
     IfStmt,
     RunStmt,
     SetStmt,
@@ -160,7 +161,9 @@ def _check_below_prose(
             if not any(isinstance(s, TransitionStmt) for s in item.body.statements()):
                 continue
             between = items[items.index(first_prose) : index]
-            safe = all(isinstance(s, TemplateStmt) for s in between)
+            safe = all(isinstance(s, TemplateStmt) for s in between) and _moves_cleanly(
+                item, [s for s in between if isinstance(s, TemplateStmt)]
+            )
             fix = None
             if safe:
                 start, end = item.span.line, _last_line(item)
@@ -178,6 +181,27 @@ def _check_below_prose(
                 ),
                 fix,
             )
+
+
+def _moves_cleanly(item: IfStmt, prose: list[TemplateStmt]) -> bool:
+    """Whether moving ``item`` above ``prose`` leaves every path's prompt as it was. Its body
+    transitions, so that path's prompt is discarded either way; a branch that goes on to the
+    model must add no text (moved, it would come before the prose: `else:` then `| Ask ...`
+    swapped two lines) and, when the prose interpolates values, write nothing (the prose would
+    be rendered after the write). A branch that transitions itself is discarded too."""
+    interpolates = any(not stmt.template.is_static for stmt in prose)
+    branches = [clause.body for clause in item.else_ifs]
+    if item.else_clause is not None:
+        branches.append(item.else_clause.body)
+    for branch in branches:
+        if any(isinstance(stmt, TransitionStmt) for stmt in branch.statements()):
+            continue
+        for stmt in walk_statements(branch):
+            if isinstance(stmt, TemplateStmt):
+                return False
+            if interpolates and isinstance(stmt, SetStmt | RunStmt | CollectStmt):
+                return False
+    return True
 
 
 def _last_line(item: IfStmt) -> int:
@@ -405,8 +429,9 @@ def _self_transition(
             if binding.kind != "transition" or binding.target != info.name:
                 continue
             body = binding.body
+            # A change under an `if` of the callback counts: the node may restart changed.
             changes = body is not None and any(
-                isinstance(s, SetStmt | RunStmt) for s in body.statements()
+                isinstance(s, SetStmt | RunStmt) for s in walk_statements(body)
             )
             if not changes:
                 yield Finding(
@@ -646,8 +671,6 @@ def file_lints(path: str, outline: AgentOutline, source: str) -> list[Diagnostic
 
     found = lint_agent(outline, source)
     rules, problems = load_asserts(Path(path), outline)
-    for problem in problems:
-        found.append(error(ASSERT_INVALID, problem, Span(1, 1, 1, 2)))
     for failure in check_asserts(outline, rules):
         found.append(
             error(
@@ -659,6 +682,15 @@ def file_lints(path: str, outline: AgentOutline, source: str) -> list[Diagnostic
         )
     for diag in found:
         diag.file = path
+    for problem in problems:
+        # On the rule's line of agentscript.toml (the file's start when the text does not
+        # show the rule): the agent's first line says nothing about it.
+        line = problem.line or 1
+        invalid = error(
+            ASSERT_INVALID, f"{problem.message} (checking {path})", Span(line, 1, line, 2)
+        )
+        invalid.file = problem.file
+        found.append(invalid)
     return found
 
 

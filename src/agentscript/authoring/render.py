@@ -69,8 +69,10 @@ def to_mermaid(graph: Graph) -> str:
 # What Mermaid reads specially inside a quoted label, as its `#name;` entity codes. Labels are
 # rendered as HTML, so `<` and `>` are both escaped (an `<img onerror=...>` in a string literal
 # would run), `&` too (a literal `&lt;` would be shown as `<`), and a backtick (a label that
-# opens with one is read as Markdown). Newlines and other controls are made visible by
-# ``terminal_safe`` first, so a label stays on its line.
+# opens with one is read as Markdown), and `%` (Mermaid reads a `%%{init: ...}%%` directive
+# anywhere in the text, a label's included: it would restyle or reconfigure the diagram).
+# Newlines and other controls are made visible by ``terminal_safe`` first, so a label stays
+# on its line.
 _MERMAID_ENTITIES = {
     "#": "#35;",
     '"': "#quot;",
@@ -78,6 +80,7 @@ _MERMAID_ENTITIES = {
     ">": "#gt;",
     "&": "#amp;",
     "`": "#96;",
+    "%": "#37;",
 }
 _MERMAID_SPECIAL = re.compile("[" + re.escape("".join(_MERMAID_ENTITIES)) + "]")
 
