@@ -4,7 +4,8 @@ Built from the text and the checker's outline of the same text. References are f
 text itself (``@variables.x``, ``@actions.x``, ``@subagent.x`` ...), so a half-typed file that
 does not check still gets references, completion and rename; definitions come from the outline
 (variables, subagents, actions and reasoning actions), which the checker builds even when the
-file has errors.
+file has errors. One reference has no ``@``: the slot ``x`` of ``with x=...`` under a
+``@utils.setVariables`` reasoning action names the variable ``x``; those come from the outline.
 
 Positions are 0-based (line, character), as the Language Server Protocol counts them, with a tab
 counted as one character like the protocol does.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -23,6 +25,7 @@ from agentscript.check.outline import AgentOutline
 from agentscript.diagnostics import Diagnostic
 from agentscript.syntax import Document, parse
 from agentscript.syntax.incremental import ParseState, full_parse, reparse
+from agentscript.syntax.tree import WithStmt
 
 _REFERENCE = re.compile(
     r"@(variables|actions|subagent|topic|start_agent|connected_subagent|outputs|utils)\.(\w+)"
@@ -174,6 +177,7 @@ def build_index(
             )
         )
     _link_references(lines, symbols)
+    _link_set_variables_slots(outline, symbols, name_range)
     return DocumentIndex(text, outline, [*doc.diagnostics, *result.diagnostics], symbols)
 
 
@@ -256,6 +260,33 @@ def _link_references(lines: list[str], symbols: list[Symbol]) -> None:
                 targets = []
             for target in targets:
                 target.references.append(where)
+
+
+def _link_set_variables_slots(
+    outline: AgentOutline, symbols: list[Symbol], name_range: Callable[[int, int, str], Range]
+) -> None:
+    """Each ``with x=...`` slot of a ``@utils.setVariables`` tool is a reference to the
+    variable ``x``: renaming the variable without it left ``with x`` naming nothing, an error
+    (set-variables-unknown-variable) in 170 of 4,579 renames over the conformance corpus.
+    The slots read are the ones the checker reads (``with`` at the top of the tool's block)."""
+    variables = {s.name: s for s in symbols if s.kind == SymbolKind.VARIABLE}
+    touched: dict[str, Symbol] = {}
+    for node in outline.subagents.values():
+        for tool in node.tools.values():
+            if tool.kind != "set_variables" or tool.body is None:
+                continue
+            for item in tool.body.items:
+                if not isinstance(item, WithStmt):
+                    continue
+                for binding in item.bindings:
+                    target = variables.get(binding.param)
+                    if target is None:
+                        continue
+                    span = binding.span
+                    target.references.append(name_range(span.line, span.column, binding.param))
+                    touched[target.name] = target
+    for symbol in touched.values():  # in document order, as the text's references are
+        symbol.references.sort(key=lambda r: (r.line, r.start))
 
 
 def completions(index: DocumentIndex, line: int, character: int) -> list[tuple[str, str]]:
