@@ -65,6 +65,7 @@ for line in sys.stdin:
             argv = sys.argv[2:]
             text = json.dumps({"key": os.environ.get("API_KEY", ""), "argv": argv,
                                "mode": os.environ.get("MODE", ""),
+                               "root": os.environ.get("ROOT", ""),
                                "sha": [hashlib.sha256(a.encode()).hexdigest() for a in argv]})
             send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
             continue
@@ -349,14 +350,17 @@ def test_a_tool_result_echoing_an_environment_secret_is_redacted(
     # Only error text was redacted: a successful result echoing the key reached the model and
     # the trace, where the documentation promises it never appears.
     monkeypatch.setenv("HOSTILE_KEY", "SECRET-KEY-456")
-    env = (("API_KEY", "${HOSTILE_KEY}"), ("MODE", "production"))
+    monkeypatch.setenv("HOSTILE_ROOT", "/srv/agent-data")
+    env = (("API_KEY", "${HOSTILE_KEY}"), ("MODE", "production"), ("ROOT", "${HOSTILE_ROOT}/docs"))
     hub = raw_hub(raw_server, env=env, connect_timeout=20)
     try:
         outputs = run(hub.call_tool("raw", "echo", {}))
         assert outputs["key"] == "[redacted]"
         assert "SECRET-KEY-456" not in json.dumps(outputs)
-        # A value written in agentscript.toml itself is no secret: the result keeps it.
+        # A value written in agentscript.toml itself is no secret, nor one read from a variable
+        # not named like a credential (a path the model needs): the result keeps them.
         assert outputs["mode"] == "production"
+        assert outputs["root"] == "/srv/agent-data/docs"
     finally:
         hub.close()
 

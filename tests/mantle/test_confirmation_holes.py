@@ -250,6 +250,54 @@ def test_M5_a_model_call_unlike_what_its_question_would_show_is_not_held(tmp_pat
     assert ran(after, ORDER) == []
 
 
+MODEL_ASKS = {
+    "skills/pay/skill.md": """---
+name: Pay
+description: Send money.
+tool_constraints:
+  - send_money:
+      requires_confirmation:
+        enabled: true
+---
+Ask how much, then call send_money. Remember the amount sent in `amount` afterwards.
+""",
+    "skills/pay/memory.yml": """schema:
+  public:
+    amount:
+      type: int
+      llm_settable: true
+""",
+    "skills/pay/tools.py": '''def send_money(amount: int) -> dict:
+    """Send money.
+
+    Args:
+        amount: how much
+    """
+    return {"sent": amount}
+''',
+}
+
+
+def test_M5_a_call_whose_question_the_model_asks_is_held_whatever_memory_holds(
+    tmp_path: Path,
+) -> None:
+    # Without utter_for_confirmation no question is rendered from memory: the model asks in
+    # its own words, so its arguments have nothing to agree with. It was refused whenever an
+    # argument was named like an unset entry, while the model went on to ask.
+    session = session_of(agent_of(tmp_path, MODEL_ASKS))
+    reply = send(
+        session,
+        "send 50",
+        {"tool": "activate_skill", "args": {"skill": "pay"}},
+        {"tool": "send_money", "args": {"amount": 50}},
+        {"say": "Send 50 now?"},
+    )
+    assert kinds(reply, "REFUSED_STEP") == []
+    assert pending(session)["arguments"] == {"amount": 50}
+    reply = send(session, "yes", {"say": "Sent."})
+    assert [s["input"] for s in ran(reply, "send_money")] == [{"amount": 50}]
+
+
 def test_M5_a_model_call_that_agrees_with_memory_is_held_and_a_yes_runs_it(
     tmp_path: Path,
 ) -> None:
@@ -390,6 +438,32 @@ def test_M3_a_model_call_held_before_the_rule_is_dropped_on_yes() -> None:
     [dropped] = events(yes, "confirmation_dropped")
     assert "place_order" in dropped["reason"]
     assert yes.confirmation == EXPRESS_C11 and pending(restored)["source"] == "step"
+
+
+def test_M3_a_called_block_past_a_step_lets_the_model_call_its_tool(tmp_path: Path) -> None:
+    # The block entered by the caller's call: step is running at `choose`, past `find`: its
+    # own pointer says so. It was walked again from its start, so `search` stayed hidden
+    # ("search again" refused) until the called block ended.
+    files = dict(BOOK)
+    files["skills/book/skill.md"] = files["skills/book/skill.md"].replace(
+        ":::ordered_block id=flow",
+        "Start with @block.main.\n\n:::ordered_block id=main\nsteps:\n  - id: run_flow\n"
+        "    call: flow\n  - id: bye\n    noop: true\n:::\n\n:::ordered_block id=flow",
+    )
+    session = session_of(agent_of(tmp_path, files))
+    reply = send(
+        session,
+        "book me a slot",
+        {"tool": "activate_skill", "args": {"skill": "book"}},
+        {"tool": "activate_skill", "args": {"skill": "book", "block": "main"}},
+        {"tool": "search"},
+        {"say": "09:00 or 10:00?"},
+    )
+    assert [s["source"] for s in ran(reply, "search")] == ["deterministic", "llm"]
+    assert kinds(reply, "REFUSED_STEP") == []
+    [*_, last] = kinds(reply, "RESOLUTION_STEP")
+    assert "search" in [t["name"] if isinstance(t, dict) else t for t in last["tools"]]
+    assert last["hiddenTools"] == ["reserve"]
 
 
 # --- H3: a held step's call is the one its question shows ---------------------------------------

@@ -266,11 +266,9 @@ class _Connection:
                 [*config.env, *(("args", a) for a, _ in named)],
                 [*env.values(), *(value for _, value in named)],
             )
-            from_env = [(t, v) for t, v in zip(config.env, env.values(), strict=True) if t[1] != v]
-            self.result_secrets = secret_forms(
-                [t for t, _ in from_env] + [("args", a) for a, _ in named],
-                [v for _, v in from_env] + [value for _, value in named],
-            )
+            kept = [(t, v) for t, v in zip(config.env, env.values(), strict=True) if _credential(t)]
+            kept += [(("args", a), value) for a, value in named if _credential(("args", a))]
+            self.result_secrets = secret_forms([t for t, _ in kept], [v for _, v in kept])
             # ${PYTHON} is the interpreter running agentscript: a server written in Python
             # then finds the packages agentscript was installed with.
             command = expand_env(
@@ -627,6 +625,23 @@ def _check_header(name: str, value: str, table: str) -> None:
             "control or non-ASCII character, or blank space at an end, which HTTP does not "
             "allow; the value is not shown"
         )
+
+
+# An environment variable or table key named like a credential. Only such values are blotted
+# out of a successful tool result: ``ROOT = "${HOME}/docs"`` is a path the model needs intact
+# (errors blot out every expanded value anyway).
+_CREDENTIAL_NAME = re.compile(r"key|token|secret|passw|auth|cred|cookie|session", re.IGNORECASE)
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _credential(template: tuple[str, str]) -> bool:
+    """Whether an ``env`` entry (or an argument, keyed ``args``) read from the environment
+    carries a credential: its key, or its text (``--api-key=${X}``, ``${MY_TOKEN}``), is named
+    like one."""
+    key, text = template
+    if not _VARIABLE.search(text):
+        return False
+    return bool(_CREDENTIAL_NAME.search(text) or (key != "args" and _CREDENTIAL_NAME.search(key)))
 
 
 def _url_secrets(url: str | None) -> list[str]:

@@ -215,13 +215,17 @@ def run_by_block(skill: Skill, frame: Frame, name: str) -> str | None:
     runs again once memory changes, and a call by the model would not move the pointer, so
     the step would run it a second time. A step already passed and not reachable again does
     not count: the block has run it, as the author ordered ("search again" in an
-    ``instructions:`` step after the search step is the model's to do)."""
-    for entry in frame["blocks"]:
+    ``instructions:`` step after the search step is the model's to do). A block entered by
+    the step under a pointer, and running, has an entry of its own, which says how far it got:
+    it is not walked again from its start."""
+    entries = frame["blocks"]
+    for index, entry in enumerate(entries):
         block = skill.blocks.get(entry["block"])
         if block is None or not block.steps:
             continue
         first = entry["step"] if entry["step"] is not None else block.steps[0].id
-        for owner, step in steps_ahead(skill, block, first):
+        running = entries[index + 1]["block"] if index + 1 < len(entries) else None
+        for owner, step in steps_ahead(skill, block, first, running=running):
             if step.execute_tool == name:
                 return (
                     f"'{name}' is run by step '{step.id}' of block '{owner.id}', which is ahead "
@@ -231,8 +235,12 @@ def run_by_block(skill: Skill, frame: Frame, name: str) -> str | None:
     return None
 
 
-def steps_ahead(skill: Skill, block: OrderedBlock, step_id: str) -> list[tuple[OrderedBlock, Step]]:
-    """The steps reachable from ``step_id`` (itself included) whatever memory holds."""
+def steps_ahead(
+    skill: Skill, block: OrderedBlock, step_id: str, *, running: str | None = None
+) -> list[tuple[OrderedBlock, Step]]:
+    """The steps reachable from ``step_id`` (itself included) whatever memory holds; the block
+    ``running``, which the step ``step_id`` entered, is not entered from there (its own
+    pointer says where it is)."""
     seen: set[tuple[str, str]] = set()
     out: list[tuple[OrderedBlock, Step]] = []
     todo = [(block, step_id)]
@@ -258,6 +266,8 @@ def steps_ahead(skill: Skill, block: OrderedBlock, step_id: str) -> list[tuple[O
         todo.extend((owner, target) for target in targets)
         entered = step.call or step.link
         called = skill.blocks.get(entered) if entered else None
+        if (owner, step.id) == (block, step_id) and entered is not None and entered == running:
+            called = None
         if called is not None and called.steps:
             todo.append((called, called.steps[0].id))
     return out

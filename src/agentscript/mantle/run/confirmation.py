@@ -143,7 +143,10 @@ def changed_since_asked(ctx: TurnContext, pending: PendingCall) -> str | None:
     held = held_step(ctx, pending)
     if held is not None:
         skill, step = held
-        now = step_arguments(skill, step, ctx.memory)
+        try:
+            now = step_arguments(skill, step, ctx.memory)
+        except TurnError as exc:
+            return f"memory changed since the user was asked: {exc}"
         if now != pending["arguments"]:
             changed = sorted(
                 k
@@ -168,7 +171,17 @@ def changed_since_asked(ctx: TurnContext, pending: PendingCall) -> str | None:
         ahead = run_by_block(owner, frame, pending["tool"])
         if ahead is not None:
             return ahead
+    if not asks_from_memory(ctx, pending["skill"], pending["tool"]):
+        return None  # the model asked in its own words: no rendered question to agree with
     return memory_mismatch(ctx, pending["skill"], pending["arguments"])
+
+
+def asks_from_memory(ctx: TurnContext, skill_id: str, tool: str) -> bool:
+    """Whether the tool's confirmation question is a response (``utter_for_confirmation``),
+    rendered from memory; without one the model asks in its own words."""
+    constraint = tool_constraint(ctx.project, skill_id, tool)
+    gate = constraint.requires_confirmation if constraint else None
+    return bool(gate and gate.utter_for_confirmation)
 
 
 def answerable(ctx: TurnContext, pending: PendingCall) -> bool:
@@ -199,7 +212,7 @@ def hold_for_confirmation(
         else:
             refuse(ctx, tool.name, reason, source, skill_id, arguments)
         return {"error": reason}
-    if source is Source.LLM:
+    if source is Source.LLM and asks_from_memory(ctx, skill_id, tool.name):
         mismatch = memory_mismatch(ctx, skill_id, arguments)
         if mismatch is not None:
             reason = (
