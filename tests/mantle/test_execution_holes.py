@@ -247,6 +247,24 @@ def test_M2_a_second_cancel_skill_does_not_drop_the_paused_skill(tmp_path: Path)
     assert reply_said(reply) == ["Cancelled.", "Would you like to continue with C?"]
 
 
+def test_M2_a_second_cancel_skill_is_refused_when_the_active_skill_is_named_router(
+    tmp_path: Path,
+) -> None:
+    # The check read the skill back from the trace's node name, where "router" also means
+    # "no skill active": a skill with that id lost the guard.
+    files = {
+        "skills/c/skill.md": prose("c"),
+        "skills/router/skill.md": prose("router"),
+    }
+    run = Driver(make(tmp_path, files))
+    run.send("c, then router", start("c"), start("router"), {"say": "About router."})
+    assert run.stack() == [("c", "paused"), ("router", "active")]
+    reply = run.send("never mind", cancel_twice(), {"say": "Cancelled."})
+    ((name, reason),) = refusals(reply)
+    assert name == "cancel_skill" and "'router', the skill active when" in reason
+    assert run.stack() == [("c", "paused")]
+
+
 def test_M2_a_second_cancel_skill_does_not_cancel_the_caller_that_resumed(
     tmp_path: Path,
 ) -> None:

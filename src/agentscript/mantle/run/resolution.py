@@ -33,6 +33,7 @@ def resolve_prompt(ctx: TurnContext) -> tuple[str, list[ToolSpec]]:
     memory = ctx.memory
     project = ctx.project
     frame = ctx.stack.active()
+    ctx.resolved_skill = frame["skill"] if frame else None
     offered = offered_skills(project, memory)
     offered_ids = {s.id for s in offered}
     paused = [f["skill"] for f in resumable(ctx)]

@@ -22,8 +22,6 @@ from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import Source, action_step, knowledge_step
 
-ROUTER_NODE = "router"  # the trace node while no skill is active (TurnContext.node_name)
-
 
 def activate_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
     skill, block = args.get("skill"), args.get("block")
@@ -77,15 +75,11 @@ def cancel_skill(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def active_when_resolved(ctx: TurnContext) -> str | None:
-    """The skill that was active when the model's answer being dispatched was resolved: the
-    ``node`` of the turn's last ``RESOLUTION_STEP`` (every model call has one, recorded just
-    before it). None when no skill was active (the routing node) or no resolution was
-    recorded."""
-    for step in reversed(ctx.trace.steps):
-        if step["type"] == "RESOLUTION_STEP":
-            node = step.get("node")
-            return node if node != ROUTER_NODE and node in ctx.project.skills else None
-    return None
+    """The skill that was active when the model's answer being dispatched was resolved
+    (``TurnContext.resolved_skill``, kept by every resolution: a skill id, so a skill named
+    like the routing node is still one). None when no skill was active or nothing was
+    resolved this turn."""
+    return ctx.resolved_skill or None
 
 
 def set_fields(ctx: TurnContext, args: dict[str, Any]) -> dict[str, Any]:

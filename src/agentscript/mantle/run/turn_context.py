@@ -51,6 +51,9 @@ class TurnContext:
     # engine's words if they end the turn (a confirmation question, a denial, a collect
     # question), dropped when the model is called again.
     unsaid: str | None = None
+    # The skill active when the next model call was resolved (None: routing), or "" before
+    # any resolution this turn: what the model's calls of that answer were made against.
+    resolved_skill: str | None = ""
     held_reported: set[str] = field(default_factory=set)  # steps whose wait was traced
     engine_calls: int = 0  # numbers the ids of tool calls the engine makes on its own
     searched: bool = False  # search_knowledge ran this turn: skill tools are withheld
