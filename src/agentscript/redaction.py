@@ -26,7 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 REDACTED = "***"
 # "1" or "on" would garble every message and are no secrets.
 MIN_SECRET_CHARS = 4
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# A `${VAR}` reference in a configured value (agentscript.toml), read from the environment.
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # An auth scheme, blanks, then one credential (RFC 9110 11.4): "Bearer sk-...", "Basic dXNl...".
 _SCHEME_AND_CREDENTIAL = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*[ \t]+(\S+)")
 
@@ -40,7 +41,7 @@ def secret_forms(
     source = os.environ if env is None else env
     values = list(expanded)
     for _, template in templates:
-        values += [source.get(name, "") for name in _ENV_REF.findall(template)]
+        values += [source.get(name, "") for name in ENV_REF.findall(template)]
     values += [credential for value in values if (credential := _credential(value))]
     forms: set[str] = set()
     for value in values:

@@ -141,7 +141,8 @@ def test_browser_order_status_conversation_shows_reply_trace_and_variable_change
     # Restart (Alt+R): a new session with the same variables, editable again.
     old = page.evaluate("window.playground.state.session")
     page.keyboard.press("Alt+R")
-    page.wait_for_function(f"window.playground.state.session !== {old!r}")
+    # Leaving the old session sets none for a moment (leaveSession): wait for the new one.
+    page.wait_for_function(f"(s => s && s !== {old!r})(window.playground.state.session)")
     page.wait_for_selector('#variables input[data-variable="order_ID"]')
     assert page.locator('#variables input[data-variable="order_ID"]').input_value() == "5678"
     assert page.locator("#trace .step").count() == 0
@@ -604,7 +605,8 @@ def test_browser_end_of_session_disables_the_input_until_a_new_session(
     # New session (Alt+N): the input works again.
     old = page.evaluate("window.playground.state.session")
     page.keyboard.press("Alt+N")
-    page.wait_for_function(f"window.playground.state.session !== {old!r}")
+    # Leaving the old session sets none for a moment (leaveSession): wait for the new one.
+    page.wait_for_function(f"(s => s && s !== {old!r})(window.playground.state.session)")
     assert not page.locator("#input").is_disabled() and not page.locator("#send").is_disabled()
     assert page.locator(".msg.notice.ended").count() == 0
     send(page, "hello again")

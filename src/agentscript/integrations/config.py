@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.models.config import find_config
-from agentscript.redaction import shown_url
+from agentscript.redaction import ENV_REF, shown_url
 
 DEFAULT_CALL_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 20.0
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = frozenset(
     {"command", "args", "env", "cwd", "url", "headers", "timeout", "connect_timeout"}
 )
@@ -208,4 +207,4 @@ def expand_env(value: str, what: str, env: Mapping[str, str] | None = None) -> s
             raise ConfigError(f"{what} names the environment variable {name}, which is not set")
         return source[name]
 
-    return _ENV_REF.sub(replace, value)
+    return ENV_REF.sub(replace, value)

@@ -54,7 +54,7 @@ from urllib.parse import unquote_plus, urlsplit
 
 from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.integrations.config import ConfigError, McpServerConfig, expand_env
-from agentscript.redaction import secret_forms, without_secrets
+from agentscript.redaction import ENV_REF, secret_forms, without_secrets
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -631,7 +631,6 @@ def _check_header(name: str, value: str, table: str) -> None:
 # out of a successful tool result: ``ROOT = "${HOME}/docs"`` is a path the model needs intact
 # (errors blot out every expanded value anyway).
 _CREDENTIAL_NAME = re.compile(r"key|token|secret|passw|auth|cred|cookie|session", re.IGNORECASE)
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _credential(template: tuple[str, str]) -> bool:
@@ -639,7 +638,7 @@ def _credential(template: tuple[str, str]) -> bool:
     carries a credential: its key, or its text (``--api-key=${X}``, ``${MY_TOKEN}``), is named
     like one."""
     key, text = template
-    if not _VARIABLE.search(text):
+    if not ENV_REF.search(text):
         return False
     return bool(_CREDENTIAL_NAME.search(text) or (key != "args" and _CREDENTIAL_NAME.search(key)))
 

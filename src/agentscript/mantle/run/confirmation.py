@@ -212,7 +212,11 @@ def hold_for_confirmation(
         else:
             refuse(ctx, tool.name, reason, source, skill_id, arguments)
         return {"error": reason}
-    if source is Source.LLM and asks_from_memory(ctx, skill_id, tool.name):
+    constraint = tool_constraint(ctx.project, skill_id, tool.name)
+    gate = constraint.requires_confirmation if constraint else None
+    ask = gate.utter_for_confirmation if gate else None
+    if source is Source.LLM and ask:
+        # The question is rendered from memory: the model's call must be the one it shows.
         mismatch = memory_mismatch(ctx, skill_id, arguments)
         if mismatch is not None:
             reason = (
@@ -221,9 +225,6 @@ def hold_for_confirmation(
             )
             refuse(ctx, tool.name, reason, source, skill_id, arguments)
             return {"error": reason}
-    constraint = tool_constraint(ctx.project, skill_id, tool.name)
-    gate = constraint.requires_confirmation if constraint else None
-    ask = gate.utter_for_confirmation if gate else None
     rendered = ctx.render(ask) if ask else None
     question = rendered.text if rendered else None
     if ask and not question:
