@@ -193,6 +193,22 @@ def test_a_body_longer_than_its_header_says_does_not_stop_the_next_messages() ->
     assert found[3]["result"] is None
 
 
+def test_an_error_to_a_request_whose_id_is_null_carries_a_null_id() -> None:
+    # JSON-RPC allows a null id; the answer must carry it. lsprotocol left it out of an error,
+    # so the answer to an unknown method with a null id had no id at all.
+    output = Output()
+    stdin = framed(
+        INITIALIZE,
+        {"id": None, "method": "foo/bar", "params": {}},
+        {"id": 3, "method": "shutdown"},
+    )
+    run_lsp(io.BytesIO(stdin), output)
+    found = answers(output)
+    assert found[None]["id"] is None
+    assert found[None]["error"]["code"] == -32601
+    assert found[3]["result"] is None
+
+
 # pygls' futures
 
 

@@ -148,6 +148,16 @@ class _Protocol(LanguageServerProtocol):
         error = {"code": code, "message": message}
         self._send_data({"jsonrpc": self.VERSION, "id": msg_id, "error": error})
 
+    def _send_response(
+        self, msg_id: Any, result: Any | None = None, error: types.ResponseError | None = None
+    ) -> None:
+        if error is not None and msg_id is None:
+            # JSON-RPC answers a request whose id is null with an id of null, but lsprotocol
+            # leaves a null id out of an error: a message without an id answers nothing.
+            self.send_error(None, error.code, error.message)
+            return
+        super()._send_response(msg_id, result, error)
+
     def handle_message(self, message: Any) -> None:
         if message is _REJECTED:
             return
