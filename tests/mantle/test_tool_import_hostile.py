@@ -327,3 +327,35 @@ def test_run_on_a_mantle_project_does_not_speak_of_dialects(tmp_path: Path) -> N
         assert result.exit_code == 2
         assert "cannot run an agent with errors" in result.stderr
         assert "dialect" not in result.stderr
+
+
+# --- a module that does not return from its import -----------------------------------------
+
+
+def test_a_tool_module_still_running_is_named_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The module waits until the notice has been said (a real hang would wait for ever); the
+    # load used to say nothing at all while a module's code ran.
+    from agentscript.mantle.load import tool_code
+
+    said = threading.Event()
+    say = tool_code._say_still_importing
+
+    def say_and_mark(path: str, seconds: float) -> None:
+        say(path, seconds)
+        said.set()
+
+    monkeypatch.setattr(tool_code, "SLOW_IMPORT_NOTICE_SECONDS", 0.01)
+    monkeypatch.setattr(tool_code, "_say_still_importing", say_and_mark)
+    monkeypatch.setattr("builtins._notice_said", said, raising=False)
+    source = (
+        "import builtins\n"
+        "assert builtins._notice_said.wait(10)\n"
+        "def greet() -> str:\n    'Say hello.'\n    return 'hi'\n"
+    )
+    names, diagnostics = _load(tmp_path, source)
+    assert diagnostics == [] and names == ["greet"]
+    err = capfd.readouterr().err
+    assert f"{tmp_path / 'tools.py'}: its module code is still running after 0.01 s" in err
+    assert "Ctrl-C stops" in err

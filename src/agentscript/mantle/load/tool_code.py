@@ -38,6 +38,10 @@ MARKER = "__mantle_tool__"
 HOOK_PREFIX = "run_after_setting_"
 # What both model APIs accept as a tool name (OpenAI and Anthropic: ^[a-zA-Z0-9_-]{1,64}$).
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# A tool module whose own code is still running after this many seconds is named on stderr,
+# once: a module-level call that never returns (a database connect, an input()) otherwise
+# stops `validate`, `run` or `serve` at start-up without a word.
+SLOW_IMPORT_NOTICE_SECONDS = 10.0
 
 
 def tool(description: str | None = None, *, writes: list[str] | None = None) -> Callable[[F], F]:
@@ -361,6 +365,7 @@ def _import(
             documented_names(),
             redirect_stdout(sys.stderr),
             _sigint_watch(watch),
+            _slow_import_notice(path),
         ):
             # What importlib's loader does with a module's code: this is the project's own
             # Python, which the author asked us to run, never agent text or model output.
@@ -382,6 +387,30 @@ def _failure(exc: BaseException) -> str:
 
 def _import_failed(path: str, line: int, message: str) -> Diagnostic:
     return Diagnostic("mantle-tool-import", message, Span(line, 1, line, 2), file=path)
+
+
+@contextmanager
+def _slow_import_notice(path: str) -> Iterator[None]:
+    """Say on stderr which module is still running, if it runs past the notice time. The
+    code cannot be stopped from here (Python has no way to), but Ctrl-C can."""
+    notice = threading.Timer(
+        SLOW_IMPORT_NOTICE_SECONDS, _say_still_importing, (path, SLOW_IMPORT_NOTICE_SECONDS)
+    )
+    notice.daemon = True
+    notice.start()
+    try:
+        yield
+    finally:
+        notice.cancel()
+
+
+def _say_still_importing(path: str, seconds: float) -> None:
+    print(
+        f"agentscript: {path}: its module code is still running after {seconds:g} s "
+        "(a call at import that does not return?); Ctrl-C stops",
+        file=sys.__stderr__ or sys.stderr,
+        flush=True,
+    )
 
 
 class _Sigint:
