@@ -384,10 +384,12 @@ def test_fmt_unreadable_content(tmp_path: Path, name: str, content: bytes, code:
     assert path.read_bytes() == content
 
 
-def test_fmt_missing_file(tmp_path: Path) -> None:
-    result = invoke("fmt", tmp_path / "nope.agent")
+@pytest.mark.parametrize("command", ["fmt", "prompts", "graph", "check-gates", "validate"])
+def test_a_missing_file_is_file_not_found_in_every_command(tmp_path: Path, command: str) -> None:
+    # fmt, prompts, graph and check-gates said `unreadable-file`, validate `file-not-found`.
+    result = invoke(command, tmp_path / "nope.agent")
     assert result.exit_code == 2
-    assert "error[unreadable-file]" in result.stderr
+    assert "error[file-not-found]: no such file" in result.stdout + result.stderr
 
 
 def test_fmt_empty_file_is_left_alone(tmp_path: Path) -> None:
@@ -682,7 +684,7 @@ def test_fmt_exits_2_when_a_file_cannot_be_read_even_if_another_would_change(
     result = invoke("fmt", "--check", messy, missing)
     assert result.exit_code == 2
     assert f"would reformat {messy}" in result.stdout
-    assert "error[unreadable-file]" in result.stderr
+    assert "error[file-not-found]" in result.stderr
 
 
 def test_run_ctrl_c_exits_130_without_aborted(

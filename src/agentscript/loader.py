@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from agentscript.check import check
@@ -18,6 +19,9 @@ def read_source(path: Path) -> tuple[str | None, Diagnostic | None]:
     try:
         data = read_file_bytes(path)
     except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            # The code and words `validate` uses for a missing path, in every command.
+            return None, _file_error("file-not-found", "no such file", path)
         return None, _file_error(
             "unreadable-file", f"cannot read file: {exc.strerror or exc}", path
         )

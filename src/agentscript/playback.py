@@ -12,6 +12,7 @@ from typing import Any
 from agentscript.conversation import Conversation
 from agentscript.engine.session import AgentBase, Reply
 from agentscript.models.scripted import ScriptedModel
+from agentscript.printable import printable_text
 from agentscript.trace_steps import Source
 
 
@@ -113,12 +114,18 @@ def play(
 
 
 def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """``name: old -> new`` (JSON values) for every variable whose value changed."""
+    """``name: old -> new`` (JSON values) for every variable whose value changed. Text is
+    shown as written (``21 °C``, not ``21 \\u00b0C``); what could act on a terminal (bidi
+    controls, lone surrogates) is escaped, as JSON escapes the control characters."""
     return [
-        f"{name}: {json.dumps(before.get(name), default=repr)} -> {json.dumps(value, default=repr)}"
+        printable_text(f"{name}: {_shown(before.get(name))} -> {_shown(value)}")
         for name, value in after.items()
         if before.get(name) != value
     ]
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, default=repr, ensure_ascii=False)
 
 
 def refused_calls(trace: dict[str, Any]) -> list[dict[str, Any]]:

@@ -29,11 +29,12 @@ from agentscript.limits import MAX_FILE_BYTES, MAX_YAML_NODES
 class FileInputError(OSError):
     """A file that is not read: not a regular file, too large, or unreadable."""
 
-    def __init__(self, path: str | Path, reason: str) -> None:
+    def __init__(self, path: str | Path, reason: str, errno: int | None = None) -> None:
         super().__init__(reason)
         self.path = str(path)
         self.reason = reason
         self.strerror = reason
+        self.errno = errno  # the system's, when opening or reading failed (ENOENT: missing)
 
 
 def read_file_bytes(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
@@ -47,7 +48,7 @@ def read_file_bytes(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> byt
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise FileInputError(path, exc.strerror or str(exc)) from None
+        raise FileInputError(path, exc.strerror or str(exc), exc.errno) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -280,6 +280,17 @@ def test_api_sse_error_before_the_turn_is_a_status(api_store: str) -> None:
     run(api_store, scenario)
 
 
+def test_api_list_sessions_gives_the_page_size_asked_for(api_store: str) -> None:
+    # `limit` is documented as 1-1,000, but pages were cut at 100 without a word.
+    async def scenario(client: httpx.AsyncClient) -> None:
+        ids = sorted([await new_session(client) for _ in range(105)])
+        page = (await client.get("/v1/sessions", params={"limit": 1000})).json()
+        assert [s["session_id"] for s in page["sessions"]] == ids
+        assert page["next_cursor"] is None
+
+    run(api_store, scenario, config=ServerConfig(rate_limit=0))
+
+
 def test_api_list_sessions_is_paged_and_filtered(api_store: str) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         ids = sorted([await new_session(client) for _ in range(3)])

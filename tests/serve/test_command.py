@@ -84,6 +84,15 @@ def test_serve_folder_finds_agent_files_and_mantle_projects_below_it() -> None:
     assert str(examples / "order_status" / "order_status.agent") in text
 
 
+@pytest.mark.parametrize(("rate", "burst"), [(20.0, 40), (1.0, 2), (0.2, 1), (0.0, 1)])
+def test_serve_rate_limit_sets_a_burst_of_two_seconds(rate: float, burst: int) -> None:
+    # The burst stayed 40 whatever --rate-limit said: --rate-limit 1 let 40 requests through.
+    app, _lines = build_app(
+        ServeOptions(paths=[NOTES], model="standin", store="memory://", rate_limit=rate)
+    )
+    assert (app.state.config.rate_limit, app.state.config.rate_burst) == (rate, burst)
+
+
 def test_serve_max_concurrent_turns_reaches_the_service() -> None:
     app, _lines = build_app(
         ServeOptions(paths=[NOTES], model="standin", store="memory://", max_concurrent_turns=5)

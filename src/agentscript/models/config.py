@@ -268,7 +268,7 @@ def describe_configuration_help(model_id: str | None = None) -> str:
     return f"""\
 Choose a model in one of these ways (first match wins):
 
-  1. On the command line:   agentscript chat AGENT --model openai:gpt-4o-mini
+  1. On the command line:   --model openai:gpt-4o-mini   (chat, serve and test take it)
   2. In agentscript.toml (current folder or a parent), map the agent's model id:
          [models]
          {key} = "openai:gpt-4o-mini"

@@ -456,7 +456,7 @@ def create_app(
     async def list_sessions(
         who: Owner,
         agent: Annotated[str | None, Query(pattern=NAME)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+        limit: Annotated[int, Query(ge=1, le=ServerConfig.max_page)] = 20,
         cursor: Annotated[str | None, Query(pattern=SESSION_ID)] = None,
     ) -> dict[str, Any]:
         return await service.list(who, agent, min(limit, config.max_page), cursor)

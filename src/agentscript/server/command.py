@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.commands import ExitCode
-from agentscript.server.config import ServerConfig
+from agentscript.server.config import ServerConfig, burst_for
 
 ENV = "AGENTSCRIPT_SERVE"
 STANDIN = "standin"  # --model standin: the built-in stand-in model (demos, tests)
@@ -143,6 +143,7 @@ def build_app(
         session_ttl=options.session_ttl,
         lock_wait=options.lock_wait,
         rate_limit=options.rate_limit,
+        rate_burst=burst_for(options.rate_limit),
         live_sessions=options.live_sessions,
         max_concurrent_turns=options.max_concurrent_turns,
         shutdown_grace=options.shutdown_grace,

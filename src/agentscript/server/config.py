@@ -6,6 +6,7 @@ an error caused by a bound names its field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -20,6 +21,7 @@ class ServerConfig:
     # How long a message waits for another turn of its session before 409 (seconds).
     lock_wait: float = 30.0
     # Requests per second per API key (token bucket, ``rate_burst`` deep); 0 turns it off.
+    # ``serve --rate-limit`` sets the burst to two seconds' worth (:func:`burst_for`).
     rate_limit: float = 20.0
     rate_burst: int = 40
     # Sessions expire this many seconds after their last turn; None keeps them.
@@ -39,8 +41,9 @@ class ServerConfig:
     # above a healthy loop's longest pause (an inline python:// action computing a while);
     # uvicorn's own check allowed 5 s.
     worker_timeout: float = 30.0
-    # Largest page of GET /v1/sessions.
-    max_page: int = 100
+    # Largest page of GET /v1/sessions: the API's own bound on ``limit``. A page reads no
+    # state (only each session's summary columns), so a full page costs little.
+    max_page: int = 1000
     # One log line per request (server/logs.py); errors are logged either way.
     access_log: bool = False
     # Origins allowed by CORS; empty: CORS off (no CORS headers at all).
@@ -48,3 +51,10 @@ class ServerConfig:
     # Answer only requests addressed to a loopback name and not sent by another site's page
     # (server/local.py): what `serve` sets when it runs without API keys.
     local_only: bool = False
+
+
+def burst_for(rate_limit: float) -> int:
+    """The bucket's depth for ``rate_limit`` requests a second: two seconds' worth, at least
+    one request (40 for the default 20). A fixed depth let ``--rate-limit 1`` take 40
+    requests at once."""
+    return max(1, math.ceil(2 * rate_limit))
