@@ -154,6 +154,10 @@ def test_recording_goes_stale_when_a_prompt_changes_and_refresh_rerecords_only_i
         )
         assert len(server.requests) == 1  # only the stale router call went live
     assert code == 0, out
+    # Said as done, not as a failure (it printed "STALE recording ..." as in a failed run).
+    assert "STALE" not in out
+    assert "re-recorded Live/Test Case #1|1|router|0 (its prompt changed" in out
+    assert "+Route every request." in out
     code, _, _ = run_test(str(spec), env=ENV)
     assert code == 0
 

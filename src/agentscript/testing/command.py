@@ -150,6 +150,7 @@ async def run_suites(
             _, collected = steps.setdefault(id(agent), (agent, []))
             collected += [s for r in results for t in r.turns for s in t.steps]
         run.stale.update(store.stale)
+        run.refreshed.update(store.refreshed)
         if stop:
             break
     run.duration_ms = (time.perf_counter() - started) * 1000

@@ -136,6 +136,8 @@ class ReplayStore:
     record: bool = False  # every call goes to the live model and is saved
     refresh_stale: bool = False  # stale calls go to the live model and are re-saved
     stale: dict[str, str] = field(default_factory=dict)  # key -> prompt diff
+    # Stale calls that --refresh-stale re-recorded from the live model: key -> prompt diff.
+    refreshed: dict[str, str] = field(default_factory=dict)
     dirty: bool = False
 
     @staticmethod
@@ -229,9 +231,10 @@ class ReplayStore:
                     lineterm="",
                 )
             )
-            self.stale[key] = diff
             if not (self.refresh_stale and live is not None):
+                self.stale[key] = diff
                 raise ReplayStale(key, diff)
+            self.refreshed[key] = diff
         if live is None:
             raise ReplayMissing(
                 f"no recorded answer for call {key}: record one with --record and --model"

@@ -156,6 +156,7 @@ class RunResult:
     cases: list[CaseResult] = field(default_factory=list)
     judged_blocking: bool = False
     stale: dict[str, str] = field(default_factory=dict)  # recorded call key -> prompt diff
+    refreshed: dict[str, str] = field(default_factory=dict)  # re-recorded by --refresh-stale
     duration_ms: float = 0.0
 
     def counts(self) -> dict[Status, int]:
@@ -177,5 +178,6 @@ class RunResult:
             "durationMs": round(self.duration_ms, 3),
             "summary": {status.value.lower(): n for status, n in counts.items()},
             "staleRecordings": self.stale,
+            "refreshedRecordings": self.refreshed,
             "testCases": [c.to_json(judged_blocking=self.judged_blocking) for c in self.cases],
         }

@@ -43,6 +43,9 @@ def render_human(run: RunResult, verbose: bool = False) -> str:
     for key, diff in run.stale.items():
         lines.append(f"STALE recording {safe(key)}:")
         lines += ["    " + safe(line) for line in diff.splitlines()]
+    for key, diff in run.refreshed.items():
+        lines.append(f"re-recorded {safe(key)} (its prompt changed; --refresh-stale):")
+        lines += ["    " + safe(line) for line in diff.splitlines()]
     counts = run.counts()
     verdicts = [v for c in run.cases for v in c.verdicts]
     lines.append(
