@@ -135,7 +135,9 @@ def test_damaged_turn_rows_leave_the_session_and_its_other_turns_working(api_sto
 def test_store_rows_that_cannot_be_read_are_marked_not_raised(
     stored: str | bytes, reason: str
 ) -> None:
-    session = schema.session_from_row(("s1", "A", "k", "v", "f", stored, 3, 0, 0, 1.0, 2.0, None))
+    session = schema.session_from_row(
+        ("s1", "A", "k", "v", "f", stored, 3, 0, 0, 1.0, 2.0, None, None)
+    )
     assert session.damaged == {"state": reason} and session.state == {}
     assert session.state_text is None and session.turns == 3
     turn = schema.turn_from_row(("s1", 2, None, stored, zlib.compress(b"\xff"), 1.0))
@@ -152,7 +154,9 @@ def test_store_rows_with_a_lone_surrogate_read_back_whole(stored: str | bytes) -
     """A lone surrogate escaped in stored JSON is what a model said (a model's answer can hold
     one): it reads back as it was written, in a state as in a turn, never as damage."""
     value = json.loads(stored)
-    session = schema.session_from_row(("s1", "A", "k", "v", "f", stored, 3, 0, 0, 1.0, 2.0, None))
+    session = schema.session_from_row(
+        ("s1", "A", "k", "v", "f", stored, 3, 0, 0, 1.0, 2.0, None, None)
+    )
     assert (session.damaged, session.state) == ({}, value)
     turn = schema.turn_from_row(("s1", 2, None, stored, schema.pack_trace(value), 1.0))
     assert (turn.damaged, turn.result, turn.trace) == ({}, value, value)

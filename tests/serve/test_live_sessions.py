@@ -261,15 +261,16 @@ def test_a_large_stored_state_is_restored_off_the_event_loop(
     asyncio.run(main())
 
 
-# The database as a lost commit leaves it: the session row as it was one turn earlier, and
-# that turn's row gone (synchronous_commit = off and a crash, a failover to an asynchronous
-# replica, a restored backup).
+# The database as a lost commit leaves it: the session row as it was one turn earlier, its
+# revision included, and that turn's row gone (synchronous_commit = off and a crash, a failover
+# to an asynchronous replica, a restored backup).
 SAVED_ROW = (
-    "SELECT state, turns, updated_at, expires_at FROM agentscript_sessions WHERE session_id = ?"
+    "SELECT state, revision, turns, updated_at, expires_at FROM agentscript_sessions "
+    "WHERE session_id = ?"
 )
 REWIND_ROW = (
-    "UPDATE agentscript_sessions SET state = ?, turns = ?, updated_at = ?, expires_at = ? "
-    "WHERE session_id = ?"
+    "UPDATE agentscript_sessions SET state = ?, revision = ?, turns = ?, updated_at = ?, "
+    "expires_at = ? WHERE session_id = ?"
 )
 LOSE_TURN = "DELETE FROM agentscript_turns WHERE session_id = ? AND turn = ?"
 
@@ -288,7 +289,7 @@ def sql(url: str, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ..
 
 def test_kept_session_of_a_commit_the_database_lost_is_not_resumed(api_store: str) -> None:
     """Worker one's turn 2 is lost and worker two commits another turn 2: worker one's kept
-    session has the stored turn count, but not the stored state, so its turn 3 restores
+    session has the stored turn count, but not the stored revision, so its turn 3 restores
     worker two's turn 2 instead of writing its own lost turn back over it."""
 
     async def main() -> None:
@@ -321,10 +322,128 @@ def test_kept_session_of_a_commit_the_database_lost_is_not_resumed(api_store: st
     asyncio.run(main())
 
 
+def test_kept_session_turn_never_parses_the_stored_state(
+    api_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn that runs the kept session reads the row's turn count, version and revision, not
+    its state: at the history limit, parsing it took tens of milliseconds of every turn."""
+    parsed: list[str] = []
+    loads = json.loads
+
+    def counted(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(text, (str, bytes)) and b"agentscript-session/" in (
+            text if isinstance(text, bytes) else text.encode()
+        ):
+            parsed.append("state")
+        return loads(text, *args, **kwargs)
+
+    async def main() -> None:
+        async with server(api_store, NOTES, live=1000) as client:
+            sid = (await client.post("/v1/agents/Notes/sessions", json={})).json()["session_id"]
+            monkeypatch.setattr(json, "loads", counted)
+            for text in ["hello", 'call note {"text": "milk"}', "and again"]:
+                reply = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+                assert reply.status_code == 200, reply.text
+            monkeypatch.setattr(json, "loads", loads)
+            service = client._transport.app.state.service  # type: ignore[attr-defined]
+            assert service.metrics.session_loads == {"kept": 3}
+            assert parsed == []
+            shown = await client.get(f"/v1/sessions/{sid}")  # shows the state: parses it
+            assert shown.json()["variables"]["last_note"] == "milk"
+
+    asyncio.run(main())
+
+
+STATE_WRITTEN = (
+    "UPDATE agentscript_sessions SET state = (SELECT state FROM agentscript_sessions "
+    "WHERE session_id = ?) WHERE session_id = ?"
+)
+
+
+def test_a_state_written_by_hand_is_restored_not_taken_for_the_kept_session(
+    api_store: str,
+) -> None:
+    """An UPDATE of the state that does not write a new revision clears the row's revision (a
+    trigger of the schema): the next turn restores what the row holds, even one byte for byte
+    the same, rather than trust a kept session to be the state an operator wrote."""
+
+    async def main() -> None:
+        async with server(api_store, NOTES, live=1000) as client:
+            sid = (await client.post("/v1/agents/Notes/sessions", json={})).json()["session_id"]
+            url = f"/v1/sessions/{sid}/messages"
+            await client.post(url, json={"text": 'call note {"text": "one"}'})
+            revision = sql(api_store, REVISION, (sid,))[0][0]
+            assert revision
+            state = json.loads(sql(api_store, "SELECT state FROM agentscript_sessions", ())[0][0])
+            state["variables"]["last_note"] = "by hand"
+            sql(api_store, "UPDATE agentscript_sessions SET state = ?", (json.dumps(state),))
+            assert sql(api_store, REVISION, (sid,)) == [(None,)]
+            second = await client.post(url, json={"text": "hello"})
+            assert second.json()["variables"]["last_note"] == "by hand"
+            assert sql(api_store, REVISION, (sid,))[0][0] not in (None, revision)
+            sql(api_store, STATE_WRITTEN, (sid, sid))  # the same bytes written again
+            third = await client.post(url, json={"text": "hello"})
+            assert third.json()["turn"] == 3, third.text
+            service = client._transport.app.state.service  # type: ignore[attr-defined]
+            assert service.metrics.session_loads == {"kept": 1, "restored": 2}
+
+    asyncio.run(main())
+
+
+REVISION = "SELECT revision FROM agentscript_sessions WHERE session_id = ?"
+# Schema version 4's session columns: a row as an agentscript before revisions wrote it.
+OLD_ROW = (
+    "INSERT INTO agentscript_sessions (session_id, agent, owner, agent_version, format, state, "
+    "turns, ended, escalated, created_at, updated_at, expires_at) "
+    "VALUES (?, ?, '', ?, 'agentscript-store/1', ?, 0, 0, 0, 0, 0, NULL)"
+)
+
+
+def test_a_store_written_before_revisions_runs_its_sessions_restored_once_then_kept(
+    api_store: str,
+) -> None:
+    """Schema version 5 adds the revision column: a session an older agentscript wrote has
+    none, which matches no kept session, so its first turn here restores it and the next
+    ones run the kept session its commit wrote a revision for."""
+    from agentscript.store import schema
+
+    sid = "0123456789abcdef0123456789abcdef"
+    served = serve_agents(load_agents([NOTES]), {"Notes": FunctionModel(answer)})["Notes"]
+    state = json.dumps(served.agent.session(model=served.model, session_id=sid).to_json())
+
+    async def at_version_4() -> None:
+        store = store_from_url(api_store)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+            await store.open()
+        await store.close()
+
+    asyncio.run(at_version_4())
+    sql(api_store, OLD_ROW, (sid, "Notes", served.version, state))
+    assert sql(api_store, "SELECT value FROM agentscript_meta", ()) == [("4",)]
+
+    async def main() -> None:
+        async with server(api_store, NOTES, live=1000) as client:
+            url = f"/v1/sessions/{sid}/messages"
+            assert sql(api_store, REVISION, (sid,)) == [(None,)]
+            for number, text in enumerate(["hello", 'call note {"text": "milk"}', "bye"], 1):
+                reply = await client.post(url, json={"text": text})
+                assert reply.json()["turn"] == number, reply.text
+            assert reply.json()["variables"]["last_note"] == "milk"
+            service = client._transport.app.state.service  # type: ignore[attr-defined]
+            assert service.metrics.session_loads == {"restored": 1, "kept": 2}
+        assert sql(api_store, "SELECT value FROM agentscript_meta", ()) == [
+            (str(len(schema.MIGRATIONS)),)
+        ]
+        assert sql(api_store, REVISION, (sid,))[0][0]
+
+    asyncio.run(main())
+
+
 def record(
-    session_id: str, turns: int, version: str = "v1", state: dict[str, Any] | None = None
+    session_id: str, turns: int, version: str = "v1", revision: str | None = "r1"
 ) -> SessionRecord:
-    return SessionRecord(session_id, "A", "owner", version, state or STATE, turns=turns)
+    return SessionRecord(session_id, "A", "owner", version, STATE, turns=turns, revision=revision)
 
 
 STATE: dict[str, Any] = {"variables": {"note": "one"}}
@@ -342,42 +461,45 @@ class FakeSession:
         return self.chars
 
 
-def test_live_sessions_match_turn_count_version_and_state_and_forget_the_oldest() -> None:
+def test_live_sessions_match_turn_count_version_and_revision_and_forget_the_oldest() -> None:
     live = LiveSessions(2)
     a, b, c = FakeSession(), FakeSession(), FakeSession()
-    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
+    live.keep("a", 3, "v1", a, "r1")  # type: ignore[arg-type]
     assert live.take(record("a", 4)) is None  # another worker ran turn 4
-    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
+    live.keep("a", 3, "v1", a, "r1")  # type: ignore[arg-type]
     assert live.take(record("a", 3, "v2")) is None  # another version of the agent
-    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
+    live.keep("a", 3, "v1", a, "r1")  # type: ignore[arg-type]
     # The database lost our turn 3 and another worker committed its own turn 3.
-    assert live.take(record("a", 3, state={"variables": {"note": "two"}})) is None
-    live.keep("a", 3, "v1", a, STATE)  # type: ignore[arg-type]
-    assert live.take(record("a", 3, state=json.loads(json.dumps(STATE)))) is a
+    assert live.take(record("a", 3, revision="r2")) is None
+    live.keep("a", 3, "v1", a, "r1")  # type: ignore[arg-type]
+    # A row written before revisions, or whose state was written by hand since.
+    assert live.take(record("a", 3, revision=None)) is None
+    live.keep("a", 3, "v1", a, "r1")  # type: ignore[arg-type]
+    assert live.take(record("a", 3)) is a
     assert a.resumed == 1
     assert live.take(record("a", 3)) is None  # taken: out until kept again
-    live.keep("a", 4, "v1", a, STATE)  # type: ignore[arg-type]
-    live.keep("b", 1, "v1", b, STATE)  # type: ignore[arg-type]
-    live.keep("a", 5, "v1", a, STATE)  # a is now the most recent
-    live.keep("c", 1, "v1", c, STATE)  # type: ignore[arg-type]
+    live.keep("a", 4, "v1", a, "r1")  # type: ignore[arg-type]
+    live.keep("b", 1, "v1", b, "r1")  # type: ignore[arg-type]
+    live.keep("a", 5, "v1", a, "r1")  # a is now the most recent
+    live.keep("c", 1, "v1", c, "r1")  # type: ignore[arg-type]
     assert len(live) == 2 and live.take(record("b", 1)) is None
-    assert (live.hits, live.misses) == (1, 5)
+    assert (live.hits, live.misses) == (1, 6)
     nothing = LiveSessions(0)
-    nothing.keep("a", 1, "v1", a, STATE)  # type: ignore[arg-type]
+    nothing.keep("a", 1, "v1", a, "r1")  # type: ignore[arg-type]
     assert len(nothing) == 0
 
 
 def test_live_sessions_keep_at_most_their_budget_of_history_the_oldest_dropped_first() -> None:
     live = LiveSessions(100, max_chars=1000)
     small, big, huge = FakeSession(300), FakeSession(600), FakeSession(5000)
-    live.keep("small", 1, "v1", small, STATE)  # type: ignore[arg-type]
-    live.keep("big", 1, "v1", big, STATE)  # type: ignore[arg-type]
+    live.keep("small", 1, "v1", small, "r1")  # type: ignore[arg-type]
+    live.keep("big", 1, "v1", big, "r1")  # type: ignore[arg-type]
     assert (len(live), live.chars) == (2, 900)
     big.chars = 750  # its next turn grew it: kept again, counted again, not twice
-    live.keep("big", 2, "v1", big, STATE)  # type: ignore[arg-type]
+    live.keep("big", 2, "v1", big, "r1")  # type: ignore[arg-type]
     assert (len(live), live.chars) == (1, 750)  # small, the oldest, made room
     assert live.take(record("big", 2)) is big and live.chars == 0
-    live.keep("huge", 1, "v1", huge, STATE)  # type: ignore[arg-type]
+    live.keep("huge", 1, "v1", huge, "r1")  # type: ignore[arg-type]
     assert (len(live), live.chars) == (0, 0)  # alone past the budget: restored next time
 
 

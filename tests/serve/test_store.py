@@ -468,6 +468,47 @@ def test_store_lists_sessions_without_reading_their_state(store_url: str) -> Non
     run(store_url, body)
 
 
+def test_store_keeps_the_revision_its_creation_or_last_commit_wrote(store_url: str) -> None:
+    """A session's revision is the one its creation or its last commit wrote (a new one each
+    commit); a lease taken and given back leaves it. The state read with it is the one that
+    commit wrote, whole."""
+
+    async def body(store: Store) -> None:
+        await store.create_session(record(revision="r0"))
+        async with store.lock_session("s1", 1.0) as lock:
+            assert lock.session.revision == "r0"
+            done = outcome(1, 5)
+            await lock.commit(done)
+        async with store.lock_session("s1", 1.0):
+            pass  # a lease taken and given back, no commit
+        async with store.lock_session("s1", 1.0) as lock:
+            read = lock.session
+            assert read.revision == done.revision and read.revision not in (None, "r0")
+            assert (read.damaged, read.state) == ({}, {"format": "x", "n": 5})
+            if store_url != "memory://":
+                assert read.state_text == jsontext.dumps({"format": "x", "n": 5})
+        assert outcome(1, 5).revision != done.revision
+
+    run(store_url, body)
+
+
+def test_store_state_written_by_hand_loses_its_revision(api_store: str) -> None:
+    """Only a write of the state with a revision of its own keeps one: a state written by
+    anything else (an operator's UPDATE, an older agentscript's commit) is not the state the
+    last commit wrote, and a worker that kept that commit's session must not take it for it."""
+    run(api_store, lambda store: store.create_session(record(revision="r0")))
+    revision = "SELECT revision FROM agentscript_sessions"
+    sql(api_store, "UPDATE agentscript_sessions SET lease_holder = 'x:y', turns = 4")
+    sql(api_store, "UPDATE agentscript_sessions SET expires_at = 1e12, lease_holder = NULL")
+    assert sql(api_store, revision) == "r0"
+    sql(api_store, "UPDATE agentscript_sessions SET state = state")
+    assert sql(api_store, revision) is None
+    sql(api_store, "UPDATE agentscript_sessions SET state = '{}', revision = 'r1'")
+    assert sql(api_store, revision) == "r1"
+    sql(api_store, "UPDATE agentscript_sessions SET state = '{\"n\": 1}', revision = 'r1'")
+    assert sql(api_store, revision) is None
+
+
 def test_store_duplicate_session_id_is_refused(store_url: str) -> None:
     async def body(store: Store) -> None:
         await store.create_session(record())
@@ -539,6 +580,15 @@ def test_a_store_written_by_a_newer_agentscript_is_refused_naming_it(
     assert "upgrade agentscript" in str(caught.value)
 
 
+# A session row as schema versions 1 to 4 wrote it: without a revision (version 5).
+OLD_SESSION_ROW = (
+    "INSERT INTO agentscript_sessions (session_id, agent, owner, agent_version, format, state, "
+    "turns, ended, escalated, created_at, updated_at, expires_at) "
+    "VALUES ('s1', 'A', 'k1', 'v1', 'agentscript-store/1', '{\"format\": \"x\", \"n\": 0}', "
+    "0, 0, 0, 0, 0, NULL)"
+)
+
+
 def test_a_store_of_schema_version_1_is_migrated_with_its_sessions(api_store: str) -> None:
     """Version 2 moved leases from their own table onto the session's row: a store written by
     an agentscript at version 1 opens with its sessions and turns intact, its old lease table
@@ -548,12 +598,10 @@ def test_a_store_of_schema_version_1_is_migrated_with_its_sessions(api_store: st
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
-
-        async def at_version_1(store: Store) -> None:
-            await store.create_session(record())
-
-        run(api_store, at_version_1)
-    # A turn that version committed, and a lease it left behind in its own table.
+        run(api_store, lambda store: asyncio.sleep(0))
+    # A session that version created, a turn it committed, and a lease it left behind in its
+    # own table.
+    sql(api_store, OLD_SESSION_ROW)
     sql(
         api_store,
         "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, "

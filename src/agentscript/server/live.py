@@ -6,14 +6,21 @@ A turn reads its session from the store under the session's lock and rebuilds it
 of a turn's CPU with a fast model. The ``Session`` a turn leaves behind is, once its commit
 succeeded, exactly what the store now holds: the state written is that object's ``to_json()``.
 So it is kept here, under its session id, with the turn count and agent version it was
-committed at and the state the commit wrote.
+committed at and the revision the commit wrote with the state (a random token each commit and
+each creation writes: ``store.base.new_revision``).
 
 The store stays the truth. A kept session is used only when the locked record carries the
-same turn count, version and state as its commit wrote. The turn count alone is not enough: a
-database that loses a commit (``synchronous_commit = off`` and a crash, a failover to an
-asynchronous replica, a restored backup) rewinds the count, and another worker's commit of
-the same turn number then looks like ours; an equal state is the same session whichever
-commit wrote it. A turn run by another worker (or a restarted one) makes the kept session
+same turn count, version and revision as its commit wrote; its stored state is then not even
+parsed (``SessionRecord`` parses it on first use), which at the history limit would cost tens
+of milliseconds a turn. The turn count alone is not enough: a database that loses a commit
+(``synchronous_commit = off`` and a crash, a failover to an asynchronous replica, a restored
+backup) rewinds the count, and another worker's commit of the same turn number then looks like
+ours; its revision is another. A state written by anything but a commit (an operator's UPDATE,
+an older agentscript's commit) loses its revision in the database itself (store/schema.py,
+migration 5), so a row edited by hand is read and checked, refused if damaged or restored, on
+this worker as on any other. (A disk fault that changes the state's bytes and not its
+revision goes unseen here: the kept session runs, and its commit writes its own state over
+the damaged one.) A turn run by another worker (or a restarted one) makes the kept session
 stale and it is restored instead. A session is taken out while its turn runs and put back
 only after a commit; a turn that fails, or whose commit fails, leaves nothing here. Before a
 kept session runs again, :meth:`Session.resume` makes it start its trace as a restored one
@@ -33,7 +40,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 from agentscript.engine.session import Session
 from agentscript.server.heap import SurvivorFreezer
@@ -54,19 +60,17 @@ class _Kept:
 
     turns: int
     version: str
+    revision: str  # written with the state by the commit (or creation) that kept it
     session: Session
-    # The state the commit wrote (``Session.to_json(detached=False)``: it shares containers
-    # with ``session``, which does not run while kept).
-    state: dict[str, Any]
     chars: int  # its history's size
     at: float  # when it was kept (time.monotonic())
 
     def matches(self, record: SessionRecord) -> bool:
-        # The cheap checks first: a turn of another worker changes the count.
+        # Reads none of the record's state: an unparsed one stays unparsed.
         return (
             self.turns == record.turns
             and self.version == record.agent_version
-            and self.state == record.state
+            and self.revision == record.revision
         )
 
 
@@ -117,14 +121,14 @@ class LiveSessions:
         turns: int,
         version: str,
         session: Session,
-        state: dict[str, Any],
+        revision: str,
     ) -> None:
         """Keep ``session`` as committed with ``turns`` turns by agent version ``version``,
-        the commit having written ``state``."""
+        the commit having written its state with ``revision``."""
         if self.capacity <= 0:
             return
         self.drop(session_id)
-        kept = _Kept(turns, version, session, state, session.history_chars(), time.monotonic())
+        kept = _Kept(turns, version, revision, session, session.history_chars(), time.monotonic())
         self._kept[session_id] = kept
         self.chars += kept.chars
         while len(self._kept) > self.capacity or (self.chars > self.max_chars and self._kept):

@@ -41,6 +41,7 @@ from agentscript.store import (
     Store,
     TurnOutcome,
     TurnRecord,
+    new_revision,
 )
 
 StepSink = Callable[[dict[str, Any]], None]
@@ -151,6 +152,7 @@ class SessionService:
             )
         except ValueError as exc:  # unknown or ill-typed variable: the message names it
             raise ApiError(422, "invalid_variable", str(exc)) from None
+        revision = new_revision()
         record = SessionRecord(
             session_id=session_id,
             agent=served.name,
@@ -158,11 +160,12 @@ class SessionService:
             agent_version=served.version,
             state=session.to_json(),
             expires_at=self._expiry(),
+            revision=revision,
         )
         await self.store.create_session(record)
         self.owners.learn(session_id, owner)
         if served.overrides is None:
-            self.live.keep(session_id, 0, served.version, session, record.state)
+            self.live.keep(session_id, 0, served.version, session, revision)
             self.metrics.kept_sessions = len(self.live)
         return {
             "session_id": session_id,
@@ -372,15 +375,19 @@ class SessionService:
                         if hooks.on_start:
                             hooks.on_start()
                         return result
-                if record.damaged:
-                    # Refused on every worker alike, even one that still keeps the session live:
-                    # the row stays as found until the operator repairs or deletes it.
-                    self.live.drop(session_id)
-                    readable(record)
+                # The kept session, if the row still holds the state its commit wrote (the same
+                # revision): the stored state is then not even parsed. A state written since by
+                # anything but a commit (an operator's UPDATE) has lost its revision
+                # (store/schema.py, migration 5), so it is read and checked here: a damaged one
+                # is refused on every worker alike, even one that kept the session, and the row
+                # stays as found until the operator repairs or deletes it.
                 session = self.live.take(record)
-                self.metrics.session_loads["restored" if session is None else "kept"] += 1
                 if session is None:
+                    readable(record)
+                    self.metrics.session_loads["restored"] += 1
                     session = await self._restored(record)
+                else:
+                    self.metrics.session_loads["kept"] += 1
                 session.on_text = hooks.on_token
                 session.on_step = hooks.on_step
                 if hooks.on_start:
@@ -410,7 +417,9 @@ class SessionService:
                 except ValueError as exc:
                     raise DuplicateKey(str(exc)) from None
                 if self.agents[record.agent].overrides is None:
-                    self.live.keep(session_id, number, record.agent_version, session, outcome.state)
+                    self.live.keep(
+                        session_id, number, record.agent_version, session, outcome.revision
+                    )
                 self.metrics.kept_sessions = len(self.live)
                 self.metrics.turn(
                     record.agent, session_id, time.perf_counter() - started, reply.trace

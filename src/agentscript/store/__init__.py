@@ -20,6 +20,7 @@ from agentscript.store.base import (
     TurnConflict,
     TurnOutcome,
     TurnRecord,
+    new_revision,
 )
 from agentscript.store.memory import MemoryStore
 
@@ -88,5 +89,6 @@ __all__ = [
     "TurnConflict",
     "TurnOutcome",
     "TurnRecord",
+    "new_revision",
     "store_from_url",
 ]

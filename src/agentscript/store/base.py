@@ -17,6 +17,9 @@ turn JSON and the trace of each committed turn). The contract, the same for ever
 
 from __future__ import annotations
 
+import json
+import secrets
+import sys
 import time
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -85,30 +88,170 @@ class DamagedRecord(Exception):
         self.turn = turn
 
 
-@dataclass
-class SessionRecord:
-    """One stored session. ``state`` is ``Session.to_json()`` (tagged with its own format)."""
+def new_revision() -> str:
+    """A token no other write of a session's state carries: written with each state a session
+    is created or committed with, it tells that write apart from any other (server/live.py)."""
+    return secrets.token_hex(16)
 
-    session_id: str
-    agent: str
-    owner: str  # hash of the API key that created it ("" when the server has no keys)
-    agent_version: str  # fingerprint of the agent's shape when the session was created
-    state: dict[str, Any]
-    turns: int = 0
-    ended: bool = False
-    escalated: bool = False
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    expires_at: float | None = None
-    format: str = STORE_FORMAT
-    # ``state`` as the store holds it (JSON text), when read from a store: restoring from the
-    # text needs no walk of the parsed copy (engine/restore.py ``decode``).
-    state_text: str | None = field(default=None, compare=False, repr=False)
-    # Columns of the stored row that could not be read, with why (``state`` is then ``{}``).
-    damaged: dict[str, str] = field(default_factory=dict, compare=False)
+
+class SessionRecord:
+    """One stored session. ``state`` is ``Session.to_json()`` (tagged with its own format).
+
+    A record read from a store holds its state column as read (``column``) and parses it the
+    first time ``state``, ``state_text`` or ``damaged`` is read: a turn that runs the session
+    its worker kept needs none of them (server/live.py matches the ``revision``), and a state at
+    the history limit takes tens of milliseconds to parse."""
+
+    def __init__(
+        self,
+        session_id: str,
+        agent: str,
+        owner: str,
+        agent_version: str,
+        state: dict[str, Any] | None = None,
+        turns: int = 0,
+        ended: bool = False,
+        escalated: bool = False,
+        created_at: float | None = None,
+        updated_at: float | None = None,
+        expires_at: float | None = None,
+        format: str = STORE_FORMAT,
+        *,
+        column: str | bytes | None = None,
+        damaged: dict[str, str] | None = None,
+        revision: str | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.agent = agent
+        self.owner = owner  # hash of the API key that created it ("" when the server has no keys)
+        self.agent_version = agent_version  # fingerprint of the agent's shape at its creation
+        self.turns = turns
+        self.ended = ended
+        self.escalated = escalated
+        now = time.time()
+        self.created_at = now if created_at is None else created_at
+        self.updated_at = now if updated_at is None else updated_at
+        self.expires_at = expires_at
+        self.format = format
+        # Written with the state (``new_revision``); None for a row written before revisions.
+        self.revision = revision
+        # The state column as read, until parsed (``_state`` None); then the text itself, if it
+        # is text and undamaged (``state_text``), else None.
+        self._column = column
+        self._state = {} if state is None and column is None else state
+        # Columns of the stored row that could not be read, with why (``state`` is then
+        # ``{}``); complete once the state is parsed.
+        self._damaged: dict[str, str] = dict(damaged or {})
+
+    @property
+    def state(self) -> dict[str, Any]:
+        if self._state is None:
+            return self._parse()
+        return self._state
+
+    @state.setter
+    def state(self, value: dict[str, Any]) -> None:
+        self._state = value
+        self._column = None
+
+    @property
+    def state_text(self) -> str | None:
+        """``state`` as the store holds it (JSON text), when read from a store: restoring from
+        the text needs no walk of the parsed copy (engine/restore.py ``decode``)."""
+        if self._state is None:
+            self._parse()
+        return self._column if type(self._column) is str else None
+
+    @property
+    def damaged(self) -> dict[str, str]:
+        if self._state is None:
+            self._parse()
+        return self._damaged
+
+    def _parse(self) -> dict[str, Any]:
+        column = self._column if self._column is not None else "{}"
+        state = json_object(column, "state", self._damaged)
+        if "state" in self._damaged:
+            self._column = None
+        self._state = state
+        return state
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or time.time())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (
+            self.session_id,
+            self.agent,
+            self.owner,
+            self.agent_version,
+            self.state,
+            self.turns,
+            self.ended,
+            self.escalated,
+            self.created_at,
+            self.updated_at,
+            self.expires_at,
+            self.format,
+            self.revision,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SessionRecord):
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionRecord(session_id={self.session_id!r}, agent={self.agent!r}, "
+            f"turns={self.turns}, revision={self.revision!r})"
+        )
+
+
+def json_object(text: str | bytes, column: str, damaged: dict[str, str]) -> dict[str, Any]:
+    """A column's JSON object; ``{}`` when the stored text is not one, with why under
+    ``damaged[column]`` (a row damaged on disk or written by hand must not make the rows
+    around it unreadable). The reason quotes none of the text: it reaches API clients.
+
+    Besides text that is not JSON, that is JSON the parser refuses: nested past its recursion
+    limit, or an integer longer than Python converts. A lone surrogate escaped in the text
+    (``"\\ud800"``, which a model's answer can hold) reads back as it was written: the answers
+    write it as its escape again (``jsontext``), and a session must not be lost to what a
+    model said."""
+    try:
+        value = json.loads(text)
+    except UnicodeDecodeError:
+        damaged[column] = "not UTF-8 text"
+        return {}
+    except json.JSONDecodeError as exc:
+        damaged[column] = f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        return {}
+    except RecursionError:
+        damaged[column] = "JSON nested too deep to read"
+        return {}
+    except ValueError as exc:  # an integer longer than int() converts (set_int_max_str_digits)
+        damaged[column] = (
+            f"JSON with an integer of more than {sys.get_int_max_str_digits()} digits"
+            if "digits" in str(exc)
+            else f"JSON that cannot be read ({type(exc).__name__})"
+        )
+        return {}
+    if type(value) is not dict:
+        damaged[column] = f"JSON {JSON_TYPES.get(type(value), 'value')}, not an object"
+        return {}
+    return value
+
+
+JSON_TYPES = {
+    type(None): "null",
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "true/false",
+}
 
 
 @dataclass
@@ -137,6 +280,8 @@ class TurnOutcome:
     ended: bool
     escalated: bool
     expires_at: float | None
+    # Written with the state; the caller keeps it to know the row still holds this commit.
+    revision: str = field(default_factory=new_revision)
 
 
 class SessionLock(Protocol):

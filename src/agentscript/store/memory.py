@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -59,7 +58,7 @@ class MemoryStore:
     ) -> list[SessionRecord]:
         now = time.time()
         found = [
-            dataclasses.replace(r, state={}, state_text=None, damaged=dict(r.damaged))
+            _summary(r)
             for sid, r in sorted(self._sessions.items())
             if r.owner == owner
             and (agent is None or r.agent == agent)
@@ -132,13 +131,33 @@ class MemoryStore:
         ):
             raise ValueError(f"Idempotency-Key {key!r} already used in this session")
         stored.state = copy.deepcopy(outcome.state)
-        stored.state_text = None
+        stored.revision = outcome.revision
         stored.turns += 1
         stored.ended = outcome.ended
         stored.escalated = outcome.escalated
         stored.expires_at = outcome.expires_at
         stored.updated_at = time.time()
         self._turns[session.session_id].append(copy.deepcopy(outcome.record))
+
+
+def _summary(record: SessionRecord) -> SessionRecord:
+    """A listed session: the record without its state, as the SQL stores list it."""
+    return SessionRecord(
+        record.session_id,
+        record.agent,
+        record.owner,
+        record.agent_version,
+        {},
+        turns=record.turns,
+        ended=record.ended,
+        escalated=record.escalated,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        expires_at=record.expires_at,
+        format=record.format,
+        damaged=record.damaged,
+        revision=record.revision,
+    )
 
 
 class _MemoryLock:

@@ -267,7 +267,8 @@ class PostgresStore:
                 "SELECT value FROM agentscript_meta WHERE key = %s", (schema.SCHEMA_VERSION_KEY,)
             )
             row = await cur.fetchone()
-            for sql in schema.pending_migrations(int(row[0]) if row else 0, self.url):
+            done = int(row[0]) if row else 0
+            for sql in schema.pending_migrations(done, self.url, "postgresql"):
                 await conn.execute(sql)
             await conn.execute(
                 "INSERT INTO agentscript_meta (key, value) VALUES (%s, %s) "

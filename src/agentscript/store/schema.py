@@ -8,21 +8,42 @@ Placeholders are written ``?`` and rewritten for drivers that use ``%s``.
 
 from __future__ import annotations
 
-import json
-import sys
 import zlib
 from collections.abc import Sequence
 from typing import Any
 
 from agentscript import jsontext
-from agentscript.store.base import SessionRecord, StoreError, TurnOutcome, TurnRecord
+from agentscript.store.base import (
+    SessionRecord,
+    StoreError,
+    TurnOutcome,
+    TurnRecord,
+    json_object,
+)
 
 SCHEMA_VERSION_KEY = "schema_version"
 # zlib's fastest level for a packed trace (``pack_trace``): about 14 us for a 2 kB trace, within
 # 5 % of the size the default level gives.
 TRACE_PACK_LEVEL = 1
 
-MIGRATIONS: list[list[str]] = [
+# The statements of migration 5 that differ between the backends: a state written without a new
+# revision loses its old one (SQLite cannot change a row in its BEFORE trigger, so it clears it
+# after). Only an UPDATE that names ``state`` fires them, never a lease's or an expiry's.
+STATE_WRITTEN_SQLITE = """CREATE TRIGGER IF NOT EXISTS agentscript_state_written
+    AFTER UPDATE OF state ON agentscript_sessions
+    WHEN NEW.revision IS OLD.revision
+    BEGIN
+        UPDATE agentscript_sessions SET revision = NULL WHERE session_id = NEW.session_id;
+    END"""
+STATE_WRITTEN_FUNCTION = """CREATE OR REPLACE FUNCTION agentscript_state_written() RETURNS trigger
+    LANGUAGE plpgsql AS $$ BEGIN NEW.revision := NULL; RETURN NEW; END $$"""
+STATE_WRITTEN_POSTGRESQL = """CREATE TRIGGER agentscript_state_written
+    BEFORE UPDATE OF state ON agentscript_sessions
+    FOR EACH ROW WHEN (NEW.revision IS NOT DISTINCT FROM OLD.revision)
+    EXECUTE PROCEDURE agentscript_state_written()"""
+
+# A migration's statements: each for both backends, or (a dict) for the backends it names.
+MIGRATIONS: list[list[str | dict[str, str]]] = [
     [
         """CREATE TABLE IF NOT EXISTS agentscript_sessions (
             session_id TEXT PRIMARY KEY,
@@ -86,32 +107,53 @@ MIGRATIONS: list[list[str]] = [
         """CREATE INDEX IF NOT EXISTS agentscript_sessions_owner_id
             ON agentscript_sessions (owner, session_id)""",
     ],
+    [
+        # A session's revision: a token written with its state by its creation and by each
+        # turn's commit (``new_revision``), so that a worker knows, without reading the state,
+        # that the row still holds the state its own commit wrote (server/live.py). Rows
+        # written before have none, which matches no commit: their sessions are restored once.
+        "ALTER TABLE agentscript_sessions ADD COLUMN revision TEXT",
+        # A state written by anything else (an operator's UPDATE, an older agentscript's
+        # commit) without a new revision loses the one it had: it is not that commit's state
+        # any more, and it is read, checked and restored as a state from elsewhere always was.
+        {"sqlite": STATE_WRITTEN_SQLITE, "postgresql": STATE_WRITTEN_FUNCTION},
+        {"postgresql": STATE_WRITTEN_POSTGRESQL},
+    ],
 ]
 
 
-def pending_migrations(done: int, where: str) -> list[str]:
-    """The statements that bring a store at schema version ``done`` (read from its
-    ``agentscript_meta`` table) up to date, in order; StoreError naming ``where`` for a store
-    written by a newer agentscript."""
+def pending_migrations(done: int, where: str, backend: str) -> list[str]:
+    """The statements that bring a store of ``backend`` ("sqlite", "postgresql") at schema
+    version ``done`` (read from its ``agentscript_meta`` table) up to date, in order;
+    StoreError naming ``where`` for a store written by a newer agentscript."""
     if done > len(MIGRATIONS):
         raise StoreError(
             f"{where} has schema version {done}, newer than this agentscript "
             f"({len(MIGRATIONS)}); upgrade agentscript"
         )
-    return [sql for statements in MIGRATIONS[done:] for sql in statements]
+    return [
+        sql
+        for statements in MIGRATIONS[done:]
+        for each in statements
+        if (sql := each if isinstance(each, str) else each.get(backend))
+    ]
 
 
 SESSION_COLUMNS = (
     "session_id, agent, owner, agent_version, format, state, turns, ended, escalated, "
-    "created_at, updated_at, expires_at"
+    "created_at, updated_at, expires_at, revision"
 )
 
-INSERT_SESSION = f"INSERT INTO agentscript_sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_SESSION = (
+    f"INSERT INTO agentscript_sessions ({SESSION_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM agentscript_sessions WHERE session_id = ?"
 # The turn's commit, guarded by the turn count read under the lease; it gives the lease back
 # when it is still the committing turn's (a lease taken over meanwhile stays its taker's).
 UPDATE_AFTER_TURN = (
-    "UPDATE agentscript_sessions SET state = ?, turns = turns + 1, ended = ?, escalated = ?, "
+    "UPDATE agentscript_sessions SET state = ?, revision = ?, turns = turns + 1, ended = ?, "
+    "escalated = ?, "
     "updated_at = ?, expires_at = ?, lease_holder = NULLIF(lease_holder, ?) "
     "WHERE session_id = ? AND turns = ?"
 )
@@ -212,27 +254,27 @@ def session_params(record: SessionRecord) -> tuple[Any, ...]:
         record.created_at,
         record.updated_at,
         record.expires_at,
+        record.revision,
     )
 
 
 def session_from_row(row: Sequence[Any]) -> SessionRecord:
-    damaged: dict[str, str] = {}
+    """The record of a row of ``SESSION_COLUMNS``; its state is parsed when first used (a
+    value stored as bytes, not text, is restored from the parsed ``state``)."""
     return SessionRecord(
         session_id=row[0],
         agent=row[1],
         owner=row[2],
         agent_version=row[3],
         format=row[4],
-        state=json_object(row[5], "state", damaged),
-        # Restoring reads the text itself; a value stored as bytes is restored from ``state``.
-        state_text=row[5] if type(row[5]) is str and not damaged else None,
-        damaged=damaged,
+        column=row[5],
         turns=int(row[6]),
         ended=bool(row[7]),
         escalated=bool(row[8]),
         created_at=float(row[9]),
         updated_at=float(row[10]),
         expires_at=None if row[11] is None else float(row[11]),
+        revision=row[12],
     )
 
 
@@ -243,6 +285,7 @@ def after_turn_params(
     given back if ``holder`` still has it, guarded by the turn count the turn started from."""
     return (
         dumps(outcome.state),
+        outcome.revision,
         int(outcome.ended),
         int(outcome.escalated),
         now,
@@ -282,50 +325,6 @@ def turn_from_row(row: Sequence[Any]) -> TurnRecord:
         created_at=float(row[5]),
         damaged=damaged,
     )
-
-
-def json_object(text: str | bytes, column: str, damaged: dict[str, str]) -> dict[str, Any]:
-    """A column's JSON object; ``{}`` when the stored text is not one, with why under
-    ``damaged[column]`` (a row damaged on disk or written by hand must not make the rows
-    around it unreadable). The reason quotes none of the text: it reaches API clients.
-
-    Besides text that is not JSON, that is JSON the parser refuses: nested past its recursion
-    limit, or an integer longer than Python converts. A lone surrogate escaped in the text
-    (``"\\ud800"``, which a model's answer can hold) reads back as it was written: the answers
-    write it as its escape again (``jsontext``), and a session must not be lost to what a
-    model said."""
-    try:
-        value = json.loads(text)
-    except UnicodeDecodeError:
-        damaged[column] = "not UTF-8 text"
-        return {}
-    except json.JSONDecodeError as exc:
-        damaged[column] = f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        return {}
-    except RecursionError:
-        damaged[column] = "JSON nested too deep to read"
-        return {}
-    except ValueError as exc:  # an integer longer than int() converts (set_int_max_str_digits)
-        damaged[column] = (
-            f"JSON with an integer of more than {sys.get_int_max_str_digits()} digits"
-            if "digits" in str(exc)
-            else f"JSON that cannot be read ({type(exc).__name__})"
-        )
-        return {}
-    if type(value) is not dict:
-        damaged[column] = f"JSON {JSON_TYPES.get(type(value), 'value')}, not an object"
-        return {}
-    return value
-
-
-JSON_TYPES = {
-    type(None): "null",
-    list: "array",
-    str: "string",
-    int: "number",
-    float: "number",
-    bool: "true/false",
-}
 
 
 def pack_trace(trace: dict[str, Any]) -> bytes:

@@ -150,7 +150,8 @@ class SQLiteStore:
             row = db.execute(
                 "SELECT value FROM agentscript_meta WHERE key = ?", (schema.SCHEMA_VERSION_KEY,)
             ).fetchone()
-            for sql in schema.pending_migrations(int(row[0]) if row else 0, str(self.path)):
+            done = int(row[0]) if row else 0
+            for sql in schema.pending_migrations(done, str(self.path), "sqlite"):
                 db.execute(sql)
             db.execute(
                 "INSERT OR REPLACE INTO agentscript_meta (key, value) VALUES (?, ?)",
