@@ -145,20 +145,20 @@ def test_mcp_serve_over_http_takes_the_api_keys_and_stops_on_ctrl_c(tmp_path: Pa
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with OpenAIServer([Reply(text="One answer.")]) as model:
-        proc = _mcp_serve_http(agent, model.base_url, port, keys="key-1")
+        proc = _mcp_serve_http(agent, model.base_url, port, keys="key-1-0123456789ab")
         try:
             assert _answering(url, proc) == 401  # no key
             wrong = httpx2.post(url, json={}, headers={"Authorization": "Bearer key-2"})
             assert wrong.status_code == 401
             assert wrong.json()["error"]["code"] == "unauthorized"
-            answer = asyncio.run(_ask_over_http(url, "key-1"))
+            answer = asyncio.run(_ask_over_http(url, "key-1-0123456789ab"))
             assert answer["text"] == "One answer."
             proc.send_signal(signal.SIGINT)
             out, _ = proc.communicate(timeout=20)
         finally:
             proc.kill()
     assert proc.returncode == 0
-    assert "key-1" not in out and "Traceback" not in out
+    assert "key-1-0123456789ab" not in out and "Traceback" not in out
     assert f"agent 'Echo' at {url}" in out
 
 
@@ -191,7 +191,7 @@ def test_mcp_serve_over_http_on_port_0_names_the_port_it_listens_on(tmp_path: Pa
     agent = tmp_path / "echo.agent"
     agent.write_text(AGENT)
     with OpenAIServer([Reply(text="One answer.")]) as model:
-        proc = _mcp_serve_http(agent, model.base_url, 0, keys="key-1")
+        proc = _mcp_serve_http(agent, model.base_url, 0, keys="key-1-0123456789ab")
         try:
             said = proc.stdout.readline()  # the first line, printed before it serves
             banner = re.fullmatch(
@@ -201,7 +201,7 @@ def test_mcp_serve_over_http_on_port_0_names_the_port_it_listens_on(tmp_path: Pa
             assert banner[1] != "0"
             url = f"http://127.0.0.1:{banner[1]}/mcp"
             assert _answering(url, proc) == 401  # no key: this server answers there
-            assert asyncio.run(_ask_over_http(url, "key-1"))["text"] == "One answer."
+            assert asyncio.run(_ask_over_http(url, "key-1-0123456789ab"))["text"] == "One answer."
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=20)
         finally:
@@ -416,13 +416,13 @@ def _sigterm_during_a_turn(tmp_path: Path, delay: float, *extra: str) -> tuple[A
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with OpenAIServer([Reply(text="Late answer.", delay=delay)]) as model:
-        proc = _mcp_serve_http(agent, model.base_url, port, *extra, keys="key-1")
+        proc = _mcp_serve_http(agent, model.base_url, port, *extra, keys="key-1-0123456789ab")
         try:
             assert _answering(url, proc) == 401
             got = asyncio.run(
                 _ask_during(
                     url,
-                    "key-1",
+                    "key-1-0123456789ab",
                     lambda: bool(model.requests),
                     lambda: proc.send_signal(signal.SIGTERM),
                 )

@@ -82,13 +82,13 @@ def test_a_server_without_keys_refuses_requests_from_another_sites_page() -> Non
 
 
 def test_a_server_with_keys_checks_the_key_not_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTSCRIPT_API_KEYS", "key-1")
+    monkeypatch.setenv("AGENTSCRIPT_API_KEYS", "key-1-0123456789ab")
 
     async def scenario(c: httpx.AsyncClient) -> tuple[int, int]:
         keyed = await c.post(
             "/v1/agents/Order_Status/sessions",
             json={},
-            headers={"Authorization": "Bearer key-1", "Origin": "https://app.example"},
+            headers={"Authorization": "Bearer key-1-0123456789ab", "Origin": "https://app.example"},
         )
         bare = await c.post("/v1/agents/Order_Status/sessions", json={})
         return keyed.status_code, bare.status_code
@@ -100,8 +100,8 @@ def test_a_server_with_keys_checks_the_key_not_the_host(monkeypatch: pytest.Monk
 def test_a_server_with_keys_takes_no_stubbed_actions_from_its_clients(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("AGENTSCRIPT_API_KEYS", "key-1")
-    key = {"Authorization": "Bearer key-1"}
+    monkeypatch.setenv("AGENTSCRIPT_API_KEYS", "key-1-0123456789ab")
+    key = {"Authorization": "Bearer key-1-0123456789ab"}
     stubbed = Path(LATE_ORDER).read_text(encoding="utf-8")
 
     async def scenario(c: httpx.AsyncClient) -> tuple[httpx.Response, httpx.Response]:

@@ -15,21 +15,24 @@ from agentscript.server.config import ServerConfig
 
 from .harness import CARD_BANK, run
 
-CUSTOMER = {
-    "project.authenticated": True,
-    "project.customer_id": "1001",
-    "project.customer_name": "Ada",
-}
+# Signs in as customer 1001 through the authenticate skill: a client cannot preset the
+# project entries its tool writes (test_serve_security.py).
+SIGN_IN = (
+    '/activate_skill {"skill": "authenticate"}',
+    '/verify_customer {"customer_number": "1001", "pin": "4321"}',
+    "/complete_skill {}",
+)
 
 
 def test_audit2_mantle_pending_confirmation_is_in_the_session_view(api_store: str) -> None:
     """A Mantle call waiting for a yes/no shows in GET /v1/sessions/{id}, as the turn said."""
 
     async def scenario(client: httpx.AsyncClient) -> None:
-        created = await client.post("/v1/agents/card-bank/sessions", json={"variables": CUSTOMER})
+        created = await client.post("/v1/agents/card-bank/sessions", json={"variables": {}})
         sid = created.json()["session_id"]
         turn = {}
         for text in (
+            *SIGN_IN,
             '/activate_skill {"skill": "card_replace"}',
             '/set_fields {"reason": "lost", "card_id": "C-11"}',
             '/activate_skill {"skill": "card_replace", "block": "order_card"}',
@@ -54,10 +57,10 @@ def test_audit2_mantle_pending_confirmation_is_in_the_session_view(api_store: st
 
 def test_audit2_key_file_with_a_byte_order_mark_keeps_its_first_key(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
-    keys.write_bytes(b"\xef\xbb\xbfk1\r\nk2\r\n")
+    keys.write_bytes(b"\xef\xbb\xbfkey-one-0123456789\r\nkey-two-0123456789\r\n")
     loaded = ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": str(keys)})
-    assert loaded.owner("Bearer k1") is not None
-    assert loaded.owner("Bearer k2") is not None
+    assert loaded.owner("Bearer key-one-0123456789") is not None
+    assert loaded.owner("Bearer key-two-0123456789") is not None
     hashed = tmp_path / "hashed"
     hashed.write_bytes(b"\xef\xbb\xbfsha256:" + hashlib.sha256(b"k1").hexdigest().encode())
     assert ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": str(hashed)}).owner("Bearer k1")
@@ -176,5 +179,5 @@ def test_audit2_openapi_operation_ids_are_unique_and_head_still_answers(tmp_path
 @pytest.mark.parametrize("key", ["clé-secrète", "two words", "tab\there"])
 def test_audit2_a_key_no_header_can_carry_is_refused_at_start_up(key: str) -> None:
     with pytest.raises(KeyConfigError) as refused:
-        ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": f"good-key,{key}"})
+        ApiKeys.from_env({"AGENTSCRIPT_API_KEYS": f"good-key-0123456789,{key}"})
     assert "visible ASCII" in str(refused.value) and key not in str(refused.value)

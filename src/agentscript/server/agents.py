@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from agentscript.actions.registry import StubBook
 from agentscript.diagnostics import AgentScriptError
+from agentscript.engine.given import some
 from agentscript.engine.session import Agent, AgentBase
 from agentscript.models.base import Model
 
@@ -59,6 +60,34 @@ class ServedAgent:
     @property
     def name(self) -> str:
         return self.agent.name
+
+    def refused_variables(self, given: Iterable[str]) -> str | None:
+        """Why a client cannot give a new session the variables ``given``: the message naming
+        those the agent declares as neither linked nor mutable, as ``GET /v1/agents/{agent}``
+        reports them (read from that description, so the two never disagree), and the ones it
+        may give; None when it may give them all. Names the agent does not declare are left to
+        its own check, which lists the declared ones."""
+        variables = self.description["variables"]
+        fixed = {v["name"] for v in variables if not settable(v)}
+        refused = sorted(name for name in given if name in fixed)
+        if not refused:
+            return None
+        allowed = sorted(v["name"] for v in variables if settable(v))
+        return (
+            f"variable(s) {some(refused)} of {self.name} are neither linked nor mutable: only "
+            "the agent sets them. A new session takes its linked variables and the initial "
+            f"value of its mutable ones (GET /v1/agents/{self.name} marks them): "
+            f"{some(allowed) if allowed else 'it has none'}"
+        )
+
+
+def settable(variable: dict[str, Any]) -> bool:
+    """Whether a client may give a new session this variable of an agent's description: a
+    linked one (the host supplies it) or the initial value of a mutable one. Any other is the
+    agent's own (a constant, or what its tools write once, such as a Mantle project entry
+    without ``mutable: true``): letting a client set it would let it skip what sets it (a
+    login, say)."""
+    return bool(variable["linked"] or variable["mutable"])
 
 
 def discover(paths: Sequence[str]) -> Iterator[Path]:

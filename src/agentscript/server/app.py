@@ -269,6 +269,9 @@ def create_app(
     if freeze_heap:
         service.live.freezer = SurvivorFreezer()
     limiter = RateLimiter(config.rate_limit, config.rate_burst)
+    # The store's kind only, where anyone may read it (/readyz): its URL names hosts, users
+    # and files.
+    kind = store.url.split(":", 1)[0]
     ready = {"store": False}
     warming: dict[str, asyncio.Task[list[str]]] = {}
 
@@ -346,6 +349,10 @@ def create_app(
         default_response_class=JsonTextResponse,
         docs_url=None,
         redoc_url=None,
+        # A path with a slash too many or too few is a 404 like any other unknown path:
+        # Starlette's redirect named whatever host the request's Host header claimed, and
+        # answered before any key was checked.
+        redirect_slashes=False,
         responses={
             401: {"description": "missing or unknown API key"},
             404: {"description": "not found (or another key's session)"},
@@ -420,14 +427,15 @@ def create_app(
             if warm is not None and warm.exception() is not None:
                 raise ApiError(503, "not_ready", f"a model SDK failed to load: {warm.exception()}")
             await store.ping()
+        except ApiError as exc:
+            return _error_response(exc)
         except Exception as exc:
+            # The detail (the store's URL or file, the driver's reason) is for the operator,
+            # in the log beside this request's id: this answers anyone.
+            log.error("readyz: the %s store does not answer: %s", kind, exc)
             return _error_response(
-                exc
-                if isinstance(exc, ApiError)
-                else ApiError(503, "not_ready", f"the store does not answer: {exc}")
+                ApiError(503, "not_ready", f"the {kind} store does not answer (the log says why)")
             )
-        # The store's kind only: this answers anyone, and its URL names hosts and users.
-        kind = store.url.split(":", 1)[0]
         return JSONResponse({"status": "ready", "store": kind, "agents": sorted(agents)})
 
     @app.get("/metrics", response_class=PlainTextResponse)

@@ -1,9 +1,11 @@
 """API keys: loaded from ``AGENTSCRIPT_API_KEYS``, kept and compared only as SHA-256 hashes.
 
-``AGENTSCRIPT_API_KEYS`` holds comma-separated keys, or the path of a file (one key per line,
-``#`` comments). A line ``sha256:<hex>`` gives a key by its hash, so the file need not hold the
-key itself. A request authenticates with ``Authorization: Bearer <key>``; its owner id is the
-key's hash, which is what sessions record (never the key).
+``AGENTSCRIPT_API_KEYS`` holds comma-separated keys, or the path of a file (one key per line;
+``#`` starts a comment at the start of a line or after a space or tab, as in pip's requirement
+files: a ``#`` within a key is part of it). A line ``sha256:<hex>`` gives a key by its hash, so
+the file need not hold the key itself. A key itself is at least :data:`MIN_KEY_CHARS` long. A
+request authenticates with ``Authorization: Bearer <key>``; its owner id is the key's hash,
+which is what sessions record (never the key).
 """
 
 from __future__ import annotations
@@ -11,10 +13,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ENV = "AGENTSCRIPT_API_KEYS"
+# A key shorter than this can be guessed by anyone who can reach the server (a hash given as
+# ``sha256:<hex>`` cannot be measured, and is taken as it is).
+MIN_KEY_CHARS = 16
+MAKE_A_KEY = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+# Where a comment begins on a line of a key file: a ``#`` first on the line or after a space
+# or tab. Keys hold no spaces, so such a ``#`` can never be part of one; any other ``#`` is
+# (a key ``Xy#9kQ...`` cut at its ``#`` would have let ``Bearer Xy`` in).
+COMMENT = re.compile(r"(?:^|\s)#")
 
 
 class KeyConfigError(ValueError):
@@ -23,6 +34,12 @@ class KeyConfigError(ValueError):
 
 def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def uncommented(line: str) -> str:
+    """A line of a key file without its comment (:data:`COMMENT`)."""
+    found = COMMENT.search(line)
+    return line if found is None else line[: found.start()]
 
 
 class ApiKeys:
@@ -52,11 +69,20 @@ class ApiKeys:
                 text = path.expanduser().read_text(encoding="utf-8-sig")
             except OSError as exc:
                 raise KeyConfigError(f"{ENV}: cannot read {raw}: {exc.strerror or exc}") from None
-            entries = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+            entries = [
+                (f"the key on line {number} of {raw}", uncommented(line).strip())
+                for number, line in enumerate(text.splitlines(), 1)
+            ]
         else:
-            entries = [part.strip() for part in raw.split(",")]
+            parts = raw.split(",")
+            entries = [
+                (f"key {number}" if len(parts) > 1 else "the key", part.strip())
+                for number, part in enumerate(parts, 1)
+            ]
         hashes = []
-        for entry in filter(None, entries):
+        for where, entry in entries:
+            if not entry:
+                continue
             if entry.startswith("sha256:"):
                 digest = entry[len("sha256:") :].lower()
                 if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
@@ -67,6 +93,13 @@ class ApiKeys:
                 raise KeyConfigError(
                     f"{ENV}: a key must be visible ASCII characters without spaces "
                     "(a key with others could never be sent in an Authorization header)"
+                )
+            elif len(entry) < MIN_KEY_CHARS:
+                # Never the key itself: this line is printed and may be logged.
+                raise KeyConfigError(
+                    f"{ENV}: {where} is too short to resist guessing ({len(entry)} "
+                    f"character{'' if len(entry) == 1 else 's'}): use at least {MIN_KEY_CHARS} random characters, made for "
+                    f"instance with: {MAKE_A_KEY}"
                 )
             else:
                 hashes.append(key_hash(entry))

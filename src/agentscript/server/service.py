@@ -132,8 +132,16 @@ class SessionService:
         return time.time() + ttl if ttl else None
 
     async def create(
-        self, owner: str, agent_name: str, variables: dict[str, Any]
+        self,
+        owner: str,
+        agent_name: str,
+        variables: dict[str, Any],
+        *,
+        any_declared: bool = False,
     ) -> dict[str, Any]:
+        """A new session of the agent, started with ``variables``: only its linked and mutable
+        ones (``ServedAgent.refused_variables``), unless ``any_declared`` (the playground
+        without API keys, whose user is the agent's author, presets any of them)."""
         served = self.agent(agent_name)
         for name, value in variables.items():
             if any(lone_surrogate(text) is not None for text in strings(name, value)):
@@ -142,6 +150,9 @@ class SessionService:
                     "invalid_variable",
                     f"@variables.{ascii(name)[1:-1]}: not Unicode text (a lone surrogate)",
                 )
+        refused = None if any_declared else served.refused_variables(variables)
+        if refused is not None:
+            raise ApiError(422, "invalid_variable", refused)
         session_id = uuid.uuid4().hex
         try:
             session = served.agent.session(
