@@ -100,6 +100,38 @@ def test_a_client_cannot_preset_the_project_entries_a_mantle_login_writes(tmp_pa
     assert listed == []
 
 
+def test_a_client_cannot_preset_what_a_mantle_skills_tools_write(tmp_path: Path) -> None:
+    """Skill entries were all described as mutable, so a session could start with
+    authenticate.attempts = -100 (a skill's first start keeps memory as given) and take 103
+    tries before the limit of 3. Only what the conversation itself fills (llm_settable,
+    collect-owned) may be preset."""
+
+    async def scenario(client: httpx.AsyncClient) -> tuple[Any, ...]:
+        described = (await client.get("/v1/agents/card-bank")).json()["variables"]
+        counted = await client.post(
+            "/v1/agents/card-bank/sessions", json={"variables": {"authenticate.attempts": -100}}
+        )
+        ordered = await client.post(
+            "/v1/agents/card-bank/sessions",
+            json={"variables": {"card_replace.replacement_ordered": True}},
+        )
+        collected = await client.post(
+            "/v1/agents/card-bank/sessions",
+            json={"variables": {"card_replace.card_id": "C-11", "card_replace.reason": "lost"}},
+        )
+        return described, counted, ordered, collected
+
+    described, counted, ordered, collected = run(
+        f"sqlite:///{tmp_path}/s.db", scenario, paths=(CARD_BANK,), config=NO_LIMIT
+    )
+    mutable = {v["name"] for v in described if v["mutable"]}
+    assert mutable == {"card_replace.reason", "card_replace.card_id", "card_replace.shipping"}
+    assert error_of(counted)[:2] == (422, "invalid_variable")
+    assert "'authenticate.attempts'" in error_of(counted)[2]
+    assert error_of(ordered)[:2] == (422, "invalid_variable")
+    assert collected.status_code == 201, collected.text
+
+
 def test_every_variable_is_refused_exactly_when_the_description_says_it_is_fixed(
     tmp_path: Path,
 ) -> None:

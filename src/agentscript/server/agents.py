@@ -169,6 +169,7 @@ def describe(agent: AgentBase) -> dict[str, Any]:
         }
     if isinstance(agent, MantleAgent):
         project = agent.project
+        writable = model_writable(project)
         return {
             "name": agent.name,
             "format": "mantle",
@@ -176,7 +177,9 @@ def describe(agent: AgentBase) -> dict[str, Any]:
                 {
                     "name": entry.qualified_name,
                     "type": entry.type,
-                    "mutable": entry.llm_settable or not entry.write_once,
+                    "mutable": entry.qualified_name in writable
+                    if entry.namespace in project.skills
+                    else entry.llm_settable or not entry.write_once,
                     "linked": entry.seed,
                     "description": entry.description,
                 }
@@ -185,6 +188,21 @@ def describe(agent: AgentBase) -> dict[str, Any]:
             "skills": sorted(project.skills),
         }
     raise TypeError(f"cannot describe a {type(agent).__name__}")
+
+
+def model_writable(project: Any) -> set[str]:
+    """The skill entries the conversation itself may fill (qualified names): ``llm_settable``
+    ones and those a collect step owns, which the model writes with ``set_fields`` from what
+    the user says. The others are written by the skill's tools (a count of failed logins, an
+    order's reference) and are not a client's to preset: a session given
+    ``authenticate.attempts = -100`` took 103 tries before the limit of 3."""
+    from agentscript.mantle.run.prompt import settable_entries
+
+    return {
+        entry.qualified_name
+        for skill in project.skills.values()
+        for entry in settable_entries(project, skill).values()
+    }
 
 
 def fingerprint(description: dict[str, Any]) -> str:
