@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -193,6 +194,7 @@ async def main(quick: bool) -> None:
     finally:
         if pg is not None:
             drop_pg(pg)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
