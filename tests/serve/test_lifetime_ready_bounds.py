@@ -202,6 +202,8 @@ def test_readyz_is_503_while_postgresql_is_gone_and_200_when_it_returns(pg_dsn: 
             # Requests that need the store say so with a 503, never a 500.
             sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "b"})
             assert error_of(sent) == (503, "store_unavailable")
+            # Retried as the other 503s are (it had no Retry-After).
+            assert sent.headers["Retry-After"] == "1"
             assert error_of(await client.get(f"/v1/sessions/{sid}")) == (503, "store_unavailable")
 
             await relay.start()

@@ -28,7 +28,14 @@ from agentscript.server import sse
 from agentscript.server.agents import AGENT_NAME, ServedAgent
 from agentscript.server.auth import ApiKeys
 from agentscript.server.config import ServerConfig
-from agentscript.server.errors import CUT_AT_SHUTDOWN, ApiError, body, log_failure, status_of
+from agentscript.server.errors import (
+    CUT_AT_SHUTDOWN,
+    ApiError,
+    body,
+    error_headers,
+    log_failure,
+    status_of,
+)
 from agentscript.server.fastpath import JsonTextResponse, MessageFastPath
 from agentscript.server.heap import SurvivorFreezer, freeze_startup_heap
 from agentscript.server.metrics import ACTIVE_WINDOW, Metrics, method_label
@@ -68,8 +75,7 @@ def _json_media(request: Request) -> bool:
 def _error_response(exc: BaseException) -> JSONResponse:
     status, code, message = status_of(exc)
     log_failure(exc, code, message)
-    headers = exc.headers if isinstance(exc, ApiError) else {}
-    return JSONResponse(body(code, message), status_code=status, headers=headers)
+    return JSONResponse(body(code, message), status_code=status, headers=error_headers(exc, code))
 
 
 class CountRequests(HttpMiddleware):

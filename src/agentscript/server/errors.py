@@ -65,6 +65,15 @@ def status_of(exc: BaseException) -> tuple[int, str, str]:
     return 500, "internal", "the server failed on this request; it has been logged"
 
 
+def error_headers(exc: BaseException, code: str) -> dict[str, str]:
+    """The headers of the error answer: an ApiError's own; for an unreachable store, a
+    ``Retry-After`` as the other 503s have (the docs tell clients to retry it, with the same
+    ``Idempotency-Key``: the commit may have happened with its answer lost)."""
+    if isinstance(exc, ApiError):
+        return exc.headers
+    return {"Retry-After": "1"} if code == "store_unavailable" else {}
+
+
 def body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
 
