@@ -342,7 +342,18 @@ def create_app(
             cut = await service.finish_turns(config.shutdown_grace)
             if cut:
                 when = "by a stop at once" if ShutdownClock.stopped_at_once() else "after the grace"
-                log.error("shutdown: %d turn(s) cut %s, none committed", cut, when)
+                committing = service.cut_while_committing
+                if committing:
+                    # Cut after their commit was sent: the database may have applied it.
+                    log.error(
+                        "shutdown: %d turn(s) cut %s, %d of them while committing (those may "
+                        "have committed; an Idempotency-Key resent returns them)",
+                        cut,
+                        when,
+                        committing,
+                    )
+                else:
+                    log.error("shutdown: %d turn(s) cut %s, none committed", cut, when)
             if shared is not None:
                 with contextlib.suppress(OSError):
                     shared.write()  # the last turns' figures, before the supervisor folds them

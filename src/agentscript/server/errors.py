@@ -50,7 +50,9 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
 
 # What the client of a turn cut at shutdown is told (app.CountRequests, streaming.EventStream).
 CUT_AT_SHUTDOWN = (
-    "the server stopped before this turn finished; nothing of it was committed: send it again"
+    "the server stopped before this turn finished; nothing of it was committed unless it was "
+    "cut while committing: send it again with the same Idempotency-Key, which returns the "
+    "turn if it was committed"
 )
 
 

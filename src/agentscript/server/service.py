@@ -96,6 +96,9 @@ class SessionService:
         # The task of every turn running: the max_concurrent_turns count, and what shutdown
         # waits for.
         self.running_turns: set[asyncio.Task[Any]] = set()
+        # Turns cancelled (at shutdown: nothing else cancels a turn) while their commit was on
+        # its way to the store: the database may have applied it (the shutdown log says so).
+        self.cut_while_committing = 0
 
     async def finish_turns(self, seconds: float) -> int:
         """At shutdown, once uvicorn has waited for the requests: let the turns running without
@@ -427,6 +430,9 @@ class SessionService:
                     await lock.commit(outcome)
                 except ValueError as exc:
                     raise DuplicateKey(str(exc)) from None
+                except asyncio.CancelledError:
+                    self.cut_while_committing += 1
+                    raise
                 if self.agents[record.agent].overrides is None:
                     self.live.keep(
                         session_id, number, record.agent_version, session, outcome.revision
