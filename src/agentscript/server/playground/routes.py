@@ -179,9 +179,7 @@ def mount_playground(
         values = {**(script.variables if script else {}), **body.variables}
         # Without keys the page's user wrote the agent and presets any of its variables;
         # with keys it is a client like any other (POST /v1/agents/{agent}/sessions).
-        created = await service.create(
-            who, agent, values, any_declared=not app.state.keys.enabled
-        )
+        created = await service.create(who, agent, values, any_declared=not app.state.keys.enabled)
         sessions.register(created["session_id"], values, script)
         return {
             **created,
