@@ -319,7 +319,9 @@ class Store(Protocol):
         state (``state`` is ``{}``): a listing shows a session, it never restores one."""
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete the session and its turns; False when there was none."""
+        """Delete the session and its turns; False when there was none. The session is gone
+        for every reader at once; the SQL stores then delete its turns in short transactions,
+        none of which any reader sees meanwhile (``schema.DELETE_SESSION_ROW``)."""
 
     def lock_session(
         self, session_id: str, wait: float
@@ -340,7 +342,8 @@ class Store(Protocol):
         ``limit`` >= 0."""
 
     async def purge_expired(self) -> int:
-        """Delete expired sessions (and their turns); how many were deleted."""
+        """Delete expired sessions (and their turns, with those of any deletion left
+        unfinished); how many sessions were deleted."""
 
     async def backfill_expiry(self, ttl: float) -> int:
         """Give every session without an expiry (written while no TTL was set) the one its

@@ -24,6 +24,14 @@ never leave such a gap gets a RESTART checkpoint once its log passes ``RESTART_B
 ``journal_size_limit`` when it restarts, so a burst that grew it does not keep the disk
 space.
 
+A round that catches up is not always followed by a restart either: only a write that *begins*
+with the whole log copied restarts it, and one that began before the round ended (a turn's
+commit of a multi-megabyte state takes tens of ms) appends to it. Turns of one long session
+sent back to back were always mid-write at the end of a round: every round caught up, none
+restarted, and the log grew by 2.2 GB in 200 turns. So a log ``RESTART_BYTES`` long or more
+when a round catches up, which the round before left that long and writes since made longer
+without restarting it, gets the RESTART checkpoint too.
+
 Durability is unchanged: with ``synchronous=NORMAL`` a commit is in the WAL, and a crash of
 the process loses nothing; the file is synced at each checkpoint.
 
@@ -160,6 +168,9 @@ class Checkpointer:
         self.restarts = 0  # rounds that had to make writers wait (RESTART_BYTES)
         self.failed = 0  # checkpoints that raised (the next one tries again)
         self._backfilled = 0  # frames of the current log copied when last seen
+        # The log a caught-up round left RESTART_BYTES long or more (0: shorter): the next
+        # round restarts it if no write did meanwhile.
+        self._left_long = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -228,12 +239,31 @@ class Checkpointer:
             # something only when nothing arrived since the pass before began either.
             if log == seen:
                 self.caught_up += 1
+                self._restart_if_stuck(db, log)
                 return
             seen = log
         if seen >= self.frames_of(RESTART_BYTES):
             # Writes never paused long enough: make them wait for the rest of this one.
-            self._pass(db, "RESTART")
-            self.restarts += 1
+            self._restart(db)
+
+    def _restart_if_stuck(self, db: sqlite3.Connection, log: int) -> None:
+        """After a round that caught up with a log of ``log`` frames: a RESTART checkpoint if
+        the log is RESTART_BYTES long or more, the round before left it so long already, and
+        writes since made it longer without restarting it (a restart would have made it
+        shorter, unless writes grew it back further within a round, when a RESTART costs them
+        little next to their own). A log no write touched since is left to the next one."""
+        long = log >= self.frames_of(RESTART_BYTES)
+        stuck = long and self._left_long and log > self._left_long
+        self._left_long = log if long else 0
+        if stuck:
+            self._restart(db)
+
+    def _restart(self, db: sqlite3.Connection) -> None:
+        """A RESTART checkpoint: writes wait while it copies what is left and until no reader
+        uses the log, which then starts again from its beginning."""
+        self._pass(db, "RESTART")
+        self.restarts += 1
+        self._left_long = 0
 
     def frames_of(self, size: int) -> int:
         """How many frames of this store's log hold ``size`` bytes of pages."""

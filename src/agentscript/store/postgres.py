@@ -39,7 +39,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
-from agentscript.store.batches import in_batches
+from agentscript.store.batches import delete_turns_chunk, finish_deletions, in_batches
 from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within, worker_of
 
 # Connections a store opens at most by default (`serve --store-connections`), plus its presence
@@ -61,13 +61,14 @@ LOCK_TIMEOUT = 2.0
 # only a stalled server or a runaway query reaches it, and its connection is then freed after
 # as long as a statement may wait for a connection anyway.
 STATEMENT_TIMEOUT = CONNECTION_WAIT
-# Expired sessions deleted per transaction of a purge (and sessions given an expiry per
-# statement of ``backfill_expiry``): sessions left to expire during a long outage go in many
-# short transactions, each of which a failure or a timeout costs alone, rather than in one
-# that a timeout rolls back whole every round.
+# Rows of expired sessions deleted per transaction of a purge (their turns go later, in chunks
+# of bounded rows and bytes: store/batches.py), and sessions given an expiry per statement of
+# ``backfill_expiry``: sessions left to expire during a long outage go in many short
+# transactions, each of which a failure or a timeout costs alone, rather than in one that a
+# timeout rolls back whole every round.
 PURGE_BATCH = 500
-# How long one batch of a purge may run: 500 sessions of many turns each may mean far more
-# turn rows than STATEMENT_TIMEOUT lets a statement delete on a loaded server.
+# How long the statement deleting a batch's session rows may run: 500 rows holding states of
+# megabytes each (their TOAST) may take longer than STATEMENT_TIMEOUT on a loaded server.
 PURGE_TIMEOUT = 600.0
 _MIGRATION_LOCK = 7_146_937_311  # any constant shared by every agentscript worker
 # The first key of every presence lock (the second is the store's token), so that they are
@@ -392,13 +393,13 @@ class PostgresStore:
 
     async def delete_session(self, session_id: str) -> bool:
         try:
+            # The row first, on its own (schema.DELETE_SESSION_ROW), then the turns in chunks.
             async with self._conn() as conn, conn.transaction():
-                # The row first, then the turns: see schema.DELETE_SESSION.
-                row, *rows_of_session = schema.DELETE_SESSION
-                deleted = (await conn.execute(Q(row), (session_id,))).rowcount
-                for sql in rows_of_session:
-                    await conn.execute(Q(sql), (session_id,))
-                return bool(deleted > 0)
+                deleted = (await conn.execute(Q(schema.DELETE_SESSION_ROW), (session_id,))).rowcount
+                if deleted:
+                    await conn.execute(
+                        Q(schema.MARK_DELETING), (schema.DELETING + session_id, session_id)
+                    )
         except self._psycopg.errors.LockNotAvailable:
             # Another client keeps the session's row locked (nothing of ours holds it longer
             # than a commit): busy, like a turn would find it; nothing was deleted.
@@ -407,6 +408,24 @@ class PostgresStore:
             ) from None
         except self._psycopg.Error as exc:
             raise self._failed(exc, session_id) from None
+        if deleted:
+            # The session is deleted whatever happens now: turns left (a turn row another
+            # client keeps locked, the database gone) go with the next purge or deletion,
+            # and nothing reads them meanwhile.
+            with contextlib.suppress(StoreError):
+                await self._finish_deletions()
+        return bool(deleted > 0)
+
+    async def _finish_deletions(self) -> None:
+        await finish_deletions(self._deletion_chunk)
+
+    async def _deletion_chunk(self) -> bool:
+        """One transaction of turns of deleted sessions (batches.delete_turns_chunk)."""
+        try:
+            async with self._conn() as conn, conn.transaction():
+                return await delete_turns_chunk(_Transaction(conn), schema.TURN_SIZES_POSTGRESQL)
+        except self._psycopg.Error as exc:
+            raise self._failed(exc) from None
 
     def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
         return self.leases.hold(session_id, wait)
@@ -458,34 +477,19 @@ class PostgresStore:
             raise TurnConflict(session.session_id, session.turns)
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
-        rows = await self._fetch(
-            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns "
-            "WHERE session_id = ? AND idempotency_key = ?",
-            (session_id, idempotency_key),
-        )
+        rows = await self._fetch(schema.FIND_TURN, (session_id, idempotency_key))
         return schema.turn_from_row(rows[0]) if rows else None
 
     async def get_turn(self, session_id: str, turn: int) -> TurnRecord | None:
-        rows = await self._fetch(
-            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns WHERE session_id = ? AND turn = ?",
-            (session_id, turn),
-        )
+        rows = await self._fetch(schema.GET_TURN, (session_id, turn))
         return schema.turn_from_row(rows[0]) if rows else None
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
-        rows = await self._fetch(
-            f"SELECT {schema.TURN_SUMMARY_COLUMNS} FROM agentscript_turns "
-            "WHERE session_id = ? ORDER BY turn",
-            (session_id,),
-        )
+        rows = await self._fetch(schema.LIST_TURNS, (session_id,))
         return [schema.turn_from_row(r) for r in rows]
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
-        rows = await self._fetch(
-            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns "
-            "WHERE session_id = ? ORDER BY turn LIMIT ?",
-            (session_id, limit),
-        )
+        rows = await self._fetch(schema.LIST_TURNS_WITH_TRACES, (session_id, limit))
         return [schema.turn_from_row(r) for r in rows]
 
     async def purge_expired(self) -> int:
@@ -494,19 +498,24 @@ class PostgresStore:
         return await in_batches(lambda: self._purge_batch(now), PURGE_BATCH)
 
     async def _purge_batch(self, now: float) -> int:
-        """Up to PURGE_BATCH sessions expired at ``now`` deleted with their rows, in one
-        transaction: how many. Their rows go first, their turns in later statements, which see
-        every turn committed before the rows were deleted (see schema.DELETE_SESSION)."""
+        """Up to PURGE_BATCH sessions expired at ``now``: their rows deleted in one transaction,
+        then their turns in chunks (with those of any deletion left unfinished), which see
+        every turn committed before the rows were deleted (see schema.DELETE_SESSION_ROW); how
+        many."""
         try:
             async with self._conn() as conn, conn.transaction():
                 await conn.execute(BOUND_TRANSACTION, (_ms(LOCK_TIMEOUT), _ms(PURGE_TIMEOUT)))
                 cur = await conn.execute(Q(schema.PURGE_SESSION_ROWS), (now, now, PURGE_BATCH))
                 gone = [row[0] for row in await cur.fetchall()]
-                for sql in schema.DELETE_TURNS_OF if gone else ():
-                    await conn.execute(Q(sql), (gone,))
-                return len(gone)
+                if gone:
+                    async with conn.cursor() as cursor:
+                        await cursor.executemany(
+                            Q(schema.MARK_DELETING), [(schema.DELETING + s, s) for s in gone]
+                        )
         except self._psycopg.Error as exc:
             raise self._failed(exc, limit=PURGE_TIMEOUT) from None
+        await self._finish_deletions()
+        return len(gone)
 
     async def backfill_expiry(self, ttl: float) -> int:
         return await in_batches(
@@ -521,6 +530,20 @@ class PostgresStore:
                 return int((await conn.execute(Q(sql), params)).rowcount)
         except self._psycopg.Error as exc:
             raise self._failed(exc) from None
+
+
+class _Transaction:
+    """A connection in a transaction, as batches.delete_turns_chunk uses it."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def rows(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        cur = await self._conn.execute(Q(sql), params)
+        return list(await cur.fetchall())
+
+    async def run(self, sql: str, params: tuple[Any, ...]) -> None:
+        await self._conn.execute(Q(sql), params)
 
 
 def _hung_up(conn: Any) -> bool:

@@ -169,39 +169,57 @@ COMMIT_TURN = (
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
     "SELECT ?, ?, ?, ?, ?, ? FROM updated"
 )
-# Deleting a session: its row first (whose row count is the answer), then its turns, in one
-# transaction. On PostgreSQL the order matters: a turn's commit updates the session row and
-# inserts the turn row in one statement. Once the deletion holds the row, a commit waiting for
-# it finds no session and writes nothing; a commit that got the row first has committed when
-# the deletion gets it, and the turns' statement, later in the transaction, sees its turn row
-# (read committed: each statement sees what committed before it began). Turns deleted first
-# would miss a turn committed between the two statements, left behind for good. SQLite runs
-# the transaction under its write lock, so no commit comes between them in either order.
-# Parameter: the session id.
+# Deleting a session (both SQL stores): its row first, in a transaction that also writes a note
+# that its turns are to be deleted (``MARK_DELETING``: a key of ``agentscript_meta``). From then
+# on no request sees the session: it is not read, listed or leased, a turn's commit finds no row
+# and writes nothing, and its turns are never read (``TURN_OF_LIVE_SESSION``). Its turns then go
+# in later transactions of bounded size (store/batches.py), the note with the last of them: a
+# session at the history limit holds hundreds of megabytes of turns, which one transaction
+# deleted while every other worker waited for the write lock (and, on SQLite, the event loop
+# for the statement). A deletion cut short (a worker killed) leaves the note, and the next purge
+# or deletion finishes it. On PostgreSQL the order matters for a turn committing at the same
+# moment, which updates the session row and inserts the turn row in one statement: once the
+# deletion holds the row, that commit finds no session and writes nothing; a commit that got
+# the row first has committed when the deletion gets it, and the turns deleted later include
+# its turn. Parameter: the session id.
 DELETE_SESSION_ROW = "DELETE FROM agentscript_sessions WHERE session_id = ?"
-_ROWS_OF_SESSIONS = ("agentscript_turns",)
-DELETE_SESSION = (
-    DELETE_SESSION_ROW,
-    *(f"DELETE FROM {table} WHERE session_id = ?" for table in _ROWS_OF_SESSIONS),
+# The note of a session whose turns are being deleted: key DELETING + its id, value its id.
+DELETING = "deleting:"
+MARK_DELETING = (
+    "INSERT INTO agentscript_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"
 )
+UNMARK_DELETING = "DELETE FROM agentscript_meta WHERE key = ?"
+# The sessions whose turns are being deleted, up to ? of them (the table holds few rows: the
+# schema version and these notes).
+PENDING_DELETIONS = (
+    f"SELECT value FROM agentscript_meta WHERE key LIKE '{DELETING}%' ORDER BY key LIMIT ?"
+)
+SESSION_EXISTS = "SELECT 1 FROM agentscript_sessions WHERE session_id = ?"
+# A session's first ? turns being deleted, each with about the bytes it holds: SQLite's
+# ``length`` of a blob (a packed trace) reads no more than the row's header, PostgreSQL's
+# ``pg_column_size`` the stored (compressed) size without reading a toasted value.
+_TURN_SIZES = (
+    "SELECT turn, {size}(result) + {size}(trace) FROM agentscript_turns "
+    "WHERE session_id = ? ORDER BY turn LIMIT ?"
+)
+TURN_SIZES_SQLITE = _TURN_SIZES.format(size="length")
+TURN_SIZES_POSTGRESQL = _TURN_SIZES.format(size="pg_column_size")
+# A session's turns up to one (parameters: the session id, the turn).
+DELETE_TURNS_THROUGH = "DELETE FROM agentscript_turns WHERE session_id = ? AND turn <= ?"
 # Expired, and no turn running: a live lease is a turn that began before the expiry, whose
 # commit pushes the expiry back; purged under it, the session and its turns were gone when it
 # committed. Parameters: the current time, twice.
 PURGEABLE = (
     "expires_at IS NOT NULL AND expires_at <= ? AND (lease_holder IS NULL OR lease_until <= ?)"
 )
-# PostgreSQL: one batch of a purge, the session rows first for the reason DELETE_SESSION gives
-# (their turns go in a later statement, ``DELETE_TURNS_OF``). A row another client holds (a
-# turn committing, an operator's transaction) is skipped, not waited for: it is purged next
-# time if still expired. Parameters: the current time twice, the batch size.
+# PostgreSQL: the session rows of one batch of a purge, deleted as DELETE_SESSION_ROW says (their
+# turns go later). A row another client holds (a turn committing, an operator's transaction) is
+# skipped, not waited for: it is purged next time if still expired. Parameters: the current
+# time twice, the batch size.
 PURGE_SESSION_ROWS = (
     "DELETE FROM agentscript_sessions WHERE session_id IN (SELECT session_id "
     f"FROM agentscript_sessions WHERE {PURGEABLE} LIMIT ? FOR UPDATE SKIP LOCKED) "
     "RETURNING session_id"
-)
-# PostgreSQL: the turns of sessions deleted (a list of ids, one parameter).
-DELETE_TURNS_OF = tuple(
-    f"DELETE FROM {table} WHERE session_id = ANY(?)" for table in _ROWS_OF_SESSIONS
 )
 # Sessions written while no TTL was set, which a TTL set since must expire too: up to ? of
 # them get the expiry their last update would have given them. Parameters: the TTL, the
@@ -238,6 +256,25 @@ def list_sessions_query(
 
 TURN_COLUMNS = "session_id, turn, idempotency_key, result, trace, created_at"
 TURN_SUMMARY_COLUMNS = "session_id, turn, idempotency_key, result, '{}', created_at"
+# The turns of a session whose row exists (an index lookup, never reading the row): a session
+# being deleted has lost its row, and none of the turns it has left is read. One statement
+# reads one snapshot, so a session is seen with all its turns or with none.
+TURN_OF_LIVE_SESSION = (
+    "session_id = (SELECT session_id FROM agentscript_sessions WHERE session_id = ?)"
+)
+FIND_TURN = (
+    f"SELECT {TURN_COLUMNS} FROM agentscript_turns "
+    f"WHERE {TURN_OF_LIVE_SESSION} AND idempotency_key = ?"
+)
+GET_TURN = f"SELECT {TURN_COLUMNS} FROM agentscript_turns WHERE {TURN_OF_LIVE_SESSION} AND turn = ?"
+LIST_TURNS = (
+    f"SELECT {TURN_SUMMARY_COLUMNS} FROM agentscript_turns "
+    f"WHERE {TURN_OF_LIVE_SESSION} ORDER BY turn"
+)
+LIST_TURNS_WITH_TRACES = (
+    f"SELECT {TURN_COLUMNS} FROM agentscript_turns "
+    f"WHERE {TURN_OF_LIVE_SESSION} ORDER BY turn LIMIT ?"
+)
 
 
 def session_params(record: SessionRecord) -> tuple[Any, ...]:

@@ -10,8 +10,12 @@ which holds the write lock well under a millisecond. A lock held longer (an oper
 left in ``BEGIN IMMEDIATE``, a checkpoint that makes writers wait) is waited out asleep on the
 loop, the statement tried again every few ms, for up to ``BUSY_WAIT`` seconds in all; then the
 operation fails with :class:`StoreError` (a 503). Meanwhile the worker serves its other
-requests. A purge deletes in batches of ``PURGE_BATCH`` sessions, one transaction each, so it
-never holds the write lock for long itself.
+requests.
+
+A deletion or a purge never holds the write lock, nor the loop, for long itself: the session
+rows go first, ``PURGE_BATCH`` at most a transaction, and their turns after them in chunks of
+bounded rows and bytes (:mod:`.batches`), one transaction each, the loop serving other requests
+between two (``schema.DELETE_SESSION_ROW`` says why no request sees a session half deleted).
 
 Every operation first checks (one ``stat``) that the path still names the file opened. A file
 removed or renamed away is refused until it comes back; a file replaced by another (a backup
@@ -40,7 +44,7 @@ from agentscript.store.base import (
     TurnOutcome,
     TurnRecord,
 )
-from agentscript.store.batches import in_batches
+from agentscript.store.batches import delete_turns_chunk, finish_deletions, in_batches
 from agentscript.store.checkpoint import (
     PAGE_SIZE,
     WAL_SIZE_LIMIT,
@@ -78,19 +82,22 @@ EXPIRED_BATCH = f"SELECT session_id FROM agentscript_sessions WHERE {schema.PURG
 BUSY_TIMEOUT_MS = 5
 # How long an operation waits in all for another process's lock before it fails (StoreError,
 # a 503): the busy_timeout the store's statements had when they waited on the loop's thread.
-# Opening the store (its migrations) still waits that long there: workers starting together
-# wait on each other, and nothing is served yet.
+# A migration at start-up still waits that long there: workers starting together wait on each
+# other, and nothing is served yet. A store already migrated opens without the write lock.
 BUSY_WAIT = 5.0
 # The pauses between tries of a statement that found a lock taken: short at first (a RESTART
 # checkpoint holds writers 1-9 ms), doubling up to BUSY_PAUSE_MAX, so a long hold costs a try
 # every 50 ms.
 BUSY_PAUSE = 0.002
 BUSY_PAUSE_MAX = 0.05
-# Expired sessions deleted per transaction of a purge (and sessions given an expiry per
-# transaction of ``backfill_expiry``): sessions left to expire during a long outage would
-# otherwise go in one transaction, holding the write lock of every worker for as long as that
-# takes; a batch of 500 holds it about 5 ms (sessions of five turns, measured).
-PURGE_BATCH = 500
+# Rows of expired sessions deleted per transaction of a purge (their turns go later, in chunks
+# of their own), and sessions given an expiry per transaction of ``backfill_expiry``. Each row
+# is read whole, state included, to be deleted or rewritten: 4 MB at the history limit, 4-8 ms
+# to delete here (30 ms to rewrite with an expiry it had none of), so a batch is a few rows
+# rather than the 500 it was, which held the write lock and the loop for seconds on long
+# sessions. Small sessions cost a few hundredths of a ms each, so a backlog of them still goes
+# fast (20,000 sessions of five turns in 2.5-3 s of short transactions).
+PURGE_BATCH = 4
 
 
 class SQLiteStore:
@@ -141,6 +148,17 @@ class SQLiteStore:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from None
 
     def _migrate(self) -> None:
+        """Bring the schema up to date. A store already at this version is only read: in WAL
+        mode a read waits for no writer, so a worker starts while another holds the write lock
+        for long (a purge, an operator's shell). Only a migration takes the lock, and reads the
+        version again under it: another worker may have migrated meanwhile."""
+        done = _schema_version(self.db)
+        if done >= len(schema.MIGRATIONS):
+            schema.pending_migrations(done, str(self.path), "sqlite")  # newer: refused
+            return
+        self._migrate_locked()
+
+    def _migrate_locked(self) -> None:
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -293,6 +311,7 @@ class SQLiteStore:
         return [schema.session_from_row(r) for r in rows]
 
     async def delete_session(self, session_id: str) -> bool:
+        # The row first, on its own: gone for every request once committed.
         db = self._checked()
         try:
             await self._execute(db, "BEGIN IMMEDIATE")
@@ -301,7 +320,36 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
+        if deleted:
+            await self._finish_deletions_after_delete()
         return deleted > 0
+
+    async def _finish_deletions_after_delete(self) -> None:
+        """The turns of the session just deleted (and of any deletion left unfinished). The
+        session is deleted whatever happens here: a failure (a full disk) leaves its turns,
+        which nothing reads, to the next purge or deletion, rather than answer a deletion
+        that took place with an error."""
+        with contextlib.suppress(StoreError):
+            await self._finish_deletions()
+
+    async def _finish_deletions(self) -> None:
+        await finish_deletions(self._deletion_chunk)
+
+    async def _deletion_chunk(self) -> bool:
+        """One transaction of turns of deleted sessions (batches.delete_turns_chunk)."""
+        db = self._checked()
+        try:
+            await self._execute(db, "BEGIN IMMEDIATE")
+            # No await below yields: the transaction runs to its end at once.
+            left = await delete_turns_chunk(_Transaction(db), schema.TURN_SIZES_SQLITE)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _end_transaction(db)
+            raise StoreError(f"SQLite store: {exc}") from None
+        except BaseException:
+            _end_transaction(db)
+            raise
+        return left
 
     def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
         # Its statements (take_lease, commit_turn, drop_lease) check the file.
@@ -382,34 +430,19 @@ class SQLiteStore:
             raise
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None:
-        rows = await self._run(
-            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns "
-            "WHERE session_id = ? AND idempotency_key = ?",
-            (session_id, idempotency_key),
-        )
+        rows = await self._run(schema.FIND_TURN, (session_id, idempotency_key))
         return schema.turn_from_row(rows[0]) if rows else None
 
     async def get_turn(self, session_id: str, turn: int) -> TurnRecord | None:
-        rows = await self._run(
-            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns WHERE session_id = ? AND turn = ?",
-            (session_id, turn),
-        )
+        rows = await self._run(schema.GET_TURN, (session_id, turn))
         return schema.turn_from_row(rows[0]) if rows else None
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
-        rows = await self._run(
-            f"SELECT {schema.TURN_SUMMARY_COLUMNS} FROM agentscript_turns "
-            "WHERE session_id = ? ORDER BY turn",
-            (session_id,),
-        )
+        rows = await self._run(schema.LIST_TURNS, (session_id,))
         return [schema.turn_from_row(r) for r in rows]
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
-        rows = await self._run(
-            f"SELECT {schema.TURN_COLUMNS} FROM agentscript_turns "
-            "WHERE session_id = ? ORDER BY turn LIMIT ?",
-            (session_id, limit),
-        )
+        rows = await self._run(schema.LIST_TURNS_WITH_TRACES, (session_id, limit))
         return [schema.turn_from_row(r) for r in rows]
 
     async def purge_expired(self) -> int:
@@ -418,8 +451,9 @@ class SQLiteStore:
         return await in_batches(lambda: self._purge_batch(now), PURGE_BATCH)
 
     async def _purge_batch(self, now: float) -> int:
-        """Up to PURGE_BATCH sessions expired at ``now`` deleted with their rows, in one
-        transaction: how many. Under the write lock, every session found is deleted."""
+        """Up to PURGE_BATCH sessions expired at ``now``: their rows deleted in one transaction,
+        then their turns in chunks (with those of any deletion left unfinished); how many.
+        Under the write lock, every session found is deleted."""
         db = self._checked()
         try:
             await self._execute(db, "BEGIN IMMEDIATE")
@@ -429,6 +463,7 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             _end_transaction(db)
             raise StoreError(f"SQLite store: {exc}") from None
+        await self._finish_deletions()
         return deleted
 
     async def backfill_expiry(self, ttl: float) -> int:
@@ -440,13 +475,41 @@ class SQLiteStore:
 
 
 def _delete_sessions(db: sqlite3.Connection, sessions: list[Any]) -> int:
-    """Delete sessions with their rows, in the transaction under way (``sessions``: rows of one
-    session id each): how many session rows there were."""
-    row, *rows_of_session = schema.DELETE_SESSION
-    deleted = db.executemany(row, sessions).rowcount
-    for sql in rows_of_session:
-        db.executemany(sql, sessions)
+    """Delete the rows of sessions and note that their turns are to go, in the transaction
+    under way (``sessions``: rows of one session id each): how many session rows there were."""
+    deleted = 0
+    for (session_id,) in sessions:
+        if db.execute(schema.DELETE_SESSION_ROW, (session_id,)).rowcount:
+            db.execute(schema.MARK_DELETING, (schema.DELETING + session_id, session_id))
+            deleted += 1
     return deleted
+
+
+class _Transaction:
+    """The store's connection as batches.delete_turns_chunk uses it: its statements run at
+    once, on the loop's thread, in the transaction under way."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    async def rows(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._db.execute(sql, params).fetchall()
+
+    async def run(self, sql: str, params: tuple[Any, ...]) -> None:
+        self._db.execute(sql, params)
+
+
+def _schema_version(db: sqlite3.Connection) -> int:
+    """The schema version a store records, 0 for a new file (no ``agentscript_meta`` yet)."""
+    try:
+        row = db.execute(
+            "SELECT value FROM agentscript_meta WHERE key = ?", (schema.SCHEMA_VERSION_KEY,)
+        ).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return 0
+        raise
+    return int(row[0]) if row else 0
 
 
 def _create_private(path: Path) -> None:
