@@ -274,6 +274,7 @@ def llm_step(
     iteration: int,
     inputs: dict[str, Any],
     messages_from: int | None = None,
+    messages_dropped: int = 0,
     request_model: str | None = None,
     model_events: list[dict[str, Any]] | None = None,
 ) -> Step:
@@ -281,7 +282,9 @@ def llm_step(
 
     ``messages_from``: ``inputs["messages"]`` holds only the messages from that position of the
     call's history on (the earlier ones were in the session's previous call, ``trace_inputs.py``);
-    ``None`` when they are complete. Recorded as ``input.messagesFrom``.
+    ``None`` when they are complete. Recorded as ``input.messagesFrom``. ``messages_dropped``:
+    where in the previous call's messages those earlier ones start (its oldest ones were
+    trimmed since); recorded as ``input.messagesDropped`` only when not 0.
 
     ``request_model`` is the model asked (``model`` is added when the answer names the one
     that answered, e.g. a fallback); ``modelEvents`` lists the retries and fallbacks on the
@@ -290,9 +293,10 @@ def llm_step(
     given: dict[str, Any] = {}
     for key, value in inputs.items():  # messagesFrom just before the messages it locates
         if key == "messages":
-            given["messagesFrom"] = messages_from
+            _locate(given, messages_from, messages_dropped)
         given[key] = value
-    given.setdefault("messagesFrom", messages_from)
+    if "messagesFrom" not in given:
+        _locate(given, messages_from, messages_dropped)
     return trace.add(
         {
             "type": "LLM_STEP",
@@ -304,6 +308,13 @@ def llm_step(
             "modelEvents": list(model_events or []),
         }
     )
+
+
+def _locate(given: dict[str, Any], messages_from: int | None, messages_dropped: int) -> None:
+    """``messagesDropped`` (only when not 0) and ``messagesFrom``, in that order."""
+    if messages_dropped and messages_from:
+        given["messagesDropped"] = messages_dropped
+    given["messagesFrom"] = messages_from
 
 
 def budget_step(

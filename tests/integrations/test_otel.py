@@ -330,3 +330,25 @@ def test_run_with_a_collector_that_never_answers_exits_after_a_short_flush(
     json.loads(run.stdout)
     assert "Traceback" not in run.stderr
     assert took < 60  # the exporter's 120 s are not waited for
+
+
+def test_a_chat_span_after_the_history_was_trimmed_says_where_its_messages_start(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    """Its LLM_STEP goes on from the previous call's messages from ``messagesDropped`` on (the
+    oldest were trimmed): exported as ``agentscript.messages_dropped``, with content only."""
+    from agentscript.limits import Limits
+    from agentscript.models.scripted import ScriptedModel
+
+    path = tmp_path / "otel.agent"
+    path.write_text(AGENT)
+    agent = agentscript.load(path, dialect="agentscript")
+    agent.telemetry = telemetry(exporter, content=True)
+    model = ScriptedModel([Move(text="ok " + "y" * 300) for _ in range(8)])
+    session = agent.session(model=model, limits=Limits(max_history_chars=1500))
+    for number in range(8):
+        assert session.send(f"{number} " + "x" * 300).error is None
+    chats = [dict(s.attributes or {}) for s in by_name(exporter.get_finished_spans(), "chat ")]
+    dropped = [chat.get("agentscript.messages_dropped") for chat in chats]
+    assert dropped[0] is None and all(isinstance(d, int) and d > 0 for d in dropped[4:])
+    assert all(chat["agentscript.messages_from"] > 0 for chat in chats[1:])

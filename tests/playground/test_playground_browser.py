@@ -1049,3 +1049,47 @@ def test_browser_a_streamed_reply_appends_each_token_without_rewriting_the_text(
     counts = page.evaluate("window.__tokens")
     assert counts["added"] > 20, counts  # streamed in 8-character tokens
     assert counts["rewrites"] <= 1, counts  # the final reply only
+
+
+def llm_inputs_shown(page: Any) -> list[str]:
+    """The input each LLM step of the trace pane shows when opened, in order."""
+    shown = []
+    steps = page.locator("#trace .step-LLM_STEP")
+    for index in range(steps.count()):
+        step = steps.nth(index)
+        if step.locator("details pre").count() == 0:
+            step.locator("details summary").last.click()
+        shown.append(step.locator("details pre").last.inner_text())
+    return shown
+
+
+def test_browser_model_inputs_are_whole_in_every_turn_even_after_a_turn_it_did_not_see(
+    page: Any, base_url: str
+) -> None:
+    """A served turn's first LLM_STEP holds only the messages added since the previous call
+    (a delta from the last turn's): the page shows every call's whole input from the steps
+    it drew. A turn whose stream it lost (the server still ran it) is read back from the
+    stored traces, so the next turn's inputs are whole, not partial nor wrong."""
+    open_agent(page, base_url, "Order_Status")
+    send(page, "first message")
+    send(page, "second message")
+    [_, second] = llm_inputs_shown(page)
+    assert "first message" in second and "second message" in second
+    assert "messagesFrom" not in second and "earlierMessagesNotShown" not in second
+    # The third turn runs on the server, but the page gets none of its stream.
+    pattern = "**/v1/sessions/*/messages"
+
+    def lost(route: Any) -> None:
+        route.fetch()  # the server runs and commits the turn
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body="")
+
+    page.route(pattern, lost)
+    send(page, "third message")
+    page.unroute(pattern)
+    assert "stream" in page.locator(".msg.error").last.inner_text()
+    send(page, "fourth message")
+    shown = llm_inputs_shown(page)
+    assert len(shown) == 3, shown
+    for said in ("first", "second", "third", "fourth"):
+        assert f"{said} message" in shown[-1], shown[-1]
+    assert "earlierMessagesNotShown" not in shown[-1]

@@ -13,8 +13,8 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from agentscript.server.app import create_app
 from agentscript.server.config import ServerConfig
 from agentscript.server.live import LiveSessions
 from agentscript.store import SessionRecord, StoreError, store_from_url
+from agentscript.trace_inputs import rebuild_messages
 
 from .harness import CARD_BANK, NOTES
 
@@ -77,9 +78,18 @@ CONVERSATIONS = [("Notes", NOTES, NOTES_TURNS), ("card-bank", CARD_BANK, BANK_TU
 
 
 @asynccontextmanager
-async def server(store_url: str, path: str, live: int) -> AsyncIterator[httpx.AsyncClient]:
+async def server(
+    store_url: str, path: str, live: int, received: list[Any] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A server of the agent at ``path``; ``received`` gets the messages of every model call."""
+
+    def witnessed(messages: list[Message], info: FunctionInfo) -> str | ToolCall:
+        if received is not None:
+            received.append([m.to_json() for m in messages])
+        return answer(messages, info)
+
     agents = load_agents([path])
-    served = serve_agents(agents, {a.name: FunctionModel(answer) for a in agents})
+    served = serve_agents(agents, {a.name: FunctionModel(witnessed) for a in agents})
     config = ServerConfig(rate_limit=0, live_sessions=live)
     app = create_app(served, store_from_url(store_url), config=config, purge_every=None)
     async with (
@@ -109,40 +119,86 @@ def comparable(data: Any, session_id: str) -> Any:
     return data
 
 
-async def converse(clients: list[httpx.AsyncClient], agent: str, turns: list[str]) -> list[Any]:
-    """Create a session, send ``turns`` (client by client in turn), and return everything
-    the API says about it: each turn, each trace, the session and its turn list."""
-    created = await clients[0].post(f"/v1/agents/{agent}/sessions", json={"variables": {}})
+async def converse(
+    clients: list[httpx.AsyncClient] | Callable[[], AbstractAsyncContextManager[Any]],
+    agent: str,
+    turns: list[str],
+    received: list[Any],
+) -> list[Any]:
+    """Create a session, send ``turns`` (client by client in turn, or each on a server of its
+    own that ``clients()`` starts and stops: a restart before every turn), and return
+    everything the API says about it: each turn, each trace, the session and its turn list.
+    The stored traces rebuild the messages the model was sent (``received``), and each one
+    after the first records only the messages added since the previous model call."""
+
+    @asynccontextmanager
+    async def client_for(number: int) -> AsyncIterator[httpx.AsyncClient]:
+        if callable(clients):
+            async with clients() as started:
+                yield started
+        else:
+            yield clients[max(number - 1, 0) % len(clients)]
+
+    async with client_for(0) as client:
+        created = await client.post(f"/v1/agents/{agent}/sessions", json={"variables": {}})
     assert created.status_code == 201, created.text
     sid = created.json()["session_id"]
     seen: list[Any] = [created.json()["messages"]]
+    traces: list[Any] = []
     for number, text in enumerate(turns, start=1):
-        client = clients[(number - 1) % len(clients)]
-        reply = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
-        assert reply.status_code == 200, reply.text
-        trace = await client.get(f"/v1/sessions/{sid}/turns/{number}/trace")
-        seen += [reply.json(), trace.json()]
-    seen.append((await clients[0].get(f"/v1/sessions/{sid}")).json())
-    seen.append((await clients[0].get(f"/v1/sessions/{sid}/turns")).json())
+        async with client_for(number) as client:
+            reply = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+            assert reply.status_code == 200, reply.text
+            trace = (await client.get(f"/v1/sessions/{sid}/turns/{number}/trace")).json()
+        traces.append(trace)
+        seen += [reply.json(), trace]
+    async with client_for(0) as client:
+        seen.append((await client.get(f"/v1/sessions/{sid}")).json())
+        seen.append((await client.get(f"/v1/sessions/{sid}/turns")).json())
+    assert rebuild_messages(traces) == received
+    firsts = [first_llm_input(trace) for trace in traces]
+    assert firsts[0] is not None and firsts[0]["messagesFrom"] == 0
+    for given in firsts[1:]:
+        if given is not None:  # a turn without a model call has none
+            assert given["messagesFrom"] > 0 and len(given["messages"]) <= 5, given
     return comparable(seen, sid)
 
 
+def first_llm_input(trace: dict[str, Any]) -> dict[str, Any] | None:
+    """The input of the turn's first LLM_STEP."""
+    steps = trace["planTrace"]["steps"]
+    return next((s["input"] for s in steps if s["type"] == "LLM_STEP"), None)
+
+
 def run_three_ways(store_url: str, agent: str, path: str, turns: list[str]) -> None:
+    """... and a fourth: a server restarted before every turn."""
+
     async def main() -> None:
-        async with server(store_url, path, live=0) as restoring:
-            restored = await converse([restoring], agent, turns)
+        received: list[Any] = []
+        async with server(store_url, path, live=0, received=received) as restoring:
+            restored = await converse([restoring], agent, turns, received)
             assert live_of(restoring).hits == 0
-        async with server(store_url, path, live=1000) as keeping:
-            kept = await converse([keeping], agent, turns)
+        received.clear()
+        restarted = await converse(
+            lambda: server(store_url, path, live=1000, received=received),
+            agent,
+            turns,
+            received,
+        )
+        assert restarted == restored
+        received.clear()
+        async with server(store_url, path, live=1000, received=received) as keeping:
+            kept = await converse([keeping], agent, turns, received)
             assert live_of(keeping).hits == len(turns) and live_of(keeping).misses == 0
             metrics = (await keeping.get("/metrics")).text
             assert f'agentscript_session_loads_total{{source="kept"}} {len(turns)}' in metrics
             assert 'agentscript_session_loads_total{source="restored"} 0' in metrics
             assert "agentscript_kept_sessions 1" in metrics
+        received.clear()
         async with AsyncExitStack() as stack:
-            one = await stack.enter_async_context(server(store_url, path, live=1000))
-            two = await stack.enter_async_context(server(store_url, path, live=1000))
-            alternating = await converse([one, two], agent, turns)
+            one = await stack.enter_async_context(server(store_url, path, 1000, received))
+            two = await stack.enter_async_context(server(store_url, path, 1000, received))
+            alternating = await converse([one, two], agent, turns, received)
             # Each server's kept session is one turn behind the store every time but the first.
             assert live_of(one).hits + live_of(two).hits == 1
         assert kept == restored
@@ -203,10 +259,13 @@ def test_turn_whose_commit_failed_leaves_no_kept_session(tmp_path: Path) -> None
             assert len(live_of(client)) == 0
             again = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "second"})
             assert again.json()["turn"] == 2 and again.json()["variables"]["count"] == 0
-            trace = (await client.get(f"/v1/sessions/{sid}/turns/2/trace")).json()
-            llm = next(s for s in trace["planTrace"]["steps"] if s["type"] == "LLM_STEP")
-            sent = [m["content"] for m in llm["input"]["messages"]]
-            assert llm["input"]["messagesFrom"] == 0
+            # The lost turn's trace is not stored, and turn 2's step goes on from turn 1's.
+            traces = [
+                (await client.get(f"/v1/sessions/{sid}/turns/{n}/trace")).json() for n in (1, 2)
+            ]
+            llm = next(s for s in traces[1]["planTrace"]["steps"] if s["type"] == "LLM_STEP")
+            assert llm["input"]["messagesFrom"] == 1
+            sent = [m["content"] for m in rebuild_messages(traces)[-1]]
             assert sent == ["first", "ok: first", "second"], sent
 
     asyncio.run(main())

@@ -98,16 +98,79 @@ def test_the_documented_jq_recipe_rebuilds_the_same_inputs(tmp_path: Path) -> No
     assert all("messagesFrom" not in step for step in rebuilt)
 
 
-def test_a_restored_session_starts_with_a_complete_step(tmp_path: Path) -> None:
+@pytest.mark.skipif(shutil.which("jq") is None, reason="install jq to check the jq recipe")
+def test_the_documented_jq_recipe_rebuilds_trimmed_and_restored_sessions(tmp_path: Path) -> None:
+    """Restored before every turn, its history trimmed (``input.messagesDropped``)."""
+    from agentscript.limits import Limits
+
+    path = tmp_path / "a.agent"
+    path.write_text(AGENT, encoding="utf-8")
+    agent = agentscript.load(path)
+    witness = Witness(ScriptedModel())
+    limits = Limits(max_history_chars=3000)
+    options: dict[str, Any] = {
+        "model": witness,
+        "actions": {"lookup": lambda ref: {"status": f"{ref} late"}},
+        "trace_dir": tmp_path / "traces",
+        "limits": limits,
+    }
+    session = agent.session(**options)
+    files = []
+    for number in range(20):
+        if number:
+            session = agent.restore(json.dumps(session.to_json()), **options)
+        witness.inner.begin_turn(TURNS[number % len(TURNS)])
+        reply = session.send(f"{number} " + "x" * 300)
+        assert reply.error is None and reply.trace_file is not None
+        files.append(reply.trace_file)
+    steps = [json.loads(Path(f).read_text(encoding="utf-8")) for f in files]
+    assert any(
+        s["input"].get("messagesDropped") for t in steps for s in t["planTrace"]["steps"]
+        if s["type"] == "LLM_STEP"
+    )  # fmt: skip
+    done = subprocess.run(
+        ["jq", "-s", jq_program(), *files[::-1]],  # any order: the recipe sorts by turn
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    rebuilt = json.loads(done.stdout)
+    assert [step["messages"] for step in rebuilt] == witness.received
+    assert all("messagesFrom" not in s and "messagesDropped" not in s for s in rebuilt)
+
+
+def test_a_restored_session_goes_on_from_the_previous_call_its_state_names(
+    tmp_path: Path,
+) -> None:
+    """The saved state says which of its history's messages the previous call was given
+    (``llm_input``), so the restored session's first step is a delta as a live one's is."""
+    play(tmp_path)  # writes the agent file
+    agent = agentscript.load(tmp_path / "a.agent")
+    first = agent.session(model=ScriptedModel([Move(text="one")]))
+    one = first.send("hello")
+    saved = first.to_json()
+    assert saved["llm_input"]["messages"] == 1  # ["hello"]; "one" is its answer
+    again = agent.restore(saved, model=ScriptedModel([Move(text="two")]))
+    reply = again.send("more")
+    [step] = [s for s in reply.trace["planTrace"]["steps"] if s["type"] == "LLM_STEP"]
+    assert step["input"]["messagesFrom"] == 1
+    assert [m["content"] for m in step["input"]["messages"]] == ["one", "more"]
+    [_, full] = rebuild_messages([one.trace, reply.trace])
+    assert [m["content"] for m in full] == ["hello", "one", "more"]
+
+
+def test_a_restored_session_whose_history_was_changed_starts_with_a_complete_step(
+    tmp_path: Path,
+) -> None:
     play(tmp_path)  # writes the agent file
     agent = agentscript.load(tmp_path / "a.agent")
     first = agent.session(model=ScriptedModel([Move(text="one")]))
     first.send("hello")
-    again = agent.restore(first.to_json(), model=ScriptedModel([Move(text="two")]))
+    saved = first.to_json()
+    saved["history"][0]["content"] = "hello, edited"
+    again = agent.restore(saved, model=ScriptedModel([Move(text="two")]))
     reply = again.send("more")
     [step] = [s for s in reply.trace["planTrace"]["steps"] if s["type"] == "LLM_STEP"]
     assert step["input"]["messagesFrom"] == 0
-    assert [m["content"] for m in step["input"]["messages"]] == ["hello", "one", "more"]
+    assert [m["content"] for m in step["input"]["messages"]] == ["hello, edited", "one", "more"]
 
 
 def test_the_history_checks_read_only_new_messages_so_a_turn_costs_the_same_at_turn_40(

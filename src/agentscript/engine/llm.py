@@ -63,13 +63,15 @@ async def call_model(
     check_answered(request.messages, trace.ledger)
     messages: Sequence[Message] = request.messages
     messages_from: int | None = None
+    messages_dropped = 0
     if trace.inputs is not None:  # only what was added since the session's previous call
-        messages_from, messages = trace.inputs.delta(messages)
+        messages_dropped, messages_from, messages = trace.inputs.delta(messages)
     step = llm_step(
         trace,
         node=request.node,
         iteration=iteration,
         messages_from=messages_from,
+        messages_dropped=messages_dropped,
         inputs={
             "system": request.system,
             "instructions": request.instructions,

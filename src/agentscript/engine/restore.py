@@ -294,6 +294,7 @@ TOP_FIELDS = {
     "ended",
     "stub_usage",
     "extra",
+    "llm_input",  # what the next LLM_STEP's delta needs (trace_inputs.py); absent before
     "signature",
 }
 REQUIRED_FIELDS = {"format", "session_id", "variables"}
@@ -337,6 +338,30 @@ def check_common(
     for key, value in usage.items():
         c.count(value, f"stub_usage.{key}")
     c.mapping(payload.get("extra", {}), "extra")
+    check_llm_input(c, payload.get("llm_input"))
+
+
+# A digest longer than this is none a session wrote (``sha256:`` and 64 hex digits); any
+# shorter text is let in and only matches if it is the restored messages' digest, so a later
+# digest kind reads as a mismatch (a complete step), not as a damaged session.
+MAX_DIGEST_CHARS = 200
+
+
+def check_llm_input(c: Checker, value: Any) -> None:
+    """``llm_input`` (``Session.to_json``): ``{"messages": n, "digest": text, "dropped"?: n}``,
+    what the session's previous LLM call was given, for the delta of the next ``LLM_STEP``.
+    Only its shape is checked here: counts that do not fit the history, or a digest that does
+    not match its messages, make the next step complete (``MessageLog.expect``), never an
+    error."""
+    if value is None:
+        return
+    data = c.mapping(value, "llm_input")
+    c.keys(data, "llm_input", {"messages", "digest", "dropped"}, {"messages", "digest"})
+    c.count(data["messages"], "llm_input.messages")
+    c.count(data.get("dropped", 0), "llm_input.dropped")
+    digest = c.string(data["digest"], "llm_input.digest")
+    if digest is not None and len(digest) > MAX_DIGEST_CHARS:
+        c.fail("llm_input.digest", f"longer than {MAX_DIGEST_CHARS} characters")
 
 
 def check_usage(c: Checker, extra: dict[str, Any]) -> None:

@@ -245,6 +245,8 @@ class AgentBase(ABC):
             budget=budget,
         )
         session.runner.stubs.restore(state.stub_usage)
+        # The next LLM_STEP goes on from the previous call's, as the session's would have.
+        session.inputs.expect(history, payload.get("llm_input"))
         return session
 
 
@@ -385,12 +387,13 @@ class Session:
 
     def resume(self) -> None:
         """Go on as if just restored from this session's own :meth:`to_json`: the next turn's
-        first ``LLM_STEP`` records its whole input, as a restored session's does, and no
-        observer of an earlier turn is called. A host that keeps sessions in memory between
-        turns (``agentscript serve``) calls it so that a turn's trace is the same whether the
-        session was kept or restored."""
-        self.inputs = MessageLog()
-        self.ledger = None
+        first ``LLM_STEP`` goes on from what the saved state says of the previous call
+        (``llm_input``), as a restored session's does, and no observer of an earlier turn is
+        called. A host that keeps sessions in memory between turns (``agentscript serve``)
+        calls it so that a turn's trace is the same whether the session was kept or restored.
+        The history's ledger is kept: it holds what a restored session counts again from the
+        same history (its size, its calls), so a kept turn reads only the new messages."""
+        self.inputs.resume(self.state.history)
         self.on_text = None
         self.on_step = None
 
@@ -411,9 +414,12 @@ class Session:
         trace.observer = _silenced_once_raising(self.on_step) if self.on_step is not None else None
         telemetry = self.agent.telemetry
         observer = telemetry.observe(trace) if telemetry is not None else None
+        logged = self.inputs.checkpoint()
         try:
             reply = await self._run_turn(trace, text)
         except BaseException as exc:
+            # No trace is written for this turn: the next step is no delta of its steps.
+            self.inputs.rollback(logged)
             # A turn that raised or was cancelled (a shutdown's cut, a client's timeout)
             # started: its span ends too, as a failure, or it would vanish from the export.
             if observer is not None:
@@ -529,7 +535,10 @@ class Session:
 
     def to_json(self, *, detached: bool = True) -> dict[str, Any]:
         """The session's state as JSON-compatible data (see :meth:`AgentBase.restore`), with
-        the agent's identity, signed when ``AGENTSCRIPT_SESSION_KEY`` is set.
+        the agent's identity, signed when ``AGENTSCRIPT_SESSION_KEY`` is set. Once a model was
+        called, ``llm_input`` says which of the history's messages that call was given (with
+        their digest, ``trace_inputs.py``): the restored session's next ``LLM_STEP`` then
+        records only the messages added since, as this session's would.
 
         The result is a copy the session never changes. ``detached=False`` skips deep-copying
         the variables and extension state (about 40 µs a turn in ``agentscript serve``), so the
@@ -537,6 +546,9 @@ class Session:
         session runs again, as the server's commit does."""
         self.state.stub_usage = self.runner.stubs.state()
         data = self.state.to_json(detached=detached)
+        mark = self.inputs.mark(self.state.history)
+        if mark is not None:  # what the next LLM_STEP's delta needs (trace_inputs.py)
+            data["llm_input"] = mark.to_json()
         data["agent"] = self.agent.identity()
         return sign(data)
 

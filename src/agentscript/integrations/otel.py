@@ -307,9 +307,13 @@ def _chat_attributes(step: Mapping[str, Any], content: bool) -> dict[str, Any]:
         )
         attributes[PREFIX + "instructions"] = given.get("instructions")
         # The session's LLM_STEPs hold only the messages added since its previous call
-        # (trace_inputs.py): messages_from says where in the history these start.
+        # (trace_inputs.py): messages_from says where in the history these start, and
+        # messages_dropped (set only when the history's oldest messages were trimmed since)
+        # where the ones before them start in the previous call's.
         attributes["gen_ai.input.messages"] = _json(given.get("messages") or [])
         attributes[PREFIX + "messages_from"] = given.get("messagesFrom")
+        if given.get("messagesDropped"):
+            attributes[PREFIX + "messages_dropped"] = given["messagesDropped"]
         attributes["gen_ai.output.messages"] = _json([output])
     return attributes
 

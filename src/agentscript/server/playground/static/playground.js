@@ -31,6 +31,7 @@
     graph: null,
     stepCount: 0,
     sent: null,         // the full messages of the session's last LLM_STEP (traces keep deltas)
+    inputsTurn: 0,      // the last turn whose steps the page drew all of (-1: it missed some)
     key: sessionStorage.getItem("agentscript-key") || "",
   };
 
@@ -287,6 +288,7 @@
     let turn = null;
     let accepted = false;  // the server took the message and streams its turn
     let focus = null;
+    const drawnBefore = S.inputsTurn;  // the last turn drawn whole before this one
     try {
       const response = await reach(at("v1/sessions/" + session + "/messages"), {
         method: "POST",
@@ -333,12 +335,17 @@
         head.setAttribute("data-turn", turn.turn);
         head.textContent = "Turn " + turn.turn + ": " + text;
       }
+      await settleInputs(session, turn, steps, nodes, drawnBefore);
+      if (!current()) return null;
       turn.__steps = await settleSteps(session, turn, steps, nodes);
       if (!current()) return null;
       focus = finishTurn(bubble, turn);
       await refreshState(session, turn);
     } catch (err) {
       if (!current()) return null;
+      // Steps drawn of a turn that did not end here, or a turn the server may still commit:
+      // the next turn's inputs are read again from the stored traces (settleInputs).
+      if (accepted || steps.length) S.inputsTurn = -1;
       bubble.remove();
       errorMessage("The message failed", err);
       if (!turn) {
@@ -492,22 +499,67 @@
     return list;
   }
 
-  // An LLM_STEP records only the messages added since the session's previous call
-  // (input.messagesFrom; trace_inputs.rebuild_messages): rebuild the full input, in step order.
-  function fullInput(input) {
-    if (!input || typeof input !== "object") return input;
+  // An LLM_STEP records only the messages added since the session's previous call: the
+  // previous call's messages from input.messagesDropped (0 when absent), input.messagesFrom of
+  // them, then input.messages (trace_inputs.rebuild_messages). The full messages given those
+  // of the previous call (`sent`), or null when they are not known.
+  function fullMessages(input, sent) {
     const added = Array.isArray(input.messages) ? input.messages : [];
     const from = input.messagesFrom;
-    let messages;
-    if (from === null || from === undefined) messages = added;
-    else if ((S.sent || []).length >= from) messages = (S.sent || []).slice(0, from).concat(added);
-    else messages = null;  // the earlier steps are not on this page
-    if (messages) S.sent = messages;
+    if (from === null || from === undefined || from === 0) return added;
+    const dropped = input.messagesDropped || 0;
+    if (!sent || sent.length < dropped + from) return null;
+    return sent.slice(dropped, dropped + from).concat(added);
+  }
+
+  // The step's input with its messages complete, in step order (S.sent follows the steps).
+  // When the page lacks the earlier steps, it shows the new messages and says how many
+  // earlier ones it does not show; later steps stay partial until a complete one.
+  function fullInput(input) {
+    if (!input || typeof input !== "object") return input;
+    const messages = fullMessages(input, S.sent);
+    S.sent = messages;
     const full = Object.assign({}, input);
     delete full.messagesFrom;
+    delete full.messagesDropped;
     if (messages) full.messages = messages;
-    else full.earlierMessagesNotShown = from;
+    else full.earlierMessagesNotShown = input.messagesFrom;
     return full;
+  }
+
+  // The full messages of the session's last model call up to turn `last`, rebuilt from its
+  // stored traces; null when one cannot be read.
+  async function storedInputs(session, last) {
+    let sent = null;
+    try {
+      for (let n = 1; n <= last; n++) {
+        const trace = await api("GET", at("v1/sessions/" + session + "/turns/" + n + "/trace"));
+        for (const s of ((trace || {}).planTrace || {}).steps || []) {
+          if (s.type === "LLM_STEP") sent = fullMessages(s.input || {}, sent);
+        }
+      }
+    } catch (err) {
+      return null;
+    }
+    return sent;
+  }
+
+  // A turn that does not follow the last one the page drew whole (a stream cut before its
+  // end, a turn sent from elsewhere) was drawn from the wrong previous call: its model inputs
+  // are drawn again from the stored traces of the turns before it.
+  async function settleInputs(session, turn, steps, nodes, drawnBefore) {
+    if (!Number.isInteger(turn.turn)) return;
+    if (turn.turn !== drawnBefore + 1) {
+      S.sent = await storedInputs(session, turn.turn - 1);
+      steps.forEach((s, i) => {
+        if (s.type === "LLM_STEP" && nodes[i]) {
+          const node = stepNode(s);
+          nodes[i].replaceWith(node);
+          nodes[i] = node;
+        }
+      });
+    }
+    S.inputsTurn = turn.turn;
   }
 
   function stepNode(s) {
@@ -733,7 +785,7 @@
     $("messages").textContent = "";
     $("trace").textContent = "";
     setEnded(false);
-    S.turns = 0; S.stepCount = 0; S.sent = null; S.visited = new Set(); S.taken = new Set(); S.current = null;
+    S.turns = 0; S.stepCount = 0; S.sent = null; S.inputsTurn = 0; S.visited = new Set(); S.taken = new Set(); S.current = null;
     S.lastValues = null;
     $("step-count").textContent = "";
   }
