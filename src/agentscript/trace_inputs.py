@@ -132,6 +132,11 @@ class MessageLog:
         raised writes no trace), so the next step must not be a delta of them."""
         self.base, self.sent, self._hashes, self._expected = checkpoint
 
+    def settle(self) -> None:
+        """Check a restored mark now rather than at the first step: a host that restores a
+        large session off its event loop (``agentscript serve``) hashes its history there."""
+        self._settle()
+
     def _settle(self) -> None:
         """Check a restored mark against the messages it names (once)."""
         if self._expected is None:

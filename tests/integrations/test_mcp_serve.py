@@ -485,3 +485,28 @@ def test_mcp_tools_at_shutdown_refuse_new_calls_and_wait_for_the_running_one(
     assert answer["text"] == "Late answer." and cut == 0
     assert refused == "the server is shutting down: send this again later"
     assert asked == 1  # the refused call never reached the model
+
+
+def test_mcp_serve_rate_limit_sets_the_burst_as_serve_does(tmp_path: Path) -> None:
+    # The burst stayed 40 whatever --rate-limit said (serve's follows it: two seconds' worth).
+    import re
+
+    import httpx2
+
+    agent = tmp_path / "echo.agent"
+    agent.write_text(AGENT)
+    with OpenAIServer([Reply(text="One answer.")]) as model:
+        proc = _mcp_serve_http(
+            agent, model.base_url, 0, "--rate-limit", "0.01", keys="key-1-0123456789ab"
+        )
+        try:
+            banner = re.search(r":(\d+)/mcp", proc.stdout.readline())
+            assert banner
+            url = f"http://127.0.0.1:{banner[1]}/mcp"
+            assert _answering(url, proc) == 401  # listening; no key: not counted
+            key = {"Authorization": "Bearer key-1-0123456789ab"}
+            statuses = [httpx2.post(url, json={}, headers=key).status_code for _ in range(5)]
+        finally:
+            proc.kill()
+            proc.communicate(timeout=20)
+    assert statuses[0] != 429 and statuses[1:] == [429] * 4, statuses

@@ -194,3 +194,30 @@ def test_the_page_and_its_assets_forbid_framing_sniffing_and_other_sites_scripts
         policy = answer.headers["content-security-policy"]
         assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
         assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_with_keys_the_operators_presets_are_taken_and_a_clients_own_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`serve --playground --var project.authenticated=true` with keys: the page sends the
+    operator's value back, and every new session was refused (only the agent sets it). The
+    operator's value is taken; a client that changes it, or sets another fixed one, is not."""
+    from .harness import CARD_BANK
+
+    monkeypatch.setenv("AGENTSCRIPT_API_KEYS", "key-1-0123456789ab")
+    key = {"Authorization": "Bearer key-1-0123456789ab"}
+    path = "/playground/api/agents/card-bank/sessions"
+
+    async def scenario(c: httpx.AsyncClient) -> list[int]:
+        preset = (await c.get("/playground/api/config", headers=key)).json()["variables"]
+        sent_back = await c.post(path, json={"variables": preset}, headers=key)
+        changed = await c.post(
+            path, json={"variables": {"project.authenticated": False}}, headers=key
+        )
+        another = await c.post(
+            path, json={"variables": {**preset, "project.customer_id": "1001"}}, headers=key
+        )
+        return [sent_back.status_code, changed.status_code, another.status_code]
+
+    opts = options(CARD_BANK, variables=["project.authenticated=true"])
+    assert asyncio.run(_with_base(opts, "http://127.0.0.1:8000", scenario)) == [201, 422, 422]

@@ -150,3 +150,44 @@ def test_a_stored_state_with_a_forged_digest_runs_a_turn_with_a_complete_step(
         assert rebuild_messages([*traces, third])[-1] == given["messages"]
 
     asyncio.run(main())
+
+
+def test_a_restored_sessions_history_is_hashed_with_its_restore_not_on_the_event_loop(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The digest check of a restored ``llm_input`` ran at the turn's first model call, on
+    the event loop, even when the restore itself ran on a thread (16-51 ms at the history
+    limit): the server settles it right after the restore."""
+    import threading
+
+    from agentscript import trace_inputs
+    from agentscript.server import service
+
+    loop_thread: list[threading.Thread] = []
+    hashed_on: list[threading.Thread] = []
+    digest = trace_inputs.message_digest
+
+    def recorded(message: Message) -> bytes:
+        hashed_on.append(threading.current_thread())
+        return digest(message)
+
+    monkeypatch.setattr(trace_inputs, "message_digest", recorded)
+    monkeypatch.setattr(service, "RESTORE_IN_THREAD_CHARS", 0)  # every restore on a thread
+
+    async def scenario() -> None:
+        loop_thread.append(threading.current_thread())
+        async with server(f"sqlite:///{tmp_path}/s.db", NOTES, live=0) as client:
+            sid = (await client.post("/v1/agents/Notes/sessions", json={})).json()["session_id"]
+            for text in ("one", "two"):
+                reply = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+                assert reply.status_code == 200, reply.text
+            hashed_on.clear()
+            reply = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "three"})
+            assert reply.status_code == 200, reply.text
+
+    asyncio.run(scenario())
+    restored = [t for t in hashed_on if t is not loop_thread[0]]
+    # The restored history's messages were hashed, all of them off the loop; on the loop
+    # only the turn's own new messages (its mark), never the restored ones again.
+    assert len(restored) >= 3  # none before: all were hashed at the model call, on the loop
+    assert len(hashed_on) - len(restored) <= 3

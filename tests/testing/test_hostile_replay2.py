@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import LIVE_ENV as ENV
@@ -175,3 +176,25 @@ def test_a_recorded_answer_holding_a_lone_surrogate_is_saved_and_read_back(tmp_p
     store.dirty = True
     store.save()
     assert ReplayStore.open(path).calls["a|1|router|0"]["response"]["text"] == "x\ud800y"
+
+
+def test_a_stale_call_whose_refresh_failed_stays_stale_not_re_recorded(tmp_path: Path) -> None:
+    # --refresh-stale listed a call as re-recorded before the live model answered: a live
+    # model that failed left it named in refreshedRecordings, its old answer still saved.
+    import asyncio
+
+    from agentscript.models.base import ModelError, ModelRequest
+
+    class Down:
+        name = "down"
+
+        async def complete(self, request: ModelRequest) -> Any:
+            raise ModelError("the live model is down")
+
+    store = ReplayStore(tmp_path / "s.yaml.replay.json", refresh_stale=True)
+    store.calls["k1"] = {"hash": "old", "prompt": "before", "response": {"text": "x"}}
+    request = ModelRequest(system="s", instructions="now", messages=[], tools=[])
+    with pytest.raises(ModelError):
+        asyncio.run(store.answer("k1", request, Down()))  # type: ignore[arg-type]
+    assert store.refreshed == {} and "k1" in store.stale
+    assert store.calls["k1"]["hash"] == "old"

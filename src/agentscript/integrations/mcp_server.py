@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentscript.commands import ExitCode
-from agentscript.server.config import ServerConfig
+from agentscript.server.config import ServerConfig, burst_for
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -450,7 +450,7 @@ def _serve_http(
         starlette.router.lifespan_context = _draining(
             starlette.router.lifespan_context, tools, shutdown_grace
         )
-        limiter = RateLimiter(rate_limit, ServerConfig.rate_burst)
+        limiter = RateLimiter(rate_limit, burst_for(rate_limit))
         app = BearerKeys(CutAtShutdown(starlette), keys, limiter)
         port = sockets[0].getsockname()[1]  # the one the system chose for --port 0
         echo(f"mcp-serve: agent '{tools.agent.name}' at http://{host}:{port}/mcp")

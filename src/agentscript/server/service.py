@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -141,10 +141,13 @@ class SessionService:
         variables: dict[str, Any],
         *,
         any_declared: bool = False,
+        operator_set: Collection[str] = (),
     ) -> dict[str, Any]:
         """A new session of the agent, started with ``variables``: only its linked and mutable
         ones (``ServedAgent.refused_variables``), unless ``any_declared`` (the playground
-        without API keys, whose user is the agent's author, presets any of them)."""
+        without API keys, whose user is the agent's author, presets any of them). Names in
+        ``operator_set`` carry the values the server's operator gave (the playground's
+        ``--var`` and ``--stubs``), which a client only sends back."""
         served = self.agent(agent_name)
         for name, value in variables.items():
             if any(lone_surrogate(text) is not None for text in strings(name, value)):
@@ -153,7 +156,11 @@ class SessionService:
                     "invalid_variable",
                     f"@variables.{ascii(name)[1:-1]}: not Unicode text (a lone surrogate)",
                 )
-        refused = None if any_declared else served.refused_variables(variables)
+        refused = (
+            None
+            if any_declared
+            else served.refused_variables(n for n in variables if n not in operator_set)
+        )
         if refused is not None:
             raise ApiError(422, "invalid_variable", refused)
         session_id = uuid.uuid4().hex
@@ -476,7 +483,7 @@ class SessionService:
             # Its turns would run, be traced and committed under the other session's id.
             raise DamagedRecord(record.session_id, "state", "it names another session")
         try:
-            return served.agent.restore(
+            session = served.agent.restore(
                 record.state_text if record.state_text is not None else record.state,
                 model=(
                     served.model
@@ -485,6 +492,11 @@ class SessionService:
                 ),
                 stubs=None if checking else served.stubs_for(record.session_id),
             )
+            if not checking:
+                # Hashed here, on the restore's thread for a large state, not at the turn's
+                # first model call on the event loop (16-51 ms at the history limit).
+                session.inputs.settle()
+            return session
         except SessionRestoreError as exc:
             if exc.field in IDENTITY_FIELDS:
                 raise IncompatibleSession(

@@ -234,18 +234,27 @@ class ReplayStore:
             if not (self.refresh_stale and live is not None):
                 self.stale[key] = diff
                 raise ReplayStale(key, diff)
-            self.refreshed[key] = diff
+            refreshing: str | None = diff
+        else:
+            refreshing = None
         if live is None:
             raise ReplayMissing(
                 f"no recorded answer for call {key}: record one with --record and --model"
             )
-        response = await live.complete(request)
+        try:
+            response = await live.complete(request)
+        except BaseException:
+            if refreshing is not None:  # still stale: its re-recording failed
+                self.stale[key] = refreshing
+            raise
         self.calls[key] = {
             "hash": digest,
             "prompt": prompt_text(request),
             "response": _response_json(response),
         }
         self.dirty = True
+        if refreshing is not None:  # listed once it is re-recorded, not when it was asked
+            self.refreshed[key] = refreshing
         return response
 
 

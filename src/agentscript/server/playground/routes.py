@@ -179,7 +179,16 @@ def mount_playground(
         values = {**(script.variables if script else {}), **body.variables}
         # Without keys the page's user wrote the agent and presets any of its variables;
         # with keys it is a client like any other (POST /v1/agents/{agent}/sessions).
-        created = await service.create(who, agent, values, any_declared=not app.state.keys.enabled)
+        # The operator's own values (--var, --stubs), which the page offers and sends back,
+        # are not the client's to be refused.
+        operator_set = {n for n, v in values.items() if n in defaults and defaults[n] == v}
+        created = await service.create(
+            who,
+            agent,
+            values,
+            any_declared=not app.state.keys.enabled,
+            operator_set=operator_set,
+        )
         sessions.register(created["session_id"], values, script)
         return {
             **created,
