@@ -7,6 +7,12 @@ a non-loopback address without API keys. The sockets bound for that check are th
 server then listens on (:func:`bind_sockets`).
 With ``--workers N`` a supervisor (:mod:`.supervisor`) starts N processes; each rebuilds the
 same app from the options (passed in the environment variable ``AGENTSCRIPT_SERVE``).
+
+The store is opened again by the app's start-up (each worker's), and may fail there after the
+check passed (the database lost in between, or later, when a worker is started again): that is
+one line too (:class:`StoreAtStart`), not uvicorn's traceback. One worker then exits with
+status 2 as the check would have; a worker of ``--workers N`` exits as one that could not
+reach its store, which its supervisor starts again later, or as one that could not start.
 """
 
 from __future__ import annotations
@@ -204,6 +210,58 @@ def _model(agent: Any, options: ServeOptions) -> Any:
 # uvicorn's exit code for a worker that failed before it served (uvicorn.config.STARTUP_FAILURE):
 # its supervisor stops the server instead of starting the worker again.
 WORKER_STARTUP_FAILURE = 3
+# uvicorn's own line after a failed start-up, which adds nothing to the one saying why.
+UVICORN_START_FAILED = "Application startup failed. Exiting."
+
+
+class StoreAtStart:
+    """The app, its start-up failing in one line when its store cannot be opened: Starlette
+    hands uvicorn the traceback to log, and uvicorn adds a line of its own. ``say`` gets the
+    line instead; ``failed`` keeps the error, which the lifespan state has too (under
+    ``supervisor.STORE_FAILED``, for a worker's exit status). Any other failure is left as it
+    was, traceback and all (a bug to report)."""
+
+    def __init__(self, app: Any, say: Callable[[str], None]) -> None:
+        self.app = app
+        self.say = say
+        self.failed: Exception | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        from agentscript.server.supervisor import STORE_FAILED
+        from agentscript.store import StoreError
+
+        held: list[Any] = []
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # sent below, once the error is known
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except StoreError as exc:
+            if not held:  # failed at shutdown
+                raise
+            self.failed = exc
+            if isinstance(scope.get("state"), dict):
+                scope["state"][STORE_FAILED] = exc
+            self.say(str(exc))
+            logging.getLogger("uvicorn.error").addFilter(_drop_start_failed)
+            await send({"type": "lifespan.startup.failed", "message": ""})
+            return
+        finally:
+            if self.failed is None:
+                for message in held:
+                    await send(message)
+
+
+def _drop_start_failed(record: logging.LogRecord) -> bool:
+    """A filter of uvicorn's log: its line after a start-up that failed, said already."""
+    return record.getMessage() != UVICORN_START_FAILED
 
 
 def worker_app() -> Any:
@@ -213,6 +271,7 @@ def worker_app() -> Any:
 
     options = ServeOptions(**json.loads(os.environ[ENV]))
     logs.configure(access_log=options.access_log, log_format=options.log_format)
+    log = logging.getLogger("agentscript.server")
     try:
         app, _lines = build_app(
             options, freeze_heap=True, metrics_dir=os.environ.get(METRICS_DIR_ENV)
@@ -226,12 +285,12 @@ def worker_app() -> Any:
             if isinstance(exc, ServeError)
             else f"a worker could not start: {type(exc).__name__}: {exc}"
         )
-        logging.getLogger("agentscript.server").error("%s", line)
+        log.error("%s", line)
         sys.exit(WORKER_STARTUP_FAILURE)
     from agentscript.server.orphan import stop_when_orphaned, supervisor_pid
 
     stop_when_orphaned(supervisor_pid())  # a supervisor killed outright leaves no worker serving
-    return app
+    return StoreAtStart(app, lambda line: log.error("a worker could not open the store: %s", line))
 
 
 # How long the check before listening waits for the store (a host that drops packets would
@@ -373,7 +432,13 @@ def _serve_on(
         # uvicorn's server, stopped by SIGINT, SIGTERM and SIGHUP as docs/serve.md says.
         from agentscript.server.runner import run
 
-        return ExitCode(run(app, sockets=sockets, **common))
+        starting = StoreAtStart(app, lambda line: echo(f"agentscript serve: {line}"))
+        try:
+            return ExitCode(run(starting, sockets=sockets, **common))
+        except SystemExit:  # uvicorn's exit after a failed start-up
+            if starting.failed is None:
+                raise
+            return ExitCode.USAGE  # as when the check before listening fails
     from agentscript.server.orphan import SUPERVISOR_ENV
     from agentscript.server.supervisor import Supervisor
 

@@ -19,7 +19,12 @@ requests get ``503 shutting_down``, the app's shutdown gives the leases back and
 store), and the command exits 130. A third sends ``SIGKILL``. A worker that dies is started
 again; one that could not start (exit 3: its agent files changed since the server started, a
 failed start-up), or :data:`QUICK_DEATHS` in a row each dying within :data:`QUICK_DEATH`
-seconds of its start, stops the server, which exits 1.
+seconds of its start, stops the server, which exits 1. A worker that could not reach its store
+at its start (exit :data:`STORE_UNAVAILABLE`: the database down or failing over) stops nothing:
+it is started again after a pause that doubles each time in a row, up to
+:data:`STORE_RETRY_MAX` seconds, while the other workers serve (answering ``503`` for what needs
+the store meanwhile), and it does not count as a quick death, since the database comes back
+while the server would have stopped for good.
 
 A worker whose event loop leaves a ping unanswered ``--worker-timeout`` seconds (:mod:`.pings`:
 a deadlock, an action that never gives the loop back, a stopped process) is killed with
@@ -54,6 +59,7 @@ from agentscript.server.config import ServerConfig
 from agentscript.server.pings import Pings, answer_pings
 from agentscript.server.runner import HANDLED, STOPPED_AT_ONCE, SignalledServer
 from agentscript.server.sharedmetrics import METRICS_DIR_ENV, MetricsDir
+from agentscript.store.base import StoreUnreachable
 
 log = logging.getLogger("agentscript.server")
 
@@ -61,6 +67,14 @@ log = logging.getLogger("agentscript.server")
 STOP_AT_ONCE = signal.SIGUSR1
 # uvicorn's exit code for a server that failed before it served (uvicorn.config.STARTUP_FAILURE).
 STARTUP_FAILURE = 3
+# A worker's exit code when its store could not be reached at its start (sysexits' EX_TEMPFAIL:
+# try again later); the lifespan state key under which the start-up says so (server/command.py).
+STORE_UNAVAILABLE = 75
+STORE_FAILED = "agentscript.store_failed"
+# Seconds before such a worker is started again; twice as long each time in a row, up to the
+# most: a database down for an hour costs a spawn every half-minute, not a spawn a second.
+STORE_RETRY_FIRST = 1.0
+STORE_RETRY_MAX = 30.0
 FAILED = 1
 # Seconds between two looks at the workers (a dead one is started again).
 CHECK_EVERY = 0.2
@@ -98,7 +112,14 @@ class WorkerServer(SignalledServer):
         self.pings = pings
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
+        try:
+            await super().startup(sockets)
+        except SystemExit:
+            # uvicorn's exit for any failed start-up (3): one whose store could not be reached
+            # exits as such, for its supervisor to start it again later.
+            if _unreachable(self.lifespan.state.get(STORE_FAILED)):
+                raise SystemExit(STORE_UNAVAILABLE) from None
+            raise
         if self.started and self.pings is not None:
             answer_pings(self.pings)
 
@@ -149,6 +170,10 @@ class Supervisor:
         # --worker-timeout 0 turns the pings off): --worker-timeout, or START_AT_LEAST if more.
         self.start_timeout = max(worker_timeout, START_AT_LEAST) if worker_timeout else 0.0
         self.quick_deaths = 0  # workers in a row that died within QUICK_DEATH of their start
+        # The places whose worker could not reach the store, each with when to start another
+        # (time.monotonic()); and how many times in a row each could not.
+        self.due: dict[int, float] = {}
+        self.store_failures: dict[int, int] = {}
         self.stops = 0  # stop signals received; the second SIGINT stops at once
         self.status = 0
         self.metrics: MetricsDir | None = None  # while run runs
@@ -238,11 +263,20 @@ class Supervisor:
             code = worker.exitcode
             if code is None or self.stops:
                 continue
+            if index in self.due:  # ended already: another starts once the pause is over
+                if time.monotonic() >= self.due[index]:
+                    del self.due[index]
+                    self._start_at(index, sockets)
+                continue
             worker.join()
             hung = worker.pid in self.hung
             said = self._forget(worker.pid)
             if self.metrics is not None and worker.pid is not None:
                 self.metrics.fold(worker.pid)
+            if code == STORE_UNAVAILABLE:
+                self._start_later(index, worker.pid)
+                continue
+            self.store_failures.pop(index, None)
             # A start that hung failed as surely as one that died, however long it was let run.
             quick = hung or time.monotonic() - self.born[index] < QUICK_DEATH
             self.quick_deaths = self.quick_deaths + 1 if quick else 0
@@ -267,8 +301,21 @@ class Supervisor:
                 return
             if not said:
                 log.warning("worker process [%d] died (%s); starting another", worker.pid, how)
-            self.workers[index] = self._start(sockets)
-            self.born[index] = time.monotonic()
+            self._start_at(index, sockets)
+
+    def _start_at(self, index: int, sockets: list[socket.socket]) -> None:
+        self.workers[index] = self._start(sockets)
+        self.born[index] = time.monotonic()
+
+    def _start_later(self, index: int, pid: int | None) -> None:
+        """Start another worker in place ``index`` after a pause: its last one could not reach
+        the store (it said why in a line of its own)."""
+        failures = self.store_failures[index] = self.store_failures.get(index, 0) + 1
+        pause = min(STORE_RETRY_MAX, STORE_RETRY_FIRST * 2 ** (failures - 1))
+        self.due[index] = time.monotonic() + pause
+        log.warning(
+            "worker process [%s] could not reach the store; starting another in %g s", pid, pause
+        )
 
     def _kill_the_silent(self, now: float) -> None:
         """Ping each ready worker; kill one whose ping has waited ``worker_timeout`` seconds,
@@ -341,6 +388,11 @@ class Supervisor:
         self.silent.discard(pid)
         self.hung.discard(pid)
         return killed
+
+
+def _unreachable(failure: object) -> bool:
+    """Whether a start-up's store failure (``STORE_FAILED``) is one of reaching the store."""
+    return isinstance(failure, StoreUnreachable)
 
 
 @contextlib.contextmanager

@@ -32,6 +32,12 @@ class StoreError(Exception):
     """A store failure that is not the caller's mistake (unreachable database, bad schema)."""
 
 
+class StoreUnreachable(StoreError):
+    """The database could not be reached, or stopped answering: a connection refused, dropped
+    or cut for want of an answer. It passes (a restart, a failover), unlike a bad schema: a
+    worker that meets it at its start is started again later (server/supervisor.py)."""
+
+
 class SessionBusy(Exception):
     """Another turn of the session held its lock for longer than the caller would wait
     (``why`` says otherwise when something else held it)."""

@@ -16,15 +16,29 @@ statement waits for a lock (``LOCK_TIMEOUT``) and how long it runs (``STATEMENT_
 session whose row another client keeps locked (an operator's open ``SELECT ... FOR UPDATE``)
 is busy: its turns and its deletion end with :class:`~agentscript.store.base.SessionBusy`
 instead of holding a connection for as long as that lock lasts.
+
+Nor does any wait on the server itself last: those bounds are the server's to enforce, so a
+server or a network path that stops answering (a frozen host, a failover that leaves the
+connections dangling) would hold a statement, its connection and whatever waits behind it
+for good. Every use of a connection therefore has a deadline of the store's own
+(:class:`_Deadline`): a statement unanswered ``ANSWER_MARGIN`` seconds past its own bound,
+and a statement that does no work (a ``SET``, the presence's lock and its check) unanswered
+``QUICK_ANSWER`` seconds, has its connection cut, which fails like a connection the server
+dropped: ``StoreError`` (503), the pool flushed, the presence checked by the next turn. A
+readiness probe (:meth:`PostgresStore.ping`) answers within ``PING_WAIT``. Connections also
+send TCP keepalives (``KEEPALIVES``), so that an idle pooled connection to a host gone dark is
+found dead before it is handed out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import secrets
 import select
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -35,6 +49,7 @@ from agentscript.store.base import (
     SessionBusy,
     SessionRecord,
     StoreError,
+    StoreUnreachable,
     TurnConflict,
     TurnOutcome,
     TurnRecord,
@@ -61,6 +76,35 @@ LOCK_TIMEOUT = 2.0
 # only a stalled server or a runaway query reaches it, and its connection is then freed after
 # as long as a statement may wait for a connection anyway.
 STATEMENT_TIMEOUT = CONNECTION_WAIT
+# How long past its own bound (statement_timeout, or the purge's) a block of statements may go
+# unanswered before its connection is taken for dead and cut (:class:`_Deadline`): the server
+# says itself when a statement ran out of time, so only a server or a network path that
+# stopped answering gets this far.
+ANSWER_MARGIN = 5.0
+# How long a statement that does no work may go unanswered (the SET on a new connection, the
+# presence's lock and its check) before its connection is cut the same way. Every turn waits
+# for the presence's check when one is due (``worker``), so it is short.
+QUICK_ANSWER = 5.0
+# How long a readiness probe (``ping``) waits for the store's answer; a check that takes longer
+# goes on, bounded itself, and the probes that come meanwhile wait for it rather than pile up.
+PING_WAIT = 10.0
+# The client's bound on the start-up's migration transaction, which has none on the server (it
+# waits for another worker's migration): only for a server that stopped answering, far above
+# what a start gets anyway (``serve`` checks the store within 15 s, and a worker not started
+# within its supervisor's start timeout is killed).
+OPEN_TIMEOUT = 600.0
+# TCP keepalives on every connection, unless the store URL sets its own: an idle pooled
+# connection to a host that went dark without a word (powered off, a failover whose old
+# primary's packets are dropped) is found dead within about 25 s and dropped before it is
+# handed out; tcp_user_timeout (ms) ends one whose data stays unacknowledged. libpq's default
+# is the system's: the first probe after two hours.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
 # Rows of expired sessions deleted per transaction of a purge (their turns go later, in chunks
 # of bounded rows and bytes: store/batches.py), and sessions given an expiry per statement of
 # ``backfill_expiry``: sessions left to expire during a long outage go in many short
@@ -123,6 +167,14 @@ BOUND_STATEMENTS = (
 BOUND_TRANSACTION = (
     "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
 )
+# PostgreSQL's refusals of a connection at a limit (SQLSTATE 53300, which libpq does not
+# pass on for a connection refused at its start): the server's max_connections, the slots
+# reserved for other roles, a role's or a database's CONNECTION LIMIT.
+_AT_CONNECTION_LIMIT = re.compile(
+    r"too many (?:clients|connections)|connection slots are reserved", re.IGNORECASE
+)
+# Pauses before each new try of the presence's connection once an idle one was closed for it.
+ROOM_PAUSES = (0.01, 0.05, 0.2)
 # A password in a query string (``?password=...``, ``sslpassword``) or a key=value DSN.
 _QUERY_PASSWORD = re.compile(r"((?:^|[?&])(?:ssl)?password=)[^&]*", re.IGNORECASE)
 _KEYWORD_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
@@ -160,13 +212,16 @@ class PostgresStore:
         self._token = 0
         self._presence_doubtful = False  # a connection failed: check the presence's too
         self._presence_guard = asyncio.Lock()
+        # The readiness check under way, which the probes that come meanwhile share (``ping``).
+        self._check: asyncio.Future[None] | None = None
+        # libpq's settings the store adds unless the URL sets them (``_connection_options``).
+        self._options: dict[str, Any] | None = None
 
-    async def _connect(self) -> Any:
+    async def _connect(self, wait: float) -> Any:
         """A connection, holding one of the store's slots (given back by ``_conn``)."""
-        if not await acquire_within(self._slots, CONNECTION_WAIT):
+        if not await acquire_within(self._slots, wait):
             raise StoreError(
-                f"all {self.max_connections} connections to {self.url} stayed busy for "
-                f"{CONNECTION_WAIT:g} s"
+                f"all {self.max_connections} connections to {self.url} stayed busy for {wait:g} s"
             )
         try:
             while self._idle:
@@ -183,31 +238,43 @@ class PostgresStore:
     async def _pooled_connection(self) -> Any:
         """A new connection for the pool, its lock waits and statements bounded in time."""
         conn = await self._new_connection()
-        async with self._closed_on_failure(conn, f"cannot connect to {self.url}"):
-            await conn.execute(BOUND_STATEMENTS, (_ms(LOCK_TIMEOUT), _ms(STATEMENT_TIMEOUT)))
+        with _Deadline(conn, QUICK_ANSWER) as deadline:
+            async with self._closed_on_failure(conn, f"cannot connect to {self.url}", deadline):
+                await conn.execute(BOUND_STATEMENTS, (_ms(LOCK_TIMEOUT), _ms(STATEMENT_TIMEOUT)))
         return conn
 
     @asynccontextmanager
-    async def _closed_on_failure(self, conn: Any, failed: str) -> AsyncIterator[None]:
-        """Close ``conn`` if the block fails (it is not handed out); a database error becomes
-        a StoreError worded ``failed: <error>``."""
+    async def _closed_on_failure(
+        self, conn: Any, failed: str, deadline: _Deadline
+    ) -> AsyncIterator[None]:
+        """Close ``conn`` if the block fails (it is not handed out); a database error, or the
+        connection cut by ``deadline``, becomes a StoreError worded ``failed: <why>``."""
         try:
             yield
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await conn.close()
             if isinstance(exc, self._psycopg.Error):
-                raise StoreError(f"{failed}: {_first_line(exc)}") from None
+                raise StoreUnreachable(f"{failed}: {deadline.reason(exc)}") from None
             raise
 
     async def _new_connection(self) -> Any:
         try:
-            # libpq waits for a host that drops packets as long as the OS does (minutes),
-            # holding a slot meanwhile: bounded unless the URL sets its own connect_timeout.
-            bound = {} if "connect_timeout" in self.dsn else {"connect_timeout": CONNECT_TIMEOUT}
-            return await self._psycopg.AsyncConnection.connect(self.dsn, autocommit=True, **bound)
+            return await self._psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, **self._connection_options()
+            )
         except self._psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+            raise StoreUnreachable(f"cannot connect to {self.url}: {_first_line(exc)}") from None
+
+    def _connection_options(self) -> dict[str, Any]:
+        """What the store sets on each connection unless the URL sets it: connect_timeout
+        (libpq waits for a host that drops packets as long as the OS does, minutes, holding a
+        slot meanwhile) and the keepalives."""
+        if self._options is None:
+            given = self._psycopg.conninfo.conninfo_to_dict(self.dsn)
+            wanted = {"connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES}
+            self._options = {key: value for key, value in wanted.items() if key not in given}
+        return self._options
 
     async def _release(self, conn: Any) -> None:
         idle = conn.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
@@ -226,36 +293,66 @@ class PostgresStore:
         await conn.close()
 
     @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[Any]:
-        conn = await self._connect()
+    async def _conn(
+        self, within: float | None = None, *, wait: float = CONNECTION_WAIT
+    ) -> AsyncIterator[Any]:
+        """A connection of the pool for one block of statements (``wait``: seconds to wait for
+        one), cut unless the block is done within ``within`` seconds (by default
+        ``STATEMENT_TIMEOUT + ANSWER_MARGIN``): a block the server left unanswered fails as a
+        lost connection does."""
+        conn = await self._connect(wait)
+        if within is None:
+            within = STATEMENT_TIMEOUT + ANSWER_MARGIN
+        deadline = _Deadline(conn, within)
         try:
-            yield conn
-        except (self._psycopg.errors.LockNotAvailable, self._psycopg.errors.QueryCanceled):
-            # A lock or statement timeout (or an operator's pg_cancel_backend) ends the
-            # statement, not the connection: the server answered, and the transaction around
-            # it, if any, was rolled back on the way out. The connection and the pool are kept;
-            # the caller tells what timed out.
-            await self._release(conn)
-            raise
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
-            await self._discard(conn)
-            # The server went away (restarted, failed over): the other idle connections are
-            # as dead as this one, and each would fail one more request.
-            await self._flush()
-            self._presence_doubtful = True
-            raise StoreError(f"PostgreSQL store: {_first_line(exc)}") from None
-        except BaseException:
+            try:
+                yield conn
+            finally:
+                # Before anything below awaits: the connection may go back to the pool.
+                deadline.cancel()
+        except self._psycopg.Error as exc:
+            errors = self._psycopg.errors
+            if not deadline.fired and isinstance(
+                exc, (errors.LockNotAvailable, errors.QueryCanceled)
+            ):
+                # A lock or statement timeout (or an operator's pg_cancel_backend) ends the
+                # statement, not the connection: the server answered, and the transaction
+                # around it, if any, was rolled back on the way out. The connection and the
+                # pool are kept; the caller tells what timed out.
+                await self._release(conn)
+                raise
+            lost = (self._psycopg.OperationalError, self._psycopg.InterfaceError)
+            if deadline.fired or isinstance(exc, lost):
+                await self._lost(conn)
+                raise StoreUnreachable(f"PostgreSQL store: {deadline.reason(exc)}") from None
             await self._discard(conn)  # its state is unknown; never hand it out again
             raise
+        except BaseException:
+            if deadline.fired:
+                await self._lost(conn)
+            else:
+                await self._discard(conn)  # its state is unknown; never hand it out again
+            raise
         else:
-            await self._release(conn)
+            if deadline.fired:  # answered just as it was cut
+                await self._discard(conn)
+            else:
+                await self._release(conn)
         finally:
             self._slots.release()
+
+    async def _lost(self, conn: Any) -> None:
+        """Drop a connection that failed or was cut. The server went away (restarted, failed
+        over) or stopped answering: the other idle connections are as dead as this one, and each
+        would fail one more request; the presence's connection may be too."""
+        await self._discard(conn)
+        await self._flush()
+        self._presence_doubtful = True
 
     async def open(self) -> None:
         self._psycopg = _import_psycopg()
         self._open = True
-        async with self._conn() as conn, conn.transaction():
+        async with self._conn(OPEN_TIMEOUT) as conn, conn.transaction():
             # Unbounded for this transaction only: the advisory lock waits for another
             # worker's migration (lock_timeout counts advisory locks too), and a migration
             # rolled back half-way by a timeout would fail every start-up alike.
@@ -280,6 +377,8 @@ class PostgresStore:
 
     async def close(self) -> None:
         self._open = False
+        if self._check is not None:
+            self._check.cancel()  # a readiness check under way takes no new presence now
         idle, self._idle = self._idle, []
         for conn in idle:
             await self._discard(conn)
@@ -292,43 +391,78 @@ class PostgresStore:
         """This store's presence token, taking a new presence when the last one is lost (its
         connection dropped: other workers may have taken over its leases by now)."""
         async with self._presence_guard:
-            presence, doubtful = self._presence, self._presence_doubtful
-            self._presence_doubtful = False
+            presence = self._presence
             if presence is not None and (
-                _hung_up(presence) or (doubtful and not await self._answers(presence))
+                _hung_up(presence)
+                or (self._presence_doubtful and not await self._answers(presence))
             ):
                 self._presence = None
                 with contextlib.suppress(Exception):
                     await presence.close()
+            self._presence_doubtful = False  # checked (a check cut short leaves the doubt)
             if self._presence is None or self._presence.closed:
                 self._presence, self._token = await self._present()
             return str(self._token)
 
     async def _answers(self, conn: Any) -> bool:
-        try:
-            await conn.execute("SELECT 1")
-        except self._psycopg.Error:
-            return False
-        return True
+        """Whether the presence's connection answers within QUICK_ANSWER (every turn that
+        comes meanwhile waits for this check; a connection whose host went dark is cut)."""
+        with _Deadline(conn, QUICK_ANSWER) as deadline:
+            try:
+                await conn.execute("SELECT 1")
+            except self._psycopg.Error:
+                return False
+        return not deadline.fired
 
     async def _present(self) -> tuple[Any, int]:
-        conn = await self._new_connection()
-        async with self._closed_on_failure(conn, "PostgreSQL store"):
-            while True:  # a token no running store holds (a clash is unlikely but possible)
-                token = 1 + secrets.randbelow(2**31 - 2)
-                cur = await conn.execute(
-                    "SELECT pg_try_advisory_lock(%s, %s)", (PRESENCE_LOCKS, token)
-                )
-                row = await cur.fetchone()
-                if row and row[0]:
-                    return conn, token
+        conn = await self._presence_connection()
+        with _Deadline(conn, QUICK_ANSWER) as deadline:
+            async with self._closed_on_failure(conn, f"PostgreSQL store {self.url}", deadline):
+                while True:  # a token no running store holds (a clash is unlikely but possible)
+                    token = 1 + secrets.randbelow(2**31 - 2)
+                    cur = await conn.execute(
+                        "SELECT pg_try_advisory_lock(%s, %s)", (PRESENCE_LOCKS, token)
+                    )
+                    row = await cur.fetchone()
+                    if row and row[0]:
+                        return conn, token
+
+    async def _presence_connection(self) -> Any:
+        """A new connection for the presence. At a connection limit (the role's, the
+        database's or the server's), the pool's idle connections would keep out the one
+        connection every turn needs, for as long as the limit lasts: the least recently used is
+        closed to make room, which the limit counts once its backend has exited (a few
+        milliseconds; another client may take the room first, and the next turn tries again)."""
+        try:
+            return await self._new_connection()
+        except StoreUnreachable as exc:
+            if not (_AT_CONNECTION_LIMIT.search(str(exc)) and self._idle):
+                raise
+            failed = exc
+        with contextlib.suppress(Exception):
+            await self._discard(self._idle.pop(0))
+        for pause in ROOM_PAUSES:
+            await asyncio.sleep(pause)
+            try:
+                return await self._new_connection()
+            except StoreUnreachable as exc:
+                if not _AT_CONNECTION_LIMIT.search(str(exc)):
+                    raise
+                failed = exc
+        raise failed
 
     async def _fetch(
-        self, sql: str, params: tuple[Any, ...] = (), *, session_id: str | None = None
+        self,
+        sql: str,
+        params: tuple[Any, ...] = (),
+        *,
+        session_id: str | None = None,
+        within: float | None = None,
     ) -> list[Any]:
-        """The rows of one statement (``session_id``: the session it writes, for errors)."""
+        """The rows of one statement (``session_id``: the session it writes, for errors;
+        ``within``: its deadline, as ``_conn`` has it)."""
         try:
-            async with self._conn() as conn:
+            async with self._conn(within) as conn:
                 cur = await conn.execute(Q(sql), params)
                 return list(await cur.fetchall()) if cur.description else []
         except self._psycopg.Error as exc:
@@ -341,7 +475,7 @@ class PostgresStore:
         statement_timeout when not STATEMENT_TIMEOUT)."""
         errors = self._psycopg.errors
         if isinstance(exc, errors.LockNotAvailable):
-            what = f"the row of session {session_id}" if session_id else "a row or table"
+            what = _what_was_locked(exc, session_id)
             return StoreError(
                 f"PostgreSQL store {self.url}: {what} stayed locked by another client for "
                 f"{LOCK_TIMEOUT:g} s (lock_timeout); retry later"
@@ -355,12 +489,26 @@ class PostgresStore:
         return StoreError(f"PostgreSQL store: {_first_line(exc)}")
 
     async def ping(self) -> None:
+        """Whether the server answers, within PING_WAIT: a probe must answer even while the
+        server does not. A check that takes longer goes on (each of its steps is bounded) and
+        the probes that come meanwhile wait for it rather than start one each."""
+        check = self._check
+        if check is None or check.done():
+            check = self._check = asyncio.ensure_future(self._check_answers())
         try:
-            await self._fetch("SELECT 1")
+            await asyncio.wait_for(asyncio.shield(check), PING_WAIT)
+        except TimeoutError:
+            raise StoreUnreachable(
+                f"PostgreSQL store {self.url}: no answer within {PING_WAIT:g} s"
+            ) from None
+
+    async def _check_answers(self) -> None:
+        try:
+            await self._fetch("SELECT 1", within=QUICK_ANSWER)
         except StoreError:
             # That connection may have been the only stale one left: the pool is flushed now,
             # so a second try tells whether the server itself answers.
-            await self._fetch("SELECT 1")
+            await self._fetch("SELECT 1", within=QUICK_ANSWER)
         # Readiness probes come often: they notice a lost presence before a turn needs it.
         self._presence_doubtful = True
         await self.worker()
@@ -503,7 +651,7 @@ class PostgresStore:
         every turn committed before the rows were deleted (see schema.DELETE_SESSION_ROW); how
         many."""
         try:
-            async with self._conn() as conn, conn.transaction():
+            async with self._conn(PURGE_TIMEOUT + ANSWER_MARGIN) as conn, conn.transaction():
                 await conn.execute(BOUND_TRANSACTION, (_ms(LOCK_TIMEOUT), _ms(PURGE_TIMEOUT)))
                 cur = await conn.execute(Q(schema.PURGE_SESSION_ROWS), (now, now, PURGE_BATCH))
                 gone = [row[0] for row in await cur.fetchall()]
@@ -544,6 +692,71 @@ class _Transaction:
 
     async def run(self, sql: str, params: tuple[Any, ...]) -> None:
         await self._conn.execute(Q(sql), params)
+
+
+class _Deadline:
+    """Cuts a connection left unanswered ``seconds`` (unless cancelled first): its socket is
+    shut down, not closed (psycopg owns the descriptor), so whatever waits on the connection
+    wakes at once and fails as on a connection the server dropped, and nothing more can be
+    sent on it. Cancelling the task instead would have psycopg send the server a cancel
+    request, then wait 5 s more for the statement to end: up to 10 s more, spent waiting on
+    the server that stopped answering. A timer per use of a connection: about a microsecond
+    with uvloop (what ``serve`` runs), a third of what ``asyncio.timeout`` costs."""
+
+    __slots__ = ("_timer", "fired", "seconds")
+
+    def __init__(self, conn: Any, seconds: float) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._cut, conn)
+
+    def _cut(self, conn: Any) -> None:
+        self.fired = True
+        _shut_down(conn)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def __enter__(self) -> _Deadline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def reason(self, exc: BaseException) -> str:
+        """Why a statement failed: cut by this deadline, or ``exc``'s first line."""
+        if self.fired:
+            return (
+                f"no answer within {self.seconds:g} s (the server or the network stopped "
+                "answering); the connection was dropped"
+            )
+        return _first_line(exc)
+
+
+def _shut_down(conn: Any) -> None:
+    """Shut down the socket of ``conn`` (both ways), if it still has one."""
+    try:
+        fd = os.dup(conn.fileno())
+    except Exception:  # closed already
+        return
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return
+    with sock, contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _what_was_locked(exc: Any, session_id: str | None) -> str:
+    """What a lock timeout waited for, as far as PostgreSQL says: a wait for a row lock has
+    the row's relation in its context, a wait for a table lock (``LOCK TABLE``) has none."""
+    context = getattr(exc.diag, "context", None) or ""
+    if session_id and "tuple" in context and '"agentscript_sessions"' in context:
+        return f"the row of session {session_id}"
+    if session_id:
+        return f"a row or table that session {session_id} needed"
+    return "a row or table"
 
 
 def _hung_up(conn: Any) -> bool:
