@@ -280,6 +280,31 @@ def test_api_sse_error_before_the_turn_is_a_status(api_store: str) -> None:
     run(api_store, scenario)
 
 
+def test_api_turns_are_listed_in_pages(api_store: str) -> None:
+    # A session's turns are never trimmed: the whole list in one answer reached 32 MB for
+    # 1,000 long turns. Pages of `limit` (1-1,000, 1,000 by default) after turn `after`.
+    async def scenario(client: httpx.AsyncClient) -> None:
+        sid = await new_session(client)
+        for text in ("a", "b", "c", "d", "e"):
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+            assert sent.status_code == 200, sent.text
+        url = f"/v1/sessions/{sid}/turns"
+
+        async def page(**params: int) -> tuple[list[int], int | None]:
+            listed = (await client.get(url, params=params)).json()
+            return [t["turn"] for t in listed["turns"]], listed["next_after"]
+
+        assert await page() == ([1, 2, 3, 4, 5], None)
+        assert await page(limit=2) == ([1, 2], 2)
+        assert await page(limit=2, after=2) == ([3, 4], 4)
+        assert await page(limit=2, after=4) == ([5], None)
+        assert await page(after=5) == ([], None)
+        for bad in ({"limit": 0}, {"limit": 1001}, {"after": -1}):
+            assert (await client.get(url, params=bad)).status_code == 422, bad
+
+    run(api_store, scenario)
+
+
 def test_api_list_sessions_gives_the_page_size_asked_for(api_store: str) -> None:
     # `limit` is documented as 1-1,000, but pages were cut at 100 without a word.
     async def scenario(client: httpx.AsyncClient) -> None:

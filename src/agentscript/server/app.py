@@ -42,7 +42,7 @@ from agentscript.server.metrics import ACTIVE_WINDOW, Metrics, method_label
 from agentscript.server.middleware import HttpMiddleware
 from agentscript.server.ratelimit import RateLimiter, rate_limited_message, retry_after
 from agentscript.server.requestid import RequestId
-from agentscript.server.service import SessionService, mounted
+from agentscript.server.service import MAX_TURNS_PAGE, SessionService, mounted
 from agentscript.server.shutdown import ShutdownClock
 from agentscript.server.streaming import stream_turn
 from agentscript.store import Store
@@ -496,8 +496,14 @@ def create_app(
         return Response(status_code=204)
 
     @app.get("/v1/sessions/{session_id}/turns")
-    async def list_turns(request: Request, session_id: SessionId, who: Owner) -> dict[str, Any]:
-        listed = await service.turns(who, session_id)
+    async def list_turns(
+        request: Request,
+        session_id: SessionId,
+        who: Owner,
+        limit: Annotated[int, Query(ge=1, le=MAX_TURNS_PAGE)] = MAX_TURNS_PAGE,
+        after: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    ) -> dict[str, Any]:
+        listed = await service.turns(who, session_id, limit, after)
         root = request.scope.get("root_path", "")
         return {**listed, "turns": [mounted(root, turn) for turn in listed["turns"]]}
 

@@ -77,6 +77,11 @@ def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
 GIVE_BACK_WAIT = 5.0
 
 
+# The largest page of GET /v1/sessions/{id}/turns, and its default: a session's turns are
+# never trimmed (1,000 turns of 16,000 characters made a 32 MB answer, built on the loop).
+MAX_TURNS_PAGE = 1000
+
+
 class SessionService:
     def __init__(
         self,
@@ -298,12 +303,18 @@ class SessionService:
             "next_cursor": page[-1].session_id if more and page else None,
         }
 
-    async def turns(self, owner: str, session_id: str) -> dict[str, Any]:
+    async def turns(
+        self, owner: str, session_id: str, limit: int = MAX_TURNS_PAGE, after: int = 0
+    ) -> dict[str, Any]:
+        """A page of the session's turns (those after turn ``after``, at most ``limit``), and
+        the turn to ask the next page after, or None on the last page."""
         await self.record(owner, session_id)
-        turns = await self.store.list_turns(session_id)
+        turns = await self.store.list_turns(session_id, after, limit + 1)
+        page = turns[:limit]
         return {
             "session_id": session_id,
-            "turns": [turn_line(t) for t in turns],
+            "turns": [turn_line(t) for t in page],
+            "next_after": page[-1].turn if len(turns) > limit and page else None,
         }
 
     async def trace(self, owner: str, session_id: str, turn: int) -> dict[str, Any]:

@@ -339,7 +339,11 @@ class Store(Protocol):
 
     async def get_turn(self, session_id: str, turn: int) -> TurnRecord | None: ...
 
-    async def list_turns(self, session_id: str) -> list[TurnRecord]: ...
+    async def list_turns(
+        self, session_id: str, after: int = 0, limit: int = 1_000_000_000
+    ) -> list[TurnRecord]:
+        """The session's turns numbered above ``after``, in order, at most ``limit`` of them
+        (traces may be left out: the SQL stores read ``{}`` in their place)."""
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
         """The session's first ``limit`` turns in order, each with its trace, in one query

@@ -96,8 +96,11 @@ class MemoryStore:
         turns = self._turns.get(session_id, [])
         return copy.deepcopy(turns[turn - 1]) if 1 <= turn <= len(turns) else None
 
-    async def list_turns(self, session_id: str) -> list[TurnRecord]:
-        return copy.deepcopy(self._turns.get(session_id, []))
+    async def list_turns(
+        self, session_id: str, after: int = 0, limit: int = 1_000_000_000
+    ) -> list[TurnRecord]:
+        turns = self._turns.get(session_id, [])
+        return copy.deepcopy(turns[max(after, 0) : max(after, 0) + max(limit, 0)])
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
         return copy.deepcopy(self._turns.get(session_id, [])[: max(limit, 0)])

@@ -267,9 +267,10 @@ FIND_TURN = (
     f"WHERE {TURN_OF_LIVE_SESSION} AND idempotency_key = ?"
 )
 GET_TURN = f"SELECT {TURN_COLUMNS} FROM agentscript_turns WHERE {TURN_OF_LIVE_SESSION} AND turn = ?"
+# A page of a session's turns: those after a turn number, at most a count of them.
 LIST_TURNS = (
     f"SELECT {TURN_SUMMARY_COLUMNS} FROM agentscript_turns "
-    f"WHERE {TURN_OF_LIVE_SESSION} ORDER BY turn"
+    f"WHERE {TURN_OF_LIVE_SESSION} AND turn > ? ORDER BY turn LIMIT ?"
 )
 LIST_TURNS_WITH_TRACES = (
     f"SELECT {TURN_COLUMNS} FROM agentscript_turns "

@@ -437,8 +437,10 @@ class SQLiteStore:
         rows = await self._run(schema.GET_TURN, (session_id, turn))
         return schema.turn_from_row(rows[0]) if rows else None
 
-    async def list_turns(self, session_id: str) -> list[TurnRecord]:
-        rows = await self._run(schema.LIST_TURNS, (session_id,))
+    async def list_turns(
+        self, session_id: str, after: int = 0, limit: int = 1_000_000_000
+    ) -> list[TurnRecord]:
+        rows = await self._run(schema.LIST_TURNS, (session_id, after, limit))
         return [schema.turn_from_row(r) for r in rows]
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
