@@ -13,10 +13,10 @@ from tests.fakes.llm_servers import OpenAIServer, Reply
 from tests.integrations.test_mcp_serve import AGENT, _answering, _mcp_serve_http
 
 # C is for the rate limit test alone: the order of the tests must not matter.
-KEY_A, KEY_B, KEY_C = "key-a-1234", "key-b-5678", "key-c-9012"
+KEY_A, KEY_B, KEY_C = "key-a-1234567890ab", "key-b-5678901234cd", "key-c-9012345678ef"
 # Per second: far below what the test sends, so only serve's burst (rate_burst) lets requests
 # through, whatever the machine's speed.
-RATE_LIMIT = "0.01"
+RATE_LIMIT = "10"  # a burst of 20 a key (two seconds' worth), refilled at 10/s
 
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -127,18 +127,19 @@ def test_mcp_serve_a_transport_session_belongs_to_the_key_that_opened_it(url: st
 def test_mcp_serve_rate_limits_each_key_as_serve_does(url: str) -> None:
     import httpx2
 
-    from agentscript.server.config import ServerConfig
+    from agentscript.server.config import burst_for
 
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    burst = burst_for(float(RATE_LIMIT))
     answers = [
-        httpx2.post(url, headers=_headers(KEY_C), json=ping, timeout=30)
-        for _ in range(ServerConfig.rate_burst + 1)
+        httpx2.post(url, headers=_headers(KEY_C), json=ping, timeout=30) for _ in range(burst + 20)
     ]
-    refused = answers[-1]
-    assert refused.status_code == 429
+    # The whole burst passes; then the bucket, refilled at 10/s, runs dry again.
+    assert all(a.status_code != 429 for a in answers[:burst])
+    refused = next(a for a in answers[burst:] if a.status_code == 429)
     assert int(refused.headers["retry-after"]) >= 1
     error = json.loads(refused.text)["error"]
-    assert error["code"] == "rate_limited" and "rate_limit 0.01/s" in error["message"]
+    assert error["code"] == "rate_limited" and f"rate_limit {RATE_LIMIT}" in error["message"]
     # Another key has a bucket of its own.
     other = httpx2.post(url, headers=_headers(KEY_B), json=ping, timeout=30)
     assert other.status_code != 429
