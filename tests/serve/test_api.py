@@ -299,6 +299,7 @@ def test_api_turns_are_listed_in_pages(api_store: str) -> None:
         assert await page(limit=2, after=2) == ([3, 4], 4)
         assert await page(limit=2, after=4) == ([5], None)
         assert await page(after=5) == ([], None)
+        assert await page(after=10**30) == ([], None)  # past any turn, and past any SQL integer
         for bad in ({"limit": 0}, {"limit": 1001}, {"after": -1}):
             assert (await client.get(url, params=bad)).status_code == 422, bad
 
