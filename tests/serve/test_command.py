@@ -384,8 +384,10 @@ def test_serve_with_workers_hands_the_supervisor_its_socket_and_worker_timeout(
     ran: dict[str, object] = {}
 
     class FakeSupervisor:
-        def __init__(self, config: object, workers: int, worker_timeout: float) -> None:
-            ran.update(workers=workers, worker_timeout=worker_timeout)
+        def __init__(
+            self, config: object, workers: int, worker_timeout: float, start_timeout: float
+        ) -> None:
+            ran.update(workers=workers, worker_timeout=worker_timeout, start=start_timeout)
 
         def run(self, sockets: list[socket.socket]) -> int:
             ran["ports"] = [sock.getsockname()[1] for sock in sockets]
@@ -401,14 +403,19 @@ def test_serve_with_workers_hands_the_supervisor_its_socket_and_worker_timeout(
     assert code == 0 and ran["workers"] == 2 and ran["worker_timeout"] == 0
     assert ran["ports"] == [banner_port(out)] and banner_port(out) != 0
     code, out = serve(*args)
-    assert code == 0 and ran["worker_timeout"] == 30
+    assert code == 0 and ran["worker_timeout"] == 30 and ran["start"] == 60
+    code, out = serve(*args, "--worker-start-timeout", "90")
+    assert code == 0 and ran["start"] == 90
 
 
+@pytest.mark.parametrize("option", ["--worker-timeout", "--worker-start-timeout"])
 @pytest.mark.parametrize("bad", ["-1", "nan", "inf"])
-def test_serve_refuses_a_worker_timeout_that_is_not_seconds_in_one_line(bad: str) -> None:
-    code, out = serve(NOTES, "--model", "standin", "--workers", "2", "--worker-timeout", bad)
+def test_serve_refuses_a_worker_timeout_that_is_not_seconds_in_one_line(
+    option: str, bad: str
+) -> None:
+    code, out = serve(NOTES, "--model", "standin", "--workers", "2", option, bad)
     assert code == 2 and out.count("\n") == 1 and "Traceback" not in out
-    assert out.startswith("agentscript serve: --worker-timeout") and "0 to turn" in out
+    assert out.startswith(f"agentscript serve: {option} {bad}") and "0 to turn" in out
 
 
 def test_serve_refuses_an_agent_whose_name_cannot_be_part_of_a_url(tmp_path: Path) -> None:

@@ -7,14 +7,13 @@ traceback (docs/serve.md)."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
+import multiprocessing
 import re
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2 as httpx
@@ -23,7 +22,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from agentscript.server import supervisor
+from agentscript.server.app import create_app
 from agentscript.server.command import StoreAtStart
+from agentscript.server.pings import ANSWER, Pings
 from agentscript.server.supervisor import (
     QUICK_DEATHS,
     STORE_RETRY_MAX,
@@ -31,7 +32,7 @@ from agentscript.server.supervisor import (
     Supervisor,
     WorkerServer,
 )
-from agentscript.store import StoreError
+from agentscript.store import MemoryStore, StoreError
 from agentscript.store.base import StoreUnreachable
 
 from .conftest import pg_reset
@@ -54,7 +55,7 @@ def test_a_worker_that_could_not_reach_the_store_is_started_again_later_however_
 ) -> None:
     """More such exits in a row than the quick deaths that stop the server: each is started
     again after a pause doubling up to STORE_RETRY_MAX, the other worker is left alone, and a
-    worker that then dies otherwise starts the pauses over."""
+    worker that then serves starts the pauses over."""
     chief = Supervisor(uvicorn.Config(lambda *_: None, timeout_graceful_shutdown=25), 2)
     chief.workers = [FakeWorker(11, exitcode=STORE_UNAVAILABLE), FakeWorker(12)]  # type: ignore[list-item]
     chief.born = [time.monotonic()] * 2
@@ -85,8 +86,12 @@ def test_a_worker_that_could_not_reach_the_store_is_started_again_later_however_
         "worker process [11] could not reach the store; starting another in 1 s",
         "worker process [100] could not reach the store; starting another in 2 s",
     ]
-    # It started, served an hour and was killed: the next that cannot reach the store waits
-    # the first pause again.
+    # It started (it said so on its pipe), served an hour and was killed: the next that cannot
+    # reach the store waits the first pause again.
+    ours, theirs = multiprocessing.Pipe()
+    theirs.send_bytes(ANSWER)
+    theirs.close()
+    chief.pings[started[-1].pid] = Pings(ours)
     chief.workers[0].exitcode = -signal.SIGKILL
     chief.born[0] = time.monotonic() - 3600
     chief._replace_the_dead([])
@@ -95,13 +100,19 @@ def test_a_worker_that_could_not_reach_the_store_is_started_again_later_however_
     assert round(chief.due[0] - time.monotonic()) == 1
 
 
-def _failing(exc: Exception) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        raise exc
-        yield
+class Unopenable(MemoryStore):
+    """A store whose opening fails as ``failure``."""
 
-    return FastAPI(lifespan=lifespan)
+    def __init__(self, failure: Exception) -> None:
+        super().__init__()
+        self.failure = failure
+
+    async def open(self) -> None:
+        raise self.failure
+
+
+def _failing(failure: Exception, said: list[str]) -> FastAPI:
+    return create_app({}, Unopenable(failure), on_store_failure=StoreAtStart(said.append))
 
 
 @pytest.mark.parametrize(
@@ -115,15 +126,29 @@ def test_a_workers_start_up_whose_store_fails_is_one_line_and_its_exit_says_whic
     failure: Exception, status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A store that cannot be reached exits with STORE_UNAVAILABLE (started again later); any
-    other store failure as a worker that could not start (uvicorn's 3: the server stops)."""
+    other store failure as a worker that could not start (uvicorn's 3: the server stops). The
+    app is under uvicorn's own middleware (proxy headers), as a worker's is."""
     said: list[str] = []
-    app = StoreAtStart(_failing(failure), said.append)
-    server = WorkerServer(uvicorn.Config(app, lifespan="on", log_config=None))
+    server = WorkerServer(uvicorn.Config(_failing(failure, said), lifespan="on", log_config=None))
     with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as exited:
         server.run()
     assert exited.value.code == status
     assert said == [str(failure)]
     assert "Traceback" not in caplog.text and "Application startup failed" not in caplog.text
+
+
+def test_a_start_up_failing_otherwise_keeps_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only a store's failure is said in one line: any other is a bug, reported in full."""
+    said: list[str] = []
+    app = _failing(RuntimeError("a bug"), said)
+    server = WorkerServer(uvicorn.Config(app, lifespan="on", log_config=None))
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as exited:
+        server.run()
+    assert exited.value.code == 3 and said == []
+    assert "Traceback" in caplog.text and "RuntimeError: a bug" in caplog.text
+    assert "Application startup failed" in caplog.text
 
 
 def _wait_for(pattern: str, log: Path, seconds: float, count: int = 1) -> bool:

@@ -83,6 +83,14 @@ def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
     "(its event loop stuck) before it is killed and replaced (0: no check).",
 )
 @click.option(
+    "--worker-start-timeout",
+    default=ServerConfig.worker_start_timeout,
+    show_default=True,
+    type=float,
+    help="With --workers > 1: seconds a worker may take to start serving before it is killed "
+    "and replaced as a failed start (0: no bound).",
+)
+@click.option(
     "--access-log", is_flag=True, help="Log one line per request (errors are logged anyway)."
 )
 @click.option(

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
@@ -45,7 +45,7 @@ from agentscript.server.requestid import RequestId
 from agentscript.server.service import MAX_TURNS_PAGE, SessionService, mounted
 from agentscript.server.shutdown import ShutdownClock
 from agentscript.server.streaming import stream_turn
-from agentscript.store import Store
+from agentscript.store import Store, StoreError
 
 log = logging.getLogger("agentscript.server")
 
@@ -241,6 +241,21 @@ SessionId = Annotated[str, Path(pattern=SESSION_ID)]
 AgentName = Annotated[str, Path(pattern=NAME)]
 
 
+async def _open_at_start(
+    app: FastAPI, store: Store, on_failure: Callable[[StoreError], None] | None
+) -> None:
+    """Open ``store`` for the start-up of ``app`` (see :func:`create_app`). Here rather than
+    in a wrapper of the whole app, which every request would pass through."""
+    app.state.store_failed = None  # this start-up's, not an earlier one's
+    try:
+        await store.open()
+    except StoreError as exc:
+        app.state.store_failed = exc
+        if on_failure is not None:
+            on_failure(exc)
+        raise
+
+
 def create_app(
     agents: Mapping[str, ServedAgent],
     store: Store,
@@ -250,8 +265,13 @@ def create_app(
     purge_every: float | None = 60.0,
     freeze_heap: bool = False,
     metrics_dir: str | None = None,
+    on_store_failure: Callable[[StoreError], None] | None = None,
 ) -> FastAPI:
     """The server for ``agents`` over ``store`` (opened at start-up, closed at shutdown).
+
+    A store that cannot be opened fails the start-up: ``app.state.store_failed`` keeps the
+    error (the exit status of ``agentscript serve`` depends on it), and ``on_store_failure``
+    hears it first (the command says it in one line, in place of the traceback uvicorn logs).
 
     ``freeze_heap``: once started, exempt every object then alive from the cycle collector,
     and freeze the sessions kept between turns as they accumulate (:mod:`.heap`), as
@@ -284,7 +304,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ShutdownClock.reset()  # a shutdown of an earlier server in this process is not ours
-        await store.open()
+        await _open_at_start(_app, store, on_store_failure)
         ready["store"] = True
         # The model SDKs (the OpenAI one takes ~0.5 s of CPU to import) load once the server
         # listens; /readyz says "not ready" until they are in. (In the loop's thread: in
@@ -378,6 +398,7 @@ def create_app(
         },
     )
     app.state.service = service
+    app.state.store_failed = None
     app.state.metrics = metrics
     app.state.keys = keys
     app.state.limiter = limiter

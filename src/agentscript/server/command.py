@@ -10,9 +10,10 @@ same app from the options (passed in the environment variable ``AGENTSCRIPT_SERV
 
 The store is opened again by the app's start-up (each worker's), and may fail there after the
 check passed (the database lost in between, or later, when a worker is started again): that is
-one line too (:class:`StoreAtStart`), not uvicorn's traceback. One worker then exits with
-status 2 as the check would have; a worker of ``--workers N`` exits as one that could not
-reach its store, which its supervisor starts again later, or as one that could not start.
+one line too (:class:`StoreAtStart`, which the start-up calls), not uvicorn's traceback. One
+worker then exits with status 2 as the check would have; a worker of ``--workers N`` exits as
+one that could not reach its store, which its supervisor starts again later, or as one that
+could not start. uvicorn runs the app itself, so requests pass through nothing of this.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import math
 import os
 import socket
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -60,6 +62,7 @@ class ServeOptions:
     log_format: str = "text"  # or "json" (server/logs.py)
     shutdown_grace: int = ServerConfig.shutdown_grace
     worker_timeout: float = ServerConfig.worker_timeout  # with --workers N (server/pings.py)
+    worker_start_timeout: float = ServerConfig.worker_start_timeout  # with --workers N
     cors_origins: list[str] = field(default_factory=list)
     # The prefix a proxy strips before the request reaches the server (uvicorn's root_path).
     root_path: str = ""
@@ -81,10 +84,16 @@ def is_loopback(host: str) -> bool:
 
 
 def build_app(
-    options: ServeOptions, *, freeze_heap: bool = False, metrics_dir: str | None = None
+    options: ServeOptions,
+    *,
+    freeze_heap: bool = False,
+    metrics_dir: str | None = None,
+    on_store_failure: Callable[[Exception], None] | None = None,
 ) -> tuple[Any, list[str]]:
     """The ASGI app for ``options`` and the lines describing it (ServeError when it cannot
-    be built). ``metrics_dir``: a worker of ``--workers N`` (:mod:`.sharedmetrics`)."""
+    be built). ``metrics_dir``: a worker of ``--workers N`` (:mod:`.sharedmetrics`);
+    ``on_store_failure``: told when the app's start-up cannot open the store
+    (:class:`StoreAtStart`)."""
     from agentscript.models.base import Model, ModelError
     from agentscript.server.agents import (
         AgentLoadError,
@@ -158,7 +167,13 @@ def build_app(
         local_only=not keys.enabled,
     )
     app = create_app(
-        served, store, config=config, keys=keys, freeze_heap=freeze_heap, metrics_dir=metrics_dir
+        served,
+        store,
+        config=config,
+        keys=keys,
+        freeze_heap=freeze_heap,
+        metrics_dir=metrics_dir,
+        on_store_failure=on_store_failure,
     )
     app.state.sources = sources
     page: list[str] = []
@@ -212,56 +227,42 @@ def _model(agent: Any, options: ServeOptions) -> Any:
 WORKER_STARTUP_FAILURE = 3
 # uvicorn's own line after a failed start-up, which adds nothing to the one saying why.
 UVICORN_START_FAILED = "Application startup failed. Exiting."
+TRACEBACK = "Traceback (most recent call last):"
 
 
 class StoreAtStart:
-    """The app, its start-up failing in one line when its store cannot be opened: Starlette
-    hands uvicorn the traceback to log, and uvicorn adds a line of its own. ``say`` gets the
-    line instead; ``failed`` keeps the error, which the lifespan state has too (under
-    ``supervisor.STORE_FAILED``, for a worker's exit status). Any other failure is left as it
-    was, traceback and all (a bug to report)."""
+    """What the app's start-up calls when it cannot open its store (``on_store_failure``):
+    ``say`` gets the error in one line, and uvicorn's log leaves out what it would add: the
+    traceback Starlette hands it, then its own line. The app's ``state.store_failed`` keeps
+    the error (for the exit status). Any other failure is left as it was, traceback and all
+    (a bug to report)."""
 
-    def __init__(self, app: Any, say: Callable[[str], None]) -> None:
-        self.app = app
+    def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
-        self.failed: Exception | None = None
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "lifespan":
-            await self.app(scope, receive, send)
-            return
-        from agentscript.server.supervisor import STORE_FAILED
-        from agentscript.store import StoreError
-
-        held: list[Any] = []
-
-        async def sending(message: Any) -> None:
-            if message["type"] == "lifespan.startup.failed":
-                held.append(message)  # sent below, once the error is known
-            else:
-                await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        except StoreError as exc:
-            if not held:  # failed at shutdown
-                raise
-            self.failed = exc
-            if isinstance(scope.get("state"), dict):
-                scope["state"][STORE_FAILED] = exc
-            self.say(str(exc))
-            logging.getLogger("uvicorn.error").addFilter(_drop_start_failed)
-            await send({"type": "lifespan.startup.failed", "message": ""})
-            return
-        finally:
-            if self.failed is None:
-                for message in held:
-                    await send(message)
+    def __call__(self, failure: Exception) -> None:
+        self.say(str(failure))
+        logging.getLogger("uvicorn.error").addFilter(_SaidAlready(failure))
 
 
-def _drop_start_failed(record: logging.LogRecord) -> bool:
-    """A filter of uvicorn's log: its line after a start-up that failed, said already."""
-    return record.getMessage() != UVICORN_START_FAILED
+class _SaidAlready(logging.Filter):
+    """A filter of uvicorn's log, once a start-up's store failure was said in one line: it
+    drops the traceback of that failure and uvicorn's line after it, then lets all pass."""
+
+    def __init__(self, failure: Exception) -> None:
+        super().__init__()
+        # How a traceback of the failure ends (Starlette's is traceback.format_exc()).
+        self.ending = "".join(traceback.format_exception_only(failure)).rstrip()
+        self.spent = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.spent:
+            return True
+        text = record.getMessage()
+        if text == UVICORN_START_FAILED:
+            self.spent = True  # uvicorn's last word on this start-up
+            return False
+        return not (text.startswith(TRACEBACK) and text.rstrip().endswith(self.ending))
 
 
 def worker_app() -> Any:
@@ -272,9 +273,13 @@ def worker_app() -> Any:
     options = ServeOptions(**json.loads(os.environ[ENV]))
     logs.configure(access_log=options.access_log, log_format=options.log_format)
     log = logging.getLogger("agentscript.server")
+    said = StoreAtStart(lambda line: log.error("a worker could not open the store: %s", line))
     try:
         app, _lines = build_app(
-            options, freeze_heap=True, metrics_dir=os.environ.get(METRICS_DIR_ENV)
+            options,
+            freeze_heap=True,
+            metrics_dir=os.environ.get(METRICS_DIR_ENV),
+            on_store_failure=said,
         )
     except Exception as exc:
         # One line, and uvicorn's exit code for a worker that cannot start: its supervisor
@@ -290,7 +295,7 @@ def worker_app() -> Any:
     from agentscript.server.orphan import stop_when_orphaned, supervisor_pid
 
     stop_when_orphaned(supervisor_pid())  # a supervisor killed outright leaves no worker serving
-    return StoreAtStart(app, lambda line: log.error("a worker could not open the store: %s", line))
+    return app
 
 
 # How long the check before listening waits for the store (a host that drops packets would
@@ -395,8 +400,9 @@ def serve_command(options: ServeOptions, echo: Callable[[str], None] = print) ->
 def _serve_on(
     sockets: list[socket.socket], options: ServeOptions, echo: Callable[[str], None]
 ) -> ExitCode:
+    said = StoreAtStart(lambda line: echo(f"agentscript serve: {line}"))
     try:
-        app, lines = build_app(options, freeze_heap=True)
+        app, lines = build_app(options, freeze_heap=True, on_store_failure=said)
     except ServeError as exc:
         echo(f"agentscript serve: {exc}")
         return ExitCode.USAGE
@@ -432,11 +438,10 @@ def _serve_on(
         # uvicorn's server, stopped by SIGINT, SIGTERM and SIGHUP as docs/serve.md says.
         from agentscript.server.runner import run
 
-        starting = StoreAtStart(app, lambda line: echo(f"agentscript serve: {line}"))
         try:
-            return ExitCode(run(starting, sockets=sockets, **common))
+            return ExitCode(run(app, sockets=sockets, **common))
         except SystemExit:  # uvicorn's exit after a failed start-up
-            if starting.failed is None:
+            if app.state.store_failed is None:
                 raise
             return ExitCode.USAGE  # as when the check before listening fails
     from agentscript.server.orphan import SUPERVISOR_ENV
@@ -452,7 +457,10 @@ def _serve_on(
         lifespan="on",
         **common,
     )
-    return ExitCode(Supervisor(config, options.workers, options.worker_timeout).run(sockets))
+    chief = Supervisor(
+        config, options.workers, options.worker_timeout, options.worker_start_timeout
+    )
+    return ExitCode(chief.run(sockets))
 
 
 def parse_ttl(text: str | None) -> float | None:
@@ -491,12 +499,10 @@ def parse_root_path(text: str | None) -> str:
     return path.rstrip("/")
 
 
-def check_worker_timeout(seconds: float) -> float:
-    """``--worker-timeout``: seconds above 0, or 0 for no check."""
+def check_worker_timeout(seconds: float, option: str = "--worker-timeout") -> float:
+    """``--worker-timeout``, ``--worker-start-timeout``: seconds above 0, or 0 for no check."""
     if not math.isfinite(seconds) or seconds < 0:
-        raise ServeError(
-            f"--worker-timeout {seconds:g}: write seconds above 0, or 0 to turn the check off"
-        )
+        raise ServeError(f"{option} {seconds:g}: write seconds above 0, or 0 to turn the check off")
     return seconds
 
 
@@ -504,8 +510,17 @@ def options_from_cli(paths: Sequence[str], **given: Any) -> ServeOptions:
     ttl = parse_ttl(given.pop("session_ttl", None))
     root = parse_root_path(given.pop("root_path", ""))
     timeout = check_worker_timeout(given.pop("worker_timeout", ServerConfig.worker_timeout))
+    start_timeout = check_worker_timeout(
+        given.pop("worker_start_timeout", ServerConfig.worker_start_timeout),
+        "--worker-start-timeout",
+    )
     return ServeOptions(
-        paths=list(paths), session_ttl=ttl, root_path=root, worker_timeout=timeout, **given
+        paths=list(paths),
+        session_ttl=ttl,
+        root_path=root,
+        worker_timeout=timeout,
+        worker_start_timeout=start_timeout,
+        **given,
     )
 
 

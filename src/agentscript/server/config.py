@@ -41,6 +41,12 @@ class ServerConfig:
     # above a healthy loop's longest pause (an inline python:// action computing a while);
     # uvicorn's own check allowed 5 s.
     worker_timeout: float = 30.0
+    # With --workers N: seconds a worker may take from its start until its server listens
+    # (imports, the store opened, migrations run); 0: unbounded. Past the PostgreSQL store's
+    # own bounds on reaching the database (a connect timeout of 10 s an address, 5 s checks),
+    # after which a worker exits as one that could not reach it and is started again later;
+    # this catches what never ends (an import that blocks).
+    worker_start_timeout: float = 60.0
     # Largest page of GET /v1/sessions: the API's own bound on ``limit``. A page reads no
     # state (only each session's summary columns), so a full page costs little.
     max_page: int = 1000

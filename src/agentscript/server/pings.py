@@ -12,7 +12,7 @@ once unasked when its server has started: it is then ready. The supervisor's end
 :data:`PING_EVERY` seconds, one ping at a time, and says how long the ping not yet answered has
 waited. A worker still starting is never pinged: its app's start-up may take long (a store's
 first migration); the supervisor bounds a start apart, by when the worker became ready
-(:attr:`Pings.ready`, ``Supervisor.start_timeout``). When the supervisor goes away, the worker's end reads the end of the pipe
+(:attr:`Pings.ready`, ``--worker-start-timeout``). When the supervisor goes away, the worker's end reads the end of the pipe
 and stops answering; nothing more (:mod:`.orphan` stops a worker whose supervisor died).
 """
 
@@ -41,12 +41,17 @@ class Pings:
     def check(self, now: float) -> float:
         """Read the answers that came, ping the worker if a ping is due; the seconds the ping
         not yet answered has waited (0.0 when none waits)."""
-        if self._heard():
-            self.ready = True
-            self.sent_at = None
+        self.listen()
         if self.ready and self.sent_at is None and now - self.last_sent >= PING_EVERY:
             self._ping(now)
         return 0.0 if self.sent_at is None else now - self.sent_at
+
+    def listen(self) -> bool:
+        """Read the answers that came, pinging nothing; whether the worker is ready."""
+        if self._heard():
+            self.ready = True
+            self.sent_at = None
+        return self.ready
 
     def close(self) -> None:
         self.pipe.close()

@@ -24,13 +24,15 @@ at its start (exit :data:`STORE_UNAVAILABLE`: the database down or failing over)
 it is started again after a pause that doubles each time in a row, up to
 :data:`STORE_RETRY_MAX` seconds, while the other workers serve (answering ``503`` for what needs
 the store meanwhile), and it does not count as a quick death, since the database comes back
-while the server would have stopped for good.
+while the server would have stopped for good. The row ends once a worker in its place has
+served (its server started, the store open), not when one dies otherwise before it served.
 
 A worker whose event loop leaves a ping unanswered ``--worker-timeout`` seconds (:mod:`.pings`:
 a deadlock, an action that never gives the loop back, a stopped process) is killed with
 ``SIGKILL`` and started again as one that died, with one line in the log. A worker still
 starting is not pinged, nor is any once the server stops. One whose server has not started
-within :attr:`Supervisor.start_timeout` (an import or a store that never answers) serves
+within ``--worker-start-timeout`` (an import that blocks, a store that answers nothing for
+longer than its own connect timeouts and deadlines, which end in an exit as above) serves
 nothing, and the server would run a worker short, or answer nothing, without a word: it is
 killed alike, and counts as a failed start, so that starts which always hang stop the server
 as starts which always die do.
@@ -68,9 +70,8 @@ STOP_AT_ONCE = signal.SIGUSR1
 # uvicorn's exit code for a server that failed before it served (uvicorn.config.STARTUP_FAILURE).
 STARTUP_FAILURE = 3
 # A worker's exit code when its store could not be reached at its start (sysexits' EX_TEMPFAIL:
-# try again later); the lifespan state key under which the start-up says so (server/command.py).
+# try again later): its app's start-up says so in ``app.state.store_failed`` (server/app.py).
 STORE_UNAVAILABLE = 75
-STORE_FAILED = "agentscript.store_failed"
 # Seconds before such a worker is started again; twice as long each time in a row, up to the
 # most: a database down for an hour costs a spawn every half-minute, not a spawn a second.
 STORE_RETRY_FIRST = 1.0
@@ -82,11 +83,6 @@ CHECK_EVERY = 0.2
 # fails: started again, they would die again, forever.
 QUICK_DEATH = 10.0
 QUICK_DEATHS = 5
-# The least time a worker gets to start when --worker-timeout is shorter: that option bounds a
-# silence of a running event loop, where a second or two is a fair choice, while a start
-# imports the app and opens the store (0.7 s of imports alone on an idle host, more while N
-# workers start at once). QUICK_DEATH is already this module's measure of a start.
-START_AT_LEAST = QUICK_DEATH
 # Seconds a stopping worker gets past the shutdown grace: its server then cuts the turns left
 # and runs the app's shutdown (leases given back, store closed), well within this.
 STOP_MARGIN = 5.0
@@ -117,7 +113,7 @@ class WorkerServer(SignalledServer):
         except SystemExit:
             # uvicorn's exit for any failed start-up (3): one whose store could not be reached
             # exits as such, for its supervisor to start it again later.
-            if _unreachable(self.lifespan.state.get(STORE_FAILED)):
+            if _unreachable(_store_failure(self.config.loaded_app)):
                 raise SystemExit(STORE_UNAVAILABLE) from None
             raise
         if self.started and self.pings is not None:
@@ -157,6 +153,7 @@ class Supervisor:
         config: uvicorn.Config,
         workers: int,
         worker_timeout: float = ServerConfig.worker_timeout,
+        start_timeout: float = ServerConfig.worker_start_timeout,
     ) -> None:
         self.config = config
         self.count = workers
@@ -166,12 +163,17 @@ class Supervisor:
         self.pings: dict[int, Pings] = {}  # each worker's end of its ping pipe, by pid
         self.silent: set[int] = set()  # the workers killed for leaving a ping unanswered
         self.hung: set[int] = set()  # the workers killed for not starting in time
-        # Seconds a worker may take until its server has started (0: unbounded, as
-        # --worker-timeout 0 turns the pings off): --worker-timeout, or START_AT_LEAST if more.
-        self.start_timeout = max(worker_timeout, START_AT_LEAST) if worker_timeout else 0.0
+        # Seconds a worker may take until its server has started (--worker-start-timeout; 0:
+        # unbounded). Apart from worker_timeout, which bounds a silence of a running loop: a
+        # start imports the app and opens the store, which on PostgreSQL may wait out a connect
+        # timeout (10 s an address) and run migrations; one that waited for an unreachable
+        # database must exit as such (started again later), not be killed as hung.
+        self.start_timeout = start_timeout
         self.quick_deaths = 0  # workers in a row that died within QUICK_DEATH of their start
         # The places whose worker could not reach the store, each with when to start another
-        # (time.monotonic()); and how many times in a row each could not.
+        # (time.monotonic()); and how many times in a row each could not: the row ends only when
+        # a worker in the place has served (a start killed or crashed meanwhile says nothing
+        # about the store, and one that hung may have waited for it).
         self.due: dict[int, float] = {}
         self.store_failures: dict[int, int] = {}
         self.stops = 0  # stop signals received; the second SIGINT stops at once
@@ -270,13 +272,15 @@ class Supervisor:
                 continue
             worker.join()
             hung = worker.pid in self.hung
+            if self._had_started(worker.pid):
+                # It served: the store failures before it are no longer a row, whatever ended it.
+                self.store_failures.pop(index, None)
             said = self._forget(worker.pid)
             if self.metrics is not None and worker.pid is not None:
                 self.metrics.fold(worker.pid)
             if code == STORE_UNAVAILABLE:
                 self._start_later(index, worker.pid)
                 continue
-            self.store_failures.pop(index, None)
             # A start that hung failed as surely as one that died, however long it was let run.
             quick = hung or time.monotonic() - self.born[index] < QUICK_DEATH
             self.quick_deaths = self.quick_deaths + 1 if quick else 0
@@ -321,7 +325,7 @@ class Supervisor:
         """Ping each ready worker; kill one whose ping has waited ``worker_timeout`` seconds,
         or one not ready :attr:`start_timeout` seconds after its start (:meth:`_replace_the_dead`
         then starts another)."""
-        if not self.worker_timeout or self.stops:
+        if self.stops or not (self.worker_timeout or self.start_timeout):
             return
         for index, worker in enumerate(self.workers):
             pid = worker.pid
@@ -330,15 +334,18 @@ class Supervisor:
                 continue
             if pid in self.silent or pid in self.hung:
                 continue
-            waited = pings.check(now)
-            if not pings.ready and now - self.born[index] >= self.start_timeout:
+            ready = pings.listen()
+            # With --worker-timeout 0 nothing is pinged: the start is only listened for.
+            waited = pings.check(now) if self.worker_timeout else 0.0
+            starting = now - self.born[index]
+            if not ready and self.start_timeout and starting >= self.start_timeout:
                 log.warning(
                     "worker process [%d] did not start within %g s: killed; starting another",
                     pid,
                     self.start_timeout,
                 )
                 self.hung.add(pid)
-            elif waited >= self.worker_timeout:
+            elif self.worker_timeout and waited >= self.worker_timeout:
                 log.warning(
                     "worker process [%d] did not answer for %g s: killed; starting another",
                     pid,
@@ -376,6 +383,16 @@ class Supervisor:
                     os.kill(worker.pid, signal.SIGKILL)
                 worker.join()
 
+    def _had_started(self, pid: int | None) -> bool:
+        """Whether the worker ``pid``, which ended, had said its server started: it listened
+        with its store open. What it said stays in its pipe after it ended, so this holds with
+        the pings off (``--worker-timeout 0``) and for a worker that ended between two looks."""
+        pings = self.pings.get(pid) if pid is not None else None
+        if pings is None:
+            return False
+        pings.check(time.monotonic())  # reads it (a ping due now goes nowhere, quietly)
+        return pings.ready
+
     def _forget(self, pid: int | None) -> bool:
         """Close the pipe of a worker that ended; whether it was killed for leaving a ping
         unanswered or for not starting in time (a line said so then)."""
@@ -390,8 +407,17 @@ class Supervisor:
         return killed
 
 
+def _store_failure(app: object) -> object:
+    """The error of a start-up that could not open its store (``app.state.store_failed``,
+    server/app.py), None if none; ``app`` is the app as uvicorn loaded it, under the middleware
+    uvicorn may add (each keeps the app it wraps as ``app``)."""
+    while app is not None and not hasattr(app, "state"):
+        app = getattr(app, "app", None)
+    return getattr(getattr(app, "state", None), "store_failed", None)
+
+
 def _unreachable(failure: object) -> bool:
-    """Whether a start-up's store failure (``STORE_FAILED``) is one of reaching the store."""
+    """Whether a start-up's store failure is one of reaching the store."""
     return isinstance(failure, StoreUnreachable)
 
 
