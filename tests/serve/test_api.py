@@ -501,6 +501,45 @@ def test_api_concurrent_turn_cap_is_503_with_retry_after(
     run(api_store, scenario, config=ServerConfig(max_concurrent_turns=1))
 
 
+def test_api_turns_per_key_cap_is_429_for_that_key_while_other_keys_run(
+    api_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    block = tmp_path / "block"
+    block.touch()
+    monkeypatch.setenv("NOTES_BLOCK", str(block))
+    other = {"Authorization": "Bearer key-two"}
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        a, b = await new_session(client), await new_session(client)
+        made = await client.post("/v1/agents/Notes/sessions", json={}, headers=other)
+        theirs = made.json()
+        first = asyncio.create_task(
+            client.post(f"/v1/sessions/{a}/messages", json={"text": '/note {"text": "a"}'})
+        )
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if "agentscript_turns_in_progress 1" in (await client.get("/metrics")).text:
+                break
+        refused = await client.post(f"/v1/sessions/{b}/messages", json={"text": "hi"})
+        assert error_of(refused) == (429, "too_many_turns_for_key")
+        assert refused.headers["Retry-After"] == "1"
+        sid = theirs["session_id"]
+        ran = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"}, headers=other)
+        assert ran.status_code == 200  # the other key still finds a slot
+        block.unlink()
+        assert (await first).status_code == 200
+        again = await client.post(f"/v1/sessions/{b}/messages", json={"text": "hi"})
+        assert again.status_code == 200  # its turn ended: the key's share is free again
+        assert (await client.get(f"/v1/sessions/{b}")).json()["turns"] == 1
+
+    run(
+        api_store,
+        scenario,
+        keys=("key-one", "key-two"),
+        config=ServerConfig(max_concurrent_turns=8, max_turns_per_key=1),
+    )
+
+
 # ------------------------------------------------------------------ keys
 
 

@@ -65,6 +65,11 @@ def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
     "Turns running at once in each worker; one more gets 503 with Retry-After.",
 )
 @_count(
+    "--max-turns-per-key",
+    0,
+    "Of those, turns one API key may run at once; one more gets 429 (0: no share).",
+)
+@_count(
     "--store-connections",
     1,
     "PostgreSQL connections each worker opens at most (plus one for its presence lock).",

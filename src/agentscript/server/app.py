@@ -394,7 +394,7 @@ def create_app(
             401: {"description": "missing or unknown API key"},
             404: {"description": "not found (or another key's session)"},
             422: {"description": "invalid request"},
-            429: {"description": "rate limit; see Retry-After"},
+            429: {"description": "rate limit, or the key's share of turns; see Retry-After"},
         },
     )
     app.state.service = service

@@ -57,6 +57,7 @@ class ServeOptions:
     rate_limit: float = ServerConfig.rate_limit
     live_sessions: int = ServerConfig.live_sessions
     max_concurrent_turns: int = ServerConfig.max_concurrent_turns
+    max_turns_per_key: int = ServerConfig.max_turns_per_key
     store_connections: int = ServerConfig.store_connections
     access_log: bool = ServerConfig.access_log
     log_format: str = "text"  # or "json" (server/logs.py)
@@ -161,6 +162,7 @@ def build_app(
         rate_burst=burst_for(options.rate_limit),
         live_sessions=options.live_sessions,
         max_concurrent_turns=options.max_concurrent_turns,
+        max_turns_per_key=options.max_turns_per_key,
         shutdown_grace=options.shutdown_grace,
         access_log=options.access_log,
         cors_origins=list(options.cors_origins),

@@ -18,6 +18,9 @@ class ServerConfig:
     max_message_chars: int = 16_000
     # Turns running at once in this process; one more gets 503 with Retry-After.
     max_concurrent_turns: int = 64
+    # Of those, turns one API key may run at once (without keys, all clients are one); one
+    # more gets 429 with Retry-After. 0: no share, a key may take every slot.
+    max_turns_per_key: int = 0
     # How long a message waits for another turn of its session before 409 (seconds).
     lock_wait: float = 30.0
     # Requests per second per API key (token bucket, ``rate_burst`` deep); 0 turns it off.

@@ -101,6 +101,8 @@ class SessionService:
         # The task of every turn running: the max_concurrent_turns count, and what shutdown
         # waits for.
         self.running_turns: set[asyncio.Task[Any]] = set()
+        # How many of those each key (owner) runs: the max_turns_per_key count.
+        self.turns_by_owner: dict[str, int] = {}
         # Turns cancelled (at shutdown: nothing else cancels a turn) while their commit was on
         # its way to the store: the database may have applied it (the shutdown log says so).
         self.cut_while_committing = 0
@@ -377,17 +379,33 @@ class SessionService:
                 f"{running} turns are running (max_concurrent_turns); retry shortly",
                 headers={"Retry-After": "1"},
             )
+        mine = self.turns_by_owner.get(owner, 0)
+        if self.config.max_turns_per_key and mine >= self.config.max_turns_per_key:
+            # One client's burst must not take every slot from the others: its own excess
+            # is a 429, as its rate is, while other keys still find slots.
+            raise ApiError(
+                429,
+                "too_many_turns_for_key",
+                f"{mine} turns of this API key are running (max_turns_per_key); retry shortly",
+                headers={"Retry-After": "1"},
+            )
         # Every turn runs in a task of its own (a request's, or a stream's background task).
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("SessionService.send runs in an asyncio task")
         self.running_turns.add(task)
+        self.turns_by_owner[owner] = mine + 1
         self.metrics.in_progress += 1
         try:
             return await self._locked_turn(owner, session_id, text, key, hooks)
         finally:
             self.metrics.in_progress -= 1
             self.running_turns.discard(task)
+            left = self.turns_by_owner[owner] - 1
+            if left:
+                self.turns_by_owner[owner] = left
+            else:
+                del self.turns_by_owner[owner]
 
     async def _locked_turn(
         self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks
