@@ -347,7 +347,10 @@ def create_app(
             tasks.append(backfill)
         # Awaited by whoever must know every session has its expiry (a test, an embedding app).
         _app.state.expiry_backfill = backfill
-        if purge_every and config.session_ttl:
+        # Without a TTL too: a session keeps the expiry its last write gave it, and one that
+        # has passed reads as absent on every server, so it must also be deleted here (a
+        # server started again without --session-ttl left such rows on disk forever).
+        if purge_every:
             from agentscript.server.service import purge_loop
 
             tasks.append(asyncio.create_task(purge_loop(service, purge_every)))
