@@ -65,18 +65,26 @@ async def new_session(client: httpx.AsyncClient, agent: str = "Notes", **variabl
     return str(response.json()["session_id"])
 
 
-LEASES = "SELECT COUNT(*) FROM agentscript_sessions WHERE lease_holder IS NOT NULL"
+# How many leases a store holds: SQLite's are rows of a table of their own (schema version 6),
+# PostgreSQL's are on the session's row.
+SQLITE_LEASES = "SELECT COUNT(*) FROM agentscript_leases"
+POSTGRESQL_LEASES = "SELECT COUNT(*) FROM agentscript_sessions WHERE lease_holder IS NOT NULL"
+
+
+def leases_query(url: str) -> str:
+    """The statement counting the leases of the SQL store at ``url``."""
+    return SQLITE_LEASES if url.startswith("sqlite:///") else POSTGRESQL_LEASES
 
 
 def lease_rows(url: str) -> int:
     """How many leases a SQL store holds, read on a connection of its own."""
     if url.startswith("sqlite:///"):
         with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
-            return int(db.execute(LEASES).fetchone()[0])
+            return int(db.execute(SQLITE_LEASES).fetchone()[0])
     import psycopg
 
     with psycopg.connect(url) as conn:
-        row = conn.execute(LEASES).fetchone()
+        row = conn.execute(POSTGRESQL_LEASES).fetchone()
         return int(row[0]) if row else -1
 
 

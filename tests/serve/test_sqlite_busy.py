@@ -30,7 +30,7 @@ from agentscript.store import SessionRecord, StoreError, TurnOutcome, TurnRecord
 from agentscript.store import sqlite as sqlite_store
 from agentscript.store.sqlite import SQLiteStore
 
-from .harness import LEASES, api, new_session
+from .harness import SQLITE_LEASES, api, new_session
 
 # How long the other process holds the lock in the tests that wait it out: long enough for a
 # loop that keeps running to do many things meanwhile, far below BUSY_WAIT.
@@ -189,7 +189,7 @@ async def opened(path: Path) -> AsyncIterator[SQLiteStore]:
 
 def leases(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as db:
-        return int(db.execute(LEASES).fetchone()[0])
+        return int(db.execute(SQLITE_LEASES).fetchone()[0])
 
 
 # ------------------------------------------------------------------ a lock waited out

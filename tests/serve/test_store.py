@@ -32,7 +32,7 @@ from agentscript.store import lease as lease_module
 from agentscript.store.sqlite import SQLiteStore
 
 from .conftest import pg_reset
-from .harness import LEASES
+from .harness import leases_query
 from .harness import run_store as run
 
 
@@ -206,8 +206,8 @@ def test_sqlite_lease_whose_pid_now_names_another_process_is_taken_over_at_once(
         await store.create_session(record(sid=holder[-4:]))
         sql(
             url,
-            f"UPDATE agentscript_sessions SET lease_holder = '{holder}:t1', "
-            f"lease_until = {time.time() + 600} WHERE session_id = '{holder[-4:]}'",
+            "INSERT INTO agentscript_leases (session_id, holder, until) "
+            f"VALUES ('{holder[-4:]}', '{holder}:t1', {time.time() + 600})",
         )
         try:
             async with store.lock_session(holder[-4:], 0.3) as lock:
@@ -247,6 +247,21 @@ async def failing_drop(session_id: str, holder: str) -> None:
     raise StoreError("connection lost")
 
 
+def lease_ran_out(url: str) -> str:
+    """The statement that makes the lease a store holds run out (SQLite's are rows of their own
+    table, PostgreSQL's on the session's row)."""
+    if url.startswith("sqlite"):
+        return "UPDATE agentscript_leases SET until = 0"
+    return "UPDATE agentscript_sessions SET lease_until = 0"
+
+
+def lease_holder(url: str) -> str:
+    """The statement reading the holder of the one lease a store holds."""
+    if url.startswith("sqlite"):
+        return "SELECT holder FROM agentscript_leases"
+    return "SELECT lease_holder FROM agentscript_sessions"
+
+
 @pytest.mark.parametrize("slow_commits_first", [False, True], ids=["taker-first", "slow-first"])
 def test_store_lease_of_another_live_store_is_waited_for(
     api_store: str, slow_commits_first: bool
@@ -263,13 +278,11 @@ def test_store_lease_of_another_live_store_is_waited_for(
                 with pytest.raises(SessionBusy):
                     async with second.lock_session("s1", 0.1):
                         pass
-                await asyncio.to_thread(
-                    sql, api_store, "UPDATE agentscript_sessions SET lease_until = 0"
-                )  # the lease ran out
+                await asyncio.to_thread(sql, api_store, lease_ran_out(api_store))
                 async with second.lock_session("s1", 0.1) as fast:
                     if slow_commits_first:
                         await slow.commit(outcome(1, 20))
-                        holder = "SELECT lease_holder FROM agentscript_sessions"
+                        holder = lease_holder(api_store)
                         assert await asyncio.to_thread(sql, api_store, holder) == fast.holder
                         third = store_from_url(api_store)
                         await third.open()
@@ -289,7 +302,7 @@ def test_store_lease_of_another_live_store_is_waited_for(
             got = await second.get_session("s1")
             assert got is not None and got.turns == 1
             assert got.state["n"] == (20 if slow_commits_first else 10)
-            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
+            assert await asyncio.to_thread(sql, api_store, leases_query(api_store)) == 0
 
     asyncio.run(main())
 
@@ -353,13 +366,13 @@ def test_store_takes_back_its_own_lease_whose_give_back_failed(
             with pytest.raises(RuntimeError, match="the turn failed"):
                 async with store.lock_session("s1", 1.0):
                     raise RuntimeError("the turn failed")
-            assert await asyncio.to_thread(sql, api_store, LEASES) == 1
+            assert await asyncio.to_thread(sql, api_store, leases_query(api_store)) == 1
             with pytest.raises(SessionBusy):
                 async with other.lock_session("s1", 0.05):
                     pass
             async with store.lock_session("s1", 0.05) as lock:
                 await lock.commit(outcome(1, 1))
-            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
+            assert await asyncio.to_thread(sql, api_store, leases_query(api_store)) == 0
 
     asyncio.run(main())
 
@@ -382,7 +395,7 @@ def test_store_gives_back_a_failed_give_back_before_its_next_turn(
             monkeypatch.setattr(store, "drop_lease", drop)  # the database is back
             async with store.lock_session("s2", 1.0) as lock:  # another session's turn
                 await lock.commit(outcome(1, 1, sid="s2"))
-            assert await asyncio.to_thread(sql, api_store, LEASES) == 0
+            assert await asyncio.to_thread(sql, api_store, leases_query(api_store)) == 0
             async with other.lock_session("s1", 0.05) as lock:  # no wait
                 await lock.commit(outcome(1, 1))
 
@@ -498,7 +511,10 @@ def test_store_state_written_by_hand_loses_its_revision(api_store: str) -> None:
     last commit wrote, and a worker that kept that commit's session must not take it for it."""
     run(api_store, lambda store: store.create_session(record(revision="r0")))
     revision = "SELECT revision FROM agentscript_sessions"
-    sql(api_store, "UPDATE agentscript_sessions SET lease_holder = 'x:y', turns = 4")
+    # PostgreSQL's lease is on the row (SQLite's has a table of its own, and its row's old
+    # lease columns refuse a holder: ``schema.LEASE_ON_ROW_REFUSED_SQLITE``).
+    lease = "" if api_store.startswith("sqlite") else "lease_holder = 'x:y', "
+    sql(api_store, f"UPDATE agentscript_sessions SET {lease}turns = 4")
     sql(api_store, "UPDATE agentscript_sessions SET expires_at = 1e12, lease_holder = NULL")
     assert sql(api_store, revision) == "r0"
     sql(api_store, "UPDATE agentscript_sessions SET state = state")
@@ -626,7 +642,7 @@ def test_a_store_of_schema_version_1_is_migrated_with_its_sessions(api_store: st
 
     assert run(api_store, upgraded) == 2
     assert sql(api_store, "SELECT value FROM agentscript_meta") == str(len(schema.MIGRATIONS))
-    assert sql(api_store, LEASES) == 0
+    assert sql(api_store, leases_query(api_store)) == 0
     with pytest.raises(Exception, match="agentscript_locks"):
         sql(api_store, "SELECT COUNT(*) FROM agentscript_locks")
 

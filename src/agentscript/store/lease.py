@@ -3,11 +3,13 @@
 Both SQL stores serialise the turns of a session the same way:
 
 - inside a process, an ``asyncio.Lock`` per session queues its turns;
-- across processes, the turn at the head of a queue takes a lease: two columns of the
-  session's own row (``lease_holder``, ``lease_until``) naming its holder, written in one
-  short statement. The turn then runs (the model may take seconds) with no connection,
-  transaction or row lock held, and gives the lease back in its commit's own update, or on
-  its way out when it does not commit;
+- across processes, the turn at the head of a queue takes a lease naming its holder, written
+  in one short statement: on PostgreSQL two columns of the session's own row (``lease_holder``,
+  ``lease_until``), on SQLite a row of a table of its own (``agentscript_leases``: SQLite
+  writes a whole record on any UPDATE of it, state included). The turn then runs (the model
+  may take seconds) with no connection, transaction or row lock held, and gives the lease back
+  in its commit (PostgreSQL: the commit's own update; SQLite: a statement of the commit's
+  transaction), or on its way out when it does not commit;
 - a lease whose holder is gone (a worker killed mid-turn) or whose time ran out is taken over,
   so a crash never blocks a session. Each backend knows what "gone" means: a process that no
   longer runs for SQLite (one machine), a worker whose presence lock PostgreSQL no longer

@@ -42,6 +42,54 @@ STATE_WRITTEN_POSTGRESQL = """CREATE TRIGGER agentscript_state_written
     FOR EACH ROW WHEN (NEW.revision IS NOT DISTINCT FROM OLD.revision)
     EXECUTE PROCEDURE agentscript_state_written()"""
 
+# Migration 6, SQLite only: a session's lease moves from its row to a table of its own
+# (store/sqlite.py). SQLite writes a whole record on any UPDATE of it, state included: a lease
+# taken or given back on the row of a session at the history limit rewrote its 4 MB state, in
+# 25-40 ms on the event loop and 8 MB of log each (twice a turn). A row of this table holds a
+# held (or expired) lease; none, a free one. PostgreSQL keeps its lease on the row: an UPDATE
+# there leaves an unchanged TOASTed state where it is.
+LEASES_TABLE_SQLITE = """CREATE TABLE IF NOT EXISTS agentscript_leases (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until DOUBLE PRECISION NOT NULL
+) WITHOUT ROWID"""
+# The leases held at the upgrade, by turns of workers still running the older agentscript: their
+# turns go on and must not run beside a new one. The scan reads no state but a leased row's: a
+# NULL holder is read from its record's header alone.
+LEASES_CARRIED_SQLITE = """INSERT OR IGNORE INTO agentscript_leases (session_id, holder, until)
+    SELECT session_id, lease_holder, coalesce(lease_until, 0) FROM agentscript_sessions
+    WHERE lease_holder IS NOT NULL"""
+# A session's lease goes with its row, however the row is deleted (a deletion, a purge, an
+# operator, an older agentscript): no lease outlives its session, nor passes to a new session
+# given the same id.
+LEASE_OF_DELETED_SQLITE = """CREATE TRIGGER IF NOT EXISTS agentscript_lease_of_deleted
+    AFTER DELETE ON agentscript_sessions
+    BEGIN
+        DELETE FROM agentscript_leases WHERE session_id = OLD.session_id;
+    END"""
+# A worker of an older agentscript that ran on at the upgrade writes leases on the row, where
+# nobody else reads them now: its taking one fails (a 503 telling to restart it), so it never
+# runs a turn beside a new worker's; its giving one back (its commit's update, or its drop)
+# still goes through and gives back the lease carried over for it. This agentscript never
+# names the columns, so neither trigger fires for it.
+LEASE_ON_ROW_REFUSED = (
+    "leases are kept in agentscript_leases since schema version 6: this worker runs an older "
+    "agentscript, restart it"
+)
+LEASE_ON_ROW_REFUSED_SQLITE = f"""CREATE TRIGGER IF NOT EXISTS agentscript_lease_on_row_refused
+    BEFORE UPDATE OF lease_holder ON agentscript_sessions
+    WHEN NEW.lease_holder IS NOT NULL AND NEW.lease_holder IS NOT OLD.lease_holder
+    BEGIN
+        SELECT RAISE(ABORT, '{LEASE_ON_ROW_REFUSED}');
+    END"""
+LEASE_ON_ROW_GIVEN_BACK_SQLITE = """CREATE TRIGGER IF NOT EXISTS agentscript_lease_on_row_given_back
+    AFTER UPDATE OF lease_holder ON agentscript_sessions
+    WHEN OLD.lease_holder IS NOT NULL AND NEW.lease_holder IS NULL
+    BEGIN
+        DELETE FROM agentscript_leases
+        WHERE session_id = NEW.session_id AND holder = OLD.lease_holder;
+    END"""
+
 # A migration's statements: each for both backends, or (a dict) for the backends it names.
 MIGRATIONS: list[list[str | dict[str, str]]] = [
     [
@@ -119,6 +167,15 @@ MIGRATIONS: list[list[str | dict[str, str]]] = [
         {"sqlite": STATE_WRITTEN_SQLITE, "postgresql": STATE_WRITTEN_FUNCTION},
         {"postgresql": STATE_WRITTEN_POSTGRESQL},
     ],
+    [
+        # SQLite's leases in a table of their own (``LEASES_TABLE_SQLITE`` says why); nothing
+        # changes on PostgreSQL, whose version only follows.
+        {"sqlite": LEASES_TABLE_SQLITE},
+        {"sqlite": LEASES_CARRIED_SQLITE},
+        {"sqlite": LEASE_OF_DELETED_SQLITE},
+        {"sqlite": LEASE_ON_ROW_REFUSED_SQLITE},
+        {"sqlite": LEASE_ON_ROW_GIVEN_BACK_SQLITE},
+    ],
 ]
 
 
@@ -151,12 +208,14 @@ INSERT_SESSION = (
 SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM agentscript_sessions WHERE session_id = ?"
 # The turn's commit, guarded by the turn count read under the lease; it gives the lease back
 # when it is still the committing turn's (a lease taken over meanwhile stays its taker's).
-UPDATE_AFTER_TURN = (
+_AFTER_TURN = (
     "UPDATE agentscript_sessions SET state = ?, revision = ?, turns = turns + 1, ended = ?, "
-    "escalated = ?, "
-    "updated_at = ?, expires_at = ?, lease_holder = NULLIF(lease_holder, ?) "
-    "WHERE session_id = ? AND turns = ?"
+    "escalated = ?, updated_at = ?, expires_at = ?{lease} WHERE session_id = ? AND turns = ?"
 )
+UPDATE_AFTER_TURN = _AFTER_TURN.format(lease=", lease_holder = NULLIF(lease_holder, ?)")
+# SQLite's, whose lease is not on the row: the commit's transaction gives it back by a
+# statement of its own (store/sqlite.py).
+UPDATE_AFTER_TURN_SQLITE = _AFTER_TURN.format(lease="")
 INSERT_TURN = (
     "INSERT INTO agentscript_turns (session_id, turn, idempotency_key, result, trace, created_at) "
     "VALUES (?, ?, ?, ?, ?, ?)"
@@ -208,7 +267,8 @@ TURN_SIZES_POSTGRESQL = _TURN_SIZES.format(size="pg_column_size")
 DELETE_TURNS_THROUGH = "DELETE FROM agentscript_turns WHERE session_id = ? AND turn <= ?"
 # Expired, and no turn running: a live lease is a turn that began before the expiry, whose
 # commit pushes the expiry back; purged under it, the session and its turns were gone when it
-# committed. Parameters: the current time, twice.
+# committed. Parameters: the current time, twice. PostgreSQL's, whose lease is on the row
+# (SQLite's: ``sqlite.PURGEABLE``).
 PURGEABLE = (
     "expires_at IS NOT NULL AND expires_at <= ? AND (lease_holder IS NULL OR lease_until <= ?)"
 )
@@ -317,10 +377,12 @@ def session_from_row(row: Sequence[Any]) -> SessionRecord:
 
 
 def after_turn_params(
-    outcome: TurnOutcome, session: SessionRecord, holder: str, now: float
+    outcome: TurnOutcome, session: SessionRecord, holder: str | None, now: float
 ) -> tuple[Any, ...]:
-    """The parameters of ``UPDATE_AFTER_TURN`` (both backends): the new state, the lease
-    given back if ``holder`` still has it, guarded by the turn count the turn started from."""
+    """The parameters of ``UPDATE_AFTER_TURN``: the new state, the lease given back if
+    ``holder`` still has it, guarded by the turn count the turn started from; of
+    ``UPDATE_AFTER_TURN_SQLITE`` without a holder (None)."""
+    lease = () if holder is None else (holder,)
     return (
         dumps(outcome.state),
         outcome.revision,
@@ -328,7 +390,7 @@ def after_turn_params(
         int(outcome.escalated),
         now,
         outcome.expires_at,
-        holder,
+        *lease,
         session.session_id,
         session.turns,
     )
