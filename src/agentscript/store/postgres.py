@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import re
 import secrets
 import select
 import socket
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -62,7 +64,9 @@ from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within
 # hundreds of turns in flight; all are kept open once opened (a new one costs a PostgreSQL
 # backend process and ~1 ms of CPU here).
 MAX_CONNECTIONS = 16
-# How long a statement waits for a free connection before it fails (StoreError, 503).
+# How long a statement waits for a free connection before it fails (StoreError, 503): for one
+# of the store's slots, and, while the database refuses more connections at a limit, for one
+# of the store's connections in use to be given back.
 CONNECTION_WAIT = 30.0
 # Seconds to wait for a new connection to PostgreSQL (libpq's connect_timeout), unless the
 # store URL sets its own.
@@ -173,8 +177,15 @@ BOUND_TRANSACTION = (
 _AT_CONNECTION_LIMIT = re.compile(
     r"too many (?:clients|connections)|connection slots are reserved", re.IGNORECASE
 )
-# Pauses before each new try of the presence's connection once an idle one was closed for it.
+# Pauses before each new try of a connection once one of the store's was closed to make room
+# at a connection limit (the presence's), or closed while blocks wait for one (``_opened``):
+# the limit counts a closed connection until its backend has exited.
 ROOM_PAUSES = (0.01, 0.05, 0.2)
+# How long after the database refused a connection at its limit a block that finds no idle
+# connection queues for one given back without asking for a new one first (while blocks are
+# queued): each try costs the server a backend process started and refused, and the blocks
+# of a busy store would otherwise try one each, in turn, for as long as the limit lasts.
+REFUSAL_HOLDS = 1.0
 # A password in a query string (``?password=...``, ``sslpassword``) or a key=value DSN.
 _QUERY_PASSWORD = re.compile(r"((?:^|[?&])(?:ssl)?password=)[^&]*", re.IGNORECASE)
 _KEYWORD_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
@@ -204,6 +215,16 @@ class PostgresStore:
         # starting at once) waits for a connection instead of opening one each and running
         # the database out of max_connections.
         self._slots = asyncio.Semaphore(max_connections)
+        # Pooled connections handed out (to a block, or to a queued block), and the blocks
+        # queued for one given back while the database refuses new ones at a connection limit
+        # (first come, first served: a ticket each, the future gets the connection, or None
+        # when room may have freed).
+        self._lent = 0
+        self._queued: deque[tuple[int, asyncio.Future[Any]]] = deque()
+        self._tickets = itertools.count()
+        # The last refusal at a connection limit: when, and libpq's words.
+        self._refused_at = float("-inf")
+        self._refusal = ""
         self._psycopg: Any = None
         self._open = False
         self.leases = Leases(self)
@@ -219,21 +240,129 @@ class PostgresStore:
 
     async def _connect(self, wait: float) -> Any:
         """A connection, holding one of the store's slots (given back by ``_conn``)."""
+        until = time.monotonic() + wait
         if not await acquire_within(self._slots, wait):
             raise StoreError(
                 f"all {self.max_connections} connections to {self.url} stayed busy for {wait:g} s"
             )
         try:
-            while self._idle:
-                conn = self._idle.pop()
-                if not _hung_up(conn):
-                    return conn
-                with contextlib.suppress(Exception):
-                    await self._discard(conn)
-            return await self._pooled_connection()
+            return await self._connection(until, wait)
         except BaseException:
             self._slots.release()
             raise
+
+    async def _connection(self, until: float, wait: float) -> Any:
+        """An idle connection, else a new one. While the database refuses new ones at a
+        connection limit (its max_connections, a role's or database's CONNECTION LIMIT), one
+        this store's other blocks give back, in the order the blocks came, by ``until``: they
+        hold theirs for milliseconds, and failing a request (503) meanwhile would fail it for
+        want of a connection that is about to be free."""
+        ticket = next(self._tickets)
+        conn = await self._idle_connection()
+        if conn is None and not self._refused_lately():
+            conn = await self._opened(until)
+        while conn is None:
+            # One may have gone idle while this block asked for a new one (nobody was queued).
+            conn = await self._idle_connection()
+            if conn is None:
+                conn = await self._given_back(ticket, until, wait)
+            if conn is None:  # room may have freed at the limit
+                conn = await self._opened(until, ROOM_PAUSES)
+        return conn
+
+    async def _idle_connection(self) -> Any:
+        """An idle connection of the pool, live, or None."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not _hung_up(conn):
+                self._lent += 1
+                return conn
+            with contextlib.suppress(Exception):
+                await self._discard(conn)
+        return None
+
+    def _refused_lately(self) -> bool:
+        """Whether blocks are queued for a connection given back since a refusal at a limit
+        REFUSAL_HOLDS ago at most: a new block queues behind them without trying."""
+        return bool(self._queued) and time.monotonic() - self._refused_at < REFUSAL_HOLDS
+
+    async def _opened(self, until: float, pauses: tuple[float, ...] = ()) -> Any:
+        """A new connection, or None while the database refuses one at a connection limit:
+        tried again after each of ``pauses`` that ends before ``until``."""
+        for pause in (0.0, *pauses):
+            if pause:
+                if time.monotonic() + pause >= until:
+                    break
+                await asyncio.sleep(pause)
+            try:
+                conn = await self._pooled_connection()
+            except StoreUnreachable as exc:
+                if not _AT_CONNECTION_LIMIT.search(str(exc)):
+                    raise
+                continue
+            self._lent += 1
+            return conn
+        return None
+
+    async def _given_back(self, ticket: int, until: float, wait: float) -> Any:
+        """The connection another block of this store gives back first to the block of
+        ``ticket`` (queued before every later ticket), or None when room may have freed at
+        the limit (a connection of the store was closed). Fails as a refused connection when
+        no other block holds one, or none is given to this block by ``until``."""
+        if not self._lent:
+            raise self._refused("and this store holds none to wait for")
+        waiter = self._queue(ticket)
+        try:
+            await asyncio.wait((waiter,), timeout=max(0.0, until - time.monotonic()))
+        except BaseException:  # cancelled: what it was given goes on
+            await self._leave(ticket, waiter)
+            raise
+        if not waiter.done():
+            self._queued.remove((ticket, waiter))
+            waiter.cancel()
+            raise self._refused(
+                f"and none of the {self._lent} this store holds came free within {wait:g} s"
+            )
+        conn = waiter.result()
+        if conn is not None and _hung_up(conn):
+            # The server closed it meanwhile: its room at the limit is this block's to try.
+            with contextlib.suppress(Exception):
+                await self._drop(conn, make_room=False)
+            return None
+        return conn
+
+    def _queue(self, ticket: int) -> asyncio.Future[Any]:
+        """A queued block's future, placed by its ticket: a block woken to try for room and
+        refused again goes back to where it was, ahead of the blocks that came after it."""
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        place = next((n for n, (t, _) in enumerate(self._queued) if t > ticket), None)
+        self._queued.insert(len(self._queued) if place is None else place, (ticket, waiter))
+        return waiter
+
+    async def _leave(self, ticket: int, waiter: asyncio.Future[Any]) -> None:
+        """A queued block that was cancelled leaves the queue; a connection it was given goes
+        to the next block or to the pool, and a chance to try for room to the next block."""
+        if not waiter.done():
+            self._queued.remove((ticket, waiter))
+            waiter.cancel()
+        elif waiter.result() is None:
+            self._wake(1)
+        else:
+            await self._release(waiter.result())
+
+    def _wake(self, count: int | None) -> None:
+        """Tell the first ``count`` queued blocks (None: all) that room may have freed at the
+        limit: each tries for a new connection."""
+        while self._queued and (count is None or count > 0):
+            self._queued.popleft()[1].set_result(None)
+            if count is not None:
+                count -= 1
+
+    def _refused(self, why: str) -> StoreUnreachable:
+        return StoreUnreachable(
+            f"cannot connect to {self.url}: the database refused more connections, {why}: "
+            f"{self._refusal}"
+        )
 
     async def _pooled_connection(self) -> Any:
         """A new connection for the pool, its lock waits and statements bounded in time."""
@@ -264,6 +393,8 @@ class PostgresStore:
                 self.dsn, autocommit=True, **self._connection_options()
             )
         except self._psycopg.Error as exc:
+            if _AT_CONNECTION_LIMIT.search(str(exc)):
+                self._refused_at, self._refusal = time.monotonic(), _first_line(exc)
             raise StoreUnreachable(f"cannot connect to {self.url}: {_first_line(exc)}") from None
 
     def _connection_options(self) -> dict[str, Any]:
@@ -277,11 +408,26 @@ class PostgresStore:
         return self._options
 
     async def _release(self, conn: Any) -> None:
+        """Give back a connection a block used: to the first queued block, else to the pool
+        (closed if it is not clean)."""
         idle = conn.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
-        if not conn.closed and idle and self._open:
-            self._idle.append(conn)
+        if conn.closed or not idle or not self._open:
+            await self._drop(conn)
+        elif self._queued:
+            self._queued.popleft()[1].set_result(conn)  # still lent, to that block now
         else:
+            self._lent -= 1
+            self._idle.append(conn)
+
+    async def _drop(self, conn: Any, *, make_room: bool = True) -> None:
+        """Close a connection a block used, for good. The room it held at a connection limit
+        is the first queued block's to try (``make_room``), every queued block's when this
+        store holds no other (none will be given back)."""
+        try:
             await self._discard(conn)
+        finally:
+            self._lent -= 1
+            self._wake(None if not self._lent else 1 if make_room else 0)
 
     async def _flush(self) -> None:
         idle, self._idle = self._idle, []
@@ -294,13 +440,13 @@ class PostgresStore:
 
     @asynccontextmanager
     async def _conn(
-        self, within: float | None = None, *, wait: float = CONNECTION_WAIT
+        self, within: float | None = None, *, wait: float | None = None
     ) -> AsyncIterator[Any]:
         """A connection of the pool for one block of statements (``wait``: seconds to wait for
-        one), cut unless the block is done within ``within`` seconds (by default
+        one, CONNECTION_WAIT as it is now by default), cut unless the block is done within ``within`` seconds (by default
         ``STATEMENT_TIMEOUT + ANSWER_MARGIN``): a block the server left unanswered fails as a
         lost connection does."""
-        conn = await self._connect(wait)
+        conn = await self._connect(CONNECTION_WAIT if wait is None else wait)
         if within is None:
             within = STATEMENT_TIMEOUT + ANSWER_MARGIN
         deadline = _Deadline(conn, within)
@@ -325,17 +471,17 @@ class PostgresStore:
             if deadline.fired or isinstance(exc, lost):
                 await self._lost(conn)
                 raise StoreUnreachable(f"PostgreSQL store: {deadline.reason(exc)}") from None
-            await self._discard(conn)  # its state is unknown; never hand it out again
+            await self._drop(conn)  # its state is unknown; never hand it out again
             raise
         except BaseException:
             if deadline.fired:
                 await self._lost(conn)
             else:
-                await self._discard(conn)  # its state is unknown; never hand it out again
+                await self._drop(conn)  # its state is unknown; never hand it out again
             raise
         else:
             if deadline.fired:  # answered just as it was cut
-                await self._discard(conn)
+                await self._drop(conn)
             else:
                 await self._release(conn)
         finally:
@@ -345,9 +491,12 @@ class PostgresStore:
         """Drop a connection that failed or was cut. The server went away (restarted, failed
         over) or stopped answering: the other idle connections are as dead as this one, and each
         would fail one more request; the presence's connection may be too."""
-        await self._discard(conn)
+        await self._drop(conn)
         await self._flush()
         self._presence_doubtful = True
+        # The connections other blocks hold may be as dead: the queued blocks try for room
+        # (their closed backends free it) rather than wait for those.
+        self._wake(None)
 
     async def open(self) -> None:
         self._psycopg = _import_psycopg()
@@ -380,6 +529,7 @@ class PostgresStore:
         if self._check is not None:
             self._check.cancel()  # a readiness check under way takes no new presence now
         idle, self._idle = self._idle, []
+        self._wake(None)  # nothing is pooled any more: queued blocks try on their own
         for conn in idle:
             await self._discard(conn)
         if self._presence is not None:
