@@ -96,7 +96,10 @@ def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
     "and replaced as a failed start (0: no bound).",
 )
 @click.option(
-    "--access-log", is_flag=True, help="Log one line per request (errors are logged anyway)."
+    "--access-log",
+    is_flag=True,
+    help="Log one line per request (server errors, store failures and failed turns are "
+    "logged anyway).",
 )
 @click.option(
     "--log-format",

@@ -2,13 +2,15 @@
 
 Every error body is ``{"error": {"code": ..., "message": ...}}``. Routes raise
 :class:`ApiError` for the caller's mistakes; store and engine exceptions are mapped by
-:data:`STATUS`; anything else is a 500 ``internal`` whose message names no internals.
+:data:`STATUS`; anything else is a 500 ``internal`` whose message names no internals, as an
+unreachable store's (``503 store_unavailable``) names none of the store: the log has them.
 """
 
 from __future__ import annotations
 
 import logging
 
+from agentscript.server import requestid
 from agentscript.store import DamagedRecord, SessionBusy, SessionGone, StoreError, TurnConflict
 
 log = logging.getLogger("agentscript.server")
@@ -56,6 +58,15 @@ CUT_AT_SHUTDOWN = (
 )
 
 
+def store_unavailable() -> str:
+    """What a client is told of an unreachable store. The store's error names its host, port,
+    user, database or file and the driver's reason: that is for the operator, in the log line
+    beside the request's id (:func:`log_failure`), as ``/readyz`` keeps them to the log too."""
+    found = requestid.request_id()
+    why = "the server's log says why" + ("" if found is None else f", under request id {found}")
+    return f"the session store is unavailable; retry shortly ({why})"
+
+
 def status_of(exc: BaseException) -> tuple[int, str, str]:
     """``(status, code, message)`` for any exception raised while serving a request."""
     if isinstance(exc, ApiError):
@@ -63,6 +74,8 @@ def status_of(exc: BaseException) -> tuple[int, str, str]:
     for cls in type(exc).__mro__:
         if cls in STATUS:
             status, code = STATUS[cls]
+            if code == "store_unavailable":
+                return status, code, store_unavailable()
             return status, code, str(exc)
     return 500, "internal", "the server failed on this request; it has been logged"
 
@@ -77,15 +90,20 @@ def error_headers(exc: BaseException, code: str) -> dict[str, str]:
 
 
 def body(code: str, message: str) -> dict[str, dict[str, str]]:
+    """An error answer's body. Every one is built here, whoever answers (a route, a
+    middleware), so here the request being handled learns its error code, for its access line
+    (:data:`.requestid.outcome`)."""
+    requestid.outcome.set(code)
     return {"error": {"code": code, "message": message}}
 
 
 def log_failure(exc: BaseException, code: str, message: str) -> None:
     """Log what the operator must see: the server's own failures, an unreachable store (the
-    message names the store, its password masked) and a stored row that cannot be read."""
+    store's own error, which names it, its password masked: the client is told only that it
+    is unavailable) and a stored row that cannot be read."""
     if code == "internal":
         log.error("internal error: %s: %s", type(exc).__name__, exc)
     elif code == "store_unavailable":
-        log.error("store unavailable: %s", message)
+        log.error("store unavailable: %s", exc)
     elif code == "session_damaged":
         log.error("damaged record: %s", message)

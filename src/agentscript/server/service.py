@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -28,6 +29,7 @@ from agentscript.actions.context import IDEMPOTENCY_KEY
 from agentscript.engine.restore import SessionRestoreError
 from agentscript.engine.session import Session
 from agentscript.playback import TurnReport
+from agentscript.server import requestid
 from agentscript.server.agents import ServedAgent
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSession
@@ -43,6 +45,8 @@ from agentscript.store import (
     TurnRecord,
     new_revision,
 )
+
+log = logging.getLogger("agentscript.server")
 
 StepSink = Callable[[dict[str, Any]], None]
 TokenSink = Callable[[str], None]
@@ -73,6 +77,30 @@ def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+# Characters of a failed turn's error in its log line (the turn JSON has all of it): a
+# provider's error body can run to kilobytes.
+MOST_LOGGED_ERROR_CHARS = 1000
+
+
+def log_failed_turn(session_id: str, turn: int, error: str) -> None:
+    """Log a turn that ended in an error (the model failed or timed out, a limit was reached,
+    the session had ended): it is answered 200 with the error in its JSON, so without this
+    line it left none in the log, with or without ``--access-log``. The error's text, the
+    session and turn, and (the log's own field) the request's id; never the user's message or
+    a variable's value. Its request's access line says ``turn_error`` too
+    (:data:`.requestid.outcome`)."""
+    if len(error) > MOST_LOGGED_ERROR_CHARS:
+        error = error[:MOST_LOGGED_ERROR_CHARS] + "..."
+    log.warning(
+        "turn %d of session %s failed: %s",
+        turn,
+        session_id,
+        error,
+        extra={"fields": {"session_id": session_id, "turn": turn}},
+    )
+    requestid.outcome.set(requestid.TURN_ERROR)
+
+
 # Seconds a cancelled turn gets at shutdown to give its lease back (a store round trip).
 GIVE_BACK_WAIT = 5.0
 
@@ -97,7 +125,7 @@ class SessionService:
         self.live = LiveSessions(config.live_sessions, ttl=config.session_ttl)
         self.owners = SessionOwners()
         # Streamed turns run as tasks; held here so none is dropped before it commits.
-        self.background: set[asyncio.Task[None]] = set()
+        self.background: set[asyncio.Task[Any]] = set()
         # The task of every turn running: the max_concurrent_turns count, and what shutdown
         # waits for.
         self.running_turns: set[asyncio.Task[Any]] = set()
@@ -477,6 +505,10 @@ class SessionService:
                 self.metrics.turn(
                     record.agent, session_id, time.perf_counter() - started, reply.trace
                 )
+                # Here, once committed, for every turn that ran: answered as JSON or streamed
+                # (the stream's task runs this too), by the route or the fast path.
+                if result.get("error") is not None:
+                    log_failed_turn(session_id, number, str(result["error"]))
                 return result
         except SessionGone:
             if not locked:  # no such session, or it expired: not another key's

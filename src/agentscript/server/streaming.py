@@ -13,7 +13,7 @@ from typing import Any
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from agentscript.server import sse
+from agentscript.server import requestid, sse
 from agentscript.server.errors import CUT_AT_SHUTDOWN, log_failure, status_of
 from agentscript.server.service import GIVE_BACK_WAIT, SessionService, TurnHooks, mounted
 
@@ -44,7 +44,9 @@ async def stream_turn(
     def on_token(delta: str) -> None:
         events.put_nowait(sse.event("token", {"text": delta}))
 
-    async def run() -> None:
+    async def run() -> str | None:
+        """The turn; what went wrong with it, for its request's access line (the outcome the
+        service marked in this task, or the code of the ``error`` event)."""
         try:
             result = await service.send(
                 who,
@@ -62,8 +64,10 @@ async def stream_turn(
             status, code, message = status_of(exc)
             log_failure(exc, code, message)
             events.put_nowait(sse.error_event(status, code, message))
+            return code
         finally:
             events.put_nowait(None)
+        return requestid.outcome.get()
 
     task = asyncio.create_task(run())
     # Held until the turn ends, so it runs to its commit even if the client goes away.
@@ -104,7 +108,7 @@ class EventStream(StreamingResponse):
     and waiting for it would hold the server's stop; uvicorn then logs that the response did
     not complete."""
 
-    def __init__(self, events: asyncio.Queue[str | None], turn: asyncio.Task[None]) -> None:
+    def __init__(self, events: asyncio.Queue[str | None], turn: asyncio.Task[str | None]) -> None:
         self.events = events
         self.turn = turn
         super().__init__(
@@ -141,6 +145,24 @@ class EventStream(StreamingResponse):
             await self._cut(send)
         finally:
             gone.cancel()
+            self._tell_outcome()
+
+    def _tell_outcome(self) -> None:
+        """Hand what went wrong with the turn (``turn_error``, an ``error`` event's code) to
+        the request's task, where its access line reads it: the turn ran in a task of its own,
+        whose context the request's does not see. Unknown while the turn still runs (its
+        client left): its own log line, if it fails, comes later."""
+        turn = self.turn
+        if not turn.done():
+            return
+        if turn.cancelled():  # cut at shutdown, as its last event said
+            found: str | None = "shutting_down"
+        elif turn.exception() is None:
+            found = turn.result()
+        else:
+            return
+        if found is not None:
+            requestid.outcome.set(found)
 
     async def _cut(self, send: Send) -> None:
         """End a stream cut at the end of the shutdown grace. A turn still running is cut here,
