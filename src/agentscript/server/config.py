@@ -53,7 +53,8 @@ class ServerConfig:
     # Largest page of GET /v1/sessions: the API's own bound on ``limit``. A page reads no
     # state (only each session's summary columns), so a full page costs little.
     max_page: int = 1000
-    # One log line per request (server/logs.py); errors are logged either way.
+    # One log line per request (server/logs.py); server errors, store failures and failed
+    # turns are logged either way, a client's 4xx only with it.
     access_log: bool = False
     # Origins allowed by CORS; empty: CORS off (no CORS headers at all).
     cors_origins: list[str] = field(default_factory=list)
