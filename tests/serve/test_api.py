@@ -637,7 +637,9 @@ def test_api_session_of_a_changed_agent_is_409(api_store: str, tmp_path: Path) -
     )
 
     async def create(client: httpx.AsyncClient) -> str:
-        return await new_session(client)
+        sid = await new_session(client)
+        assert (await client.get(f"/v1/sessions/{sid}")).json()["compatible"] is True
+        return sid
 
     sid = run(api_store, create, paths=(str(agent),))
     agent.write_text(
@@ -647,6 +649,13 @@ def test_api_session_of_a_changed_agent_is_409(api_store: str, tmp_path: Path) -
     )
 
     async def resume(client: httpx.AsyncClient) -> Any:
+        # Told before any message: the view and the list say the next turn cannot run here.
+        assert (await client.get(f"/v1/sessions/{sid}")).json()["compatible"] is False
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+        assert [(s["session_id"], s["compatible"]) for s in listed] == [(sid, False)]
+        fresh = await new_session(client)
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+        assert {s["session_id"]: s["compatible"] for s in listed} == {sid: False, fresh: True}
         return await client.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
 
     response = run(api_store, resume, paths=(str(agent),))

@@ -292,7 +292,16 @@ class SessionService:
             "created_at": record.created_at,
             "updated_at": record.updated_at,
             "expires_at": record.expires_at,
+            "compatible": self.compatible(record),
         }
+
+    def compatible(self, record: SessionRecord) -> bool:
+        """Whether this server can run the session's next turn: it serves the session's agent
+        at the version that created it (else a message answers 409 session_incompatible). Told
+        in views and lists, so that after an upgrade a client finds the sessions to start anew
+        without sending each a message."""
+        served = self.agents.get(record.agent)
+        return served is not None and served.version == record.agent_version
 
     async def get(self, owner: str, session_id: str) -> dict[str, Any]:
         record = readable(await self.record(owner, session_id))
@@ -327,6 +336,7 @@ class SessionService:
                     "turns": r.turns,
                     "ended": r.ended,
                     "updated_at": r.updated_at,
+                    "compatible": self.compatible(r),
                 }
                 for r in page
             ],
