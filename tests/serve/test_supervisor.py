@@ -109,7 +109,9 @@ def test_workers_dying_right_after_their_start_stop_the_server_as_a_failed_start
     chief = two_workers()
     chief.workers = chief.workers[:2]
     pids = itertools.count(100)
-    # Each new worker dies at once with an exit code that is not uvicorn's start-up failure.
+    # Each new worker dies at once, before its server started (no pipe of its says it did),
+    # with an exit code that is not uvicorn's start-up failure
+    # (test_supervisor_quick_deaths_served.py: workers that served are no quick deaths).
     monkeypatch.setattr(chief, "_start", lambda sockets: FakeWorker(next(pids), exitcode=1))
     chief.workers[0].exitcode = 1
     for _ in range(QUICK_DEATHS):

@@ -1,7 +1,8 @@
-"""With ``--workers N``, a worker started again after a crash loads the agent files anew: if
-they changed since the server started, it does not serve another version beside the others'.
-It says so in one line and exits as a worker that could not start, and the server's supervisor
-then stops the server (docs/serve.md, "Several workers")."""
+"""With ``--workers N``, a worker started again after a crash loads the agent files anew and
+serves again; files beside the agents that are no sources of it do not count as changed ones
+(test_supervisor_agents_changed.py: a worker that finds the agent files changed is started
+again later while the others serve). A stuck worker is killed and replaced; the workers leave
+the terminal's signals to the supervisor (docs/serve.md, "Several workers")."""
 
 from __future__ import annotations
 
@@ -29,30 +30,6 @@ def workers_of(supervisor: int) -> list[int]:
         check=False,
     ).stdout
     return [int(line.split()[0]) for line in found.splitlines() if "spawn_main" in line]
-
-
-def test_a_worker_restarted_on_changed_agent_files_stops_the_server_in_one_line(
-    tmp_path: Path,
-) -> None:
-    folder = tmp_path / "notes"
-    shutil.copytree(Path(NOTES).parent, folder)
-    agent = folder / Path(NOTES).name
-    args = [str(agent), "--model", "standin", "--store", f"sqlite:///{tmp_path / 's.db'}"]
-    server = ServerProcess([*args, "--workers", "2"], {}, tmp_path / "server.log")
-    try:
-        server.wait_ready()
-        assert httpx.post(f"{server.url}/v1/agents/Notes/sessions", json={}).status_code == 201
-        workers = workers_of(server.proc.pid)
-        assert len(workers) == 2
-        agent.write_text(agent.read_text() + "\n# edited while serving\n")
-        subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(workers[0])], check=True)
-        # the supervisor stops rather than serve two versions, and the command says it failed
-        assert server.proc.wait(timeout=30) == 1
-    finally:
-        server.kill()
-    log = (tmp_path / "server.log").read_text()
-    assert "a worker could not start: Notes changed on disk since the server started" in log
-    assert "Traceback" not in log
 
 
 def test_a_worker_restarted_on_unchanged_files_serves_again(tmp_path: Path) -> None:
@@ -147,7 +124,8 @@ def _server_end(client_port: int) -> str:
     """The socket inode of the server's end of the loopback connection from ``client_port``."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if int(fields[2].split(":")[1], 16) == client_port:
+        # An earlier connection's end left in TIME_WAIT has no socket (inode 0).
+        if int(fields[2].split(":")[1], 16) == client_port and fields[9] != "0":
             return fields[9]
     raise AssertionError(f"no server end for the connection from port {client_port}")
 

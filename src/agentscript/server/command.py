@@ -283,16 +283,20 @@ def worker_app() -> Any:
             metrics_dir=os.environ.get(METRICS_DIR_ENV),
             on_store_failure=said,
         )
+    except ServeError as exc:
+        # The command built the same app from the same options before it started any worker:
+        # a check failing now read a file that changed on disk since (an agent edited, half
+        # copied, no longer loading). One line, and an exit its supervisor answers by starting
+        # another worker later while the others serve the version they loaded: the files may
+        # be put back, and a restart serves them as they are.
+        from agentscript.server.supervisor import FILES_CHANGED
+
+        log.error("%s", exc)
+        sys.exit(FILES_CHANGED)
     except Exception as exc:
-        # One line, and uvicorn's exit code for a worker that cannot start: its supervisor
-        # then stops the server rather than start the worker again and again. (The command
-        # built the same app before it started any worker, so this is rare: files changed.)
-        line = (
-            str(exc)
-            if isinstance(exc, ServeError)
-            else f"a worker could not start: {type(exc).__name__}: {exc}"
-        )
-        log.error("%s", line)
+        # A bug: one line, and uvicorn's exit code for a worker that cannot start; its
+        # supervisor then stops the server rather than start the worker again and again.
+        log.error("a worker could not start: %s: %s", type(exc).__name__, exc)
         sys.exit(WORKER_STARTUP_FAILURE)
     from agentscript.server.orphan import stop_when_orphaned, supervisor_pid
 
@@ -430,8 +434,9 @@ def _serve_on(
         "http": protocol(),
         "log_level": "warning",
         "access_log": False,  # our own, if asked for (server/logs.py)
-        # uvicorn's loggers keep the handler logs.configure gave them, so its own warnings
-        # (an invalid request, a response left incomplete) have the time, logger and id too.
+        # uvicorn's loggers pass their records to the root handler logs.configure set, so its
+        # own warnings (an invalid request, a response left incomplete) have the time, logger
+        # and id too.
         "log_config": None,
         "timeout_graceful_shutdown": options.shutdown_grace,
         "root_path": options.root_path,

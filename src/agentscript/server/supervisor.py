@@ -17,15 +17,23 @@ and sends ``SIGTERM`` to each worker: a graceful stop within ``--shutdown-grace`
 ``SIGINT`` sends :data:`STOP_AT_ONCE` to each: the one-worker server's stop at once (running
 requests get ``503 shutting_down``, the app's shutdown gives the leases back and closes the
 store), and the command exits 130. A third sends ``SIGKILL``. A worker that dies is started
-again; one that could not start (exit 3: its agent files changed since the server started, a
-failed start-up), or :data:`QUICK_DEATHS` in a row each dying within :data:`QUICK_DEATH`
-seconds of its start, stops the server, which exits 1. A worker that could not reach its store
-at its start (exit :data:`STORE_UNAVAILABLE`: the database down or failing over) stops nothing:
-it is started again after a pause that doubles each time in a row, up to
-:data:`STORE_RETRY_MAX` seconds, while the other workers serve (answering ``503`` for what needs
-the store meanwhile), and it does not count as a quick death, since the database comes back
-while the server would have stopped for good. The row ends once a worker in its place has
-served (its server started, the store open), not when one dies otherwise before it served.
+again; one that could not start (exit 3: a failed start-up), or :data:`QUICK_DEATHS` in a row
+each dying within :data:`QUICK_DEATH` seconds of its start before its server started, stops the
+server, which exits 1. A worker that had served is no failed start however young it died (an
+out-of-memory kill of a busy worker): it is started again and ends the row of quick deaths.
+
+Two failures at a worker's start stop nothing, since what failed may come back while the server
+would have stopped for good: a store it could not reach (exit :data:`STORE_UNAVAILABLE`: the
+database down or failing over), and files that changed on disk since the server started or no
+longer load (exit :data:`FILES_CHANGED`: new agent files copied before a planned restart, one
+half written). Such a worker is started again after a pause that doubles each time in a row, up
+to :data:`STORE_RETRY_MAX` seconds, while the other workers serve (answering ``503`` for what
+needs the store; serving the agents as the server loaded them at its start, since one server
+never serves two versions of an agent), and it does not count as a quick death. The row ends
+once a worker in its place has served (its server started, the store open), not when one dies
+otherwise before it served. With no worker left serving on changed files, the server answers
+nothing: each start is then an error in the log, not a warning, and the starts go on (the files
+may be put back as they were; a restart serves them as they are).
 
 A worker whose event loop leaves a ping unanswered ``--worker-timeout`` seconds (:mod:`.pings`:
 a deadlock, an action that never gives the loop back, a stopped process) is killed with
@@ -72,15 +80,21 @@ STARTUP_FAILURE = 3
 # A worker's exit code when its store could not be reached at its start (sysexits' EX_TEMPFAIL:
 # try again later): its app's start-up says so in ``app.state.store_failed`` (server/app.py).
 STORE_UNAVAILABLE = 75
-# Seconds before such a worker is started again; twice as long each time in a row, up to the
-# most: a database down for an hour costs a spawn every half-minute, not a spawn a second.
+# A worker's exit code when it would not serve what the server's files hold now (sysexits'
+# EX_CONFIG): a check the command passed at the start, with the same options, failed in the
+# worker's start (server/command.py ``worker_app``), so a file it reads changed on disk since:
+# an agent edited or half copied, or no longer loading.
+FILES_CHANGED = 78
+# Seconds before a worker that exited as either is started again; twice as long each time in a
+# row, up to the most: a database down for an hour costs a spawn every half-minute, not a spawn
+# a second.
 STORE_RETRY_FIRST = 1.0
 STORE_RETRY_MAX = 30.0
 FAILED = 1
 # Seconds between two looks at the workers (a dead one is started again).
 CHECK_EVERY = 0.2
-# Workers dying this soon after their start, this many times in a row, are a start-up that
-# fails: started again, they would die again, forever.
+# Workers dying this soon after their start, before their server started, this many times in
+# a row, are a start-up that fails: started again, they would die again, forever.
 QUICK_DEATH = 10.0
 QUICK_DEATHS = 5
 # Seconds a stopping worker gets past the shutdown grace: its server then cuts the turns left
@@ -169,13 +183,15 @@ class Supervisor:
         # timeout (10 s an address) and run migrations; one that waited for an unreachable
         # database must exit as such (started again later), not be killed as hung.
         self.start_timeout = start_timeout
-        self.quick_deaths = 0  # workers in a row that died within QUICK_DEATH of their start
-        # The places whose worker could not reach the store, each with when to start another
-        # (time.monotonic()); and how many times in a row each could not: the row ends only when
-        # a worker in the place has served (a start killed or crashed meanwhile says nothing
-        # about the store, and one that hung may have waited for it).
+        # Workers in a row that died within QUICK_DEATH of their start, before they served.
+        self.quick_deaths = 0
+        # The places whose worker could not reach the store or found the files changed, each
+        # with when to start another (time.monotonic()); and how many times in a row each
+        # could not start: the row ends only when a worker in the place has served (a start
+        # killed or crashed meanwhile says nothing about the store, and one that hung may have
+        # waited for it).
         self.due: dict[int, float] = {}
-        self.store_failures: dict[int, int] = {}
+        self.retries: dict[int, int] = {}
         self.stops = 0  # stop signals received; the second SIGINT stops at once
         self.status = 0
         self.metrics: MetricsDir | None = None  # while run runs
@@ -272,17 +288,23 @@ class Supervisor:
                 continue
             worker.join()
             hung = worker.pid in self.hung
-            if self._had_started(worker.pid):
-                # It served: the store failures before it are no longer a row, whatever ended it.
-                self.store_failures.pop(index, None)
+            served = self._had_started(worker.pid)
+            if served:
+                # The failed starts before it are no longer a row, whatever ended it.
+                self.retries.pop(index, None)
             said = self._forget(worker.pid)
             if self.metrics is not None and worker.pid is not None:
                 self.metrics.fold(worker.pid)
             if code == STORE_UNAVAILABLE:
-                self._start_later(index, worker.pid)
+                self._start_later(index, worker.pid, "could not reach the store")
                 continue
-            # A start that hung failed as surely as one that died, however long it was let run.
-            quick = hung or time.monotonic() - self.born[index] < QUICK_DEATH
+            if code == FILES_CHANGED:
+                self._start_later(index, worker.pid, *self._files_changed(index))
+                continue
+            # A start that hung failed as surely as one that died, however long it was let run;
+            # a worker that served was no failed start, however soon it died (an OOM kill).
+            young = time.monotonic() - self.born[index] < QUICK_DEATH
+            quick = hung or (young and not served)
             self.quick_deaths = self.quick_deaths + 1 if quick else 0
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             if code == STARTUP_FAILURE or self.quick_deaths >= QUICK_DEATHS:
@@ -295,8 +317,8 @@ class Supervisor:
                     )
                 else:
                     why = (
-                        f"died ({how}), the {self.quick_deaths}th in a row within "
-                        f"{QUICK_DEATH:g} s of its start"
+                        f"died ({how}) before it served, the {self.quick_deaths}th in a row "
+                        f"within {QUICK_DEATH:g} s of its start"
                     )
                 log.error("worker process [%d] %s: the server stops", worker.pid, why)
                 self.status = FAILED
@@ -311,14 +333,40 @@ class Supervisor:
         self.workers[index] = self._start(sockets)
         self.born[index] = time.monotonic()
 
-    def _start_later(self, index: int, pid: int | None) -> None:
-        """Start another worker in place ``index`` after a pause: its last one could not reach
-        the store (it said why in a line of its own)."""
-        failures = self.store_failures[index] = self.store_failures.get(index, 0) + 1
+    def _start_later(
+        self, index: int, pid: int | None, why: str, level: int = logging.WARNING
+    ) -> None:
+        """Start another worker in place ``index`` after a pause: its last one could not start,
+        for ``why`` (it said more in a line of its own), which may pass."""
+        failures = self.retries[index] = self.retries.get(index, 0) + 1
         pause = min(STORE_RETRY_MAX, STORE_RETRY_FIRST * 2 ** (failures - 1))
         self.due[index] = time.monotonic() + pause
-        log.warning(
-            "worker process [%s] could not reach the store; starting another in %g s", pid, pause
+        log.log(level, "worker process [%s] %s; starting another in %g s", pid, why, pause)
+
+    def _files_changed(self, index: int) -> tuple[str, int]:
+        """Why the worker in place ``index`` exited with :data:`FILES_CHANGED`, and how loud to
+        say it: an error once no worker serves, since the server then answers nothing. Only
+        workers whose server started count: one still starting loads the same changed files."""
+        serving = sum(
+            1
+            for other, worker in enumerate(self.workers)
+            if other != index and worker.exitcode is None and self._ready(worker.pid)
+        )
+        why = (
+            "could not start: the files it loads changed on disk since the server started, or "
+            "no longer load (its line above says which)"
+        )
+        if not serving:
+            return (
+                f"{why}; no worker serves, so the server answers nothing until the files are "
+                "put back as they were, or it is restarted to serve them as they are",
+                logging.ERROR,
+            )
+        plural = "s serve" if serving > 1 else " serves"
+        return (
+            f"{why}; the other {serving} worker{plural} the version the server started with, "
+            "and a restart serves the new files",
+            logging.WARNING,
         )
 
     def _kill_the_silent(self, now: float) -> None:
@@ -392,6 +440,11 @@ class Supervisor:
             return False
         pings.check(time.monotonic())  # reads it (a ping due now goes nowhere, quietly)
         return pings.ready
+
+    def _ready(self, pid: int | None) -> bool:
+        """Whether the live worker ``pid`` has said its server started (its pipe read now)."""
+        pings = self.pings.get(pid) if pid is not None else None
+        return pings is not None and pings.listen()
 
     def _forget(self, pid: int | None) -> bool:
         """Close the pipe of a worker that ended; whether it was killed for leaving a ping
