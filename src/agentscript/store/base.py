@@ -340,10 +340,17 @@ class Store(Protocol):
     async def get_turn(self, session_id: str, turn: int) -> TurnRecord | None: ...
 
     async def list_turns(
-        self, session_id: str, after: int = 0, limit: int = 1_000_000_000
+        self,
+        session_id: str,
+        after: int = 0,
+        limit: int = 1_000_000_000,
+        max_bytes: int | None = None,
     ) -> list[TurnRecord]:
         """The session's turns numbered above ``after``, in order, at most ``limit`` of them
-        (traces may be left out: the SQL stores read ``{}`` in their place)."""
+        (traces may be left out: the SQL stores read ``{}`` in their place); given
+        ``max_bytes``, they end at the first turn at which their stored results (compact JSON,
+        UTF-8: ``jsontext.dumps_bytes``) total ``max_bytes`` or more, so that there is at least
+        one, however large, when any is left. A store reads no turn past the last it returns."""
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
         """The session's first ``limit`` turns in order, each with its trace, in one query

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from agentscript import jsontext
 from agentscript.store.base import (
     SessionBusy,
     SessionGone,
@@ -97,10 +98,15 @@ class MemoryStore:
         return copy.deepcopy(turns[turn - 1]) if 1 <= turn <= len(turns) else None
 
     async def list_turns(
-        self, session_id: str, after: int = 0, limit: int = 1_000_000_000
+        self,
+        session_id: str,
+        after: int = 0,
+        limit: int = 1_000_000_000,
+        max_bytes: int | None = None,
     ) -> list[TurnRecord]:
         turns = self._turns.get(session_id, [])
-        return copy.deepcopy(turns[max(after, 0) : max(after, 0) + max(limit, 0)])
+        page = turns[max(after, 0) : max(after, 0) + max(limit, 0)]
+        return copy.deepcopy(page if max_bytes is None else _up_to_size(page, max_bytes))
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
         return copy.deepcopy(self._turns.get(session_id, [])[: max(limit, 0)])
@@ -170,3 +176,14 @@ class _MemoryLock:
 
     async def commit(self, outcome: TurnOutcome) -> None:
         self._store._commit(self.session, outcome)
+
+
+def _up_to_size(turns: list[TurnRecord], max_bytes: int) -> list[TurnRecord]:
+    """``turns`` up to the first at which their results total ``max_bytes`` or more, measured
+    as the SQL stores measure the JSON they keep (``Store.list_turns``)."""
+    total = 0
+    for count, turn in enumerate(turns, 1):
+        total += len(jsontext.dumps_bytes(turn.result))
+        if total >= max_bytes:
+            return turns[:count]
+    return turns

@@ -332,6 +332,54 @@ LIST_TURNS = (
     f"SELECT {TURN_SUMMARY_COLUMNS} FROM agentscript_turns "
     f"WHERE {TURN_OF_LIVE_SESSION} AND turn > ? ORDER BY turn LIMIT ?"
 )
+# A page of a session's turns that also ends at a size: at the first turn at which the page's
+# stored results (their JSON, in UTF-8 bytes) reach the size given, so that a page always holds
+# one turn (GET /v1/sessions/{id}/turns: 1,000 turns of 32 kB results made a 32 MB answer,
+# built on the event loop). The recursive part walks the turns from the first after ``after``,
+# one primary-key lookup each, adding up their sizes, and stops at the turn that reaches the
+# size or at the count: the database reads the turns of the page only, where a running sum
+# over a window reads every turn up to the count before the page is cut from them. The page is
+# then read as LIST_TURNS reads it, a range of the primary key, up to the last turn walked. A
+# session's turns are numbered without a gap (a commit writes the next number): a missing one
+# would end the walk, and so the page, early without skipping a turn. The sum is a BIGINT on
+# PostgreSQL, whose ``octet_length`` is 32 bits. Parameters: the session id, ``after``, the
+# session id, the size, the count, the session id, ``after``.
+_LIST_TURNS_SIZED = (
+    "WITH RECURSIVE walked (turn, total, n) AS ("
+    "SELECT turn, CAST(<size of result> AS BIGINT), 1 FROM (SELECT turn, result "
+    f"FROM agentscript_turns WHERE {TURN_OF_LIVE_SESSION} AND turn > ? ORDER BY turn LIMIT 1) "
+    "AS earliest UNION ALL SELECT t.turn, walked.total + <size of t.result>, walked.n + 1 "
+    "FROM walked JOIN agentscript_turns AS t ON t.session_id = ? AND t.turn = walked.turn + 1 "
+    "WHERE walked.total < ? AND walked.n < ?) "
+    f"SELECT {TURN_SUMMARY_COLUMNS} FROM agentscript_turns WHERE session_id = ? AND turn > ? "
+    "AND turn <= (SELECT max(turn) FROM walked) ORDER BY turn"
+)
+
+
+def _sized_by(size: str) -> str:
+    """``_LIST_TURNS_SIZED`` with ``size`` (a text of ``{}`` for a column) for its sizes."""
+    return _LIST_TURNS_SIZED.replace("<size of result>", size.format("result")).replace(
+        "<size of t.result>", size.format("t.result")
+    )
+
+
+# A stored text's size in bytes: PostgreSQL's ``octet_length`` reads a toasted value's header,
+# not the value; SQLite before 3.43 has no such function, and a text's ``length`` counts
+# characters.
+LIST_TURNS_SIZED_SQLITE = _sized_by("length(CAST({} AS BLOB))")
+LIST_TURNS_SIZED_POSTGRESQL = _sized_by("octet_length({})")
+
+
+def list_turns_query(
+    sized: str, *, session_id: str, after: int, limit: int, max_bytes: int | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement listing a page of turns (both SQL stores) and its parameters; ``sized``:
+    the backend's ``LIST_TURNS_SIZED_*``, for a page that also ends at ``max_bytes``."""
+    if max_bytes is None or limit <= 0:
+        return LIST_TURNS, (session_id, after, limit)
+    return sized, (session_id, after, session_id, max_bytes, limit, session_id, after)
+
+
 LIST_TURNS_WITH_TRACES = (
     f"SELECT {TURN_COLUMNS} FROM agentscript_turns "
     f"WHERE {TURN_OF_LIVE_SESSION} ORDER BY turn LIMIT ?"

@@ -440,9 +440,21 @@ class SQLiteStore:
         return schema.turn_from_row(rows[0]) if rows else None
 
     async def list_turns(
-        self, session_id: str, after: int = 0, limit: int = 1_000_000_000
+        self,
+        session_id: str,
+        after: int = 0,
+        limit: int = 1_000_000_000,
+        max_bytes: int | None = None,
     ) -> list[TurnRecord]:
-        rows = await self._run(schema.LIST_TURNS, (session_id, after, limit))
+        rows = await self._run(
+            *schema.list_turns_query(
+                schema.LIST_TURNS_SIZED_SQLITE,
+                session_id=session_id,
+                after=after,
+                limit=limit,
+                max_bytes=max_bytes,
+            )
+        )
         return [schema.turn_from_row(r) for r in rows]
 
     async def list_turns_with_traces(self, session_id: str, limit: int) -> list[TurnRecord]:
