@@ -154,10 +154,11 @@ class JsonCorsMiddleware(CORSMiddleware):
 class BodyLimit(HttpMiddleware):
     """Refuses request bodies over ``limit`` bytes with 413, before a route reads them.
 
-    A declared Content-Length over the limit is refused at once. A body without one (chunked
-    transfer) is counted as it arrives: past the limit the route is told the client went away
-    (it stops reading; nothing more is read from the socket), its own answer is dropped, and
-    the 413 is sent instead.
+    A declared Content-Length over the limit is refused at once, from the head. A body without
+    one (chunked transfer) is counted as it arrives: past the limit the route is told the client
+    went away (it stops reading), its own answer is dropped, and the 413 is sent instead. The
+    413 says ``Connection: close``: the rest of the body is not read, and the connection ends
+    after the answer (server/httptools_nodelay.py: without a reset that could lose it).
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -204,7 +205,11 @@ class BodyLimit(HttpMiddleware):
         return f"the request body is over {self.limit} bytes (max_body_bytes)"
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = JSONResponse(body("body_too_large", self._message()), status_code=413)
+        response = JSONResponse(
+            body("body_too_large", self._message()),
+            status_code=413,
+            headers={"Connection": "close"},
+        )
         await response(scope, receive, send)
 
 

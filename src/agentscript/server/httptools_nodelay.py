@@ -8,6 +8,11 @@ held 470 MB of the worker's memory, and one sending a byte every few seconds hel
 connection forever (the keep-alive timeout counts only the wait between requests). Here a head
 (request line and headers) may take ``MAX_HEAD_BYTES`` and ``HEAD_SECONDS``; past either the
 connection is answered ``431`` or closed. A proxy in front bounds both too.
+
+A response that ends its connection (``Connection: close``, as the ``413`` for a body over the
+limit says) before its request's body has all arrived closes it lingering, as the ``431`` does:
+uvicorn would close the socket at once, and a close with bytes unread resets the connection,
+which can lose the response on the way to a client still sending.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from agentscript.server.shutdown import ShutdownClock
 MAX_HEAD_BYTES = 64 * 1024
 # Seconds a request's head may take to arrive, from its first byte (nginx waits 60 s).
 HEAD_SECONDS = 30.0
-# Seconds a refused client's further bytes are read and dropped before the connection closes:
-# closing with bytes unread resets it, and the client could lose the 431 before reading it.
+# Seconds and bytes of a refused client's further sending that are read and dropped before the
+# connection closes: closing with bytes unread resets it, and a client still sending could lose
+# the answer before reading it. Past either the connection closes anyway: the answer went out
+# first, and a client that goes on sending this long or this much would not stop for it.
 LINGER_SECONDS = 2.0
+LINGER_BYTES = 1024 * 1024
 
 _TOO_LARGE = json.dumps(
     {
@@ -45,14 +53,17 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
     _heads = 0  # heads begun on this connection: tells a chunk that ended one from the next
     _in_head = False  # a request's head has begun and not ended
     _head_timer: asyncio.TimerHandle | None = None
-    _refused = False
+    _lingering: int | None = None  # bytes dropped since the connection began to end; None before
+    _cycle_transport: CycleTransport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         set_nodelay(transport)
         super().connection_made(transport)
+        self._cycle_transport = CycleTransport(self)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._lingering is not None:
+            self._drop(data)
             return
         # A chunk counts when the same head was being read before and after it: exact for a
         # head that takes many reads, and a chunk where a head ends or begins (the end of the
@@ -82,6 +93,8 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._stop_head_timer()
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = self._cycle_transport  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self._head_bytes = 0  # what comes next is the next request's head
@@ -122,15 +135,51 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
     def _refuse_head(self) -> None:
         self._stop_head_timer()
         self._head_bytes = None
-        self._refused = True
         self.transport.write(
             b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
             b"content-type: application/json\r\n"
             b"content-length: " + str(len(_TOO_LARGE)).encode() + b"\r\n"
             b"connection: close\r\n\r\n" + _TOO_LARGE
         )
-        # The answer, then the end of what this side sends; what the client still sends is
-        # read and dropped for a while (a lingering close, as nginx does).
+        self._linger()
+
+    def close_after_response(self) -> None:
+        """A request's cycle ends the connection (its response said ``Connection: close``, or
+        the app failed): lingering if the request's body is still arriving, else at once."""
+        if self._lingering is not None:
+            return
+        if self._head_bytes is None:  # between a request's head and the end of its body
+            self._linger()
+        else:
+            self.transport.close()
+
+    def _linger(self) -> None:
+        """End the connection after what was written: then the end of what this side sends,
+        and what the client still sends read and dropped for a while (a lingering close, as
+        nginx does), never parsed."""
+        self._stop_head_timer()
+        self._lingering = 0
+        self.pipeline.clear()  # requests queued behind this one are never answered
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def _drop(self, data: bytes) -> None:
+        assert self._lingering is not None
+        self._lingering += len(data)
+        if self._lingering > LINGER_BYTES and not self.transport.is_closing():
+            self.transport.close()
+
+
+class CycleTransport:
+    """The connection's transport as uvicorn's request cycles see it: the same, but for
+    ``close``, which the protocol decides (:meth:`NoDelayHttpToolsProtocol.close_after_response`).
+    A cycle writes through the transport's own bound methods, so a response costs nothing
+    more."""
+
+    def __init__(self, protocol: NoDelayHttpToolsProtocol) -> None:
+        transport = protocol.transport
+        self.write = transport.write
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
+        self.close = protocol.close_after_response
