@@ -54,6 +54,7 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
     _in_head = False  # a request's head has begun and not ended
     _head_timer: asyncio.TimerHandle | None = None
     _lingering: int | None = None  # bytes dropped since the connection began to end; None before
+    _unwanted = 0  # bytes of the request's body that came after its response was complete
     _cycle_transport: CycleTransport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -71,7 +72,10 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
         # parser holds at most one read (256 KiB) more than the bound.
         head = self._heads if self._head_bytes is not None else None
         super().data_received(data)
-        if self._head_bytes is None or self.transport.is_closing():
+        if self._head_bytes is None:
+            self._count_unwanted(len(data))
+            return
+        if self.transport.is_closing():
             return
         if head == self._heads:
             self._head_bytes += len(data)
@@ -93,6 +97,7 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._stop_head_timer()
         super().on_headers_complete()
+        self._unwanted = 0
         if self.cycle is not None:
             self.cycle.transport = self._cycle_transport  # type: ignore[assignment]
 
@@ -163,6 +168,16 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def _count_unwanted(self, size: int) -> None:
+        """A route that answers without reading the body (a 404, a 401) leaves uvicorn reading
+        and dropping it to keep the connection: so much, and no more, before it ends."""
+        cycle = self.cycle
+        if cycle is None or not cycle.response_complete or self._lingering is not None:
+            return
+        self._unwanted += size
+        if self._unwanted > LINGER_BYTES and not self.transport.is_closing():
+            self._linger()
 
     def _drop(self, data: bytes) -> None:
         assert self._lingering is not None
