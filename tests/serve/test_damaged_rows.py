@@ -185,9 +185,14 @@ class TakesThenFails:
     async def worker(self) -> str:
         return "w"
 
-    async def take_lease(self, session_id: str, holder: str) -> tuple[bool, Any]:
+    async def take_lease(
+        self, session_id: str, holder: str, kept: str | None = None
+    ) -> tuple[bool, Any]:
         self.held.add((session_id, holder))
         raise self.error
+
+    async def read_session(self, session_id: str) -> Any:
+        raise AssertionError("no lease is held")
 
     async def drop_lease(self, session_id: str, holder: str) -> None:
         self.held.discard((session_id, holder))

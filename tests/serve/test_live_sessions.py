@@ -239,8 +239,10 @@ def test_turn_whose_commit_failed_leaves_no_kept_session(tmp_path: Path) -> None
             real = store.lock_session
 
             @asynccontextmanager
-            async def failing(session_id: str, wait: float) -> AsyncIterator[Any]:
-                async with real(session_id, wait) as lock:
+            async def failing(
+                session_id: str, wait: float, *, kept: str | None = None
+            ) -> AsyncIterator[Any]:
+                async with real(session_id, wait, kept=kept) as lock:
 
                     class Refusing:
                         session = lock.session

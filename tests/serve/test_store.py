@@ -919,7 +919,7 @@ def test_postgres_lease_writes_skip_the_wal_flush_and_turn_commits_do_not(pg_dsn
     from agentscript.store import postgres, schema
 
     run(pg_dsn, lambda store: store.create_session(record()))
-    take = {"session": "s1", "holder": "1:x", "now": time.time(), "worker": "1"}
+    take = {"session": "s1", "holder": "1:x", "now": time.time(), "worker": "1", "kept": None}
     commit = (
         *schema.after_turn_params(outcome(1, 1), record(), "1:x", time.time()),
         *schema.turn_params(outcome(1, 1).record),

@@ -109,8 +109,10 @@ async def failing_commits(client: httpx.AsyncClient) -> AsyncIterator[None]:
     real = store.lock_session
 
     @asynccontextmanager
-    async def refusing(session_id: str, wait: float) -> AsyncIterator[Any]:
-        async with real(session_id, wait) as lock:
+    async def refusing(
+        session_id: str, wait: float, *, kept: str | None = None
+    ) -> AsyncIterator[Any]:
+        async with real(session_id, wait, kept=kept) as lock:
 
             class Refusing:
                 session = lock.session

@@ -233,8 +233,14 @@ class SessionService:
             "messages": [session.welcome] if session.welcome else [],
         }
 
-    async def record(self, owner: str, session_id: str) -> SessionRecord:
-        record = await self.store.get_session(session_id)
+    async def record(self, owner: str, session_id: str, *, state: bool = True) -> SessionRecord:
+        """The session if ``owner`` owns it, else :class:`SessionGone` (absent, expired, or
+        another key's). Without ``state`` its state is neither read nor given (``{}``): a
+        caller that checks the owner, or reads the turn count, needs none of it, and a state
+        at the history limit is 4 MB to read (1-6 ms of the event loop on SQLite, 4 ms on
+        PostgreSQL, against 0.5 and 0.3 ms without it)."""
+        read = self.store.get_session if state else self.store.get_session_summary
+        record = await read(session_id)
         if record is None:
             self.forget(session_id)
             raise SessionGone(session_id)
@@ -264,7 +270,7 @@ class SessionService:
         session deleted since is found gone under the lock."""
         known = self.owners.get(session_id)
         if known is None:
-            await self.record(owner, session_id)
+            await self.record(owner, session_id, state=False)
         elif known != owner:
             raise SessionGone(session_id)
 
@@ -319,7 +325,7 @@ class SessionService:
         return self.view(record)
 
     async def delete(self, owner: str, session_id: str) -> None:
-        await self.record(owner, session_id)
+        await self.record(owner, session_id, state=False)
         self.forget(session_id)
         if not await self.store.delete_session(session_id):
             raise SessionGone(session_id)
@@ -353,7 +359,7 @@ class SessionService:
         """A page of the session's turns (those after turn ``after``, at most ``limit``, ending
         at the one whose result brings the page's to MAX_TURNS_PAGE_BYTES), and the turn to ask
         the next page after, or None on the last page."""
-        record = await self.record(owner, session_id)
+        record = await self.record(owner, session_id, state=False)
         turns = await self.store.list_turns(
             session_id, after, limit + 1, max_bytes=MAX_TURNS_PAGE_BYTES
         )
@@ -369,7 +375,7 @@ class SessionService:
         }
 
     async def trace(self, owner: str, session_id: str, turn: int) -> dict[str, Any]:
-        await self.record(owner, session_id)
+        await self.record(owner, session_id, state=False)
         found = await self.store.get_turn(session_id, turn)
         if found is None:
             raise ApiError(404, "turn_not_found", f"session {session_id} has no turn {turn}")
@@ -460,8 +466,13 @@ class SessionService:
         self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks
     ) -> dict[str, Any]:
         locked = False  # the session's record was read under its lock
+        # The revision of the session kept here, if any: a row that still has it is read
+        # without its state, which the kept session makes useless (4 MB at the history limit).
+        kept = self.live.revision(session_id)
         try:
-            async with self.store.lock_session(session_id, self.config.lock_wait) as lock:
+            async with self.store.lock_session(
+                session_id, self.config.lock_wait, kept=kept
+            ) as lock:
                 record = lock.session
                 locked = True
                 if record.owner != owner:
@@ -475,13 +486,17 @@ class SessionService:
                             hooks.on_start()
                         return result
                 # The kept session, if the row still holds the state its commit wrote (the same
-                # revision): the stored state is then not even parsed. A state written since by
+                # revision): the stored state was then not even read. A state written since by
                 # anything but a commit (an operator's UPDATE) has lost its revision
                 # (store/schema.py, migration 5), so it is read and checked here: a damaged one
                 # is refused on every worker alike, even one that kept the session, and the row
                 # stays as found until the operator repairs or deletes it.
                 session = self.live.take(record)
                 if session is None:
+                    if record.withheld:
+                        # Left out for the kept session, which left meanwhile (dropped to make
+                        # room while this turn waited for the lock): read now, under the lock.
+                        record = await lock.read_state()
                     readable(record)
                     self.metrics.session_loads["restored"] += 1
                     session = await self._restored(record)

@@ -100,13 +100,22 @@ def new_revision() -> str:
     return secrets.token_hex(16)
 
 
+class StateWithheld(RuntimeError):
+    """The state of a record read without it (``SessionRecord.withheld``) was asked for: a
+    caller's bug, never the store's. Nothing may run on a state that was not read."""
+
+
 class SessionRecord:
     """One stored session. ``state`` is ``Session.to_json()`` (tagged with its own format).
 
     A record read from a store holds its state column as read (``column``) and parses it the
     first time ``state``, ``state_text`` or ``damaged`` is read: a turn that runs the session
     its worker kept needs none of them (server/live.py matches the ``revision``), and a state at
-    the history limit takes tens of milliseconds to parse."""
+    the history limit takes tens of milliseconds to parse.
+
+    A lock read told the revision its caller keeps (:meth:`Store.lock_session`) does not even
+    read the state of a row that still has that revision: the record is ``withheld``, and asking
+    for its state raises :class:`StateWithheld` until :meth:`SessionLock.read_state` reads it."""
 
     def __init__(
         self,
@@ -126,6 +135,7 @@ class SessionRecord:
         column: str | bytes | None = None,
         damaged: dict[str, str] | None = None,
         revision: str | None = None,
+        withheld: bool = False,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -144,7 +154,9 @@ class SessionRecord:
         # The state column as read, until parsed (``_state`` None); then the text itself, if it
         # is text and undamaged (``state_text``), else None.
         self._column = column
-        self._state = {} if state is None and column is None else state
+        self._state = {} if state is None and column is None and not withheld else state
+        # The state column was not read (the row had the revision the caller keeps).
+        self.withheld = withheld and state is None
         # Columns of the stored row that could not be read, with why (``state`` is then
         # ``{}``); complete once the state is parsed.
         self._damaged: dict[str, str] = dict(damaged or {})
@@ -159,6 +171,7 @@ class SessionRecord:
     def state(self, value: dict[str, Any]) -> None:
         self._state = value
         self._column = None
+        self.withheld = False
 
     @property
     def state_text(self) -> str | None:
@@ -175,6 +188,11 @@ class SessionRecord:
         return self._damaged
 
     def _parse(self) -> dict[str, Any]:
+        if self.withheld:
+            raise StateWithheld(
+                f"session {self.session_id}: its state was not read (the row holds revision "
+                f"{self.revision}, which the caller keeps); read it under the lock first"
+            )
         column = self._column if self._column is not None else "{}"
         state = json_object(column, "state", self._damaged)
         if "state" in self._damaged:
@@ -210,9 +228,10 @@ class SessionRecord:
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq
 
     def __repr__(self) -> str:
+        withheld = ", withheld=True" if self.withheld else ""
         return (
             f"SessionRecord(session_id={self.session_id!r}, agent={self.agent!r}, "
-            f"turns={self.turns}, revision={self.revision!r})"
+            f"turns={self.turns}, revision={self.revision!r}{withheld})"
         )
 
 
@@ -295,6 +314,11 @@ class SessionLock(Protocol):
 
     session: SessionRecord
 
+    async def read_state(self) -> SessionRecord:
+        """``session`` with its state: read again under the lock if the lock read withheld it
+        (the caller no longer has the session it kept, e.g. dropped meanwhile to make room);
+        ``session`` becomes that record. :class:`SessionGone` if the row is gone (deleted)."""
+
     async def commit(self, outcome: TurnOutcome) -> None:
         """Write the state and the turn in one transaction; :class:`TurnConflict` if the session
         no longer has ``session.turns`` turns, ``ValueError`` if the key was already used."""
@@ -318,6 +342,11 @@ class Store(Protocol):
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None when absent or expired."""
 
+    async def get_session_summary(self, session_id: str) -> SessionRecord | None:
+        """The session without its state (``state`` is ``{}``), as :meth:`list_sessions` has
+        it, or None when absent or expired: who owns it and how many turns it has, for the
+        requests that need no more (a state at the history limit is 4 MB to read)."""
+
     async def list_sessions(
         self, *, owner: str, agent: str | None, limit: int, after: str | None
     ) -> list[SessionRecord]:
@@ -330,10 +359,12 @@ class Store(Protocol):
         none of which any reader sees meanwhile (``schema.DELETE_SESSION_ROW``)."""
 
     def lock_session(
-        self, session_id: str, wait: float
+        self, session_id: str, wait: float, *, kept: str | None = None
     ) -> AbstractAsyncContextManager[SessionLock]:
         """Hold the session's lock (raises :class:`SessionBusy` after ``wait`` seconds,
-        :class:`SessionGone` when it does not exist)."""
+        :class:`SessionGone` when it does not exist). ``kept``: the revision of the state the
+        caller holds already; a row that still has it is read without its state (the record is
+        ``withheld``: :meth:`SessionLock.read_state` reads it). None matches no row."""
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None: ...
 

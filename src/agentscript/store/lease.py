@@ -60,10 +60,17 @@ class LeaseBackend(Protocol):
     async def worker(self) -> str:
         """This store's name in holders (the part its liveness check reads)."""
 
-    async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
+    async def take_lease(
+        self, session_id: str, holder: str, kept: str | None = None
+    ) -> tuple[bool, SessionRecord | None]:
         """In one step: take the lease unless a live holder of another store has it, and read
-        the session after taking it. ``(True, record)``: taken; ``(False, None)``: another
+        the session after taking it, without its state if its revision is ``kept``
+        (``SessionRecord.withheld``). ``(True, record)``: taken; ``(False, None)``: another
         holder has it; ``(True, None)``: no such session (and no lease was left written)."""
+
+    async def read_session(self, session_id: str) -> SessionRecord | None:
+        """The session's row, state included, expired or not (it is read under its lease,
+        taken while it had not expired); None if it is gone."""
 
     async def drop_lease(self, session_id: str, holder: str) -> None:
         """Give the lease back (a turn that did not commit)."""
@@ -81,6 +88,15 @@ class Lease:
         self.session = session
         self.holder = holder
         self.released = False
+
+    async def read_state(self) -> SessionRecord:
+        """``session`` with its state, read again if the lease's read withheld it."""
+        if self.session.withheld:
+            found = await self._backend.read_session(self.session.session_id)
+            if found is None:  # deleted meanwhile: a commit would find no row either
+                raise SessionGone(self.session.session_id)
+            self.session = found
+        return self.session
 
     async def commit(self, outcome: TurnOutcome) -> None:
         await self._backend.commit_turn(self.session, outcome, self.holder)
@@ -113,9 +129,12 @@ class Leases:
         return len(self._queues)
 
     @asynccontextmanager
-    async def hold(self, session_id: str, wait: float) -> AsyncIterator[Lease]:
+    async def hold(
+        self, session_id: str, wait: float, kept: str | None = None
+    ) -> AsyncIterator[Lease]:
         """The session's lease (:class:`SessionBusy` after ``wait`` seconds,
-        :class:`SessionGone` when it does not exist)."""
+        :class:`SessionGone` when it does not exist), the session read without its state if
+        its revision is ``kept``."""
         deadline = time.monotonic() + wait
         if self._owed:
             await self._give_back_owed()
@@ -127,7 +146,7 @@ class Leases:
             if not await acquire_within(queue.lock, wait):
                 raise SessionBusy(session_id, wait)
             try:
-                lease = await self._take(session_id, deadline, wait)
+                lease = await self._take(session_id, deadline, wait, kept)
                 try:
                     yield lease
                 finally:
@@ -165,12 +184,12 @@ class Leases:
                 return  # the database is still away; the next turn tries again
             self._owed.discard((session_id, holder))
 
-    async def _take(self, session_id: str, deadline: float, wait: float) -> Lease:
+    async def _take(self, session_id: str, deadline: float, wait: float, kept: str | None) -> Lease:
         holder = f"{await self._backend.worker()}:{uuid.uuid4().hex}"
         pause = POLL_SECONDS
         while True:
             try:
-                taken, record = await self._backend.take_lease(session_id, holder)
+                taken, record = await self._backend.take_lease(session_id, holder, kept)
             except StoreError:
                 raise  # the database failed; this store takes its own lease back at once
             except BaseException:

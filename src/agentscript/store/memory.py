@@ -54,6 +54,12 @@ class MemoryStore:
             return None
         return copy.deepcopy(record)
 
+    async def get_session_summary(self, session_id: str) -> SessionRecord | None:
+        record = self._sessions.get(session_id)
+        if record is None or record.expired():
+            return None
+        return _summary(record)
+
     async def list_sessions(
         self, *, owner: str, agent: str | None, limit: int, after: str | None
     ) -> list[SessionRecord]:
@@ -73,16 +79,22 @@ class MemoryStore:
         return self._sessions.pop(session_id, None) is not None
 
     @asynccontextmanager
-    async def lock_session(self, session_id: str, wait: float) -> AsyncIterator[_MemoryLock]:
+    async def lock_session(
+        self, session_id: str, wait: float, *, kept: str | None = None
+    ) -> AsyncIterator[_MemoryLock]:
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         try:
             await asyncio.wait_for(lock.acquire(), wait)
         except TimeoutError:
             raise SessionBusy(session_id, wait) from None
         try:
-            record = await self.get_session(session_id)
-            if record is None:
+            stored = self._sessions.get(session_id)
+            if stored is None or stored.expired():
                 raise SessionGone(session_id)
+            # As the SQL stores read it: without its state (not copied) when the caller keeps
+            # the session at this revision.
+            kept_here = kept is not None and stored.revision == kept
+            record = _summary(stored, withheld=True) if kept_here else copy.deepcopy(stored)
             yield _MemoryLock(self, record)
         finally:
             lock.release()
@@ -149,14 +161,15 @@ class MemoryStore:
         self._turns[session.session_id].append(copy.deepcopy(outcome.record))
 
 
-def _summary(record: SessionRecord) -> SessionRecord:
-    """A listed session: the record without its state, as the SQL stores list it."""
+def _summary(record: SessionRecord, *, withheld: bool = False) -> SessionRecord:
+    """A listed session: the record without its state, as the SQL stores list it (``{}``), or
+    as a lock read of a kept session has it (``withheld``: no state)."""
     return SessionRecord(
         record.session_id,
         record.agent,
         record.owner,
         record.agent_version,
-        {},
+        None if withheld else {},
         turns=record.turns,
         ended=record.ended,
         escalated=record.escalated,
@@ -164,8 +177,9 @@ def _summary(record: SessionRecord) -> SessionRecord:
         updated_at=record.updated_at,
         expires_at=record.expires_at,
         format=record.format,
-        damaged=record.damaged,
+        damaged=None if withheld else record.damaged,
         revision=record.revision,
+        withheld=withheld,
     )
 
 
@@ -173,6 +187,14 @@ class _MemoryLock:
     def __init__(self, store: MemoryStore, session: SessionRecord) -> None:
         self._store = store
         self.session = session
+
+    async def read_state(self) -> SessionRecord:
+        if self.session.withheld:
+            stored = self._store._sessions.get(self.session.session_id)
+            if stored is None:
+                raise SessionGone(self.session.session_id)
+            self.session = copy.deepcopy(stored)
+        return self.session
 
     async def commit(self, outcome: TurnOutcome) -> None:
         self._store._commit(self.session, outcome)

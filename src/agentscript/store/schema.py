@@ -206,6 +206,18 @@ INSERT_SESSION = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM agentscript_sessions WHERE session_id = ?"
+# A lock read's columns: the state NULL (not read) when the row has the revision the caller
+# keeps (its first parameter; NULL matches none), since that caller runs the session it kept.
+# Neither database reads the value of a branch not taken: SQLite only walks the chain of the
+# state's overflow pages to the columns stored after it (0.5 ms at the history limit, 4 MB,
+# where reading the state took 1-6 ms), PostgreSQL leaves a TOASTed state unread.
+SESSION_COLUMNS_UNLESS_KEPT = SESSION_COLUMNS.replace(
+    " state,", " CASE WHEN revision = ? THEN NULL ELSE state END,"
+)
+# Parameters: the kept revision (or None), the session id.
+SELECT_SESSION_UNLESS_KEPT = (
+    f"SELECT {SESSION_COLUMNS_UNLESS_KEPT} FROM agentscript_sessions WHERE session_id = ?"
+)
 # The turn's commit, guarded by the turn count read under the lease; it gives the lease back
 # when it is still the committing turn's (a lease taken over meanwhile stays its taker's).
 _AFTER_TURN = (
@@ -303,6 +315,11 @@ _LIST_SESSIONS = (
 )
 LIST_SESSIONS = _LIST_SESSIONS.replace("<agent>", "")
 LIST_SESSIONS_OF_AGENT = _LIST_SESSIONS.replace("<agent>", "AND agent = ? ")
+# One session without its state: who owns it and how many turns it has (a page of its turns,
+# a trace, a deletion, the owner check before a turn queues for its lock).
+SELECT_SESSION_SUMMARY = (
+    f"SELECT {SESSION_SUMMARY_COLUMNS} FROM agentscript_sessions WHERE session_id = ?"
+)
 
 
 def list_sessions_query(
@@ -404,9 +421,11 @@ def session_params(record: SessionRecord) -> tuple[Any, ...]:
     )
 
 
-def session_from_row(row: Sequence[Any]) -> SessionRecord:
+def session_from_row(row: Sequence[Any], kept: str | None = None) -> SessionRecord:
     """The record of a row of ``SESSION_COLUMNS``; its state is parsed when first used (a
-    value stored as bytes, not text, is restored from the parsed ``state``)."""
+    value stored as bytes, not text, is restored from the parsed ``state``). A row of
+    ``SESSION_COLUMNS_UNLESS_KEPT`` read with revision ``kept`` has no state (NULL; the
+    column itself is NOT NULL): the record is ``withheld``."""
     return SessionRecord(
         session_id=row[0],
         agent=row[1],
@@ -421,6 +440,7 @@ def session_from_row(row: Sequence[Any]) -> SessionRecord:
         updated_at=float(row[10]),
         expires_at=None if row[11] is None else float(row[11]),
         revision=row[12],
+        withheld=row[5] is None and kept is not None and row[12] == kept,
     )
 
 

@@ -327,6 +327,13 @@ class SQLiteStore:
         record = schema.session_from_row(rows[0])
         return None if record.expired() else record
 
+    async def get_session_summary(self, session_id: str) -> SessionRecord | None:
+        rows = await self._run(schema.SELECT_SESSION_SUMMARY, (session_id,))
+        if not rows:
+            return None
+        record = schema.session_from_row(rows[0])
+        return None if record.expired() else record
+
     async def list_sessions(
         self, *, owner: str, agent: str | None, limit: int, after: str | None
     ) -> list[SessionRecord]:
@@ -361,14 +368,22 @@ class SQLiteStore:
             # No await below yields: the transaction runs to its end at once.
             return await delete_turns_chunk(_Transaction(db), schema.TURN_SIZES_SQLITE)
 
-    def lock_session(self, session_id: str, wait: float) -> AbstractAsyncContextManager[Lease]:
+    def lock_session(
+        self, session_id: str, wait: float, *, kept: str | None = None
+    ) -> AbstractAsyncContextManager[Lease]:
         # Its statements (take_lease, commit_turn, drop_lease) check the file.
-        return self.leases.hold(session_id, wait)
+        return self.leases.hold(session_id, wait, kept)
 
     async def worker(self) -> str:
         return self._worker
 
-    async def take_lease(self, session_id: str, holder: str) -> tuple[bool, SessionRecord | None]:
+    async def read_session(self, session_id: str) -> SessionRecord | None:
+        rows = await self._run(schema.SELECT_SESSION, (session_id,))
+        return schema.session_from_row(rows[0]) if rows else None
+
+    async def take_lease(
+        self, session_id: str, holder: str, kept: str | None = None
+    ) -> tuple[bool, SessionRecord | None]:
         # A free or expired lease, the usual case, is taken by one statement; the session is
         # read after it, under the lease. Each statement commits on its own, and one that
         # waits for another process's lock (_execute) is tried again alone: it did nothing,
@@ -386,7 +401,7 @@ class SQLiteStore:
                 if row is None:  # no such session, or it expired
                     return True, None
                 if row[0] is None:  # given back between the two statements
-                    return await self.take_lease(session_id, holder)
+                    return await self.take_lease(session_id, holder, kept)
                 # Taken over if its holder is this store or a process that is gone, unless
                 # another store took it over first.
                 if not self._stale(row[0]):
@@ -394,8 +409,9 @@ class SQLiteStore:
                 stale = (holder, until, session_id, row[0])
                 if not (await self._execute(db, TAKE_STALE_LEASE, stale)).rowcount:
                     return False, None
-            found = (await self._execute(db, schema.SELECT_SESSION, (session_id,))).fetchone()
-            record = schema.session_from_row(found) if found else None
+            read = (kept, session_id)
+            found = (await self._execute(db, schema.SELECT_SESSION_UNLESS_KEPT, read)).fetchone()
+            record = schema.session_from_row(found, kept) if found else None
             if record is None or record.expired():
                 await self._execute(db, DROP_LEASE, (session_id, holder))
                 return True, None
