@@ -9,7 +9,10 @@ that is a failure.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -77,3 +80,42 @@ def api_store(request: pytest.FixtureRequest, tmp_path: object) -> str:
     dsn: str = request.getfixturevalue("pg_dsn")
     pg_reset(dsn)
     return dsn
+
+
+@contextmanager
+def limited_role_database(prefix: str, limit: int, password: str | None = None) -> Iterator[str]:
+    """The URL of a database owned by a role of its own that may hold ``limit`` connections
+    (a superuser has no such limit), with ``password`` in the URL if given (trust auth ignores
+    it); both dropped afterwards."""
+    name = f"{prefix}_{os.getpid()}"
+    admin: Any = _admin_connect()
+    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    admin.execute(f"DROP ROLE IF EXISTS {name}")
+    admin.execute(f"CREATE ROLE {name} LOGIN CONNECTION LIMIT {limit}")
+    admin.execute(f"CREATE DATABASE {name} OWNER {name}")
+    parts = urlsplit(PG_ADMIN)
+    user = name if password is None else f"{name}:{password}"
+    netloc = f"{user}@{parts.hostname}:{parts.port or 5432}"
+    try:
+        yield urlunsplit(parts._replace(netloc=netloc, path=f"/{name}"))
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"DROP ROLE IF EXISTS {name}")
+        admin.close()
+
+
+@pytest.fixture
+def states_read(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The state column of each session row the SQL stores turn into a record (None where a
+    lock read left it out)."""
+    from agentscript.store import schema
+
+    seen: list[Any] = []
+    real = schema.session_from_row
+
+    def spying(row: Sequence[Any], *kept: str | None) -> Any:
+        seen.append(row[5])
+        return real(row, *kept)
+
+    monkeypatch.setattr(schema, "session_from_row", spying)
+    return seen

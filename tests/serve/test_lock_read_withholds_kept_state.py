@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -24,7 +24,6 @@ from agentscript.store import (
     TurnRecord,
     base,
     new_revision,
-    schema,
     store_from_url,
 )
 
@@ -49,22 +48,8 @@ def outcome(turn: int, n: int) -> TurnOutcome:
     )
 
 
-@pytest.fixture
-def rows_read(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The state column of every session row the SQL stores turn into a record."""
-    seen: list[Any] = []
-    real = schema.session_from_row
-
-    def spying(row: Sequence[Any], *kept: str | None) -> SessionRecord:
-        seen.append(row[5])
-        return real(row, *kept)
-
-    monkeypatch.setattr(schema, "session_from_row", spying)
-    return seen
-
-
 def test_a_lock_read_with_the_kept_revision_reads_no_state(
-    store_url: str, rows_read: list[Any]
+    store_url: str, states_read: list[Any]
 ) -> None:
     revision = new_revision()
 
@@ -79,15 +64,15 @@ def test_a_lock_read_with_the_kept_revision_reads_no_state(
             with pytest.raises(base.StateWithheld):  # nor is it taken for undamaged
                 _ = got.damaged
         if store_url != "memory://":
-            assert rows_read == [None]  # the database gave no state
+            assert states_read == [None]  # the database gave no state
         # Any other revision, or none asked for, reads the state as before.
         for kept in ("another", None):
-            rows_read.clear()
+            states_read.clear()
             async with store.lock_session("s1", 1.0, kept=kept) as lock:
                 assert not lock.session.withheld
                 assert lock.session.state == STATE
             if store_url != "memory://":
-                assert len(rows_read) == 1 and json.loads(rows_read[0]) == STATE
+                assert len(states_read) == 1 and json.loads(states_read[0]) == STATE
 
     run(store_url, body)
 

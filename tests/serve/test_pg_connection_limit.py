@@ -6,14 +6,12 @@ turn and /readyz answered 503 for as long as the limit lasted, while reads worke
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from .conftest import PG_ADMIN, _admin_connect
+from .conftest import _admin_connect, limited_role_database
 from .test_pg_row_locks import opened
 from .test_store import outcome, record
 
@@ -25,20 +23,8 @@ LIMIT = 3
 def limited_dsn(pg_dsn: str) -> Iterator[str]:
     """A database owned by a role of its own that may hold LIMIT connections (a superuser has
     no such limit), dropped afterwards."""
-    name = f"agentscript_limited_{os.getpid()}"
-    admin: Any = _admin_connect()
-    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.execute(f"DROP ROLE IF EXISTS {name}")
-    admin.execute(f"CREATE ROLE {name} LOGIN CONNECTION LIMIT {LIMIT}")
-    admin.execute(f"CREATE DATABASE {name} OWNER {name}")
-    parts = urlsplit(PG_ADMIN)
-    netloc = f"{name}@{parts.hostname}:{parts.port or 5432}"
-    try:
-        yield urlunsplit(parts._replace(netloc=netloc, path=f"/{name}"))
-    finally:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"DROP ROLE IF EXISTS {name}")
-        admin.close()
+    with limited_role_database("agentscript_limited", LIMIT) as url:
+        yield url
 
 
 def test_a_lost_presence_is_taken_again_at_the_roles_connection_limit(limited_dsn: str) -> None:

@@ -7,19 +7,17 @@ time, it fails as before, saying the database refused more connections."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from agentscript.store import StoreUnreachable
 from agentscript.store.postgres import PostgresStore
 
-from .conftest import PG_ADMIN, _admin_connect
+from .conftest import _admin_connect, limited_role_database
 from .test_pg_row_locks import opened
 from .test_store import outcome, record
 
@@ -33,22 +31,10 @@ PASSWORD = "sekrit-h3"  # trust auth ignores it; it must never be shown
 
 @pytest.fixture
 def limited_dsn(pg_dsn: str) -> Iterator[str]:
-    """A database owned by a role of its own that may hold LIMIT connections, with a password
-    in its URL; both dropped afterwards."""
-    name = f"agentscript_waiting_{os.getpid()}"
-    admin: Any = _admin_connect()
-    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.execute(f"DROP ROLE IF EXISTS {name}")
-    admin.execute(f"CREATE ROLE {name} LOGIN CONNECTION LIMIT {LIMIT}")
-    admin.execute(f"CREATE DATABASE {name} OWNER {name}")
-    parts = urlsplit(PG_ADMIN)
-    netloc = f"{name}:{PASSWORD}@{parts.hostname}:{parts.port or 5432}"
-    try:
-        yield urlunsplit(parts._replace(netloc=netloc, path=f"/{name}"))
-    finally:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"DROP ROLE IF EXISTS {name}")
-        admin.close()
+    """A database owned by a role of its own that may hold LIMIT connections, with a
+    password in its URL; both dropped afterwards."""
+    with limited_role_database("agentscript_waiting", LIMIT, PASSWORD) as url:
+        yield url
 
 
 def test_blocks_beyond_the_roles_limit_wait_for_the_stores_own_connections(

@@ -10,33 +10,14 @@ import asyncio
 import re
 import sqlite3
 import time
-from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
-
-import pytest
-
-from agentscript.store import SessionRecord, schema
 
 from .harness import api, execute, new_session
 
 KEY_A, KEY_B = "key-a", "key-b"
 # A statement that reads the state column (the turns' own columns are result and trace).
 READS_STATE = re.compile(r"\bstate\b")
-
-
-@pytest.fixture
-def states_read(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The state column of each session row the SQL stores read."""
-    seen: list[Any] = []
-    real = schema.session_from_row
-
-    def spying(row: Sequence[Any], *kept: str | None) -> SessionRecord:
-        seen.append(row[5])
-        return real(row, *kept)
-
-    monkeypatch.setattr(schema, "session_from_row", spying)
-    return seen
 
 
 def sqlite_statements(client: Any) -> list[str]:
