@@ -420,13 +420,13 @@ def test_sqlite_lease_statement_busy_midway_is_tried_alone_leaving_one_lease(
 
     async def main() -> None:
         async with opened(path) as store:
-            busy_read = BusyFirst(store.db, lambda sql: sql == schema.SELECT_SESSION)
+            busy_read = BusyFirst(store.db, lambda sql: sql == schema.SELECT_SESSION_UNLESS_KEPT)
             with connection(store, busy_read):
                 async with store.lock_session("a", CAP) as lease:
                     assert lease.session.turns == 1
                     assert leases(path) == 1
                     await lease.commit(outcome("a", 2))
-            assert busy_read.tries == {schema.SELECT_SESSION: 4}
+            assert busy_read.tries == {schema.SELECT_SESSION_UNLESS_KEPT: 4}
             assert leases(path) == 0
             found = await store.get_session("a")
             assert found is not None and found.turns == 2
@@ -444,7 +444,7 @@ def test_sqlite_lease_on_a_session_expiring_midway_is_dropped_though_the_drop_wa
     path = tmp_path / "sessions.db"
 
     def expire(db: sqlite3.Connection, sql: str) -> None:
-        if sql == schema.SELECT_SESSION:  # the lease is taken by now
+        if sql == schema.SELECT_SESSION_UNLESS_KEPT:  # the lease is taken by now
             db.execute("UPDATE agentscript_sessions SET expires_at = ?", (time.time() - 1,))
 
     async def main() -> None:

@@ -42,7 +42,9 @@ def logged(caplog: pytest.LogCaptureFixture) -> Iterator[dict[str, str]]:
     caplog.handler.addFilter(named)
     lines: dict[str, str] = {}
     try:
-        with caplog.at_level(logging.INFO):
+        # The agentscript logger's own level too: a test before may have run the command's
+        # logs.configure, which leaves it at WARNING without --access-log.
+        with caplog.at_level(logging.INFO), caplog.at_level(logging.INFO, logger="agentscript"):
             yield lines
     finally:
         caplog.handler.removeFilter(named)
