@@ -96,7 +96,7 @@ async def lock_read(url: str, label: str, state: dict[str, Any], rounds: int) ->
 
         async def read() -> None:
             # As a turn asks for it: without the state the kept session makes useless.
-            async with store.lock_session(sid, 5, kept=live.revision(sid)) as lock:
+            async with store.lock_session(sid, 5, kept=lambda: live.revision(sid)) as lock:
                 taken = live.take(lock.session)
             assert taken is not None, "the kept session must be used"
             live.keep(sid, 0, "v1", taken, revision)

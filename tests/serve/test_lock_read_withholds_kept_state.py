@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -247,3 +248,53 @@ def spy_locks(store: Any, stack: AsyncExitStack) -> list[tuple[str, bool, bool]]
     store.lock_session = spying
     stack.callback(setattr, store, "lock_session", real)
     return seen
+
+
+def test_a_turn_queued_behind_one_of_this_worker_reads_no_state_once_that_one_kept_its_own(
+    store_url: str, states_read: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two messages to one session at once, on one worker: the second arrives while the first
+    runs (its session taken out of the kept ones), and waits for the session's local queue;
+    the first commits and keeps its revision. The second's lock read then names that revision,
+    so the row is read without its state, and the second runs the session the first kept."""
+    block, log = tmp_path / "block", tmp_path / "calls.jsonl"
+    monkeypatch.setenv("NOTES_BLOCK", str(block))
+    monkeypatch.setenv("NOTES_LOG", str(log))
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            client = await stack.enter_async_context(
+                api(store_url, config=ServerConfig(lock_wait=10.0))
+            )
+            service = client._transport.app.state.service  # type: ignore[attr-defined]
+            sid = await new_session(client)
+            seen = spy_locks(service.store, stack)
+            url = f"/v1/sessions/{sid}/messages"
+            block.touch()
+            first = asyncio.ensure_future(client.post(url, json={"text": '/note {"text": "a"}'}))
+            second = None
+            try:
+                async with asyncio.timeout(10):  # the first turn is inside its action
+                    while not log.exists() and not first.done():
+                        await asyncio.sleep(0.005)
+                assert not first.done() and service.live.revision(sid) is None
+                second = asyncio.ensure_future(client.post(url, json={"text": "hello"}))
+                async with asyncio.timeout(10):  # the second waits for the session's lock
+                    while service.metrics.in_progress < 2 and not second.done():
+                        await asyncio.sleep(0.005)
+                assert not second.done()
+                states_read.clear()
+            finally:
+                block.unlink()
+                await asyncio.wait([t for t in (first, second) if t is not None], timeout=15)
+            assert second is not None
+            replies = [first.result(), second.result()]
+        assert [r.status_code for r in replies] == [200, 200], replies[1].text
+        assert [r.json()["turn"] for r in replies] == [1, 2]
+        assert replies[1].json()["variables"]["last_note"] == "a"
+        assert seen == [(sid, True, True), (sid, True, True)]  # neither read the state
+        if store_url != "memory://":
+            assert states_read == [None]  # the second's lock read: no state from the database
+        assert service.metrics.session_loads == {"kept": 2}  # none restored
+
+    asyncio.run(main())

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentscript.store import StoreUnreachable
-from agentscript.store.postgres import PostgresStore
+from agentscript.store.postgres import ANSWER_MARGIN, PURGE_TIMEOUT, PostgresStore
 
 from .conftest import _admin_connect, limited_role_database
 from .test_pg_row_locks import opened
@@ -269,6 +269,76 @@ def test_blocks_get_the_connections_given_back_in_the_order_they_came(limited_ds
     asyncio.run(main())
 
 
+def test_a_presence_lost_while_blocks_queue_at_the_limit_gets_back_in(limited_dsn: str) -> None:
+    """The presence's connection dropped (an admin, a network blip) while blocks queue for the
+    store's connections at the limit: every connection given back goes to the next block, so
+    none is ever idle to be closed for the presence's room. The next one given back is closed
+    for it instead, and a lease is taken again while the load goes on (not a 503 for every
+    turn until the load drops)."""
+
+    async def main() -> None:
+        async with opened(limited_dsn, max_connections=CONNECTIONS) as store:
+            await store.create_session(record())
+            stop = asyncio.Event()
+
+            async def load() -> None:
+                while not stop.is_set():
+                    await store._fetch("SELECT pg_sleep(0.05)")
+
+            blocks = [asyncio.ensure_future(load()) for _ in range(CONNECTIONS)]
+            try:
+                await _until(lambda: store._lent == LIMIT - 1 and len(store._queued) >= 2)
+                presence = store._presence
+                before = await store.worker()
+                await asyncio.to_thread(_terminate, presence.info.backend_pid)
+                await _until(lambda: _readable(presence))  # the server's goodbye is there
+                # Another client (another worker's blocks) takes the room the presence left.
+                async with _others(limited_dsn, 1), asyncio.timeout(5):
+                    after = await store.worker()
+                    async with store.lock_session("s1", 5.0) as lease:
+                        await lease.commit(outcome(1, 1))
+                assert after != before and store._presence is not presence
+                assert not any(b.done() for b in blocks)  # no block failed meanwhile
+            finally:
+                stop.set()
+                async with asyncio.timeout(10):
+                    await asyncio.gather(*blocks)
+            _assert_pool_at_rest(store)
+
+    asyncio.run(main())
+
+
+def test_a_block_refused_while_only_a_long_block_holds_a_connection_fails_at_once(
+    limited_dsn: str,
+) -> None:
+    """A long block (a purge's batch may hold its connection for minutes) is not worth waiting
+    for: a block refused at the limit while only such a one is lent fails at once, as when
+    the store holds none, rather than after CONNECTION_WAIT."""
+
+    async def main() -> None:
+        async with opened(limited_dsn, max_connections=CONNECTIONS) as store:
+            await store.create_session(record())
+            await store._flush()  # the store keeps only its presence
+            async with store._conn(within=PURGE_TIMEOUT + ANSWER_MARGIN) as long:
+                await long.execute("SELECT 1")
+                async with _others(limited_dsn, 1):  # the rest of the role's room
+                    started = time.monotonic()
+                    with pytest.raises(StoreUnreachable) as caught:
+                        async with asyncio.timeout(5):
+                            await store.get_session("s1")
+                    assert time.monotonic() - started < 1.0
+                    assert store._lent == 1
+            message = str(caught.value)
+            assert "the database refused more connections, and this store holds none" in message
+            assert "held by long blocks" in message
+            assert "too many connections for role" in message
+            assert PASSWORD not in message
+            _assert_pool_at_rest(store)
+            assert await store.get_session("s1") is not None
+
+    asyncio.run(main())
+
+
 class _Connects:
     refused = 0
 
@@ -329,6 +399,8 @@ async def _until(ready: Any, seconds: float = 5.0) -> None:
 def _assert_pool_at_rest(store: PostgresStore) -> None:
     """No block holds a connection or a slot, and none is queued."""
     assert store._lent == 0
+    assert getattr(store, "_long", 0) == 0
+    assert getattr(store, "_presence_wanted", None) is None
     assert not store._queued
     assert store._slots._value == store.max_connections
 

@@ -468,10 +468,11 @@ class SessionService:
         locked = False  # the session's record was read under its lock
         # The revision of the session kept here, if any: a row that still has it is read
         # without its state, which the kept session makes useless (4 MB at the history limit).
-        kept = self.live.revision(session_id)
+        # Asked by the store once this turn heads the session's local queue: a turn of this
+        # session running here meanwhile took the session out, and keeps it at its commit's.
         try:
             async with self.store.lock_session(
-                session_id, self.config.lock_wait, kept=kept
+                session_id, self.config.lock_wait, kept=lambda: self.live.revision(session_id)
             ) as lock:
                 record = lock.session
                 locked = True

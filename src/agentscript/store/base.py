@@ -21,11 +21,21 @@ import json
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 STORE_FORMAT = "agentscript-store/1"
+
+# ``Store.lock_session``'s ``kept``: a revision, or a function that tells it once the caller is
+# at the head of the session's queue in this process (what it keeps may change while it waits).
+KeptRevision = str | Callable[[], str | None] | None
+
+
+def kept_revision(kept: KeptRevision) -> str | None:
+    """The revision ``kept`` names, asked of its function now if it is one."""
+    return kept() if callable(kept) else kept
 
 
 class StoreError(Exception):
@@ -359,12 +369,15 @@ class Store(Protocol):
         none of which any reader sees meanwhile (``schema.DELETE_SESSION_ROW``)."""
 
     def lock_session(
-        self, session_id: str, wait: float, *, kept: str | None = None
+        self, session_id: str, wait: float, *, kept: KeptRevision = None
     ) -> AbstractAsyncContextManager[SessionLock]:
         """Hold the session's lock (raises :class:`SessionBusy` after ``wait`` seconds,
         :class:`SessionGone` when it does not exist). ``kept``: the revision of the state the
         caller holds already; a row that still has it is read without its state (the record is
-        ``withheld``: :meth:`SessionLock.read_state` reads it). None matches no row."""
+        ``withheld``: :meth:`SessionLock.read_state` reads it). None matches no row. A function
+        is called once this caller is first in the session's queue in this process, just before
+        the read: a turn queued behind another of this process then names the revision that
+        turn committed and kept, not the one (or none) it saw on arriving."""
 
     async def find_turn(self, session_id: str, idempotency_key: str) -> TurnRecord | None: ...
 

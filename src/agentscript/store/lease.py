@@ -36,11 +36,13 @@ from contextlib import asynccontextmanager
 from typing import Protocol
 
 from agentscript.store.base import (
+    KeptRevision,
     SessionBusy,
     SessionGone,
     SessionRecord,
     StoreError,
     TurnOutcome,
+    kept_revision,
 )
 
 # How long a lease lasts without its holder committing: a backstop far above any turn's own
@@ -130,11 +132,12 @@ class Leases:
 
     @asynccontextmanager
     async def hold(
-        self, session_id: str, wait: float, kept: str | None = None
+        self, session_id: str, wait: float, kept: KeptRevision = None
     ) -> AsyncIterator[Lease]:
         """The session's lease (:class:`SessionBusy` after ``wait`` seconds,
         :class:`SessionGone` when it does not exist), the session read without its state if
-        its revision is ``kept``."""
+        its revision is ``kept`` (a function of ``kept`` is asked once this turn heads the
+        local queue)."""
         deadline = time.monotonic() + wait
         if self._owed:
             await self._give_back_owed()
@@ -146,7 +149,11 @@ class Leases:
             if not await acquire_within(queue.lock, wait):
                 raise SessionBusy(session_id, wait)
             try:
-                lease = await self._take(session_id, deadline, wait, kept)
+                # Asked only now: a turn of this process that ran meanwhile has committed and
+                # kept a newer revision than the caller saw on arriving. It stays the same while
+                # the lease is polled for, since no other turn of this process runs meanwhile.
+                revision = kept_revision(kept)
+                lease = await self._take(session_id, deadline, wait, revision)
                 try:
                     yield lease
                 finally:

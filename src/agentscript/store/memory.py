@@ -14,12 +14,14 @@ from contextlib import asynccontextmanager
 
 from agentscript import jsontext
 from agentscript.store.base import (
+    KeptRevision,
     SessionBusy,
     SessionGone,
     SessionRecord,
     TurnConflict,
     TurnOutcome,
     TurnRecord,
+    kept_revision,
 )
 
 
@@ -80,7 +82,7 @@ class MemoryStore:
 
     @asynccontextmanager
     async def lock_session(
-        self, session_id: str, wait: float, *, kept: str | None = None
+        self, session_id: str, wait: float, *, kept: KeptRevision = None
     ) -> AsyncIterator[_MemoryLock]:
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         try:
@@ -92,8 +94,10 @@ class MemoryStore:
             if stored is None or stored.expired():
                 raise SessionGone(session_id)
             # As the SQL stores read it: without its state (not copied) when the caller keeps
-            # the session at this revision.
-            kept_here = kept is not None and stored.revision == kept
+            # the session at this revision (asked only now: a turn ahead of it in the queue may
+            # have committed and kept a newer one meanwhile).
+            revision = kept_revision(kept)
+            kept_here = revision is not None and stored.revision == revision
             record = _summary(stored, withheld=True) if kept_here else copy.deepcopy(stored)
             yield _MemoryLock(self, record)
         finally:

@@ -48,6 +48,7 @@ from typing import Any
 
 from agentscript.store import schema
 from agentscript.store.base import (
+    KeptRevision,
     SessionBusy,
     SessionRecord,
     StoreError,
@@ -66,7 +67,8 @@ from agentscript.store.lease import LEASE_SECONDS, Lease, Leases, acquire_within
 MAX_CONNECTIONS = 16
 # How long a statement waits for a free connection before it fails (StoreError, 503): for one
 # of the store's slots, and, while the database refuses more connections at a limit, for one
-# of the store's connections in use to be given back.
+# of the store's connections in use by a short block (not a purge's batch, nor the start-up's
+# migration: ``_conn``) to be given back.
 CONNECTION_WAIT = 30.0
 # Seconds to wait for a new connection to PostgreSQL (libpq's connect_timeout), unless the
 # store URL sets its own.
@@ -220,8 +222,10 @@ class PostgresStore:
         # Pooled connections handed out (to a block, or to a queued block), and the blocks
         # queued for one given back while the database refuses new ones at a connection limit
         # (first come, first served: a ticket each, the future gets the connection, or None
-        # when room may have freed).
+        # when room may have freed). Of those lent, the ones held by long blocks (a purge's
+        # batch, the migration: ``_conn``), which a block refused at a limit does not wait for.
         self._lent = 0
+        self._long = 0
         self._queued: deque[tuple[int, asyncio.Future[Any]]] = deque()
         self._tickets = itertools.count()
         # The last refusal at a connection limit: when, and libpq's words.
@@ -235,6 +239,9 @@ class PostgresStore:
         self._token = 0
         self._presence_doubtful = False  # a connection failed: check the presence's too
         self._presence_guard = asyncio.Lock()
+        # Set while the presence, refused at a connection limit, waits for the next connection
+        # given back to be closed for its room (``_room_for_presence``).
+        self._presence_wanted: asyncio.Future[None] | None = None
         # The readiness check under way, which the probes that come meanwhile share (``ping``).
         self._check: asyncio.Future[None] | None = None
         # libpq's settings the store adds unless the URL sets them (``_connection_options``).
@@ -257,8 +264,8 @@ class PostgresStore:
         """An idle connection, else a new one. While the database refuses new ones at a
         connection limit (its max_connections, a role's or database's CONNECTION LIMIT), one
         this store's other blocks give back, in the order the blocks came, by ``until``: they
-        hold theirs for milliseconds, and failing a request (503) meanwhile would fail it for
-        want of a connection that is about to be free."""
+        hold theirs for milliseconds (short blocks: ``_conn``), and failing a request (503)
+        meanwhile would fail it for want of a connection that is about to be free."""
         ticket = next(self._tickets)
         conn = await self._idle_connection()
         if conn is None and not self._refused_lately():
@@ -310,9 +317,13 @@ class PostgresStore:
         """The connection another block of this store gives back first to the block of
         ``ticket`` (queued before every later ticket), or None when room may have freed at
         the limit (a connection of the store was closed). Fails as a refused connection when
-        no other block holds one, or none is given to this block by ``until``."""
-        if not self._lent:
-            raise self._refused("and this store holds none to wait for")
+        no other short block holds one (a long one may hold its own for minutes), or none is
+        given to this block by ``until``."""
+        if not self._short_lent():
+            long = (
+                f" ({self._long} held by long blocks: a purge, the migration)" if self._long else ""
+            )
+            raise self._refused(f"and this store holds none to wait for{long}")
         waiter = self._queue(ticket)
         try:
             await asyncio.wait((waiter,), timeout=max(0.0, until - time.monotonic()))
@@ -323,7 +334,7 @@ class PostgresStore:
             self._queued.remove((ticket, waiter))
             waiter.cancel()
             raise self._refused(
-                f"and none of the {self._lent} this store holds came free within {wait:g} s"
+                f"and none of the {self._short_lent()} this store holds came free within {wait:g} s"
             )
         conn = waiter.result()
         if conn is not None and _hung_up(conn):
@@ -332,6 +343,10 @@ class PostgresStore:
                 await self._drop(conn, make_room=False)
             return None
         return conn
+
+    def _short_lent(self) -> int:
+        """How many connections short blocks hold: the ones worth waiting for."""
+        return self._lent - self._long
 
     def _queue(self, ticket: int) -> asyncio.Future[Any]:
         """A queued block's future, placed by its ticket: a block woken to try for room and
@@ -410,10 +425,10 @@ class PostgresStore:
         return self._options
 
     async def _release(self, conn: Any) -> None:
-        """Give back a connection a block used: to the first queued block, else to the pool
-        (closed if it is not clean)."""
+        """Give back a connection a block used: closed for the presence's room when it wants
+        one, else to the first queued block, else to the pool (closed if it is not clean)."""
         idle = conn.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
-        if conn.closed or not idle or not self._open:
+        if conn.closed or not idle or not self._open or self._presence_wanted is not None:
             await self._drop(conn)
         elif self._queued:
             self._queued.popleft()[1].set_result(conn)  # still lent, to that block now
@@ -423,13 +438,26 @@ class PostgresStore:
 
     async def _drop(self, conn: Any, *, make_room: bool = True) -> None:
         """Close a connection a block used, for good. The room it held at a connection limit
-        is the first queued block's to try (``make_room``), every queued block's when this
-        store holds no other (none will be given back)."""
+        is the presence's when it wants one, else the first queued block's to try
+        (``make_room``); every queued block's when no other short block holds one (none will
+        be given back soon)."""
         try:
             await self._discard(conn)
         finally:
             self._lent -= 1
-            self._wake(None if not self._lent else 1 if make_room else 0)
+            wanted, make_room = self._room_taken(make_room)
+            self._wake(None if not self._short_lent() else 1 if make_room else 0)
+            if wanted is not None:
+                wanted.set_result(None)
+
+    def _room_taken(self, make_room: bool) -> tuple[asyncio.Future[None] | None, bool]:
+        """The presence's wait to tell of the room a closed connection left, if it wants
+        one (no queued block is told of it then), and whether a queued block still is."""
+        wanted = self._presence_wanted
+        if not make_room or wanted is None:
+            return None, make_room
+        self._presence_wanted = None
+        return wanted, False
 
     async def _flush(self) -> None:
         idle, self._idle = self._idle, []
@@ -445,19 +473,24 @@ class PostgresStore:
         self, within: float | None = None, *, wait: float | None = None
     ) -> AsyncIterator[Any]:
         """A connection of the pool for one block of statements (``wait``: seconds to wait for
-        one, CONNECTION_WAIT as it is now by default), cut unless the block is done within ``within`` seconds (by default
-        ``STATEMENT_TIMEOUT + ANSWER_MARGIN``): a block the server left unanswered fails as a
-        lost connection does."""
+        one, CONNECTION_WAIT as it is now by default), cut unless the block is done within
+        ``within`` seconds (by default ``STATEMENT_TIMEOUT + ANSWER_MARGIN``): a block the
+        server left unanswered fails as a lost connection does. A block allowed longer is a
+        long one (a purge's batch, the migration): at a connection limit no block waits for
+        the connection it holds, which may be minutes."""
         conn = await self._connect(CONNECTION_WAIT if wait is None else wait)
-        if within is None:
-            within = STATEMENT_TIMEOUT + ANSWER_MARGIN
-        deadline = _Deadline(conn, within)
+        short = STATEMENT_TIMEOUT + ANSWER_MARGIN
+        long = within is not None and within > short
+        self._hold_long(long)
+        deadline = _Deadline(conn, short if within is None else within)
         try:
             try:
                 yield conn
             finally:
-                # Before anything below awaits: the connection may go back to the pool.
+                # Before anything below awaits: the connection may go back to the pool, and
+                # whoever gets it next holds it for as long as its own block says.
                 deadline.cancel()
+                self._long -= long
         except self._psycopg.Error as exc:
             errors = self._psycopg.errors
             if not deadline.fired and isinstance(
@@ -488,6 +521,14 @@ class PostgresStore:
                 await self._release(conn)
         finally:
             self._slots.release()
+
+    def _hold_long(self, long: bool) -> None:
+        """Count a connection as a long block's (``long``); the queued blocks, when no short
+        block holds one any more, try for room rather than wait for it."""
+        if long:
+            self._long += 1
+            if not self._short_lent():
+                self._wake(None)
 
     async def _lost(self, conn: Any) -> None:
         """Drop a connection that failed or was cut. The server went away (restarted, failed
@@ -588,11 +629,9 @@ class PostgresStore:
         try:
             return await self._new_connection()
         except StoreUnreachable as exc:
-            if not (_AT_CONNECTION_LIMIT.search(str(exc)) and self._idle):
+            if not (_AT_CONNECTION_LIMIT.search(str(exc)) and await self._room_for_presence()):
                 raise
             failed = exc
-        with contextlib.suppress(Exception):
-            await self._discard(self._idle.pop(0))
         for pause in ROOM_PAUSES:
             await asyncio.sleep(pause)
             try:
@@ -602,6 +641,27 @@ class PostgresStore:
                     raise
                 failed = exc
         raise failed
+
+    async def _room_for_presence(self) -> bool:
+        """Close one of the pool's connections to make room for the presence at a connection
+        limit: the least recently used idle one, else the first a block gives back within
+        CONNECTION_WAIT (while blocks are queued, each one given back goes to the next, so
+        none goes idle for as long as the limit lasts). False when there is none to close:
+        none idle and none held by a short block."""
+        if self._idle:
+            with contextlib.suppress(Exception):
+                await self._discard(self._idle.pop(0))
+            return True
+        if not self._short_lent():
+            return False
+        wanted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._presence_wanted = wanted
+        try:
+            await asyncio.wait((wanted,), timeout=CONNECTION_WAIT)
+        finally:
+            if self._presence_wanted is wanted:  # timed out or cancelled: wants none now
+                self._presence_wanted = None
+        return wanted.done()
 
     async def _fetch(
         self,
@@ -735,7 +795,7 @@ class PostgresStore:
             raise self._failed(exc) from None
 
     def lock_session(
-        self, session_id: str, wait: float, *, kept: str | None = None
+        self, session_id: str, wait: float, *, kept: KeptRevision = None
     ) -> AbstractAsyncContextManager[Lease]:
         return self.leases.hold(session_id, wait, kept)
 

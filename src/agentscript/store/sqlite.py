@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 
 from agentscript.store import schema
 from agentscript.store.base import (
+    KeptRevision,
     SessionRecord,
     StoreError,
     TurnConflict,
@@ -369,7 +370,7 @@ class SQLiteStore:
             return await delete_turns_chunk(_Transaction(db), schema.TURN_SIZES_SQLITE)
 
     def lock_session(
-        self, session_id: str, wait: float, *, kept: str | None = None
+        self, session_id: str, wait: float, *, kept: KeptRevision = None
     ) -> AbstractAsyncContextManager[Lease]:
         # Its statements (take_lease, commit_turn, drop_lease) check the file.
         return self.leases.hold(session_id, wait, kept)
