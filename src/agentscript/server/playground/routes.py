@@ -206,7 +206,8 @@ def mount_playground(
 
     @app.get("/playground/api/sessions/{session_id}/conversation.yaml", include_in_schema=False)
     async def conversation(session_id: SessionId, who: Owner) -> Response:
-        record = await service.record(who, session_id)
+        # The exports need the session's agent and turn count, never its state.
+        record = await service.record(who, session_id, state=False)
         known = sessions.get(session_id)
         turns = await _exported_turns(service.store, record)
         text = await run_in_threadpool(
@@ -222,7 +223,7 @@ def mount_playground(
 
     @app.get("/playground/api/sessions/{session_id}/traces.zip", include_in_schema=False)
     async def traces(session_id: SessionId, who: Owner) -> Response:
-        record = await service.record(who, session_id)
+        record = await service.record(who, session_id, state=False)
         turns = await _exported_turns(service.store, record)
         return Response(
             await run_in_threadpool(export.traces_zip, record.agent, session_id, turns),
