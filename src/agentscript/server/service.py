@@ -133,7 +133,7 @@ class SessionService:
         # The task of every turn running: the max_concurrent_turns count, and what shutdown
         # waits for.
         self.running_turns: set[asyncio.Task[Any]] = set()
-        # How many of those each key (owner) runs: the max_turns_per_key count.
+        # How many of those each key (owner) runs, counted with max_turns_per_key set.
         self.turns_by_owner: dict[str, int] = {}
         # Turns cancelled (at shutdown: nothing else cancels a turn) while their commit was on
         # its way to the store: the database may have applied it (the shutdown log says so).
@@ -434,8 +434,10 @@ class SessionService:
                 f"{running} turns are running (max_concurrent_turns); retry shortly",
                 headers={"Retry-After": "1"},
             )
-        mine = self.turns_by_owner.get(owner, 0)
-        if self.config.max_turns_per_key and mine >= self.config.max_turns_per_key:
+        # Counted only when a share is set: nothing per turn otherwise.
+        share = self.config.max_turns_per_key
+        mine = self.turns_by_owner.get(owner, 0) if share else 0
+        if share and mine >= share:
             # One client's burst must not take every slot from the others: its own excess
             # is a 429, as its rate is, while other keys still find slots.
             raise ApiError(
@@ -449,18 +451,18 @@ class SessionService:
         if task is None:
             raise RuntimeError("SessionService.send runs in an asyncio task")
         self.running_turns.add(task)
-        self.turns_by_owner[owner] = mine + 1
+        if share:
+            self.turns_by_owner[owner] = mine + 1
         self.metrics.in_progress += 1
         try:
             return await self._locked_turn(owner, session_id, text, key, hooks)
         finally:
             self.metrics.in_progress -= 1
             self.running_turns.discard(task)
-            left = self.turns_by_owner[owner] - 1
-            if left:
-                self.turns_by_owner[owner] = left
-            else:
-                del self.turns_by_owner[owner]
+            if share:
+                left = self.turns_by_owner.pop(owner) - 1
+                if left:
+                    self.turns_by_owner[owner] = left
 
     async def _locked_turn(
         self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks
