@@ -12,13 +12,14 @@ import logging
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
 
 from agentscript.models.base import Message, ModelError
-from agentscript.models.function import AnswerFunction, FunctionInfo, FunctionModel
+from agentscript.models.function import Answer, AnswerFunction, FunctionInfo, FunctionModel
 from agentscript.server import sse
 from agentscript.server.agents import load_agents, serve_agents
 from agentscript.server.app import create_app
@@ -210,3 +211,80 @@ def test_the_access_line_says_which_error_and_that_a_turn_failed_inside(
     assert fields["long-5"]["error_code"] == "message_too_long"
     assert "error_code" not in fields["ok-1"] and "error_code" not in fields["ok-10"]
     assert json.loads(JsonLines().format(lines["long-5"]))["error_code"] == "message_too_long"
+
+
+ENDING_AGENT = """\
+system:
+    instructions: "Say goodbye when asked."
+    messages:
+        welcome: "Hi!"
+        error: "Sorry."
+
+config:
+    developer_name: "Ending"
+
+start_agent main:
+    description: "Main"
+    reasoning:
+        instructions: ->
+            | End the session when the user says bye.
+        actions:
+            bye: @utils.end_session
+                description: "End the session"
+"""
+
+
+def test_a_message_to_an_ended_session_is_the_clients_doing_not_a_warning(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """The session had ended, so the turn was refused: answered 200 with the refusal as its
+    ``error``, as before, but its access line says ``session_ended`` and no warning is logged
+    (a client's mistake, as a 4xx is), where a model failure still logs one."""
+    (tmp_path / "ending.agent").write_text(ENDING_AGENT)
+
+    def ending(messages: list[Message], info: FunctionInfo) -> Answer:
+        if MARK in messages[-1].content:
+            raise ModelError(PROVIDER_DOWN)
+        return info.call("bye") if "bye" in messages[-1].content else "noted"
+
+    async def main() -> str:
+        loaded = load_agents([tmp_path / "ending.agent"])
+        served = serve_agents(loaded, {a.name: FunctionModel(ending) for a in loaded})
+        app = create_app(
+            served,
+            store_from_url("memory://"),
+            config=ServerConfig(access_log=True),
+            keys=ApiKeys.of(),
+            purge_every=None,
+        )
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+        ):
+            sid = (await c.post("/v1/agents/Ending/sessions", json={})).json()["session_id"]
+            failed_turn(await send(c, sid, BREAK, "broken-1"))
+            assert (await send(c, sid, "bye", "bye-2")).json()["ended"] is True
+            for request_id, headers in (("after-3", {}), ("after-stream-4", STREAM)):
+                answer = await send(c, sid, "still there?", request_id, **headers)
+                assert answer.status_code == 200
+                if headers:
+                    name, turn = sse.parse(answer.text)[-1]
+                    assert name == "turn"
+                else:
+                    turn = answer.json()
+                assert turn["error"].startswith("the session has ended"), turn
+            return str(sid)
+
+    with records(caplog, "agentscript", logging.INFO):
+        sid = asyncio.run(main())
+    warned = [r.getMessage() for r in caplog.records if r.name == "agentscript.server"]
+    assert warned == [f"turn 1 of session {sid} failed: the model failed: {PROVIDER_DOWN}"]
+    said = {
+        r.request_id: r.getMessage().split(" ", 3)[3]  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "agentscript.access"
+    }
+    assert re.fullmatch(r"200 turn_error [\d.]+ms", said["broken-1"])
+    assert re.fullmatch(r"200 [\d.]+ms", said["bye-2"])
+    assert re.fullmatch(r"200 session_ended [\d.]+ms", said["after-3"])
+    assert re.fullmatch(r"200 session_ended [\d.]+ms", said["after-stream-4"])

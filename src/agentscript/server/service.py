@@ -83,9 +83,10 @@ MOST_LOGGED_ERROR_CHARS = 1000
 
 
 def log_failed_turn(session_id: str, turn: int, error: str) -> None:
-    """Log a turn that ended in an error (the model failed or timed out, a limit was reached,
-    the session had ended): it is answered 200 with the error in its JSON, so without this
-    line it left none in the log, with or without ``--access-log``. The error's text, the
+    """Log a turn that ended in an error (the model failed or timed out, a limit was reached;
+    not a message to a session that had ended, the client's doing): it is answered 200 with
+    the error in its JSON, so without this line it left none in the log, with or without
+    ``--access-log``. The error's text, the
     session and turn, and (the log's own field) the request's id; never the user's message or
     a variable's value. Its request's access line says ``turn_error`` too
     (:data:`.requestid.outcome`)."""
@@ -547,7 +548,10 @@ class SessionService:
                 # Here, once committed, for every turn that ran: answered as JSON or streamed
                 # (the stream's task runs this too), by the route or the fast path.
                 if result.get("error") is not None:
-                    log_failed_turn(session_id, number, str(result["error"]))
+                    if reply.refused:  # the session had ended: the client's doing, like a 4xx
+                        requestid.outcome.set(requestid.SESSION_ENDED)
+                    else:
+                        log_failed_turn(session_id, number, str(result["error"]))
                 return result
         except SessionGone:
             if not locked:  # no such session, or it expired: not another key's
