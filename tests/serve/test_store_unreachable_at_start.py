@@ -26,7 +26,7 @@ from agentscript.server.app import create_app
 from agentscript.server.command import StoreAtStart
 from agentscript.server.pings import ANSWER, Pings
 from agentscript.server.supervisor import (
-    QUICK_DEATHS,
+    FAILED_STARTS,
     STORE_RETRY_MAX,
     STORE_UNAVAILABLE,
     Supervisor,
@@ -53,7 +53,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 def test_a_worker_that_could_not_reach_the_store_is_started_again_later_however_often(
     sent: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """More such exits in a row than the quick deaths that stop the server: each is started
+    """More such exits in a row than the failed starts that stop the server: each is started
     again after a pause doubling up to STORE_RETRY_MAX, the other worker is left alone, and a
     worker that then serves starts the pauses over."""
     chief = Supervisor(uvicorn.Config(lambda *_: None, timeout_graceful_shutdown=25), 2)
@@ -69,7 +69,7 @@ def test_a_worker_that_could_not_reach_the_store_is_started_again_later_however_
     monkeypatch.setattr(chief, "_start", start)
     pauses = []
     with caplog.at_level(logging.WARNING, logger="agentscript.server"):
-        for round_ in range(QUICK_DEATHS + 3):
+        for round_ in range(FAILED_STARTS + 3):
             chief._replace_the_dead([])
             chief._replace_the_dead([])
             assert len(started) == round_  # none at once: it waits for its pause
@@ -77,9 +77,9 @@ def test_a_worker_that_could_not_reach_the_store_is_started_again_later_however_
             chief.due[0] = time.monotonic()  # its pause is over
             chief._replace_the_dead([])
             assert len(started) == round_ + 1
-    assert chief.stops == 0 and chief.status == 0 and chief.quick_deaths == 0
+    assert chief.stops == 0 and chief.status == 0 and chief.failed_starts == 0
     assert sent == []  # the other worker served on
-    assert pauses == [1, 2, 4, 8, 16, 30, 30, 30][: QUICK_DEATHS + 3]
+    assert pauses == [1, 2, 4, 8, 16, 30, 30, 30][: FAILED_STARTS + 3]
     assert max(pauses) == STORE_RETRY_MAX
     lines = [r.getMessage() for r in caplog.records]
     assert lines[:2] == [

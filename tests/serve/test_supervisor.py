@@ -21,7 +21,7 @@ from agentscript.server import supervisor
 from agentscript.server.runner import STOPPED_AT_ONCE, ShutdownClock
 from agentscript.server.sharedmetrics import METRICS_DIR_ENV
 from agentscript.server.supervisor import (
-    QUICK_DEATHS,
+    FAILED_STARTS,
     STOP_AT_ONCE,
     Supervisor,
     WorkerServer,
@@ -111,29 +111,15 @@ def test_workers_dying_right_after_their_start_stop_the_server_as_a_failed_start
     pids = itertools.count(100)
     # Each new worker dies at once, before its server started (no pipe of its says it did),
     # with an exit code that is not uvicorn's start-up failure
-    # (test_supervisor_quick_deaths_served.py: workers that served are no quick deaths).
+    # (test_supervisor_failed_starts.py: workers that served are no failed starts).
     monkeypatch.setattr(chief, "_start", lambda sockets: FakeWorker(next(pids), exitcode=1))
     chief.workers[0].exitcode = 1
-    for _ in range(QUICK_DEATHS):
+    for _ in range(FAILED_STARTS):
         chief._replace_the_dead([])
     assert chief.stops == 1 and chief.status == 1
     assert (12, signal.SIGTERM) in sent  # the live worker is stopped gracefully
     chief.on_signal(signal.SIGINT, None)  # a Ctrl-C then: at once, still a failed start
     assert chief.status == 1
-
-
-def test_a_worker_that_served_a_while_is_started_again_without_counting(
-    sent: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    chief = two_workers()
-    pids = itertools.count(100)
-    monkeypatch.setattr(chief, "_start", lambda sockets: FakeWorker(next(pids)))
-    for _ in range(QUICK_DEATHS + 2):
-        chief.workers[0].exitcode = -signal.SIGKILL  # an out-of-memory kill, long after start
-        chief.born[0] = time.monotonic() - 3600
-        chief._replace_the_dead([])
-    assert chief.stops == 0 and chief.status == 0 and chief.quick_deaths == 0
-    assert sent == []
 
 
 WORKER_STARTING_LATE = """

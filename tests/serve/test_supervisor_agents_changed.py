@@ -31,8 +31,8 @@ from agentscript.server import command, logs, orphan, supervisor
 from agentscript.server.command import ENV, ServeOptions, worker_app
 from agentscript.server.pings import ANSWER, Pings
 from agentscript.server.supervisor import (
+    FAILED_STARTS,
     FILES_CHANGED,
-    QUICK_DEATHS,
     STARTUP_FAILURE,
     STORE_RETRY_MAX,
     Supervisor,
@@ -112,15 +112,15 @@ def test_a_worker_refusing_changed_files_is_started_again_later_while_the_other_
     with caplog.at_level(logging.WARNING, logger="agentscript.server"):
         chief._replace_the_dead([])  # died: another at once, which finds the files changed
         pauses = []
-        for round_ in range(QUICK_DEATHS + 3):
+        for round_ in range(FAILED_STARTS + 3):
             chief._replace_the_dead([])
             chief._replace_the_dead([])
             assert len(started) == round_ + 1  # none at once: it waits for its pause
             pauses.append(_pause(chief, 0))
             chief._replace_the_dead([])
-    assert chief.stops == 0 and chief.status == 0 and chief.quick_deaths == 0
+    assert chief.stops == 0 and chief.status == 0 and chief.failed_starts == 0
     assert sent == []  # the other worker serves on
-    assert pauses == [1, 2, 4, 8, 16, 30, 30, 30][: QUICK_DEATHS + 3]
+    assert pauses == [1, 2, 4, 8, 16, 30, 30, 30][: FAILED_STARTS + 3]
     assert max(pauses) == STORE_RETRY_MAX
     refusals = [r for r in caplog.records if "could not start" in r.getMessage()]
     assert {r.levelno for r in refusals} == {logging.WARNING}
@@ -143,13 +143,13 @@ def test_with_no_worker_left_serving_each_refusal_is_an_error_and_the_starts_go_
             chief._replace_the_dead([])
             chief._replace_the_dead([])  # its replacement refuses the files
             assert place in chief.due
-        for _ in range(QUICK_DEATHS + 1):
+        for _ in range(FAILED_STARTS + 1):
             for place in range(3):
                 _pause(chief, place)
             chief._replace_the_dead([])  # another in each place, refusing too
             chief._replace_the_dead([])
     assert chief.stops == 0 and chief.status == 0 and sent == []
-    assert len(started) == 3 * (QUICK_DEATHS + 2)
+    assert len(started) == 3 * (FAILED_STARTS + 2)
     refusals = [r for r in caplog.records if "could not start" in r.getMessage()]
     messages = [r.getMessage() for r in refusals]
     assert "the other 2 workers serve the version" in messages[0]

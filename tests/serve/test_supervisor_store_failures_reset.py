@@ -108,4 +108,4 @@ def test_a_start_that_failed_otherwise_does_not_end_the_row(
         chief.hung.add(pid)
     _ended(chief, -signal.SIGKILL, served=False)
     assert _next_pause(chief) == 8
-    assert chief.stops == 0 and chief.quick_deaths == 1
+    assert chief.stops == 0 and chief.failed_starts == 1

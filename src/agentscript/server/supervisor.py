@@ -17,10 +17,10 @@ and sends ``SIGTERM`` to each worker: a graceful stop within ``--shutdown-grace`
 ``SIGINT`` sends :data:`STOP_AT_ONCE` to each: the one-worker server's stop at once (running
 requests get ``503 shutting_down``, the app's shutdown gives the leases back and closes the
 store), and the command exits 130. A third sends ``SIGKILL``. A worker that dies is started
-again; one that could not start (exit 3: a failed start-up), or :data:`QUICK_DEATHS` in a row
-each dying within :data:`QUICK_DEATH` seconds of its start before its server started, stops the
-server, which exits 1. A worker that had served is no failed start however young it died (an
-out-of-memory kill of a busy worker): it is started again and ends the row of quick deaths.
+again; one that could not start (exit 3: a failed start-up), or :data:`FAILED_STARTS` in a row
+each dying before its server started (however long it took: the start timeout below bounds
+that), stops the server, which exits 1. A worker that had served is no failed start however
+young it died (an out-of-memory kill of a busy worker): it is started again and ends the row.
 
 Two failures at a worker's start stop nothing, since what failed may come back while the server
 would have stopped for good: a store it could not reach (exit :data:`STORE_UNAVAILABLE`: the
@@ -29,7 +29,7 @@ longer load (exit :data:`FILES_CHANGED`: new agent files copied before a planned
 half written). Such a worker is started again after a pause that doubles each time in a row, up
 to :data:`STORE_RETRY_MAX` seconds, while the other workers serve (answering ``503`` for what
 needs the store; serving the agents as the server loaded them at its start, since one server
-never serves two versions of an agent), and it does not count as a quick death. The row ends
+never serves two versions of an agent), and it does not count as a failed start. The row ends
 once a worker in its place has served (its server started, the store open), not when one dies
 otherwise before it served. With no worker left serving on changed files, the server answers
 nothing: each start is then an error in the log, not a warning, and the starts go on (the files
@@ -93,10 +93,10 @@ STORE_RETRY_MAX = 30.0
 FAILED = 1
 # Seconds between two looks at the workers (a dead one is started again).
 CHECK_EVERY = 0.2
-# Workers dying this soon after their start, before their server started, this many times in
-# a row, are a start-up that fails: started again, they would die again, forever.
-QUICK_DEATH = 10.0
-QUICK_DEATHS = 5
+# Workers dying before their server started, this many times in a row, are a start-up that
+# fails: started again, they would die again, forever. At any age: a start that dies after
+# 10 s (a slow import, a store slow to answer) loops as surely as one that dies at once.
+FAILED_STARTS = 5
 # Seconds a stopping worker gets past the shutdown grace: its server then cuts the turns left
 # and runs the app's shutdown (leases given back, store closed), well within this.
 STOP_MARGIN = 5.0
@@ -183,8 +183,8 @@ class Supervisor:
         # timeout (10 s an address) and run migrations; one that waited for an unreachable
         # database must exit as such (started again later), not be killed as hung.
         self.start_timeout = start_timeout
-        # Workers in a row that died within QUICK_DEATH of their start, before they served.
-        self.quick_deaths = 0
+        # Workers in a row that died, or were killed as hung, before they served.
+        self.failed_starts = 0
         # The places whose worker could not reach the store or found the files changed, each
         # with when to start another (time.monotonic()); and how many times in a row each
         # could not start: the row ends only when a worker in the place has served (a start
@@ -303,22 +303,21 @@ class Supervisor:
                 continue
             # A start that hung failed as surely as one that died, however long it was let run;
             # a worker that served was no failed start, however soon it died (an OOM kill).
-            young = time.monotonic() - self.born[index] < QUICK_DEATH
-            quick = hung or (young and not served)
-            self.quick_deaths = self.quick_deaths + 1 if quick else 0
+            failed = hung or not served
+            self.failed_starts = self.failed_starts + 1 if failed else 0
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            if code == STARTUP_FAILURE or self.quick_deaths >= QUICK_DEATHS:
+            if code == STARTUP_FAILURE or self.failed_starts >= FAILED_STARTS:
                 if code == STARTUP_FAILURE:
                     why = "could not start"
                 elif hung:
                     why = (
                         f"did not start within {self.start_timeout:g} s, the "
-                        f"{self.quick_deaths}th worker in a row that failed its start"
+                        f"{self.failed_starts}th worker in a row that failed its start"
                     )
                 else:
                     why = (
-                        f"died ({how}) before it served, the {self.quick_deaths}th in a row "
-                        f"within {QUICK_DEATH:g} s of its start"
+                        f"died ({how}) before it served, the {self.failed_starts}th worker in "
+                        f"a row that failed its start"
                     )
                 log.error("worker process [%d] %s: the server stops", worker.pid, why)
                 self.status = FAILED
