@@ -399,20 +399,28 @@ def overheads(measured: list[tuple[float, int, float]], delay: float) -> dict[st
     }
 
 
-async def sequential(url: str, turns: int, delay: float, stream: bool) -> dict[str, float]:
+async def sequential(
+    url: str, turns: int, delay: float, stream: bool, pgid: int
+) -> dict[str, float]:
+    """One turn at a time: the overheads, and the server's CPU per turn (``cpu_ms``; every
+    process of the group ``pgid``). Each turn's trace is read once all turns ran, so the CPU
+    is the turns' alone and no trace read warms the server up between two turns."""
     poster = TurnPoster(url, stream)
     async with httpx.AsyncClient(timeout=60) as client:
         sids = await new_sessions(client, url, max(1, turns // 5))
         quiet_collector()
-        measured = []
+        timed = []
+        cpu0 = group_cpu(pgid)
         for i in range(turns):
             sid = sids[i // 5 % len(sids)]
             elapsed, ok = await one_turn(poster, sid)
             if not ok:
                 raise RuntimeError("a turn failed in the sequential run")
-            measured.append((elapsed, *await model_time(client, url, sid, i % 5 + 1)))
+            timed.append((sid, i % 5 + 1, elapsed))
+        cpu = group_cpu(pgid) - cpu0
+        measured = [(elapsed, *await model_time(client, url, sid, n)) for sid, n, elapsed in timed]
     poster.close()
-    return overheads(measured, delay)
+    return {**overheads(measured, delay), "cpu_ms": cpu / max(1, turns) * 1000}
 
 
 async def closed_loop(
@@ -795,13 +803,14 @@ def main() -> None:
             print(wakeup_floor(tmp, agents[isolations[0]]))
             print()
             header = (
-                "| model | store | workers | start s | seq p50 ms | seq p99 ms | turns/s "
+                "| model | store | workers | start s | seq p50 ms | seq p99 ms | seq CPU ms/turn "
+                "| turns/s "
                 "| turns/s saturated | CPU ms/turn | PostgreSQL CPU ms/turn | x in-process | errors | open-loop rate "
                 "| open p50 ms "
                 "| open p99 ms | traced: seq p50 / p99 | traced: open p50 / p99 |"
             )
             print(header)
-            print("|---" * 17 + "|")
+            print("|---" * 18 + "|")
             rows: dict[tuple[str, str, int], dict[str, float]] = {}
             for label, kind, iso, streamed in variants:
                 delay = args.delay if kind in REMOTE else 0.0
@@ -829,7 +838,8 @@ def main() -> None:
                         rows[label, store_kind, workers] = row
                         print(
                             f"| {label} | {store_kind} | {workers} | {row['start']:.2f} "
-                            f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['tps']:.0f} "
+                            f"| {row['p50']:.1f} | {row['p99']:.1f} | {row['seq_cpu_ms']:.2f} "
+                            f"| {row['tps']:.0f} "
                             f"| {row['saturated_tps']:.0f} "
                             f"| {row['cpu_ms']:.2f} | {database_column(row, store_kind)} "
                             f"| {row['cpu_ms'] / references[label.removesuffix(SSE)]:.1f} "
@@ -866,9 +876,10 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
         "| agentscript model | store | workers | CPU/turn ms: peer, as, x "
         "| with PostgreSQL's CPU: peer, as, x | turns/s saturated: peer, as, x "
         "| seq p50 strict ms: peer, as, x | seq p50 traced ms: peer, as, x "
+        "| seq CPU/turn ms: peer, as, x "
         "| open p99 strict ms: peer, as | open p99 traced ms: peer, as |"
     )
-    print("|---" * 10 + "|")
+    print("|---" * 11 + "|")
     for (kind, store_kind, workers), row, peer in pairs:
         print(
             f"| {kind} | {store_kind} | {workers} "
@@ -878,6 +889,7 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
             f"{row['saturated_tps'] / peer['saturated_tps']:.1f}x "
             f"| {times(peer['p50'], row['p50'])} "
             f"| {times(peer['traced_p50'], row['traced_p50'])} "
+            f"| {times(peer['seq_cpu_ms'], row['seq_cpu_ms'])} "
             f"| {peer['open_p99']:.1f}, {row['open_p99']:.1f} "
             f"| {peer['open_traced_p99']:.1f}, {row['open_traced_p99']:.1f} |",
             flush=True,
@@ -999,7 +1011,9 @@ def run_one(
             max_turns=max(64, clients),
         )
         try:
-            seq = asyncio.run(sequential(server.url, args.sequential, delay, streamed))
+            seq = asyncio.run(
+                sequential(server.url, args.sequential, delay, streamed, server.proc.pid)
+            )
             database = name if store_kind == "postgresql" else None
             closed = asyncio.run(
                 closed_loop(server.url, args.sessions, clients, server.proc.pid, streamed, database)
@@ -1019,6 +1033,7 @@ def run_one(
         "start": start_s,
         "p50": seq["p50"],
         "p99": seq["p99"],
+        "seq_cpu_ms": seq["cpu_ms"],
         "tps": closed["tps"],
         "saturated_tps": closed["saturated_tps"],
         "cpu_ms": closed["cpu_ms"],

@@ -50,6 +50,7 @@ def row(cpu: float, db: float, tps: float, p50: float, traced: float) -> dict[st
         "traced_p50": traced,
         "open_p99": 2 * p50,
         "open_traced_p99": 2 * traced,
+        "seq_cpu_ms": 1.5 * cpu,
     }
 
 
@@ -69,10 +70,10 @@ def test_bench_peer_ratios_divide_the_peers_figures_by_ours(bench: ModuleType) -
     assert len(lines) == 2
     sqlite, postgresql = (line.split(" | ") for line in lines)
     assert sqlite[3:6] == ["22.0, 2.0, 11.0x", "(same)", "40, 400, 10.0x"]
-    assert sqlite[6:8] == ["30.0, 6.0, 5.0x", "12.0, 3.0, 4.0x"]
+    assert sqlite[6:9] == ["30.0, 6.0, 5.0x", "12.0, 3.0, 4.0x", "33.0, 3.0, 11.0x"]
     # PostgreSQL: the second cell adds each side's database CPU (27 / 3).
     assert postgresql[3:6] == ["24.0, 2.5, 9.6x", "27.0, 3.0, 9.0x", "30, 330, 11.0x"]
-    assert postgresql[8:] == ["60.0, 15.0", "24.0, 8.0 |"]
+    assert postgresql[9:] == ["60.0, 15.0", "24.0, 8.0 |"]
     assert "standin" not in out.getvalue()
 
 
