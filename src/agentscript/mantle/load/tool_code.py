@@ -207,15 +207,22 @@ def describe(
 def parameters_schema(
     signature: inspect.Signature, hints: dict[str, Any], docs: dict[str, str]
 ) -> tuple[dict[str, Any], bool]:
-    """JSON schema of the arguments the LLM fills; ``context`` is injected, so hidden."""
+    """JSON schema of the arguments the LLM fills; ``context`` is injected, so hidden. A
+    ``**kwargs`` function takes any keyword, so its schema allows any argument
+    (``additionalProperties``: offered so to the model, and checked so by
+    ``tool_handler.check_arguments``); ``*args`` takes none (a tool is called by keyword)."""
     properties: dict[str, Any] = {}
     required: list[str] = []
     takes_context = False
+    any_keyword = False
     for param in signature.parameters.values():
         if param.name == "context":
             takes_context = True
             continue
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind is param.VAR_KEYWORD:
+            any_keyword = True
+            continue
+        if param.kind is param.VAR_POSITIONAL:
             continue
         prop = json_type(hints.get(param.name, Any))
         if param.name in docs:
@@ -226,6 +233,8 @@ def parameters_schema(
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
+    if any_keyword:
+        schema["additionalProperties"] = True
     return schema, takes_context
 
 

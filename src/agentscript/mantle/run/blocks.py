@@ -10,6 +10,8 @@ run it again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentscript.engine.llm import TurnError
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import END_STEP, OrderedBlock, Skill, Step, StepKind
@@ -18,10 +20,10 @@ from agentscript.mantle.run import collect, hooks
 from agentscript.mantle.run.block_pointer import advance, advance_past_call, hold, is_held
 from agentscript.mantle.run.confirmation import (
     changed_since_asked,
+    checked_step_arguments,
     drop,
     hold_for_confirmation,
     needs_confirmation,
-    step_arguments,
 )
 from agentscript.mantle.run.stack import PARKED, BlockEntry, Frame, SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
@@ -32,7 +34,7 @@ from agentscript.mantle.run.transitions import (
     start_skill,
 )
 from agentscript.mantle.run.turn_context import TurnContext
-from agentscript.trace_steps import ResponseKind, Source, block_event, skill_event
+from agentscript.trace_steps import ResponseKind, Source, block_event, refused_step, skill_event
 
 
 async def block_step(ctx: TurnContext, frame: Frame, skill: Skill, entry: BlockEntry) -> bool:
@@ -148,7 +150,10 @@ async def execute_step(
             name, f"requires of '{name}' does not hold; step {step.id} waits", skill.id, step.id
         )
         return False
-    arguments = step_arguments(skill, step, ctx.memory)
+    given, arguments, problem = checked_step_arguments(ctx, skill, step, tool)
+    if problem is not None:
+        arguments_refused(ctx, skill.id, entry, step, tool.name, given, problem)
+        return False
     if needs_confirmation(tool_constraint(ctx.project, skill.id, name)):
         hold_for_confirmation(
             ctx, skill.id, tool, arguments, source=Source.STEP, block=block.id, step=step.id
@@ -166,6 +171,37 @@ async def execute_step(
         return True
     hold(ctx, entry)
     return False
+
+
+def arguments_refused(
+    ctx: TurnContext,
+    skill_id: str,
+    entry: BlockEntry,
+    step: Step,
+    name: str,
+    arguments: dict[str, Any],
+    reason: str,
+) -> None:
+    """The step's arguments are not ones a model's call of the tool could pass: the call is
+    neither held nor made (``REFUSED_STEP``, as a model's would be) and the step fails as
+    when its tool fails: the model reads the error, ``on_failure`` is said, and the step is
+    held until memory changes."""
+    refused_step(
+        ctx.trace,
+        name=name,
+        reason=reason,
+        node=ctx.node_name(),
+        source=Source.DETERMINISTIC,
+        arguments=arguments,
+        skill=skill_id,
+        step=step.id,
+    )
+    ctx.answer(ctx.engine_call("step", name, dict(arguments)), {"error": reason})
+    ctx.close_calls()
+    constraint = tool_constraint(ctx.project, skill_id, name)
+    if constraint is not None:
+        ctx.utter(constraint.on_failure, ResponseKind.UTTER)
+    hold(ctx, entry)
 
 
 def call_step(ctx: TurnContext, frame: Frame, skill: Skill, step: Step) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentscript.engine.kernel import read_yes_no
+from agentscript.engine.kernel import bounds_problem, read_yes_no
 from agentscript.engine.llm import TurnError
 from agentscript.mantle.memory import MemoryWriteError, coerce_value, resolve_name, shown
 from agentscript.mantle.model import Condition, Skill, Step, Tool, ToolConstraint
@@ -35,6 +35,7 @@ from agentscript.mantle.queries import default_evaluator, tool_allowed, tool_con
 from agentscript.mantle.run.block_pointer import advance, hold
 from agentscript.mantle.run.stack import PendingCall, SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
+from agentscript.mantle.run.tool_handler import check_arguments
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.not_offered import NotOffered, not_offered_message
 from agentscript.trace_steps import (
@@ -99,6 +100,33 @@ def step_arguments(skill: Skill, step: Step, memory: dict[str, Any]) -> dict[str
     return arguments
 
 
+def checked_arguments(
+    ctx: TurnContext, tool: Tool, arguments: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """``arguments`` as ``tool`` is called with them, checked as a model's call is
+    (``call_dispatch.call_tool``): within ``Limits`` (size, depth) and fitting the tool's
+    declared parameters (``tool_handler.check_arguments``); else why not. A step's arguments
+    come from memory, and the saved session refuses a held call whose arguments a model's
+    call could not have (``restore_check._check_pending``)."""
+    bound = bounds_problem(tool.name, arguments, ctx.limits)
+    if bound is not None:
+        reason, field = bound
+        return {}, f"{reason} (Limits.{field} = {getattr(ctx.limits, field)})"
+    return check_arguments(tool, arguments)
+
+
+def checked_step_arguments(
+    ctx: TurnContext, skill: Skill, step: Step, tool: Tool
+) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """The step's arguments as evaluated, the same as ``tool`` is called with them
+    (:func:`checked_arguments`), and why they cannot be (None: they can)."""
+    arguments = step_arguments(skill, step, ctx.memory)
+    checked, problem = checked_arguments(ctx, tool, arguments)
+    if problem is not None:
+        problem = f"step {step.id} of {skill.id}: {problem}"
+    return arguments, checked, problem
+
+
 def memory_mismatch(ctx: TurnContext, skill_id: str, arguments: dict[str, Any]) -> str | None:
     """Why a model's call does not describe what its confirmation question shows: the first
     argument that names a memory entry (a bare name: the skill's entry, then the project's,
@@ -143,10 +171,15 @@ def changed_since_asked(ctx: TurnContext, pending: PendingCall) -> str | None:
     held = held_step(ctx, pending)
     if held is not None:
         skill, step = held
+        tool = ctx.project.tools_for(skill.id).get(pending["tool"])
+        if tool is None:
+            return f"'{pending['tool']}' is not a tool of '{skill.id}'"
         try:
-            now = step_arguments(skill, step, ctx.memory)
+            _, now, problem = checked_step_arguments(ctx, skill, step, tool)
         except TurnError as exc:
             return f"memory changed since the user was asked: {exc}"
+        if problem is not None:
+            return f"memory changed since the user was asked: {problem}"
         if now != pending["arguments"]:
             changed = sorted(
                 k
@@ -260,6 +293,17 @@ def hold_for_confirmation(
     }
 
 
+def asked_in_own_words(ctx: TurnContext, text: str) -> None:
+    """The turn's ``confirmation`` when the model asks in its own words (no
+    ``utter_for_confirmation``): its answer ending the turn, the question the user was shown,
+    while a call held this turn still waits; so a client tells from the turn alone that a
+    yes/no is awaited, as with a rendered question (:func:`hold_for_confirmation`)."""
+    pending = ctx.stack.pending
+    held_now = pending is not None and pending.get("turn") == ctx.state.turn
+    if held_now and ctx.result.confirmation is None and text.strip():
+        ctx.result.confirmation = text
+
+
 def refuse(
     ctx: TurnContext,
     name: str,
@@ -347,9 +391,14 @@ async def answer(
         )
         return {"error": not_offered_message(name)}
     source = Source.DETERMINISTIC if pending["source"] == Source.STEP else Source.LLM
-    result, ok = await run_tool(
-        ctx, skill_id, tool, dict(pending["arguments"]), source, pending.get("step")
-    )
+    # Checked when held; checked again so the tool gets them as it declares them (a call held
+    # before steps' arguments were checked, in a session saved then, may hold 2.0 for an int).
+    arguments, problem = checked_arguments(ctx, tool, pending["arguments"])
+    if problem is None:
+        result, ok = await run_tool(ctx, skill_id, tool, arguments, source, pending.get("step"))
+    else:
+        refuse(ctx, name, problem, source, skill_id, pending["arguments"])
+        result, ok = {"error": f"'{name}' was not run: {problem}"}, False
     if held is not None and entry is not None:
         skill, step = held
         block = skill.blocks[entry["block"]]

@@ -26,7 +26,12 @@ from agentscript.mantle.run import buttons, hooks, lifecycle
 from agentscript.mantle.run import prompt as p
 from agentscript.mantle.run.blocks import block_step
 from agentscript.mantle.run.call_dispatch import dispatch
-from agentscript.mantle.run.confirmation import answerable, live_pending, resolve
+from agentscript.mantle.run.confirmation import (
+    answerable,
+    asked_in_own_words,
+    live_pending,
+    resolve,
+)
 from agentscript.mantle.run.resolution import resolve_prompt
 from agentscript.mantle.run.stack import SkillStack
 from agentscript.mantle.run.transitions import finish
@@ -112,6 +117,7 @@ class MantleTurnRunner:
             ctx.state.history.append(Message("assistant", text))
             ctx.speech.say(text, streamed=True)
             response_step(ctx.trace, text=text, node=ctx.node_name(), kind=ResponseKind.LLM)
+            asked_in_own_words(ctx, text)
             return
 
     def unwind(self, reason: str) -> None:

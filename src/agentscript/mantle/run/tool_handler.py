@@ -121,8 +121,10 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The LLM's arguments checked against the tool's JSON schema (shape, not semantics);
-    size and depth are the kernel's ``bounds_problem``'s."""
+    """Arguments checked against the tool's JSON schema (shape, not semantics), as the tool is
+    then called with them (:func:`as_declared`); the model's calls and ``execute_tool`` steps
+    (``confirmation.checked_arguments``) alike. Size and depth are the kernel's
+    ``bounds_problem``'s."""
     schema = tool.parameters_schema or {}
     properties: dict[str, Any] = schema.get("properties") or {}
     if schema.get("additionalProperties") is not True:
@@ -133,11 +135,14 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> tuple[dict[str,
     for name in schema.get("required") or []:
         if arguments.get(name) is None:
             return {}, f"missing required argument '{name}' for '{tool.name}'"
+    checked: dict[str, Any] = {}
     for name, value in arguments.items():
-        problem = type_problem(properties.get(name) or {}, value)
+        prop = properties.get(name) or {}
+        problem = type_problem(prop, value)
         if problem is not None:
             return {}, f"argument '{name}' of '{tool.name}': {problem}"
-    return dict(arguments), None
+        checked[name] = as_declared(prop, value)
+    return checked, None
 
 
 def type_problem(prop: Mapping[str, Any], value: Any) -> str | None:
@@ -150,6 +155,21 @@ def type_problem(prop: Mapping[str, Any], value: Any) -> str | None:
         return None
     if isinstance(value, bool) and kind in ("integer", "number"):
         return f"expected {kind}, got a boolean"
+    if kind == "integer" and integral_float(value):
+        return None  # see as_declared
     if not isinstance(value, _JSON_TYPES[kind]):
         return f"expected {kind}, got {type(value).__name__}"
     return None
+
+
+def as_declared(prop: Mapping[str, Any], value: Any) -> Any:
+    """``value`` (which fits ``prop``) as the tool's Python code expects it: JSON has one
+    number type, so 2.0 is the integer 2 (JSON Schema's ``integer`` counts it, a model may
+    write it, a ``float`` memory entry holds it), and a parameter declared ``int`` gets 2."""
+    if prop.get("type") == "integer" and integral_float(value):
+        return int(value)
+    return value
+
+
+def integral_float(value: Any) -> bool:
+    return isinstance(value, float) and value.is_integer()
