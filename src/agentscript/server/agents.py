@@ -3,8 +3,10 @@
 Each PATH is an ``.agent`` file, a Mantle project folder, or a folder holding several of them.
 Each agent is served under its name (``config.agent_name`` / ``developer_name`` / the project's
 id or folder name); two agents with one name are an error at start-up, as is an agent with
-errors. An agent's *version* is a fingerprint of its shape (variables and their types, nodes or
-skills): a stored session whose fingerprint differs is reported, never silently misread.
+errors. An agent's *version* is the hash of what its saved sessions depend on (variables and
+their types, subagents and their tools, or memory entries, skills, blocks, steps and tools):
+the ``agent.hash`` every saved state carries and ``agent.restore`` compares, so a stored
+session whose version differs is one the restore refuses, reported before it is tried.
 """
 
 from __future__ import annotations
@@ -47,6 +49,15 @@ class ServedAgent:
     description: dict[str, Any]
     version: str
     overrides: SessionOverrides | None = None
+    # The version an earlier agentscript recorded for a session of this agent
+    # (:func:`former_version`): such a session is left to the restore's own check.
+    former: str | None = None
+
+    def knows(self, version: str) -> bool:
+        """Whether a session recorded at ``version`` may be of this agent as served: exactly
+        when it is :attr:`version`; when it is the former one, its state's ``agent.hash``
+        decides (an earlier agentscript hashed less of the agent)."""
+        return version == self.version or (self.former is not None and version == self.former)
 
     def model_for(self, session_id: str, turn: int) -> Model:
         """The model that runs turn ``turn`` of the session."""
@@ -205,8 +216,11 @@ def model_writable(project: Any) -> set[str]:
     }
 
 
-def fingerprint(description: dict[str, Any]) -> str:
-    """The agent's version: a hash of its variables (names, types) and nodes or skills."""
+def former_version(description: dict[str, Any]) -> str:
+    """The version agentscript recorded before it used the restore's hash: a hash of the
+    agent's variables (names, types) and nodes or skills only, blind to a block's steps or a
+    tool's parameters. Sessions stored then carry it; they still run where their state's
+    ``agent.hash`` matches (:meth:`ServedAgent.knows`)."""
     shape = {
         "format": description["format"],
         "variables": sorted((v["name"], v["type"]) for v in description["variables"]),
@@ -259,6 +273,8 @@ def serve_agents(agents: Iterable[AgentBase], models: dict[str, Model]) -> dict[
             agent.path or Path(agent.name),
             models[agent.name],
             description,
-            fingerprint(description),
+            # The hash the restore compares: a version that matches is a session it runs.
+            agent.state_hash,
+            former=former_version(description),
         )
     return served

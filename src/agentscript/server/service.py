@@ -17,7 +17,6 @@ these promises:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -275,7 +274,9 @@ class SessionService:
         elif known != owner:
             raise SessionGone(session_id)
 
-    def view(self, record: SessionRecord) -> dict[str, Any]:
+    def view(self, record: SessionRecord, compatible: bool | None = None) -> dict[str, Any]:
+        """``GET /v1/sessions/{id}`` of the stored ``record``; ``compatible`` as the restore
+        check found it (else as :meth:`compatible` tells it from the record)."""
         readable(record)
         state = record.state
         pending = state.get("pending_confirmation")
@@ -285,7 +286,9 @@ class SessionService:
         if pending is None and isinstance(mantle, dict):
             # A Mantle session keeps the call that waits for a yes/no in its skill stack's
             # state (``extra.mantle.pending``), never in ``pending_confirmation``.
-            pending = mantle.get("pending")
+            pending = shown_pending(mantle.get("pending"))
+        if stack is None and self.mantle(record):
+            stack = []  # none before its first turn: its stack is empty, not absent
         return {
             "session_id": record.session_id,
             "agent": record.agent,
@@ -303,27 +306,39 @@ class SessionService:
             "created_at": record.created_at,
             "updated_at": record.updated_at,
             "expires_at": record.expires_at,
-            "compatible": self.compatible(record),
+            "compatible": self.compatible(record) if compatible is None else compatible,
         }
 
-    def compatible(self, record: SessionRecord) -> bool:
-        """Whether this server can run the session's next turn: it serves the session's agent
-        at the version that created it (else a message answers 409 session_incompatible). Told
-        in views and lists, so that after an upgrade a client finds the sessions to start anew
-        without sending each a message."""
+    def mantle(self, record: SessionRecord) -> bool:
+        """Whether the session is of a Mantle project this server serves (a session of an
+        agent no longer served is shown as stored)."""
         served = self.agents.get(record.agent)
-        return served is not None and served.version == record.agent_version
+        return served is not None and served.description["format"] == "mantle"
+
+    def compatible(self, record: SessionRecord) -> bool:
+        """Whether this server can run the session's next turn, from the record's summary
+        alone (the list reads no state): it serves the session's agent at the version the
+        session recorded, the hash its restore compares (else a message answers 409
+        session_incompatible). Told in views and lists, so that after an upgrade a client
+        finds the sessions to start anew without sending each a message. A session an earlier
+        agentscript recorded (:meth:`ServedAgent.knows`) is judged by its state in its view
+        only."""
+        served = self.agents.get(record.agent)
+        return served is not None and served.knows(record.agent_version)
 
     async def get(self, owner: str, session_id: str) -> dict[str, Any]:
         record = readable(await self.record(owner, session_id))
         # Checked as the next turn checks it, so a damaged state is refused alike, never shown;
         # a session kept in memory at this state was committed here, checked already (a full
         # restore per poll would stall the worker on a long history).
-        if not self.live.holds(record):
+        if self.live.holds(record):
+            return self.view(record)
+        try:
+            await self._restored(record, checking=True)
+        except IncompatibleSession:
             # Another version of the agent saved it: shown as stored; a turn answers 409.
-            with contextlib.suppress(IncompatibleSession):
-                await self._restored(record, checking=True)
-        return self.view(record)
+            return self.view(record, compatible=False)
+        return self.view(record, compatible=True)
 
     async def delete(self, owner: str, session_id: str) -> None:
         await self.record(owner, session_id, state=False)
@@ -577,10 +592,11 @@ class SessionService:
                 f"session {record.session_id} belongs to agent {record.agent!r}, which this "
                 "server does not serve"
             )
-        if record.agent_version != served.version:
+        if not served.knows(record.agent_version):
             raise IncompatibleSession(
                 f"session {record.session_id} was created by another version of agent "
-                f"{record.agent!r} (its variables or nodes changed); start a new session"
+                f"{record.agent!r} (its variables, subagents, skills, blocks, steps or tools "
+                "changed); start a new session"
             )
         named = record.state.get("session_id")
         if isinstance(named, str) and named != record.session_id:
@@ -628,6 +644,19 @@ class SessionService:
 # of it or of agentscript, saved it (409 session_incompatible, as a changed agent version):
 # its format, and the agent's identity (missing in format 1).
 IDENTITY_FIELDS = frozenset({"format", "agent", "agent.name", "agent.hash"})
+
+
+# The fields of a Mantle session's held call that its view shows (docs/serve.md): not the
+# runtime's own bookkeeping (``turn``, the turn that held it, which only says whether a yes
+# may answer it yet, and which sessions saved before it was recorded lack).
+PENDING_VIEW_FIELDS = ("skill", "tool", "arguments", "source", "block", "step")
+
+
+def shown_pending(pending: Any) -> Any:
+    """A Mantle session's held call as its view shows it (the documented fields)."""
+    if not isinstance(pending, dict):
+        return pending
+    return {key: pending[key] for key in PENDING_VIEW_FIELDS if key in pending}
 
 
 def lone_surrogate(text: str) -> int | None:

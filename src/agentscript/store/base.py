@@ -150,7 +150,7 @@ class SessionRecord:
         self.session_id = session_id
         self.agent = agent
         self.owner = owner  # hash of the API key that created it ("" when the server has no keys)
-        self.agent_version = agent_version  # fingerprint of the agent's shape at its creation
+        self.agent_version = agent_version  # the agent's version (state hash) at its creation
         self.turns = turns
         self.ended = ended
         self.escalated = escalated

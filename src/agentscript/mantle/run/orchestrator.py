@@ -90,8 +90,11 @@ class MantleTurnRunner:
         ctx.stack.offer(
             [b["payload"] for b in ctx.result.buttons if isinstance(b.get("payload"), str)]
         )
-        top = ctx.stack.frames[-1]["skill"] if ctx.stack.frames else None
-        ctx.state.current_node = top
+        # The active skill, as the turn's trace names it, or None: a paused top frame (a
+        # resume offer waiting for a yes) is not working on the conversation; the session's
+        # skill stack still shows it.
+        active = ctx.stack.active()
+        ctx.state.current_node = active["skill"] if active is not None else None
         return ctx.result
 
     def spend_call(self) -> None:
