@@ -277,3 +277,31 @@ def test_limits_max_llm_calls_and_a_budget_cap_each_stop_with_their_own_error(
     ).send("count")
     assert capped.error is not None and "budget" in capped.error
     assert "Limits." not in capped.error and len(steps(capped, "BUDGET_STEP")) == 1
+
+
+class FailingModel:
+    """Every call fails, as a provider that is down."""
+
+    name = "test:tiny"
+
+    async def complete(self, request: object, *, stream: object = None) -> object:
+        from agentscript.models.base import ModelError
+
+        raise ModelError("the provider is down")
+
+
+def test_a_turn_has_a_cost_only_where_prices_are_known(agent_path: Path) -> None:
+    """Without a price table no turn says a cost: one whose calls all failed said 0.0 (no call
+    was recorded, so none was found unpriced) where one that went well said nothing."""
+    agent = agentscript.load(agent_path)
+    failed = agent.session(model=FailingModel()).send("x")  # type: ignore[arg-type]
+    assert failed.error is not None
+    assert failed.usage is not None and "cost" not in failed.usage
+    assert "cost" not in failed.trace["usage"]
+    went_well = agent.session(model=UsageModel([Move(text="Done.")])).send("x")
+    assert went_well.usage is not None and "cost" not in went_well.usage
+    priced = Budget(prices={"test:tiny": Price(1.0, 2.0)})
+    failed = agent.session(model=FailingModel(), budget=priced).send("x")  # type: ignore[arg-type]
+    assert failed.usage is not None and failed.usage["cost"] == 0.0
+    went_well = agent.session(model=UsageModel([Move(text="Done.")]), budget=priced).send("x")
+    assert went_well.usage is not None and went_well.usage["cost"] == pytest.approx(0.00012)

@@ -13,7 +13,7 @@ import functools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -99,6 +99,9 @@ class AgentBase(ABC):
     integration_config: Any
     # Sessions' default bounds: the `[limits]` of agentscript.toml when loaded by `load`.
     limits: Limits = Limits()
+    # Whether `[actions.targets]` applies: Agent Script actions name Salesforce targets
+    # (flow://, apex://) a deployment maps to Python; Mantle tools are Python already.
+    maps_targets: bool = False
 
     def __init__(self, *, path: Path | None, name: str) -> None:
         self.path = path
@@ -117,7 +120,10 @@ class AgentBase(ABC):
     @property
     def action_settings(self) -> ActionSettings:
         if self._action_settings is None:
-            self._action_settings = load_settings(self.path)
+            settings = load_settings(self.path)
+            if not self.maps_targets and settings.targets:
+                settings = replace(settings, targets={})
+            self._action_settings = settings
         return self._action_settings
 
     @action_settings.setter
@@ -252,6 +258,8 @@ class AgentBase(ABC):
 
 class Agent(AgentBase):
     """A checked Agent Script agent, ready to start sessions. Create with :func:`agentscript.load`."""
+
+    maps_targets = True
 
     def __init__(
         self, outline: AgentOutline, *, path: Path | None = None, name: str | None = None
@@ -430,10 +438,16 @@ class Session:
                 error=reply.error,
                 escalated=reply.escalated,
                 ended=reply.ended,
-                cost=None if reply.refused else self.meter.turn.cost,
+                cost=None if reply.refused else self._known_cost(),
                 refused=reply.refused,
             )
         return reply
+
+    def _known_cost(self) -> float | None:
+        """The turn's cost, where prices are known for every model it used; else None. Without
+        a ``[prices]`` table nothing is priced: a turn whose calls all failed (none recorded,
+        so none found unpriced) said 0.0 where a turn that went well said nothing."""
+        return self.meter.turn.cost if self.meter.budget.prices else None
 
     async def _run_turn(self, trace: TurnTrace, text: str) -> Reply:
         """Run the turn ``trace`` records, or refuse it when the session has ended (a trace
@@ -484,8 +498,9 @@ class Session:
     ) -> Reply:
         text = "\n\n".join(m for m in result.messages if m)
         trace.response = text
-        if self.meter.turn.cost is not None and not refused:
-            trace.usage["cost"] = round(self.meter.turn.cost, 8)
+        cost = self._known_cost()
+        if cost is not None and not refused:
+            trace.usage["cost"] = round(cost, 8)
         trace_file = (
             self._write_trace(trace, self.trace_dir) if self.trace_dir is not None else None
         )
