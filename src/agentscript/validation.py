@@ -5,16 +5,23 @@ and the ``agentscript.toml`` files the checked paths use.
 of ours is an ``internal-error`` diagnostic naming the file (``internal_error``), so one bad
 input never hides the report on the others. ``config_results`` reports each
 ``agentscript.toml`` once, with the diagnostics ``agentscript.load`` raises for it, and
-never connects to anything. Used by ``agentscript validate`` and by anything else that
-checks files (a server, the test runner, an editor).
+never connects to anything. An ``.agent`` file's diagnostics end with a warning for each key
+of ``[actions.targets]`` none of its actions targets (``unmatched_target_warnings``): the
+mapping depends on the agent, so it is reported with the agent, on the toml file's line. Used
+by ``agentscript validate`` and by anything else that checks files (a server, the test runner,
+an editor).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agentscript.diagnostics import Diagnostic, Span, error
+from agentscript.diagnostics import Diagnostic, Span, error, warning
+
+if TYPE_CHECKING:
+    from agentscript.check.outline import AgentOutline
 
 
 def internal_error(path: str | Path, exc: BaseException) -> Diagnostic:
@@ -54,13 +61,18 @@ def validate_path(path: Path, dialect: str | None = None, lints: bool = True) ->
             return diagnostics
         result = check(doc, dialect=dialect)
         diagnostics = diagnostics + result.diagnostics
-        if lints and not any(d.is_error for d in diagnostics):
+        if any(d.is_error for d in diagnostics):
+            return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column))
+        if lints:
             from agentscript.authoring.lints import file_lints
             from agentscript.loader import read_source
 
             text, _problem = read_source(path)
             diagnostics += file_lints(str(path), result.outline, (text or "").replace("\r\n", "\n"))
-        return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column))
+        # The agent's own diagnostics in source order, then those on its agentscript.toml.
+        return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column)) + (
+            unmatched_target_warnings(path, result.outline)
+        )
     except Exception as exc:  # a bug of ours must not hide the rest of the report
         return [internal_error(path, exc)]
 
@@ -82,6 +94,7 @@ def config_diagnostics(path: Path) -> list[Diagnostic]:
     """What ``agentscript.load`` raises for the ``agentscript.toml`` that applies to the
     agent at ``path``: ``invalid-limits`` for ``[limits]``, ``config-error`` for the tables
     of the integrations; each on the toml file, made by the loader's own functions."""
+    from agentscript.actions.settings import ActionConfigError, load_settings
     from agentscript.engine.budgets import BudgetConfigError
     from agentscript.integrations.config import ConfigError
     from agentscript.limits import configured_limits
@@ -94,11 +107,64 @@ def config_diagnostics(path: Path) -> list[Diagnostic]:
         found.append(limits_error(path, exc))
     try:
         _check_integration_tables(path)
-    except (ConfigError, BudgetConfigError) as exc:
+        load_settings(path)  # as the loader: after the integration tables, in the same try
+    except (ConfigError, BudgetConfigError, ActionConfigError) as exc:
         found.append(config_error(path, exc))
     except Exception as exc:  # a bug of ours must not hide the rest of the report
         found.append(internal_error(path, exc))
     return found
+
+
+def unmatched_target_warnings(path: Path, outline: AgentOutline) -> list[Diagnostic]:
+    """``unmatched-action-target`` (warning) for each key of the ``[actions.targets]`` that
+    applies to the agent at ``path`` that none of its actions has as its target: a typo, so
+    the mapping never runs. On the key's line of the toml file. A table that does not load is
+    ``config_diagnostics``' to report, so it gives no warning here."""
+    from agentscript.actions.settings import ActionConfigError, load_targets, unmatched_targets
+    from agentscript.models.config import find_config
+
+    try:
+        targets = load_targets(path)
+    except ActionConfigError:
+        return []
+    agent_targets = sorted(
+        {a.target for node in outline.subagents.values() for a in node.actions.values() if a.target}
+    )
+    unmatched = unmatched_targets(targets, agent_targets)
+    config = find_config(path)
+    if not unmatched or config is None:
+        return []
+    text = _text_or_empty(config)
+    named = ", ".join(agent_targets) if agent_targets else "none"
+    found: list[Diagnostic] = []
+    for target in unmatched:
+        diag = warning(
+            "unmatched-action-target",
+            f"[actions.targets] maps {target!r}, but no action of {path.name} has that target, "
+            f"so the mapping never runs (a typo?); its action targets: {named}",
+            _key_span(text, target),
+        )
+        diag.file = str(config)
+        found.append(diag)
+    return found
+
+
+def _text_or_empty(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _key_span(text: str, key: str) -> Span:
+    """Where ``key`` is written, quoted, in the toml ``text`` (the file's start if not found:
+    an escaped or multi-line key)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        for quote in ('"', "'"):
+            column = line.find(f"{quote}{key}{quote}")
+            if column >= 0:
+                return Span(number, column + 1, number, column + len(key) + 3)
+    return Span(1, 1, 1, 1)
 
 
 def _check_integration_tables(path: Path) -> None:
@@ -116,4 +182,10 @@ def _check_integration_tables(path: Path) -> None:
             load_document(api)
 
 
-__all__ = ["config_diagnostics", "config_results", "internal_error", "validate_path"]
+__all__ = [
+    "config_diagnostics",
+    "config_results",
+    "internal_error",
+    "unmatched_target_warnings",
+    "validate_path",
+]

@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import agentscript
 from agentscript.actions.settings import ActionSettings, Isolation
+from agentscript.cli import main
+from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
 
@@ -328,15 +331,18 @@ def test_a_call_that_timed_out_waiting_for_a_busy_pool_never_starts_late(tmp_pat
 def test_a_malformed_actions_table_is_an_error_naming_the_file_and_the_key(
     tmp_path: Path, table: str, message: str
 ) -> None:
-    from agentscript.actions.settings import ActionConfigError
-
+    """At load (so `validate` reports it and `serve` refuses to start), not at the first
+    session: a server then answered every new session `422 invalid_variable`."""
     path = agent_in(tmp_path / "bad_cfg", "unused:who", {})
     config = path.parent / "agentscript.toml"
     config.write_text(f"[actions]\n{table}\n", encoding="utf-8")
-    agent = agentscript.load(path)
-    with pytest.raises(ActionConfigError) as caught:
-        agent.session(model=ScriptedModel())
-    assert str(config) in str(caught.value) and message in str(caught.value)
+    with pytest.raises(AgentScriptError) as caught:
+        agentscript.load(path)
+    [diag] = caught.value.diagnostics
+    assert diag.code == "config-error" and diag.file == str(config)
+    assert message in diag.message
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1 and message in result.output
 
 
 def test_process_mode_never_starts_a_call_whose_caller_gave_up_waiting_for_a_worker(

@@ -243,6 +243,15 @@ turns:
 """
 
 
+def unmapped(tmp_path: Path) -> Path:
+    """The example agent alone, without its folder's ``agentscript.toml``, whose
+    ``[actions.targets]`` gives its flows a Python backend: here they have no handler."""
+    agent = tmp_path / "agent" / ORDERS.name
+    agent.parent.mkdir()
+    agent.write_text(ORDERS.read_text(encoding="utf-8"), encoding="utf-8")
+    return agent
+
+
 @pytest.mark.parametrize(
     ("expect", "code"),
     [
@@ -259,7 +268,9 @@ def test_run_exits_1_when_a_turn_errors_unless_its_expect_expects_it(
     conversation = tmp_path / "c.yaml"
     conversation.write_text(ERRORING_TURN.format(expect=expect), encoding="utf-8")
 
-    result = CliRunner().invoke(main, ["run", str(ORDERS), "--conversation", str(conversation)])
+    result = CliRunner().invoke(
+        main, ["run", str(unmapped(tmp_path)), "--conversation", str(conversation)]
+    )
 
     assert result.exit_code == code, result.output
     assert "has no handler" in result.output  # the error itself is always shown
@@ -270,7 +281,7 @@ def test_run_json_reports_the_unexpected_error_as_a_failed_expectation(tmp_path:
     conversation.write_text(ERRORING_TURN.format(expect=""), encoding="utf-8")
 
     result = CliRunner().invoke(
-        main, ["run", str(ORDERS), "--conversation", str(conversation), "--json"]
+        main, ["run", str(unmapped(tmp_path)), "--conversation", str(conversation), "--json"]
     )
 
     assert result.exit_code == 1

@@ -153,12 +153,15 @@ def test_playground_stubs_answer_flow_actions_like_chat_stubs() -> None:
     assert turn["error"] is None
 
 
-def test_playground_without_stubs_a_flow_action_fails_as_a_turn_error() -> None:
+def test_playground_without_stubs_a_flow_action_fails_as_a_turn_error(tmp_path: Path) -> None:
     async def scenario(c: httpx.AsyncClient) -> dict[str, Any]:
         sid = await session(c, "Order_Status", variables={"order_ID": "1234"})
         return await say(c, sid, "/go_to_orders")
 
-    turn = run(options(ORDER_STATUS), scenario)
+    # The agent alone: its folder's agentscript.toml maps the flows to a Python backend.
+    alone = tmp_path / "order_status.agent"
+    alone.write_text(Path(ORDER_STATUS).read_text(encoding="utf-8"), encoding="utf-8")
+    turn = run(options(str(alone)), scenario)
     assert turn["error"] and "get_delivery_date" in turn["error"]
 
 

@@ -4,7 +4,9 @@ Resolution order for one call of action ``name`` with target ``scheme://path``:
 
 1. a stub from the conversation file or test (``StubBook``), by action name;
 2. a callable passed to the session for that action name;
-3. the handler registered for the target's scheme (``python://`` is built in);
+3. the handler registered for the target's scheme (``python://`` is built in); when
+   ``[actions.targets]`` of ``agentscript.toml`` maps the target to a ``python://`` one, that
+   target runs instead, exactly as if the agent had written it (``request.ran`` says which);
 4. otherwise the call fails with an error that names the action and the fix.
 
 How a call runs (``actions/settings.py`` chooses per agent or per action):
@@ -60,21 +62,30 @@ class ActionError(RunFailure):
 @dataclass(slots=True)
 class ActionRequest:
     name: str  # the action definition name
-    target: str | None  # the target URI, e.g. "flow://Get_Order"
+    target: str | None  # the target URI as the agent wrote it, e.g. "flow://Get_Order"
     inputs: dict[str, Any]
     agent_dir: Path | None = None
     # What the call wrote to stdout/stderr ({"stdout": ..., "stderr": ...}, non-empty only).
     printed: dict[str, str] | None = None
+    # The python:// target [actions.targets] ran instead of ``target`` (None: none did).
+    ran: str | None = None
+
+    @property
+    def runs(self) -> str | None:
+        """The target that is run: the mapped one, else the agent's."""
+        return self.ran or self.target
 
     @property
     def scheme(self) -> str | None:
-        if not self.target or "://" not in self.target:
+        runs = self.runs
+        if not runs or "://" not in runs:
             return None
-        return self.target.split("://", 1)[0].lower()
+        return runs.split("://", 1)[0].lower()
 
     @property
     def path(self) -> str:
-        return self.target.split("://", 1)[1] if self.target and "://" in self.target else ""
+        runs = self.runs
+        return runs.split("://", 1)[1] if runs and "://" in runs else ""
 
 
 @dataclass(slots=True)
@@ -232,9 +243,7 @@ class ActionRunner:
         if function is not None:
             target, args, is_async = function, request.inputs, self._is_async(function)
         else:
-            handler = self.handlers.get(request.scheme or "")
-            if handler is None:
-                raise ActionError(_no_handler_message(request))
+            handler = self._handler(request)
             target, args = functools.partial(handler, request), {}
             is_async = self._is_async(handler)
         printed = Printed(self.settings.output_limit)
@@ -261,6 +270,18 @@ class ActionRunner:
                 f"action '{request.name}' returned {type(result).__name__}; it must return a dict of outputs"
             )
         return dict(result)
+
+    def _handler(self, request: ActionRequest) -> Handler:
+        """The handler of the target that runs: the python:// target ``[actions.targets]``
+        maps the agent's to (recorded in ``request.ran``), else the agent's own. A mapping is
+        per target, so it wins over a handler registered for the whole scheme."""
+        mapped = self.settings.targets.get(request.target) if request.target else None
+        if mapped is not None:
+            request.ran = mapped
+        handler = self.handlers.get(request.scheme or "")
+        if handler is None:
+            raise ActionError(_no_handler_message(request))
+        return handler
 
     async def _call(
         self,
@@ -348,7 +369,7 @@ def _python_target(request: ActionRequest) -> tuple[str, str]:
     module_name, _, function_name = request.path.partition(":")
     if not module_name or not function_name:
         raise ActionError(
-            f"python target '{request.target}' must look like python://package.module:function"
+            f"python target '{request.runs}' must look like python://package.module:function"
         )
     return module_name, function_name
 

@@ -10,6 +10,9 @@ output_limit = 16000          # characters of captured stdout/stderr kept per st
 [actions.isolation_by_action]  # per action name, overriding the default above
 generate_report = "process"
 format_date = "inline"
+
+[actions.targets]  # a target as the agent writes it -> the python:// target that runs instead
+"flow://Get_Delivery_Date" = "python://orders_backend:get_delivery_date"
 ```
 
 * ``thread``: a long-lived pool of daemon threads; the turn never waits past the timeout, but a
@@ -23,15 +26,26 @@ format_date = "inline"
 
 ``async def`` actions always run on the event loop under ``asyncio.timeout``, whatever the mode.
 
+``targets`` lets ``.agent`` files written for Salesforce (``flow://``, ``apex://``) run unchanged:
+the mapped ``python://module:function`` is run exactly as that target written in the agent
+would be (``actions/registry.py``), after stubs and ``actions=`` callables. Only Agent Script
+agents apply it (a Mantle project's tools are Python already). A key must be a target
+(``scheme://...``) and a value a ``python://module:function`` string; a key no action of the
+agent targets is a warning of ``agentscript validate`` (:func:`unmatched_targets`), not an error.
+
 The file is the one :func:`agentscript.models.config.find_config` picks for the agent's
 folder. Contract: :func:`load_settings` returns the settings, or raises
 :class:`ActionConfigError` naming the file and the key; a missing file or table gives defaults.
+:func:`load_targets` reads and checks ``[actions.targets]`` alone: ``agentscript.load`` calls it
+so a bad mapping stops the agent from loading, while the rest of ``[actions]`` is still read at
+the first session (an embedding app may assign ``agent.action_settings`` before that).
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -58,6 +72,8 @@ class ActionSettings:
     workers: int | None = None  # None: the shared pool's default
     output_limit: int = DEFAULT_LIMIT
     loop_wait: float = DEFAULT_LOOP_WAIT  # seconds; see ``loop_wait_ms`` above
+    # [actions.targets]: the agent's target as written -> the python:// target run instead.
+    targets: Mapping[str, str] = field(default_factory=dict)
 
     def mode(self, action: str) -> Isolation:
         return self.by_action.get(action, self.isolation)
@@ -71,12 +87,86 @@ def _isolation(value: Any, where: str) -> Isolation:
         raise ActionConfigError(f"{where}: isolation {value!r} is not one of {choices}") from None
 
 
-def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") -> ActionSettings:
-    """Validate a decoded TOML document's ``[actions]`` table."""
+# A target as an agent names one: a scheme, "://", then at least one character, no whitespace
+# (the runtime splits a target at its first "://": "flow:Name" names no scheme to it).
+_TARGET = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+
+
+def _toml_kind(value: Any) -> str:
+    """What a TOML value is, in TOML's words, for a message."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return "a date or time"
+
+
+def _mapped_target(key: str, value: Any, where: str) -> str:
+    """``value`` checked as what runs instead of target ``key``: a ``python://module:function``."""
+    table = f"{where}: [actions.targets] {key!r}"
+    fix = 'write "python://module:function" (a function of a module in the agent\'s folder or installed)'
+    if not isinstance(value, str):
+        raise ActionConfigError(f"{table} is {_toml_kind(value)}; {fix}")
+    if not _TARGET.fullmatch(value):
+        raise ActionConfigError(f"{table} = {value!r} is not a target; {fix}")
+    scheme, _, path = value.partition("://")
+    if scheme.lower() != "python":
+        raise ActionConfigError(
+            f"{table} = {value!r}: only a python:// target can run instead of another; {fix}"
+        )
+    module, _, function = path.partition(":")
+    if not module or not function:
+        raise ActionConfigError(f"{table} = {value!r} names no function; {fix}")
+    return value
+
+
+def parse_targets(table: Mapping[str, Any], *, where: str = "agentscript.toml") -> dict[str, str]:
+    """The ``targets`` of an ``[actions]`` table, checked (empty without one)."""
+    targets = table.get("targets", {})
+    if not isinstance(targets, Mapping):
+        raise ActionConfigError(
+            f'{where}: [actions.targets] must be a table of "target" = "python://module:function"'
+        )
+    checked: dict[str, str] = {}
+    for key, value in targets.items():
+        if not _TARGET.fullmatch(key):
+            raise ActionConfigError(
+                f"{where}: [actions.targets] key {key!r} is not an action target; write the "
+                'target as the agent does, in quotes: "flow://Get_Delivery_Date" = ...'
+            )
+        checked[key] = _mapped_target(key, value, where)
+    return checked
+
+
+def unmatched_targets(targets: Iterable[str], agent_targets: Iterable[str]) -> list[str]:
+    """The keys of ``[actions.targets]`` that no action of the agent has as its target (most
+    likely a typo: the mapping never applies), in the file's order."""
+    used = set(agent_targets)
+    return [target for target in targets if target not in used]
+
+
+def _actions_table(data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     table = data.get("actions", {})
     if not isinstance(table, Mapping):
         raise ActionConfigError(f"{where}: [actions] must be a table")
-    known = {"isolation", "isolation_by_action", "workers", "output_limit", "loop_wait_ms"}
+    return table
+
+
+def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") -> ActionSettings:
+    """Validate a decoded TOML document's ``[actions]`` table."""
+    table = _actions_table(data, where)
+    known = {
+        "isolation",
+        "isolation_by_action",
+        "workers",
+        "output_limit",
+        "loop_wait_ms",
+        "targets",
+    }
     unknown = sorted(set(table) - known)
     if unknown:
         raise ActionConfigError(
@@ -109,20 +199,40 @@ def parse_settings(data: Mapping[str, Any], *, where: str = "agentscript.toml") 
         workers=workers,
         output_limit=limit,
         loop_wait=wait_ms / 1000,
+        targets=parse_targets(table, where=where),
     )
+
+
+def _config(start: Path | None) -> tuple[Mapping[str, Any], str] | None:
+    """The decoded ``agentscript.toml`` that applies to ``start`` and its path, or None."""
+    from agentscript.models.config import find_config, read_toml
+
+    if start is None:  # an agent made from text: no folder, no file
+        return None
+    path = find_config(start)
+    if path is None or not path.is_file():
+        return None
+    try:
+        return read_toml(path), str(path)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ActionConfigError(f"{path}: cannot read: {exc}") from None
 
 
 def load_settings(start: Path | None) -> ActionSettings:
     """The settings for an agent in folder ``start`` (defaults without a config file)."""
-    from agentscript.models.config import find_config, read_toml
+    config = _config(start)
+    if config is None:
+        return ActionSettings()
+    data, where = config
+    return parse_settings(data, where=where)
 
-    if start is None:  # an agent made from text: no folder, no file
-        return ActionSettings()
-    path = find_config(start)
-    if path is None or not path.is_file():
-        return ActionSettings()
-    try:
-        data = read_toml(path)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ActionConfigError(f"{path}: cannot read: {exc}") from None
-    return parse_settings(data, where=str(path))
+
+def load_targets(start: Path | None) -> dict[str, str]:
+    """The checked ``[actions.targets]`` for the agent at ``start`` (empty without a file or
+    table); ActionConfigError naming the file and the key. The rest of ``[actions]`` is not
+    read here (see the module docstring)."""
+    config = _config(start)
+    if config is None:
+        return {}
+    data, where = config
+    return parse_targets(_actions_table(data, where), where=where)

@@ -411,6 +411,7 @@ class ProcedureExecutor:
         try:
             outputs = self.check_outputs(action, await self.runner.run(request))
         except ActionError as exc:
+            ran_instead(step, request)
             if request.printed:
                 step["printed"] = request.printed
             step["error"] = str(exc)
@@ -419,6 +420,7 @@ class ProcedureExecutor:
             return None, step
         step["durationMs"] = elapsed_ms(started)
         step["output"] = outputs
+        ran_instead(step, request)
         if request.printed:
             step["printed"] = request.printed
         step["postVars"] = self.snapshot()
@@ -464,6 +466,14 @@ class ProcedureExecutor:
         for name in action.outputs:
             clean.setdefault(name, None)
         return clean
+
+
+def ran_instead(step: dict[str, Any], request: ActionRequest) -> None:
+    """``ranTarget`` on an ACTION_STEP whose target ``[actions.targets]`` mapped: the
+    python:// target that ran. ``target`` stays the agent's own; the key is absent otherwise
+    (a stub, a callable or the target itself ran)."""
+    if request.ran is not None:
+        step["ranTarget"] = request.ran
 
 
 def coerce_declared(value: Any, type_name: str) -> Any:

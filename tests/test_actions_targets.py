@@ -1,0 +1,369 @@
+"""``[actions.targets]`` of ``agentscript.toml``: an ``.agent`` file written for Salesforce
+(``flow://``, ``apex://``) runs unchanged, each mapped target by the ``python://`` function the
+file names, exactly as that target written in the agent would run. Stubs and ``actions=``
+callables still come first; a malformed table stops the agent from loading (``load``,
+``validate``, ``serve``); a key no action targets is a ``validate`` warning; the trace keeps the
+agent's ``target`` and says what ran instead in ``ranTarget``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from click.testing import CliRunner
+
+import agentscript
+from agentscript.actions import StubBook
+from agentscript.cli import main
+from agentscript.diagnostics import AgentScriptError
+from agentscript.engine.session import Reply
+from agentscript.models.scripted import Move, ScriptedModel
+from agentscript.validation import validate_path
+
+REPO = Path(__file__).resolve().parents[1]
+ORDER_STATUS = REPO / "examples" / "order_status"
+
+AGENT = """\
+# @dialect: agentscript
+system:
+    instructions: "Be brief."
+    messages:
+        welcome: "Hi"
+        error: "Something failed."
+config:
+    developer_name: "Orders"
+
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Use the tool.
+        actions:
+            lookup: @actions.lookup
+                with order_ID="7"
+    actions:
+        lookup:
+            description: "Look an order up"
+            target: "{target}"
+            inputs:
+                order_ID: string
+            outputs:
+                status: string
+                where: string
+"""
+
+BACKEND = """\
+import os
+
+
+def lookup(order_ID):
+    return {"status": f"shipped {order_ID}", "where": f"{__name__} pid {os.getpid()}"}
+"""
+
+MAPPING = '[actions.targets]\n"flow://Lookup_Order" = "python://backend:lookup"\n'
+
+
+@pytest.fixture(autouse=True)
+def _no_config_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The toml under test is the one beside the agent, not one the shell points at.
+    monkeypatch.delenv("AGENTSCRIPT_CONFIG", raising=False)
+
+
+def agent_in(folder: Path, toml: str | None, target: str = "flow://Lookup_Order") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "backend.py").write_text(BACKEND, encoding="utf-8")
+    if toml is not None:
+        (folder / "agentscript.toml").write_text(toml, encoding="utf-8")
+    path = folder / "orders.agent"
+    path.write_text(AGENT.replace("{target}", target), encoding="utf-8")
+    return path
+
+
+def one_call(path: Path, **session: Any) -> Reply:
+    agent = agentscript.load(path)
+    model = ScriptedModel([Move(calls=[("lookup", {})]), Move(text="Done.")])
+    return agent.session(model=model, **session).send("where is order 7?")
+
+
+def action_step(reply: Reply) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = reply.trace["planTrace"]["steps"]
+    return next(s for s in steps if s["type"] == "ACTION_STEP")
+
+
+# ------------------------------------------------------------------ running
+
+
+def test_a_mapped_target_runs_the_python_function_of_the_agents_folder(tmp_path: Path) -> None:
+    reply = one_call(agent_in(tmp_path / "a", MAPPING))
+    step = action_step(reply)
+    assert reply.error is None and step["error"] is None
+    assert step["output"]["status"] == "shipped 7"
+    # Imported as the agent's own module (actions/modules.py), as python://backend:lookup is.
+    assert step["output"]["where"].startswith("agentscript_agents.a")
+    assert step["output"]["where"].split(" pid ")[0].endswith(".backend")
+    assert int(step["output"]["where"].split(" pid ")[1]) == os.getpid()  # thread mode
+
+
+def test_the_trace_keeps_the_agents_target_and_says_what_ran_instead(tmp_path: Path) -> None:
+    step = action_step(one_call(agent_in(tmp_path / "a", MAPPING)))
+    assert step["target"] == "flow://Lookup_Order"
+    assert step["ranTarget"] == "python://backend:lookup"
+    # The key comes only with a mapping: a target that runs as written has none.
+    direct = action_step(one_call(agent_in(tmp_path / "b", None, "python://backend:lookup")))
+    assert direct["target"] == "python://backend:lookup" and "ranTarget" not in direct
+    assert direct["output"]["status"] == step["output"]["status"]
+
+
+def test_without_a_mapping_the_target_still_has_no_handler(tmp_path: Path) -> None:
+    step = action_step(one_call(agent_in(tmp_path / "a", None)))
+    assert "has no handler" in step["error"] and "ranTarget" not in step
+
+
+def test_a_stub_wins_over_the_mapping(tmp_path: Path) -> None:
+    stubs = StubBook.from_data({"lookup": {"outputs": {"status": "stubbed", "where": "stub"}}})
+    step = action_step(one_call(agent_in(tmp_path / "a", MAPPING), stubs=stubs))
+    assert step["output"] == {"status": "stubbed", "where": "stub"}
+    assert "ranTarget" not in step
+
+
+def test_an_actions_callable_wins_over_the_mapping(tmp_path: Path) -> None:
+    def lookup(order_ID: str) -> dict[str, str]:
+        return {"status": "callable", "where": "session"}
+
+    step = action_step(one_call(agent_in(tmp_path / "a", MAPPING), actions={"lookup": lookup}))
+    assert step["output"] == {"status": "callable", "where": "session"}
+    assert "ranTarget" not in step
+
+
+def test_the_mapping_wins_over_a_handler_registered_for_the_scheme(tmp_path: Path) -> None:
+    agent = agentscript.load(agent_in(tmp_path / "a", MAPPING))
+    agent.register_handler("flow", lambda request: {"status": "flow handler", "where": "h"})
+    model = ScriptedModel([Move(calls=[("lookup", {})]), Move(text="Done.")])
+    step = action_step(agent.session(model=model).send("go"))
+    assert step["output"]["status"] == "shipped 7" and step["ranTarget"]
+
+
+def test_a_run_conversation_with_stubs_behaves_as_before() -> None:
+    # examples/order_status maps its flows now; late_order.yaml's stubs still answer.
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(ORDER_STATUS / "order_status.agent"),
+            "--conversation",
+            str(ORDER_STATUS / "late_order.yaml"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("files", "function", "expected"),
+    [
+        ({}, "lookup", "cannot import 'backend' for action 'lookup'"),
+        ({"backend.py": BACKEND}, "nope", "'backend' has no function 'nope' (action 'lookup')"),
+    ],
+)
+def test_a_missing_module_or_function_is_the_error_a_python_target_gives(
+    tmp_path: Path, files: dict[str, str], function: str, expected: str
+) -> None:
+    def error_of(target: str, toml: str | None, folder: Path) -> str:
+        path = agent_in(folder, toml, target)
+        if "backend.py" not in files:
+            (folder / "backend.py").unlink()
+        return str(action_step(one_call(path))["error"])
+
+    toml = f'[actions.targets]\n"flow://Lookup_Order" = "python://backend:{function}"\n'
+    mapped = error_of("flow://Lookup_Order", toml, tmp_path / "mapped")
+    direct = error_of(f"python://backend:{function}", None, tmp_path / "direct")
+    assert expected in mapped
+    assert mapped.replace(str(tmp_path / "mapped"), "") == direct.replace(
+        str(tmp_path / "direct"), ""
+    )
+
+
+def test_process_isolation_runs_a_mapped_target_in_a_worker(tmp_path: Path) -> None:
+    toml = '[actions]\nisolation = "process"\n\n' + MAPPING
+    step = action_step(one_call(agent_in(tmp_path / "p", toml)))
+    assert step["error"] is None and step["ranTarget"] == "python://backend:lookup"
+    assert step["output"]["status"] == "shipped 7"
+    module, pid = step["output"]["where"].split(" pid ")
+    assert module.startswith("agentscript_agents.a") and module.endswith(".backend")
+    assert int(pid) != os.getpid()  # ran in a worker process
+
+
+def test_a_mantle_project_ignores_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Mantle tools are Python already: the mapping is for Agent Script actions only.
+    config = tmp_path / "agentscript.toml"
+    config.write_text('[actions.targets]\n"mantle://x/y" = "python://backend:lookup"\n')
+    monkeypatch.setenv("AGENTSCRIPT_CONFIG", str(config))
+    agent = agentscript.load(REPO / "examples" / "card_bank")
+    assert agent.action_settings.targets == {}
+    orders = agentscript.load(agent_in(tmp_path / "a", None))
+    assert orders.action_settings.targets == {"mantle://x/y": "python://backend:lookup"}
+
+
+# ------------------------------------------------------------------ serve
+
+
+def test_serve_runs_the_example_flows_through_the_mapping(tmp_path: Path) -> None:
+    from agentscript.server.agents import load_agents, serve_agents
+    from agentscript.server.app import create_app
+    from agentscript.server.auth import ApiKeys
+    from agentscript.server.standin import StandInModel
+    from agentscript.store import store_from_url
+
+    agents = load_agents([str(ORDER_STATUS)])
+    served = serve_agents(agents, {a.name: StandInModel() for a in agents})
+    store = store_from_url(f"sqlite:///{tmp_path}/sessions.db")
+    app = create_app(served, store, keys=ApiKeys.of(), purge_every=None)
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://test"
+            ) as client,
+        ):
+            created = await client.post(
+                "/v1/agents/Order_Status/sessions", json={"variables": {"order_ID": "1234"}}
+            )
+            assert created.status_code == 201, created.text
+            sid = created.json()["session_id"]
+            turn = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "/go_to_orders"})
+            assert turn.status_code == 200, turn.text
+            trace = await client.get(turn.json()["trace_url"])
+            return turn.json(), trace.json()
+
+    turn, trace = asyncio.run(scenario())
+    assert turn["error"] is None
+    assert turn["actions"] == ["go_to_orders", "get_delivery_date", "check_if_late"]
+    assert turn["variables"]["updated_delivery_date"] == "February 10, 2026"
+    assert turn["variables"]["is_late"] is True
+    steps = [s for s in trace["planTrace"]["steps"] if s["type"] == "ACTION_STEP"]
+    assert [(s["target"], s["ranTarget"], s["error"]) for s in steps] == [
+        ("flow://Get_Delivery_Date", "python://orders_backend:get_delivery_date", None),
+        ("flow://Check_If_Late", "python://orders_backend:check_if_late", None),
+    ]
+
+
+# ------------------------------------------------------------------ configuration errors
+
+BAD = {
+    "key not a target": (
+        '"Get_Delivery" = "python://backend:lookup"',
+        "[actions.targets] key 'Get_Delivery' is not an action target",
+    ),
+    "value not a target": (
+        '"flow://Lookup_Order" = "backend:lookup"',
+        "[actions.targets] 'flow://Lookup_Order' = 'backend:lookup' is not a target",
+    ),
+    "value not python": (
+        '"flow://Lookup_Order" = "apex://Lookup"',
+        "'apex://Lookup': only a python:// target can run instead of another",
+    ),
+    "value not a string": (
+        '"flow://Lookup_Order" = 5',
+        "[actions.targets] 'flow://Lookup_Order' is a number",
+    ),
+    "value a table": (
+        '"flow://Lookup_Order" = { module = "backend" }',
+        "[actions.targets] 'flow://Lookup_Order' is a table",
+    ),
+    "python target without a function": (
+        '"flow://Lookup_Order" = "python://backend"',
+        "'python://backend' names no function",
+    ),
+}
+
+
+def bad_agent(folder: Path, line: str) -> Path:
+    return agent_in(folder, f"[actions.targets]\n{line}\n")
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_malformed_mapping_is_a_load_error_naming_the_file(tmp_path: Path, case: str) -> None:
+    line, message = BAD[case]
+    path = bad_agent(tmp_path / "bad", line)
+    with pytest.raises(AgentScriptError) as caught:
+        agentscript.load(path)
+    [diag] = caught.value.diagnostics
+    assert diag.code == "config-error" and diag.file == str(path.parent / "agentscript.toml")
+    assert message in diag.message
+    assert 'write "python://module:function"' in diag.message or "in quotes" in diag.message
+
+
+def test_targets_must_be_a_table(tmp_path: Path) -> None:
+    path = agent_in(tmp_path / "bad", '[actions]\ntargets = "python://backend:lookup"\n')
+    with pytest.raises(AgentScriptError, match=r"\[actions.targets\] must be a table"):
+        agentscript.load(path)
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_validate_reports_a_malformed_mapping_as_load_does(tmp_path: Path, case: str) -> None:
+    line, message = BAD[case]
+    path = bad_agent(tmp_path / "bad", line)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "error[config-error]" in result.output and message in result.output
+
+
+@pytest.mark.parametrize("case", ["key not a target", "value not python", "value not a string"])
+def test_serve_refuses_to_start_with_a_malformed_mapping(tmp_path: Path, case: str) -> None:
+    # The real command in a process of its own, bounded: a server that starts would serve on.
+    line, message = BAD[case]
+    path = bad_agent(tmp_path / "bad", line)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("AGENTSCRIPT_STORE", "AGENTSCRIPT_CONFIG")
+    }
+    env["AGENTSCRIPT_API_KEYS"] = ""
+    command = [sys.executable, "-m", "agentscript.cli", "serve", str(path), "--model", "standin"]
+    command += ["--store", f"sqlite:///{tmp_path}/s.db", "--port", "0"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("serve started with a malformed [actions.targets]")
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert "cannot serve an agent with errors" in output and message in output
+    assert "Traceback" not in output
+
+
+# ------------------------------------------------------------------ the typo warning
+
+
+def test_a_key_no_action_targets_is_a_validate_warning_on_its_line(tmp_path: Path) -> None:
+    toml = MAPPING + '"flow://Lookup_Ordr" = "python://backend:lookup"\n'
+    path = agent_in(tmp_path / "typo", toml)
+    agentscript.load(path)  # a warning, not a load error
+    [warning] = [d for d in validate_path(path) if d.code == "unmatched-action-target"]
+    assert warning.severity.value == "warning"
+    assert warning.file == str(path.parent / "agentscript.toml")
+    assert (warning.span.line, warning.span.column) == (3, 1)
+    assert "'flow://Lookup_Ordr'" in warning.message and "flow://Lookup_Order" in warning.message
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "warning[unmatched-action-target]" in result.output
+    assert "0 error(s), 1 warning(s)" in result.output
+
+
+def test_no_warning_when_every_key_is_a_target_of_the_agent() -> None:
+    diagnostics = validate_path(ORDER_STATUS / "order_status.agent")
+    assert not [d for d in diagnostics if d.code == "unmatched-action-target"]
+
+
+def test_the_example_validates_clean(tmp_path: Path) -> None:
+    # A copy, so the result depends on the example's files alone.
+    folder = tmp_path / "order_status"
+    shutil.copytree(ORDER_STATUS, folder)
+    result = CliRunner().invoke(main, ["validate", str(folder)])
+    assert result.exit_code == 0 and "0 error(s), 0 warning(s)" in result.output, result.output
