@@ -90,7 +90,7 @@ def _integrated(agent: AgentBase, file: Path) -> AgentBase:
     """``agent`` with the integrations of its ``agentscript.toml`` (MCP servers, OpenAPI,
     budgets, resilience, telemetry) and its ``[actions]`` checked; a malformed table is a
     ``config-error`` diagnostic on that file (its message names the table and the fix)."""
-    from agentscript.actions.settings import ActionConfigError, load_settings
+    from agentscript.actions.settings import ActionConfigError
     from agentscript.engine.budgets import BudgetConfigError
     from agentscript.integrations.config import ConfigError
     from agentscript.integrations.otel import TelemetryConfigError
@@ -98,10 +98,11 @@ def _integrated(agent: AgentBase, file: Path) -> AgentBase:
 
     try:
         configure_agent(agent)
-        # [actions] now, not only at the first session: a server started fine, then answered
-        # every new session 422 invalid_variable for its operator's `isolation = "fork"`, and a
-        # target mapped to nothing runnable would fail every turn.
-        load_settings(file)
+        # [actions] read now, and kept, not at the first session: a server started fine, then
+        # answered every new session 422 invalid_variable for its operator's
+        # `isolation = "fork"` (or for the file edited so after its start), and a target mapped
+        # to nothing runnable would fail every turn.
+        agent.action_settings  # noqa: B018 - the property reads and keeps the table
     except (ConfigError, BudgetConfigError, TelemetryConfigError, ActionConfigError) as exc:
         diag = config_error(file, exc)
         raise AgentScriptError([diag], diag.file) from None

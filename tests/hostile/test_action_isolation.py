@@ -345,6 +345,18 @@ def test_a_malformed_actions_table_is_an_error_naming_the_file_and_the_key(
     assert result.exit_code == 1 and message in result.output
 
 
+def test_the_actions_table_is_read_at_load_and_kept(tmp_path: Path) -> None:
+    """A file edited after the agent loaded (a server running) changes nothing: the settings
+    were read and checked at load; sessions used to read them at the first one, and failed."""
+    path = agent_in(tmp_path / "kept_cfg", "unused:who", {})
+    config = path.parent / "agentscript.toml"
+    config.write_text('[actions]\nisolation = "inline"\n', encoding="utf-8")
+    agent = agentscript.load(path)
+    config.write_text('[actions]\nisolation = "fork"\n', encoding="utf-8")
+    agent.session(model=ScriptedModel())  # no error: the table as it was at load
+    assert agent.action_settings.isolation == Isolation.INLINE
+
+
 def test_process_mode_never_starts_a_call_whose_caller_gave_up_waiting_for_a_worker(
     tmp_path: Path,
 ) -> None:

@@ -114,7 +114,8 @@ class AgentBase(ABC):
         # The [resilience] fallback model the CLI wraps the chosen model with (models/fallback.py).
         self.fallback: FallbackSettings | None = None
         # How sync actions run (thread pool, inline, worker processes): the [actions] table of
-        # the agent's agentscript.toml, read at the first session; assign to override.
+        # the agent's agentscript.toml, read when the loader loads the agent (else at the first
+        # session) and kept; assign to override.
         self._action_settings: ActionSettings | None = None
 
     @property
