@@ -472,3 +472,42 @@ def test_the_banner_says_where_a_relative_sqlite_file_is_and_brackets_an_ipv6_ho
     absolute = tmp_path / "abs.db"
     _app, lines = build_app(replace(options, store=f"sqlite:///{absolute}", host="127.0.0.1"))
     assert f"store:  sqlite:///{absolute}\n" in "\n".join(lines) + "\n"
+
+
+ORG_AGENT = """\
+system:
+    instructions: "Help."
+    messages:
+        welcome: "Hi"
+        error: "Sorry."
+
+config:
+    developer_name: "OrgAgent"
+
+variables:
+    customer_id: linked string
+        description: "The customer ID, from the host"
+
+start_agent main:
+    description: "Main"
+    reasoning:
+        instructions: ->
+            | Help the customer.
+"""
+
+
+def test_serve_checks_against_the_dialect_it_is_given(tmp_path: Path) -> None:
+    """A linked variable without a Salesforce source is an error of the agentforce dialect
+    (the default without a header), with a hint; `--dialect agentscript` serves it, as `run`
+    and `chat` do."""
+    agent = tmp_path / "org.agent"
+    agent.write_text(ORG_AGENT)
+    code, out = serve(str(agent), "--model", "standin")
+    assert code == 2 and "cannot serve an agent with errors" in out
+    assert "linked-variable-missing-source" in out
+    assert "hint: --dialect agentscript checks without the Salesforce-org rules" in out
+    options = ServeOptions(paths=[str(agent)], model="standin", store="memory://")
+    with pytest.raises(ServeError):
+        build_app(options)
+    _app, lines = build_app(replace(options, dialect="agentscript"))
+    assert any("OrgAgent" in line for line in lines)

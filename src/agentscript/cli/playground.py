@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from agentscript.cli.common import exit_with
-from agentscript.cli.options import var_option
+from agentscript.cli.options import dialect_option, var_option
 
 
 @click.command()
@@ -23,6 +23,7 @@ from agentscript.cli.options import var_option
     help="A conversation file whose 'actions:' answer flow://, apex://, ... actions.",
 )
 @var_option
+@dialect_option
 def playground(paths: tuple[str, ...], **options: Any) -> None:
     """Chat with agents in the browser and watch every decision (needs agentscript[serve])."""
     from agentscript.server.playground.command import playground_cli

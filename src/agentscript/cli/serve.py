@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from agentscript.cli.common import exit_with
+from agentscript.cli.options import dialect_option
 from agentscript.server.config import ServerConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,6 +117,7 @@ def _count(flag: str, minimum: int, text: str) -> Callable[[F], F]:
     "trace_url and the playground's links then carry it.",
 )
 @click.option("--playground", is_flag=True, help="Also serve the playground page at /playground/.")
+@dialect_option
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve agents over HTTP with durable sessions (needs agentscript[serve])."""
     from agentscript.server.command import serve_cli

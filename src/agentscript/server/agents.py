@@ -125,16 +125,20 @@ def is_agent_name(name: str) -> bool:
     return re.fullmatch(AGENT_NAME, name) is not None and name.strip(".") != ""
 
 
-def load_agents(paths: Sequence[str]) -> list[AgentBase]:
-    """Every agent under ``paths`` (AgentLoadError naming the file and its first errors)."""
+def load_agents(paths: Sequence[str], dialect: str | None = None) -> list[AgentBase]:
+    """Every agent under ``paths`` (AgentLoadError naming the file and its first errors);
+    ``.agent`` files checked against ``dialect`` (None: each file's ``# @dialect:`` header,
+    else agentforce), as ``run --dialect`` does."""
     from agentscript.loader import load
 
     agents: dict[str, tuple[AgentBase, Path]] = {}
     for path in discover(paths):
         try:
-            agent = load(path)
+            agent = load(path, dialect=dialect)
         except AgentScriptError as exc:
             errors = [d.format() for d in exc.diagnostics if d.is_error][:5]
+            if dialect != "agentscript" and str(path).endswith(".agent"):
+                errors.append("hint: --dialect agentscript checks without the Salesforce-org rules")
             raise AgentLoadError(
                 f"{path}: cannot serve an agent with errors\n" + "\n".join(errors)
             ) from None

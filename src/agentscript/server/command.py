@@ -73,6 +73,8 @@ class ServeOptions:
     variables: list[str] = field(default_factory=list)
     # Set for the workers of --workers N: each served agent's source_digest at start-up.
     sources: dict[str, str] = field(default_factory=dict)
+    # The dialect .agent files are checked against (--dialect; None: each file's header).
+    dialect: str | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -130,7 +132,7 @@ def build_app(
     if options.workers > 1 and store.url == "memory://":
         raise ServeError("memory:// cannot be shared by several workers; use SQLite or PostgreSQL")
     try:
-        agents = load_agents(options.paths)
+        agents = load_agents(options.paths, options.dialect)
     except AgentLoadError as exc:
         raise ServeError(str(exc)) from None
     models: dict[str, Model] = {}

@@ -73,6 +73,7 @@ def playground_cli(
     base_url: str | None = None,
     stubs: str | None = None,
     variables: Sequence[str] = (),
+    dialect: str | None = None,
 ) -> ExitCode:
     """What the ``playground`` click command calls; the exit code."""
     options = ServeOptions(
@@ -85,5 +86,6 @@ def playground_cli(
         playground=True,
         stubs=stubs,
         variables=list(variables),
+        dialect=dialect,
     )
     return serve_command(options, echo)
