@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from mantle_helpers import EXAMPLE, make
 
 import agentscript
 from agentscript.engine.session import Reply, Session
+from agentscript.mantle.run import tool_handler
 from agentscript.mantle.runtime import MantleAgent
 from agentscript.models.scripted import ScriptedModel, parse_move
 
@@ -434,3 +436,198 @@ def test_a_kwargs_tool_accepts_any_argument_and_is_offered_so(tmp_path: Path) ->
     assert isinstance(model, ScriptedModel)
     offered = {t.name: t.parameters for t in model.requests[-1].tools}
     assert offered["note"]["additionalProperties"] is True
+
+
+# --- 5. a held call never outgrows the limits: bounded as held, no float beyond 2**53 -----------
+
+# send_gift with a long note and three ints, run by the model or by a block step (held for
+# confirmation either way): its arguments can come near Limits.max_argument_chars (20,000).
+BULK_GIFT = {
+    "skills/gift/skill.md": """---
+name: Gift
+description: Send a gift card.
+tool_constraints:
+  - send_gift:
+      requires_confirmation:
+        enabled: true
+      on_failure: utter_failed
+---
+Send a gift card with send_gift. Ask the user to confirm in your own words. The block
+@block.main sends the one memory describes.
+
+:::ordered_block id=main
+steps:
+  - id: send
+    execute_tool: send_gift
+    parameters:
+      note: session.gift.note
+      a: session.gift.a
+      b: session.gift.b
+      c: session.gift.c
+:::
+""",
+    "skills/gift/memory.yml": """schema:
+  public:
+    note:
+      type: text
+      description: The card's note.
+    a:
+      type: float
+      description: x
+    b:
+      type: float
+      description: y
+    c:
+      type: float
+      description: z
+""",
+    "skills/gift/responses.yml": """responses:
+  utter_failed:
+    - text: The gift card could not be sent.
+""",
+    "skills/gift/tools.py": '''def send_gift(note: str, a: int, b: int, c: int) -> dict:
+    """Send a gift card.
+
+    Args:
+        note: a note
+        a: x
+        b: y
+        c: z
+    """
+    return {"ok": True}
+''',
+}
+NOTE = "x" * 19_500  # with three numbers of up to 18 characters, under 20,000
+EXACT = float(2**53)  # "9007199254740992.0" in JSON; the int is 2 characters shorter
+HUGE = 1e308  # "1e+308" in JSON; as an int, 309 digits
+
+
+def gift_held_or_refused(run: Twins, number: float, *, by_step: bool) -> Reply:
+    """The model's send_gift call (or the block's step) with ``number`` for each int, after
+    which Twins checks that the saved session restores."""
+    if by_step:
+        return run.send(
+            "send it",
+            {"tool": "activate_skill", "args": {"skill": "gift"}},
+            {"tool": "activate_skill", "args": {"skill": "gift", "block": "main"}},
+            {"say": "Shall I send it? (yes/no)"},
+        )
+    run.send("a gift", {"tool": "activate_skill", "args": {"skill": "gift"}})
+    args = {"note": NOTE, "a": number, "b": number, "c": number}
+    return run.send(
+        "send it", {"tool": "send_gift", "args": args}, {"say": "Shall I send it? (yes/no)"}
+    )
+
+
+@pytest.mark.parametrize("by_step", [False, True], ids=["model", "step"])
+def test_integral_floats_up_to_2_53_are_held_as_ints_within_the_limit(
+    tmp_path: Path, by_step: bool
+) -> None:
+    variables = {"gift.note": NOTE, "gift.a": EXACT, "gift.b": EXACT, "gift.c": EXACT}
+    run = Twins(load(make(tmp_path, BULK_GIFT)), variables)
+    reply = gift_held_or_refused(run, EXACT, by_step=by_step)
+    held = pending(run.live)
+    assert held is not None and steps_of(reply, "REFUSED_STEP") == []
+    assert held["arguments"] == {"note": NOTE, "a": 2**53, "b": 2**53, "c": 2**53}
+    assert type(held["arguments"]["a"]) is int
+    reply = run.send("yes")  # restored (by Twins) and run
+    assert reply.actions == ["send_gift"]
+
+
+@pytest.mark.parametrize("by_step", [False, True], ids=["model", "step"])
+def test_a_float_beyond_2_53_is_no_int_and_is_refused(tmp_path: Path, by_step: bool) -> None:
+    """1e308 is 6 characters as the model writes it and 309 digits as an int: held so, three
+    of them took a call near the limit past it, and every other worker refused the saved
+    session (500 session_damaged). Beyond 2**53 a float is no exact integer anyway."""
+    variables = {"gift.note": NOTE, "gift.a": HUGE, "gift.b": HUGE, "gift.c": HUGE}
+    run = Twins(load(make(tmp_path, BULK_GIFT)), variables)
+    reply = gift_held_or_refused(run, HUGE, by_step=by_step)
+    assert pending(run.live) is None
+    (refusal,) = steps_of(reply, "REFUSED_STEP")
+    where = "step send of gift: " if by_step else ""
+    assert refusal["reason"] == f"{where}argument 'a' of 'send_gift': expected integer, got float"
+    if by_step:
+        assert refusal["step"] == "send"
+        assert "The gift card could not be sent." in reply.messages
+    run.send("yes")  # nothing waits: the twins still agree
+
+
+def test_2_53_is_the_last_float_taken_for_an_int(tmp_path: Path) -> None:
+    run = Twins(load(make(tmp_path, NOTES)))
+    run.send("notes", {"tool": "activate_skill", "args": {"skill": "notes"}})
+    reply = run.send(
+        "count",
+        {"tool": "count", "args": {"n": -EXACT}},
+        {"tool": "count", "args": {"n": EXACT + 2}},
+    )
+    assert [s["input"] for s in steps_of(reply, "ACTION_STEP")] == [{"n": -(2**53)}]
+    assert [s["reason"] for s in steps_of(reply, "REFUSED_STEP")] == [
+        "argument 'n' of 'count': expected integer, got float"
+    ]
+
+
+@pytest.mark.parametrize("by_step", [False, True], ids=["model", "step"])
+def test_arguments_are_bounded_as_converted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_step: bool
+) -> None:
+    """Whatever the conversion of an integral float to an int makes of an argument, the call
+    held is within Limits.max_argument_chars, as the restore check holds it: here every
+    integral float is taken for an int, and the three 309-digit ints refuse the call."""
+    monkeypatch.setattr(tool_handler, "EXACT_FLOAT_INTS", math.inf)
+    variables = {"gift.note": NOTE, "gift.a": HUGE, "gift.b": HUGE, "gift.c": HUGE}
+    run = Twins(load(make(tmp_path, BULK_GIFT)), variables)
+    reply = gift_held_or_refused(run, HUGE, by_step=by_step)
+    assert pending(run.live) is None
+    (refusal,) = steps_of(reply, "REFUSED_STEP")
+    assert "arguments of 'send_gift' are too large" in refusal["reason"]
+    if by_step:
+        assert "(Limits.max_argument_chars = 20000)" in refusal["reason"]
+        assert refusal["step"] == "send"
+    else:
+        assert refusal["limit"] == "max_argument_chars"
+    run.send("yes")
+
+
+# --- 6. a held step's arguments refused on "yes" fail the step as before it was held -------------
+
+
+def test_a_held_steps_arguments_refused_on_yes_fail_the_step(tmp_path: Path) -> None:
+    """As ``blocks.arguments_refused``: the refusal names the step, ``on_failure`` is said, the
+    step waits until memory changes. Reached only by a held call that equals (Python's ==) the
+    step's arguments now but does not fit the tool: ``True`` for ``1`` (the restore check
+    refuses such a session, so the live one is altered)."""
+    agent = load(order_project(tmp_path, confirm=True))
+    session = agent.session(model=ScriptedModel())
+    send(
+        session,
+        "I want widgets",
+        {"tool": "activate_skill", "args": {"skill": "order"}},
+        {"tool": "activate_skill", "args": {"skill": "order", "block": "main"}},
+    )
+    send(session, "1", {"tool": "set_fields", "args": {"quantity": 1}})
+    reply = send(session, "red", {"tool": "set_fields", "args": {"colour": "red"}})
+    assert reply.confirmation == "Reserve 1.0 red widgets?"
+    held = pending(session)
+    assert held is not None
+    held["arguments"]["quantity"] = True
+    reply = send(session, "yes", {"say": "Sorry."})
+    assert pending(session) is None and "reserve" not in reply.actions
+    (refusal,) = steps_of(reply, "REFUSED_STEP")
+    assert refusal["name"] == "reserve" and refusal["source"] == "deterministic"
+    assert refusal["skill"] == "order" and refusal["step"] == "place"
+    assert refusal["reason"] == (
+        "step place of order: argument 'quantity' of 'reserve': expected integer, got a boolean"
+    )
+    assert reply.messages == ["The widgets could not be reserved.", "Sorry."]
+    # The confirming call has the error as its answer; no second call is recorded for it.
+    call, answer = session.state.history[-4:-2]
+    assert [c.name for c in call.tool_calls] == ["reserve"]
+    assert answer.role == "tool" and "expected integer, got a boolean" in answer.content
+    assert sum(len(m.tool_calls) for m in session.state.history if m.tool_calls) == len(
+        [m for m in session.state.history if m.role == "tool"]
+    )
+    # The step waits until memory changes, then holds the call again.
+    reply = send(session, "hm?", {"say": "Anything else?"})
+    assert steps_of(reply, "REFUSED_STEP") == [] and pending(session) is None
+    reply = send(session, "make it 3", {"tool": "set_fields", "args": {"quantity": 3}})
+    assert reply.confirmation == "Reserve 3.0 red widgets?"

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from agentscript.diagnostics import Diagnostic, Severity, Span
 from agentscript.mantle.buttons import parse_payload, payload_value, source_tool
 from agentscript.mantle.conditions import names_used
 from agentscript.mantle.load.cycles import call_cycles
 from agentscript.mantle.load.tool_code import TOOL_NAME, make_stub
-from agentscript.mantle.memory import MemoryWriteError, coerce_value
+from agentscript.mantle.memory import MemoryWriteError, coerce_value, shown
 from agentscript.mantle.model import (
     END_STEP,
     PROJECT_NAMESPACE,
     Button,
     Condition,
+    MemoryEntry,
     OrderedBlock,
     Project,
     ReferenceKind,
@@ -27,6 +29,7 @@ from agentscript.mantle.model import (
     ToolWrite,
 )
 from agentscript.mantle.queries import tool_constraint
+from agentscript.mantle.run.tool_handler import type_problem
 
 # Tools the engine itself offers; a project tool must not take these names.
 FRAMEWORK_TOOLS = frozenset(
@@ -282,6 +285,122 @@ def _step(project: Project, skill: Skill, block: OrderedBlock, step: Step) -> It
                 step.file,
                 step.span,
             )
+    if step.kind is StepKind.EXECUTE_TOOL and step.execute_tool:
+        tool = project.tools_for(skill.id).get(step.execute_tool)
+        if tool is not None and not tool.is_stub:  # an unresolved tool is reported as such
+            yield from check_step_arguments(project, skill, step, tool)
+
+
+# --- execute_tool step arguments ---------------------------------------------------------
+
+# Values standing for all a memory entry of each type holds at run time
+# (``memory.coerce_value``), as far as a tool's declared type tells them apart: a float may be
+# integral (which an ``int`` parameter takes) or not. ``bool`` and ``categorical`` entries
+# hold few values, each checked; ``json`` and ``any`` hold any, which may fit.
+_ENTRY_SAMPLES: dict[str, list[Any]] = {
+    "text": [""],
+    "int": [0],
+    "float": [1.0, 0.5],
+    "list": [[]],
+}
+
+
+def check_step_arguments(
+    project: Project, skill: Skill, step: Step, tool: Tool
+) -> Iterator[Diagnostic]:
+    """``mantle-step-argument``: arguments of an ``execute_tool`` step that can never be ones
+    its tool declares (a literal of another type, a memory entry whose declared type never
+    fits, an argument the tool does not take, a required one not passed). The run checks a
+    step's arguments as a model's call (``tool_handler.check_arguments``) and refuses such a
+    call every time: the step fails and waits for memory that can never make it fit."""
+    schema = tool.parameters_schema or {}
+    properties: dict[str, Any] = schema.get("properties") or {}
+    where = f"step '{step.id}' of skill '{skill.id}'"
+    for name, value in step.parameters.items():
+        span = value.span if isinstance(value, Condition) else step.span
+        prop = properties.get(name)
+        if prop is None:
+            if schema.get("additionalProperties") is not True:
+                allowed = ", ".join(sorted(properties)) or "none"
+                yield _diag(
+                    "mantle-step-argument",
+                    f"{where} passes '{name}', which '{tool.name}' does not take "
+                    f"(its parameters: {allowed}); the run refuses the call every time",
+                    step.file,
+                    span,
+                )
+            continue
+        problem = _argument_problem(project, skill, prop, value)
+        if problem is not None:
+            yield _diag(
+                "mantle-step-argument",
+                f"{where} passes {problem} to '{name}' of '{tool.name}', declared "
+                f"{_declared(prop)}; it never fits, and the run refuses the call every time",
+                step.file,
+                span,
+            )
+    for name in schema.get("required") or []:
+        if step.parameters.get(name) is None:
+            yield _diag(
+                "mantle-step-argument",
+                f"{where} does not pass '{name}', which '{tool.name}' requires; the run "
+                "refuses the call every time",
+                step.file,
+                step.span,
+            )
+
+
+def _argument_problem(
+    project: Project, skill: Skill, prop: dict[str, Any], value: Any
+) -> str | None:
+    """What the step passes (a literal, or a memory entry read by its bare ``session.``
+    name) when no value of it fits ``prop``; None when one may (an expression, an entry
+    another diagnostic reports, a type that may hold a fitting value)."""
+    if not isinstance(value, Condition):
+        return None if type_problem(prop, value) is None else shown(value)
+    uses = names_used(value)
+    if len(uses) != 1 or uses[0].dotted != value.text or len(uses[0].parts) != 3:
+        return None  # an expression: its value's type is not declared
+    _, namespace, name = uses[0].parts
+    if memory_problem(project, namespace, name, skill.id) is not None:
+        return None  # reported as mantle-undeclared-memory
+    entry = project.memory_entry(f"{namespace}.{name}")
+    if entry is None or _entry_may_fit(entry, prop):
+        return None
+    return f"{value.text} (a {entry.type} entry)"
+
+
+def _entry_may_fit(entry: MemoryEntry, prop: dict[str, Any]) -> bool:
+    if entry.type == "bool" or (entry.type == "categorical" and entry.enum_values):
+        values = [True, False] if entry.type == "bool" else entry.enum_values
+        return any(type_problem(prop, v) is None for v in values)
+    samples = _ENTRY_SAMPLES.get(entry.type)
+    if samples is None:
+        return True  # json, any, categorical without values: any JSON value
+    members = prop.get("enum")
+    if isinstance(members, list) and not any(_may_equal(entry.type, m) for m in members):
+        return False
+    typed = {key: v for key, v in prop.items() if key != "enum"}
+    return any(type_problem(typed, sample) is None for sample in samples)
+
+
+def _may_equal(entry_type: str, member: Any) -> bool:
+    """Whether an entry of ``entry_type`` may hold a value equal to ``member`` (as Python
+    compares them, which the run's ``enum`` check does: 1 == 1.0)."""
+    if entry_type == "text":
+        return isinstance(member, str)
+    if entry_type == "list":
+        return isinstance(member, list)
+    if not isinstance(member, int | float):
+        return False
+    return entry_type == "float" or isinstance(member, int) or float(member).is_integer()
+
+
+def _declared(prop: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return f"one of {shown(prop['enum'])}"
+    kind = prop.get("type")
+    return kind if isinstance(kind, str) else "as the tool's schema says"
 
 
 _CYCLE_SHOWN = 10  # steps of a silent cycle named in its message; longer ones are cut

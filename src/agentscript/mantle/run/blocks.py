@@ -181,11 +181,15 @@ def arguments_refused(
     name: str,
     arguments: dict[str, Any],
     reason: str,
+    *,
+    record_call: bool = True,
 ) -> None:
     """The step's arguments are not ones a model's call of the tool could pass: the call is
     neither held nor made (``REFUSED_STEP``, as a model's would be) and the step fails as
     when its tool fails: the model reads the error, ``on_failure`` is said, and the step is
-    held until memory changes."""
+    held until memory changes. ``record_call``: the step's call goes into the history with
+    the error; not for a held call confirmed (``confirmation.answer``), where the call that
+    answered (the user's, or the model's ``resolve_tool_confirmation``) gets the error."""
     refused_step(
         ctx.trace,
         name=name,
@@ -196,8 +200,9 @@ def arguments_refused(
         skill=skill_id,
         step=step.id,
     )
-    ctx.answer(ctx.engine_call("step", name, dict(arguments)), {"error": reason})
-    ctx.close_calls()
+    if record_call:
+        ctx.answer(ctx.engine_call("step", name, dict(arguments)), {"error": reason})
+        ctx.close_calls()
     constraint = tool_constraint(ctx.project, skill_id, name)
     if constraint is not None:
         ctx.utter(constraint.on_failure, ResponseKind.UTTER)

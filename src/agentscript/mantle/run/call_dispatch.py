@@ -184,6 +184,11 @@ async def call_skill_tool(ctx: TurnContext, call: ToolCall, args: dict[str, Any]
     checked, problem = check_arguments(tool, args)
     if problem is not None:
         return refuse(ctx, call, problem)
+    # Bounded again as converted (an integral float becomes an int, which JSON may write
+    # longer): these are the arguments held, saved and checked on restore, and run.
+    bound = bounds_problem(call.name, checked, ctx.limits)
+    if bound is not None:
+        return refuse(ctx, call, bound[0], limit=bound[1])
     if needs_confirmation(tool_constraint(ctx.project, skill_id, call.name)):
         return hold_for_confirmation(ctx, skill_id, tool, checked, source=Source.LLM)
     result, _ = await run_tool(ctx, skill_id, tool, checked, Source.LLM)

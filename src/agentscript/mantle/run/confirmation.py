@@ -33,7 +33,7 @@ from agentscript.mantle.memory import MemoryWriteError, coerce_value, resolve_na
 from agentscript.mantle.model import Condition, Skill, Step, Tool, ToolConstraint
 from agentscript.mantle.queries import default_evaluator, tool_allowed, tool_constraint
 from agentscript.mantle.run.block_pointer import advance, hold
-from agentscript.mantle.run.stack import PendingCall, SkillStack
+from agentscript.mantle.run.stack import BlockEntry, PendingCall, SkillStack
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.tool_handler import check_arguments
 from agentscript.mantle.run.turn_context import TurnContext
@@ -104,15 +104,28 @@ def checked_arguments(
     ctx: TurnContext, tool: Tool, arguments: dict[str, Any]
 ) -> tuple[dict[str, Any], str | None]:
     """``arguments`` as ``tool`` is called with them, checked as a model's call is
-    (``call_dispatch.call_tool``): within ``Limits`` (size, depth) and fitting the tool's
-    declared parameters (``tool_handler.check_arguments``); else why not. A step's arguments
-    come from memory, and the saved session refuses a held call whose arguments a model's
-    call could not have (``restore_check._check_pending``)."""
+    (``call_dispatch.call_skill_tool``): fitting the tool's declared parameters
+    (``tool_handler.check_arguments``) and within ``Limits`` (size, depth) both as given and
+    as converted; else why not. A step's arguments come from memory, and the saved session
+    refuses a held call whose arguments a model's call could not have
+    (``restore_check._check_pending``)."""
+    # As given first, as a model's call is (the type check quotes values); then as held and
+    # called: the conversion of an integral float to an int may write an argument longer.
+    problem = out_of_bounds(ctx, tool, arguments)
+    if problem is not None:
+        return {}, problem
+    checked, problem = check_arguments(tool, arguments)
+    if problem is None:
+        problem = out_of_bounds(ctx, tool, checked)
+    return ({}, problem) if problem is not None else (checked, None)
+
+
+def out_of_bounds(ctx: TurnContext, tool: Tool, arguments: dict[str, Any]) -> str | None:
     bound = bounds_problem(tool.name, arguments, ctx.limits)
-    if bound is not None:
-        reason, field = bound
-        return {}, f"{reason} (Limits.{field} = {getattr(ctx.limits, field)})"
-    return check_arguments(tool, arguments)
+    if bound is None:
+        return None
+    reason, field = bound
+    return f"{reason} (Limits.{field} = {getattr(ctx.limits, field)})"
 
 
 def checked_step_arguments(
@@ -394,11 +407,9 @@ async def answer(
     # Checked when held; checked again so the tool gets them as it declares them (a call held
     # before steps' arguments were checked, in a session saved then, may hold 2.0 for an int).
     arguments, problem = checked_arguments(ctx, tool, pending["arguments"])
-    if problem is None:
-        result, ok = await run_tool(ctx, skill_id, tool, arguments, source, pending.get("step"))
-    else:
-        refuse(ctx, name, problem, source, skill_id, pending["arguments"])
-        result, ok = {"error": f"'{name}' was not run: {problem}"}, False
+    if problem is not None:
+        return refused_when_confirmed(ctx, pending, held, entry, problem, source)
+    result, ok = await run_tool(ctx, skill_id, tool, arguments, source, pending.get("step"))
     if held is not None and entry is not None:
         skill, step = held
         block = skill.blocks[entry["block"]]
@@ -407,3 +418,30 @@ async def answer(
         else:
             hold(ctx, entry)
     return result
+
+
+def refused_when_confirmed(
+    ctx: TurnContext,
+    pending: PendingCall,
+    held: tuple[Skill, Step] | None,
+    entry: BlockEntry | None,
+    problem: str,
+    source: Source,
+) -> dict[str, Any]:
+    """A confirmed call whose arguments the tool refuses is not run. A step's fails as when
+    the step refuses its arguments before holding them (``blocks.arguments_refused``: traced
+    with its step, ``on_failure`` said, the step held until memory changes); the error is the
+    answer of the call that confirmed it."""
+    skill_id, name = pending["skill"], pending["tool"]
+    if held is not None and entry is not None:
+        # blocks imports this module (block steps hold calls), so its rule is imported here.
+        from agentscript.mantle.run.blocks import arguments_refused
+
+        skill, step = held
+        problem = f"step {step.id} of {skill.id}: {problem}"
+        arguments_refused(
+            ctx, skill_id, entry, step, name, pending["arguments"], problem, record_call=False
+        )
+    else:
+        refuse(ctx, name, problem, source, skill_id, pending["arguments"])
+    return {"error": f"'{name}' was not run: {problem}"}

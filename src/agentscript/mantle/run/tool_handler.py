@@ -171,5 +171,11 @@ def as_declared(prop: Mapping[str, Any], value: Any) -> Any:
     return value
 
 
+# Beyond 2**53 a float is not an exact integer (its neighbours are 2 or more apart): 1e308
+# stands for no one int, and as one it is 309 digits where the model wrote 6 characters.
+EXACT_FLOAT_INTS = 2**53
+
+
 def integral_float(value: Any) -> bool:
-    return isinstance(value, float) and value.is_integer()
+    """A float that is exactly an int, within the range where floats are exact integers."""
+    return isinstance(value, float) and value.is_integer() and abs(value) <= EXACT_FLOAT_INTS
