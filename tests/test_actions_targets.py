@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 import agentscript
 from agentscript.actions import StubBook
+from agentscript.actions.settings import ActionConfigError
 from agentscript.cli import main
 from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import Reply
@@ -115,22 +116,23 @@ def test_the_trace_keeps_the_agents_target_and_says_what_ran_instead(tmp_path: P
     step = action_step(one_call(agent_in(tmp_path / "a", MAPPING)))
     assert step["target"] == "flow://Lookup_Order"
     assert step["ranTarget"] == "python://backend:lookup"
-    # The key comes only with a mapping: a target that runs as written has none.
+    # Null without a mapping, as every step key that does not apply (trace_steps.py): a
+    # target that runs as written ran nothing instead.
     direct = action_step(one_call(agent_in(tmp_path / "b", None, "python://backend:lookup")))
-    assert direct["target"] == "python://backend:lookup" and "ranTarget" not in direct
+    assert direct["target"] == "python://backend:lookup" and direct["ranTarget"] is None
     assert direct["output"]["status"] == step["output"]["status"]
 
 
 def test_without_a_mapping_the_target_still_has_no_handler(tmp_path: Path) -> None:
     step = action_step(one_call(agent_in(tmp_path / "a", None)))
-    assert "has no handler" in step["error"] and "ranTarget" not in step
+    assert "has no handler" in step["error"] and step["ranTarget"] is None
 
 
 def test_a_stub_wins_over_the_mapping(tmp_path: Path) -> None:
     stubs = StubBook.from_data({"lookup": {"outputs": {"status": "stubbed", "where": "stub"}}})
     step = action_step(one_call(agent_in(tmp_path / "a", MAPPING), stubs=stubs))
     assert step["output"] == {"status": "stubbed", "where": "stub"}
-    assert "ranTarget" not in step
+    assert step["ranTarget"] is None
 
 
 def test_an_actions_callable_wins_over_the_mapping(tmp_path: Path) -> None:
@@ -139,7 +141,7 @@ def test_an_actions_callable_wins_over_the_mapping(tmp_path: Path) -> None:
 
     step = action_step(one_call(agent_in(tmp_path / "a", MAPPING), actions={"lookup": lookup}))
     assert step["output"] == {"status": "callable", "where": "session"}
-    assert "ranTarget" not in step
+    assert step["ranTarget"] is None
 
 
 def test_the_mapping_wins_over_a_handler_registered_for_the_scheme(tmp_path: Path) -> None:
@@ -148,6 +150,69 @@ def test_the_mapping_wins_over_a_handler_registered_for_the_scheme(tmp_path: Pat
     model = ScriptedModel([Move(calls=[("lookup", {})]), Move(text="Done.")])
     step = action_step(agent.session(model=model).send("go"))
     assert step["output"]["status"] == "shipped 7" and step["ranTarget"]
+
+
+def test_ran_target_is_shown_as_target_is(tmp_path: Path) -> None:
+    # A python:// value is checked for a module and a function only, so a query string
+    # passes; the trace shows it as it shows any target (redaction.shown_target).
+    toml = '[actions.targets]\n"flow://Lookup_Order" = "python://backend:lookup?token=sk-9"\n'
+    step = action_step(one_call(agent_in(tmp_path / "a", toml)))
+    assert step["ranTarget"] == "python://backend:lookup"
+
+
+CONNECTED = """\
+# @dialect: agentscript
+system:
+    instructions: "Be brief."
+    messages:
+        welcome: "Hi"
+        error: "Something failed."
+config:
+    developer_name: "Conn"
+variables:
+    customer_id: mutable string = "C-7"
+connected_subagent Refunds:
+    target: "agent://Refund_Agent"
+    description: "Handles refunds end to end"
+    inputs:
+        customer_id: string = @variables.customer_id
+        reason: string
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Help the customer.
+        actions:
+            refund: @connected_subagent.Refunds
+                with reason = ...
+"""
+
+REFUNDS = """\
+def refund(customer_id, reason):
+    return {"reply": f"refund for {customer_id}: {reason}"}
+"""
+
+
+def connected_agent(folder: Path, toml: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "refunds.py").write_text(REFUNDS, encoding="utf-8")
+    (folder / "agentscript.toml").write_text(toml, encoding="utf-8")
+    path = folder / "conn.agent"
+    path.write_text(CONNECTED, encoding="utf-8")
+    return path
+
+
+CONNECTED_MAPPING = '[actions.targets]\n"agent://Refund_Agent" = "python://refunds:refund"\n'
+
+
+def test_a_connected_subagents_target_is_mapped(tmp_path: Path) -> None:
+    # A connected subagent is called like an action, through the same runner.
+    path = connected_agent(tmp_path / "c", CONNECTED_MAPPING)
+    model = ScriptedModel([Move(calls=[("refund", {"reason": "damaged"})]), Move(text="ok")])
+    step = action_step(agentscript.load(path).session(model=model).send("refund"))
+    assert step["target"] == "agent://Refund_Agent"
+    assert step["ranTarget"] == "python://refunds:refund"
+    assert step["output"] == {"reply": "refund for C-7: damaged"}
 
 
 def test_a_run_conversation_with_stubs_behaves_as_before() -> None:
@@ -367,3 +432,84 @@ def test_the_example_validates_clean(tmp_path: Path) -> None:
     shutil.copytree(ORDER_STATUS, folder)
     result = CliRunner().invoke(main, ["validate", str(folder)])
     assert result.exit_code == 0 and "0 error(s), 0 warning(s)" in result.output, result.output
+
+
+def test_a_connected_subagents_target_is_no_unmatched_key(tmp_path: Path) -> None:
+    # The mapping applies at run time (test above), so validate must not call it a typo.
+    path = connected_agent(tmp_path / "c", CONNECTED_MAPPING)
+    assert not [d for d in validate_path(path) if d.code == "unmatched-action-target"]
+    typo = connected_agent(tmp_path / "t", CONNECTED_MAPPING.replace("Refund_Agent", "Refund_Agnt"))
+    [warning] = [d for d in validate_path(typo) if d.code == "unmatched-action-target"]
+    assert "'agent://Refund_Agnt'" in warning.message
+    assert warning.message.endswith("its action targets: agent://Refund_Agent")
+
+
+SECRET_URL = "https://svc:hunter2pw@api.example/lookup?api_key=sk-live-abc123"
+
+
+def test_the_warning_shows_the_agents_targets_without_credentials(tmp_path: Path) -> None:
+    # Its message goes to CI logs: targets are named as a trace names them.
+    toml = '[actions.targets]\n"flow://Lookup_Ordr" = "python://backend:lookup"\n'
+    path = agent_in(tmp_path / "leak", toml, SECRET_URL)
+    [warning] = [d for d in validate_path(path) if d.code == "unmatched-action-target"]
+    assert warning.message.endswith("its action targets: https://api.example/lookup")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert "warning[unmatched-action-target]" in result.output
+    assert "hunter2pw" not in result.output and "sk-live" not in result.output
+
+
+def test_the_warning_shows_a_key_without_credentials(tmp_path: Path) -> None:
+    toml = f'[actions.targets]\n"{SECRET_URL.replace("lookup", "lookp")}" = "python://b:f"\n'
+    path = agent_in(tmp_path / "leak", toml, SECRET_URL)
+    [warning] = [d for d in validate_path(path) if d.code == "unmatched-action-target"]
+    assert "'https://api.example/lookp'" in warning.message
+    assert "hunter2pw" not in warning.message and "sk-live" not in warning.message
+
+
+def test_no_unmatched_warning_when_the_actions_table_does_not_load(tmp_path: Path) -> None:
+    # The table is read whole, as the loader reads it: a bad [actions] is one config-error,
+    # and its targets are not judged against the agent (the agent does not load at all).
+    toml = '[actions]\nisolation = "fork"\n\n' + MAPPING + '"flow://Lookup_Ordr" = "python://b:f"\n'
+    path = agent_in(tmp_path / "bad", toml)
+    assert not [d for d in validate_path(path) if d.code == "unmatched-action-target"]
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1 and "error[config-error]" in result.output, result.output
+    assert "unmatched-action-target" not in result.output
+
+
+# ------------------------------------------------------------------ read at load
+
+
+def test_the_loader_reads_the_actions_table_through_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentscript.engine.session import AgentBase
+
+    calls: list[AgentBase] = []
+    load = AgentBase.load_action_settings
+
+    def counted(self: AgentBase) -> Any:
+        calls.append(self)
+        return load(self)
+
+    monkeypatch.setattr(AgentBase, "load_action_settings", counted)
+    agent = agentscript.load(agent_in(tmp_path / "a", MAPPING))
+    assert calls == [agent]
+    assert agent.action_settings.targets == {"flow://Lookup_Order": "python://backend:lookup"}
+    assert calls == [agent]  # kept: the property does not read the file again
+
+
+def test_an_agent_not_loaded_by_load_reads_the_table_at_first_use(tmp_path: Path) -> None:
+    from agentscript.check import check
+    from agentscript.engine.session import Agent
+    from agentscript.loader import parse_file
+
+    path = agent_in(tmp_path / "a", MAPPING)
+    doc, _ = parse_file(path)
+    assert doc is not None
+    agent = Agent(check(doc).outline, path=path)
+    assert agent.action_settings.targets == {"flow://Lookup_Order": "python://backend:lookup"}
+    (path.parent / "agentscript.toml").write_text('[actions]\nisolation = "fork"\n')
+    assert agent.action_settings.targets  # kept
+    with pytest.raises(ActionConfigError, match="isolation 'fork'"):
+        agent.load_action_settings()  # reads again, checks

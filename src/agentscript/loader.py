@@ -102,7 +102,7 @@ def _integrated(agent: AgentBase, file: Path) -> AgentBase:
         # answered every new session 422 invalid_variable for its operator's
         # `isolation = "fork"` (or for the file edited so after its start), and a target mapped
         # to nothing runnable would fail every turn.
-        agent.action_settings  # noqa: B018 - the property reads and keeps the table
+        agent.load_action_settings()
     except (ConfigError, BudgetConfigError, TelemetryConfigError, ActionConfigError) as exc:
         diag = config_error(file, exc)
         raise AgentScriptError([diag], diag.file) from None

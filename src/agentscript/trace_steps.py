@@ -202,15 +202,15 @@ def action_step(
     printed: dict[str, str] | None = None,
 ) -> Step:
     """An action (or variable write) starting; the caller fills ``output``, ``error``,
-    ``postVars``, ``durationMs`` and ``printed`` (what the action wrote to stdout/stderr,
-    ``actions/capture.py``; ``null`` when it wrote nothing) when it ends. A URL ``target``
-    is recorded without its user, password and query string, where credentials travel."""
+    ``postVars`` and ``durationMs`` when it ends, and ``printed`` and ``ranTarget`` with
+    :func:`action_ran`. A URL ``target`` is recorded without its user, password and query
+    string, where credentials travel."""
     return trace.add(
         {
             "type": "ACTION_STEP",
             "name": name,
             "action": action,
-            "target": shown_target(target) if target else target,
+            "target": _shown(target),
             "node": node,
             "source": _plain(source),
             "skill": skill,
@@ -222,8 +222,25 @@ def action_step(
             "postVars": None,
             "durationMs": None,
             "printed": printed,
+            "ranTarget": None,
         }
     )
+
+
+def action_ran(step: Step, *, printed: dict[str, str] | None, ran_target: str | None) -> None:
+    """What the action runner learned running the call of ACTION_STEP ``step``, whether it
+    succeeded or failed: ``printed``, what the action wrote to stdout/stderr
+    (``actions/capture.py``; ``null`` when it wrote nothing), and ``ranTarget``, the
+    ``python://`` target ``[actions.targets]`` ran instead of ``target`` (which stays the
+    agent's own; ``null`` when a stub, a callable or the target itself ran), shown as
+    ``target`` is."""
+    step["printed"] = printed
+    step["ranTarget"] = _shown(ran_target)
+
+
+def _shown(target: str | None) -> str | None:
+    """A target as a step records it (:func:`agentscript.redaction.shown_target`)."""
+    return shown_target(target) if target else target
 
 
 def resolution_step(

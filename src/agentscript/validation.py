@@ -6,10 +6,10 @@ of ours is an ``internal-error`` diagnostic naming the file (``internal_error``)
 input never hides the report on the others. ``config_results`` reports each
 ``agentscript.toml`` once, with the diagnostics ``agentscript.load`` raises for it, and
 never connects to anything. An ``.agent`` file's diagnostics end with a warning for each key
-of ``[actions.targets]`` none of its actions targets (``unmatched_target_warnings``): the
-mapping depends on the agent, so it is reported with the agent, on the toml file's line. Used
-by ``agentscript validate`` and by anything else that checks files (a server, the test runner,
-an editor).
+of ``[actions.targets]`` none of its actions (connected subagents included) targets
+(``unmatched_target_warnings``): the mapping depends on the agent, so it is reported with the
+agent, on the toml file's line. Used by ``agentscript validate`` and by anything else that
+checks files (a server, the test runner, an editor).
 """
 
 from __future__ import annotations
@@ -117,36 +117,49 @@ def config_diagnostics(path: Path) -> list[Diagnostic]:
 
 def unmatched_target_warnings(path: Path, outline: AgentOutline) -> list[Diagnostic]:
     """``unmatched-action-target`` (warning) for each key of the ``[actions.targets]`` that
-    applies to the agent at ``path`` that none of its actions has as its target: a typo, so
-    the mapping never runs. On the key's line of the toml file. A table that does not load is
-    ``config_diagnostics``' to report, so it gives no warning here."""
-    from agentscript.actions.settings import ActionConfigError, load_targets, unmatched_targets
+    applies to the agent at ``path`` that nothing the action runner may run for it has as
+    its target (:func:`_runner_targets`): a typo, so the mapping never runs. On the key's
+    line of the toml file. A table that does not load is ``config_diagnostics``' to report,
+    so it gives no warning here. Targets are named as a trace shows them
+    (``redaction.shown_target``): the message goes to CI logs, and a URL target may hold a
+    password or an API key."""
+    from agentscript.actions.settings import ActionConfigError, load_settings, unmatched_targets
     from agentscript.models.config import find_config
+    from agentscript.redaction import shown_target
 
     try:
-        targets = load_targets(path)
+        targets = load_settings(path).targets
     except ActionConfigError:
         return []
-    agent_targets = sorted(
-        {a.target for node in outline.subagents.values() for a in node.actions.values() if a.target}
-    )
+    agent_targets = _runner_targets(outline)
     unmatched = unmatched_targets(targets, agent_targets)
     config = find_config(path)
     if not unmatched or config is None:
         return []
     text = _text_or_empty(config)
-    named = ", ".join(agent_targets) if agent_targets else "none"
+    named = ", ".join(shown_target(t) for t in agent_targets) if agent_targets else "none"
     found: list[Diagnostic] = []
     for target in unmatched:
         diag = warning(
             "unmatched-action-target",
-            f"[actions.targets] maps {target!r}, but no action of {path.name} has that target, "
-            f"so the mapping never runs (a typo?); its action targets: {named}",
+            f"[actions.targets] maps {shown_target(target)!r}, but no action or connected "
+            f"subagent of {path.name} has that target, so the mapping never runs (a typo?); "
+            f"its action targets: {named}",
             _key_span(text, target),
         )
         diag.file = str(config)
         found.append(diag)
     return found
+
+
+def _runner_targets(outline: AgentOutline) -> list[str]:
+    """Every target the action runner may be asked to run for the agent, sorted: its
+    subagents' actions (``run`` and tool calls) and its connected subagents (``agent://...``,
+    called like an action, ``engine/program.py``). A delegation (``@subagent.x``) runs a node
+    of the agent, never the runner."""
+    actions = {a.target for node in outline.subagents.values() for a in node.actions.values()}
+    connected = {c.target for c in outline.connected_subagents.values()}
+    return sorted(t for t in actions | connected if t)
 
 
 def _text_or_empty(path: Path) -> str:

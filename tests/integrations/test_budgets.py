@@ -305,3 +305,26 @@ def test_a_turn_has_a_cost_only_where_prices_are_known(agent_path: Path) -> None
     assert failed.usage is not None and failed.usage["cost"] == 0.0
     went_well = agent.session(model=UsageModel([Move(text="Done.")]), budget=priced).send("x")
     assert went_well.usage is not None and went_well.usage["cost"] == pytest.approx(0.00012)
+
+
+def test_the_session_totals_have_a_cost_only_where_prices_are_known(agent_path: Path) -> None:
+    """The turn's rule for the session's totals: without a price table an unpriced session
+    whose calls all failed said 0.0, and None once one call went well."""
+    agent = agentscript.load(agent_path)
+    failed = agent.session(model=FailingModel()).send("x")  # type: ignore[arg-type]
+    assert failed.session_usage is not None and failed.session_usage["cost"] is None
+    went_well = agent.session(model=UsageModel([Move(text="Done.")])).send("x")
+    assert went_well.session_usage is not None and went_well.session_usage["cost"] is None
+    priced = Budget(prices={"test:tiny": Price(1.0, 2.0)})
+    session = agent.session(model=FailingModel(), budget=priced)  # type: ignore[arg-type]
+    failed = session.send("x")
+    assert failed.session_usage is not None and failed.session_usage["cost"] == 0.0
+    # The saved session keeps the meter's own figure: session caps go on from it.
+    assert session.to_json()["extra"]["usage"]["cost"] == 0.0
+    model = UsageModel([Move(text="Done."), Move(text="Again.")])
+    session = agent.session(model=model, budget=priced)
+    session.send("x")
+    again = session.send("y")
+    assert again.session_usage is not None
+    assert again.session_usage["cost"] == pytest.approx(0.00024)
+    assert again.session_usage["llm_calls"] == 2

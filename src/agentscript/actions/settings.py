@@ -36,9 +36,11 @@ agent targets is a warning of ``agentscript validate`` (:func:`unmatched_targets
 The file is the one :func:`agentscript.models.config.find_config` picks for the agent's
 folder. Contract: :func:`load_settings` returns the settings, or raises
 :class:`ActionConfigError` naming the file and the key; a missing file or table gives defaults.
-:func:`load_targets` reads and checks ``[actions.targets]`` alone: ``agentscript.load`` calls it
-so a bad mapping stops the agent from loading, while the rest of ``[actions]`` is still read at
-the first session (an embedding app may assign ``agent.action_settings`` before that).
+``agentscript.load`` reads the whole table through it when it loads the agent
+(``AgentBase.load_action_settings``) and keeps it, so a malformed table stops the agent from
+loading and a file edited later changes nothing; an embedding app may assign
+``agent.action_settings`` before its first session. ``agentscript validate`` reads it the same
+way.
 """
 
 from __future__ import annotations
@@ -108,7 +110,10 @@ def _toml_kind(value: Any) -> str:
 def _mapped_target(key: str, value: Any, where: str) -> str:
     """``value`` checked as what runs instead of target ``key``: a ``python://module:function``."""
     table = f"{where}: [actions.targets] {key!r}"
-    fix = 'write "python://module:function" (a function of a module in the agent\'s folder or installed)'
+    fix = (
+        'write "python://module:function" '
+        "(a function of a module in the agent's folder or installed)"
+    )
     if not isinstance(value, str):
         raise ActionConfigError(f"{table} is {_toml_kind(value)}; {fix}")
     if not _TARGET.fullmatch(value):
@@ -225,14 +230,3 @@ def load_settings(start: Path | None) -> ActionSettings:
         return ActionSettings()
     data, where = config
     return parse_settings(data, where=where)
-
-
-def load_targets(start: Path | None) -> dict[str, str]:
-    """The checked ``[actions.targets]`` for the agent at ``start`` (empty without a file or
-    table); ActionConfigError naming the file and the key. The rest of ``[actions]`` is not
-    read here (see the module docstring)."""
-    config = _config(start)
-    if config is None:
-        return {}
-    data, where = config
-    return parse_targets(_actions_table(data, where), where=where)

@@ -36,7 +36,7 @@ from agentscript.syntax.tree import (
     WithStmt,
 )
 from agentscript.trace import TurnTrace, elapsed_ms
-from agentscript.trace_steps import Source, action_step
+from agentscript.trace_steps import Source, action_ran, action_step
 
 
 def render_text(
@@ -411,18 +411,14 @@ class ProcedureExecutor:
         try:
             outputs = self.check_outputs(action, await self.runner.run(request))
         except ActionError as exc:
-            ran_instead(step, request)
-            if request.printed:
-                step["printed"] = request.printed
+            action_ran(step, printed=request.printed, ran_target=request.ran)
             step["error"] = str(exc)
             step["durationMs"] = elapsed_ms(started)
             step["postVars"] = self.snapshot()
             return None, step
         step["durationMs"] = elapsed_ms(started)
         step["output"] = outputs
-        ran_instead(step, request)
-        if request.printed:
-            step["printed"] = request.printed
+        action_ran(step, printed=request.printed, ran_target=request.ran)
         step["postVars"] = self.snapshot()
         shown = {
             k: v
@@ -435,9 +431,9 @@ class ProcedureExecutor:
 
     def check_outputs(self, action: ActionDef, outputs: dict[str, Any]) -> dict[str, Any]:
         """``outputs`` as plain JSON within ``Limits.max_output_chars``, every declared output
-        of its declared type (None, or a missing output, is "not set"); otherwise an ActionError saying why, so a
-        hostile or broken action becomes an error result (S12), never a stored NaN, repr or
-        giant trace."""
+        of its declared type (None, or a missing output, is "not set"); otherwise an
+        ActionError saying why, so a hostile or broken action becomes an error result (S12),
+        never a stored NaN, repr or giant trace."""
         limit = self.limits.max_output_chars
         try:
             clean: dict[str, Any] = json_safe(outputs, max_chars=limit)
@@ -466,14 +462,6 @@ class ProcedureExecutor:
         for name in action.outputs:
             clean.setdefault(name, None)
         return clean
-
-
-def ran_instead(step: dict[str, Any], request: ActionRequest) -> None:
-    """``ranTarget`` on an ACTION_STEP whose target ``[actions.targets]`` mapped: the
-    python:// target that ran. ``target`` stays the agent's own; the key is absent otherwise
-    (a stub, a callable or the target itself ran)."""
-    if request.ran is not None:
-        step["ranTarget"] = request.ran
 
 
 def coerce_declared(value: Any, type_name: str) -> Any:

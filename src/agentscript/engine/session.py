@@ -118,13 +118,22 @@ class AgentBase(ABC):
         # session) and kept; assign to override.
         self._action_settings: ActionSettings | None = None
 
+    def load_action_settings(self) -> ActionSettings:
+        """Read and check the ``[actions]`` table of the agent's ``agentscript.toml`` now, keep
+        it for every session, and return it (``ActionConfigError`` naming the file and the
+        key when it is malformed). ``agentscript.load`` calls it so a bad table stops the load
+        (a server started, then failed every new session) and a file edited later is not
+        read; an agent built otherwise reads it at its first session."""
+        settings = load_settings(self.path)
+        if not self.maps_targets and settings.targets:
+            settings = replace(settings, targets={})
+        self._action_settings = settings
+        return settings
+
     @property
     def action_settings(self) -> ActionSettings:
         if self._action_settings is None:
-            settings = load_settings(self.path)
-            if not self.maps_targets and settings.targets:
-                settings = replace(settings, targets={})
-            self._action_settings = settings
+            return self.load_action_settings()
         return self._action_settings
 
     @action_settings.setter
@@ -258,7 +267,8 @@ class AgentBase(ABC):
 
 
 class Agent(AgentBase):
-    """A checked Agent Script agent, ready to start sessions. Create with :func:`agentscript.load`."""
+    """A checked Agent Script agent, ready to start sessions. Create with
+    :func:`agentscript.load`."""
 
     maps_targets = True
 
@@ -444,11 +454,23 @@ class Session:
             )
         return reply
 
-    def _known_cost(self) -> float | None:
-        """The turn's cost, where prices are known for every model it used; else None. Without
-        a ``[prices]`` table nothing is priced: a turn whose calls all failed (none recorded,
-        so none found unpriced) said 0.0 where a turn that went well said nothing."""
-        return self.meter.turn.cost if self.meter.budget.prices else None
+    def _known_cost(self, usage: Usage | None = None) -> float | None:
+        """The cost of ``usage`` (the turn's by default), where prices are known for every
+        model it used; else None. Without a ``[prices]`` table nothing is priced: a turn whose
+        calls all failed (none recorded, so none found unpriced) said 0.0 where a turn that
+        went well said nothing. Every cost that leaves the session goes through here."""
+        if not self.meter.budget.prices:
+            return None
+        return (usage if usage is not None else self.meter.turn).cost
+
+    def _session_usage(self) -> dict[str, Any]:
+        """The session's totals as :attr:`Reply.session_usage` shows them: ``cost`` under
+        :meth:`_known_cost`'s rule. The saved state keeps the meter's own figures
+        (``extra.usage``): session caps go on from them after a restore."""
+        shown = self.meter.session.to_json()
+        cost = self._known_cost(self.meter.session)
+        shown["cost"] = None if cost is None else round(cost, 8)
+        return shown
 
     async def _run_turn(self, trace: TurnTrace, text: str) -> Reply:
         """Run the turn ``trace`` records, or refuse it when the session has ended (a trace
@@ -523,7 +545,7 @@ class Session:
             exhausted=result.exhausted,
             refused=refused,
             usage=dict(trace.usage),
-            session_usage=self.meter.session.to_json(),
+            session_usage=self._session_usage(),
             buttons=list(result.buttons),
         )
 

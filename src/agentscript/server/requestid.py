@@ -33,9 +33,10 @@ current: ContextVar[str] = ContextVar("agentscript_request_id", default="-")
 # What went wrong with the request being handled, for its access line (``logs.AccessLog``):
 # the code of its error answer (``message_too_long``), ``turn_error`` for a turn answered 200
 # with an ``error`` inside, or ``session_ended`` for a message to a session that had ended
-# (answered 200 with the refusal as its ``error``, and no warning: the client's doing). Set only on those answers, where they are made, in the
-# request's task (a streamed turn's outcome is handed over by ``streaming.EventStream``), so
-# an answer that went well costs nothing; only the access log reads it, and clears it first.
+# (answered 200 with the refusal as its ``error``, and no warning: the client's doing). Set
+# only on those answers, where they are made, in the request's task (a streamed turn's
+# outcome is handed over by ``streaming.EventStream``), so an answer that went well costs
+# nothing; only the access log reads it, and clears it first.
 outcome: ContextVar[str | None] = ContextVar("agentscript_outcome", default=None)
 TURN_ERROR = "turn_error"
 SESSION_ENDED = "session_ended"
