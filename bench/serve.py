@@ -403,22 +403,22 @@ async def sequential(
     url: str, turns: int, delay: float, stream: bool, pgid: int
 ) -> dict[str, float]:
     """One turn at a time: the overheads, and the server's CPU per turn (``cpu_ms``; every
-    process of the group ``pgid``). Each turn's trace is read once all turns ran, so the CPU
-    is the turns' alone and no trace read warms the server up between two turns."""
+    process of the group ``pgid``, read around each turn, so the trace read after it is not
+    counted; /proc counts in 10 ms ticks, which the sum over many turns averages out)."""
     poster = TurnPoster(url, stream)
     async with httpx.AsyncClient(timeout=60) as client:
         sids = await new_sessions(client, url, max(1, turns // 5))
         quiet_collector()
-        timed = []
-        cpu0 = group_cpu(pgid)
+        measured = []
+        cpu = 0.0
         for i in range(turns):
             sid = sids[i // 5 % len(sids)]
+            before = group_cpu(pgid)
             elapsed, ok = await one_turn(poster, sid)
+            cpu += group_cpu(pgid) - before
             if not ok:
                 raise RuntimeError("a turn failed in the sequential run")
-            timed.append((sid, i % 5 + 1, elapsed))
-        cpu = group_cpu(pgid) - cpu0
-        measured = [(elapsed, *await model_time(client, url, sid, n)) for sid, n, elapsed in timed]
+            measured.append((elapsed, *await model_time(client, url, sid, i % 5 + 1)))
     poster.close()
     return {**overheads(measured, delay), "cpu_ms": cpu / max(1, turns) * 1000}
 
