@@ -52,12 +52,20 @@ def _package(name: str, path: list[str]) -> types.ModuleType:
     return module
 
 
-def in_folder(folder: Path, dotted: str) -> bool:
-    """True when ``dotted``'s first part is a module or package inside ``folder``."""
+def folder_locations(folder: Path, dotted: str) -> tuple[Path, Path] | None:
+    """Where ``dotted`` is looked for in ``folder``, whether or not it is there: the module
+    file ``<head>.py`` and the package folder ``<head>/`` of its first part; None when that
+    part cannot name a module (then ``dotted`` is only ever imported from the host)."""
     head = dotted.split(".", 1)[0]
     if not head.isidentifier():
-        return False
-    return (folder / f"{head}.py").is_file() or (folder / head).is_dir()
+        return None
+    return folder / f"{head}.py", folder / head
+
+
+def in_folder(folder: Path, dotted: str) -> bool:
+    """True when ``dotted``'s first part is a module or package inside ``folder``."""
+    where = folder_locations(folder, dotted)
+    return where is not None and (where[0].is_file() or where[1].is_dir())
 
 
 def import_target(folder: Path | None, dotted: str) -> types.ModuleType:

@@ -137,7 +137,7 @@ def load_agents(paths: Sequence[str], dialect: str | None = None) -> list[AgentB
             agent = load(path, dialect=dialect)
         except AgentScriptError as exc:
             errors = [d.format() for d in exc.diagnostics if d.is_error][:5]
-            if dialect != "agentscript" and str(path).endswith(".agent"):
+            if dialect != "agentscript" and str(path).endswith(".agent") and _about_the_source(exc):
                 errors.append("hint: --dialect agentscript checks without the Salesforce-org rules")
             raise AgentLoadError(
                 f"{path}: cannot serve an agent with errors\n" + "\n".join(errors)
@@ -158,6 +158,16 @@ def load_agents(paths: Sequence[str], dialect: str | None = None) -> list[AgentB
     if not agents:
         raise AgentLoadError(f"no .agent files or Mantle projects under {', '.join(paths)}")
     return [agent for agent, _ in agents.values()]
+
+
+def _about_the_source(error: AgentScriptError) -> bool:
+    """Whether one of ``error``'s errors is about the agent's own source, as ``run`` decides
+    its ``--dialect`` hint (``cli/common.py``): another dialect cannot help with an
+    ``agentscript.toml`` or a file that cannot be read. Warnings are not shown here, so they
+    do not count."""
+    from agentscript.cli.common import NOT_ABOUT_THE_SOURCE
+
+    return any(d.is_error and d.code not in NOT_ABOUT_THE_SOURCE for d in error.diagnostics)
 
 
 def describe(agent: AgentBase) -> dict[str, Any]:
@@ -239,32 +249,107 @@ def former_version(description: dict[str, Any]) -> str:
 SOURCE_SUFFIXES = frozenset({".agent", ".md", ".yml", ".yaml", ".py", ".toml"})
 
 
-def source_digest(path: Path) -> str:
+def source_digest(agent: AgentBase | Path) -> str:
     """A hash of what an agent was loaded from: its ``.agent`` file, or the source files of its
-    Mantle project folder (``SOURCE_SUFFIXES``, outside hidden folders and ``__pycache__``).
-    With ``--workers N`` a worker started again after a crash loads the files anew; this tells
-    it whether they are still those the server started with."""
+    Mantle project folder (``SOURCE_SUFFIXES``, outside hidden folders and ``__pycache__``);
+    the ``agentscript.toml`` that applies to it (``find_config``: maybe in a parent folder);
+    and, for an ``.agent`` agent, the modules in its folder that its ``python://`` targets
+    name, as written or as ``[actions.targets]`` maps them. A file that is not there counts as
+    such, so one that appears later changes the digest. With ``--workers N`` a worker started
+    again after a crash loads the files anew; this tells it whether they are still those the
+    server started with. A path is loaded first, as ``serve`` loads it without ``--dialect``."""
+    if isinstance(agent, Path):
+        from agentscript.loader import load
+
+        agent = load(agent)
+    path = agent.path or Path(agent.name)
     digest = hashlib.sha256()
-    if path.is_file():
-        files = [path]
-    else:
-        files = sorted(
-            found
-            for found in path.rglob("*")
-            if found.suffix in SOURCE_SUFFIXES
-            and found.is_file()
-            and not any(
-                part.startswith(".") or part == "__pycache__"
-                for part in found.relative_to(path).parts
-            )
-        )
-    for found in files:
-        digest.update(str(found.relative_to(path) if found != path else found.name).encode())
-        try:
-            digest.update(found.read_bytes())
-        except OSError as exc:
-            digest.update(repr(exc).encode())
+    for name, found in _digested(agent, path):
+        state = _file_state(found)
+        # Length-prefixed: one file's name or bytes cannot pass for another's.
+        digest.update(f"{len(name)}:{name}:{len(state)}:".encode("utf-8", "surrogateescape"))
+        digest.update(state)
     return digest.hexdigest()[:16]
+
+
+def _digested(agent: AgentBase, path: Path) -> Iterator[tuple[str, Path | None]]:
+    """The files :func:`source_digest` hashes, each with the name it is hashed under (None:
+    a file looked for and not found)."""
+    from agentscript.models.config import find_config
+
+    if path.is_file():
+        yield path.name, path
+    else:
+        yield from ((str(found.relative_to(path)), found) for found in _tree(path, SOURCE_SUFFIXES))
+    # Read by the loader (models, limits, [actions], integrations) from wherever it is found;
+    # a Mantle project's own one is also among its files above, which is harmless.
+    config = find_config(path)
+    yield f"config:{config}", config
+    if isinstance(agent, Agent):
+        folder = path.parent
+        for module in sorted(_python_modules(agent)):
+            yield from _module_files(folder, module)
+
+
+def _python_modules(agent: Agent) -> set[str]:
+    """The modules of the ``python://`` targets the action runner may run for ``agent``: its
+    own, and those ``[actions.targets]`` runs instead of its other targets (read as the
+    runner reads them, ``ActionRequest.scheme``/``path``)."""
+    from agentscript.actions.registry import ActionRequest
+    from agentscript.validation import _runner_targets
+
+    mapped = agent.action_settings.targets
+    modules = set()
+    for target in _runner_targets(agent.outline):
+        request = ActionRequest(name="", target=target, inputs={}, ran=mapped.get(target))
+        if request.scheme == "python":
+            modules.add(request.path.partition(":")[0])
+    return modules
+
+
+def _module_files(folder: Path, module: str) -> Iterator[tuple[str, Path | None]]:
+    """The files ``module`` is imported from when it is in ``folder`` (``actions/modules.py``):
+    its module file and every ``.py`` of its package folder, looked for whether or not they
+    are there (one added later turns an installed module into the agent's own). A module
+    installed in the environment is not hashed: upgrading a package is a deployment, not an
+    edit of the agent's files."""
+    from agentscript.actions.modules import folder_locations
+
+    where = folder_locations(folder, module)
+    if where is None:  # no module name: only ever imported from the host
+        return
+    file, package = where
+    yield f"module:{file.name}", file if file.is_file() else None
+    if not package.is_dir():
+        yield f"package:{package.name}", None
+        return
+    for found in _tree(package, frozenset({".py"})):
+        yield f"package:{package.name}/{found.relative_to(package)}", found
+
+
+def _tree(folder: Path, suffixes: frozenset[str]) -> list[Path]:
+    """The files of ``folder`` with one of ``suffixes``, outside hidden folders and
+    ``__pycache__``, sorted."""
+    return sorted(
+        found
+        for found in folder.rglob("*")
+        if found.suffix in suffixes
+        and found.is_file()
+        and not any(
+            part.startswith(".") or part == "__pycache__"
+            for part in found.relative_to(folder).parts
+        )
+    )
+
+
+def _file_state(found: Path | None) -> bytes:
+    """What the digest takes of one file: its bytes, or that it is missing or unreadable."""
+    if found is None:
+        return b"missing"
+    try:
+        return b"file:" + found.read_bytes()
+    except OSError as exc:
+        return b"error:" + repr(exc).encode()
 
 
 def serve_agents(agents: Iterable[AgentBase], models: dict[str, Model]) -> dict[str, ServedAgent]:

@@ -144,7 +144,7 @@ def build_app(
     served = serve_agents(agents, models)
     # Only several workers compare them (a worker started again after a crash reads the files).
     sources = (
-        {item.name: source_digest(item.path) for item in served.values()}
+        {item.name: source_digest(item.agent) for item in served.values()}
         if options.workers > 1
         else {}
     )
