@@ -172,6 +172,7 @@ def _about_the_source(error: AgentScriptError) -> bool:
 
 def describe(agent: AgentBase) -> dict[str, Any]:
     """``GET /v1/agents/{agent}``: name, format, variables, nodes or skills."""
+    from agentscript.mantle.run.hooks import guarded_entries
     from agentscript.mantle.runtime import MantleAgent
 
     if isinstance(agent, Agent):
@@ -195,6 +196,9 @@ def describe(agent: AgentBase) -> dict[str, Any]:
     if isinstance(agent, MantleAgent):
         project = agent.project
         writable = model_writable(project)
+        # A value given at creation skips the entry's post-write hook (its check): such an
+        # entry is the conversation's to write (a hook refusing qty > 10 let a client set 999).
+        guarded = guarded_entries(project)
         return {
             "name": agent.name,
             "format": "mantle",
@@ -202,9 +206,15 @@ def describe(agent: AgentBase) -> dict[str, Any]:
                 {
                     "name": entry.qualified_name,
                     "type": entry.type,
-                    "mutable": entry.qualified_name in writable
-                    if entry.namespace in project.skills
-                    else entry.llm_settable or not entry.write_once,
+                    # A project entry only with `mutable: true`: `llm_settable` means nothing
+                    # there (the model never writes project memory), and opened a login's
+                    # `authenticated` to any client.
+                    "mutable": (
+                        entry.qualified_name in writable
+                        if entry.namespace in project.skills
+                        else not entry.write_once
+                    )
+                    and entry.qualified_name not in guarded,
                     "linked": entry.seed,
                     "description": entry.description,
                 }

@@ -18,12 +18,30 @@ The load-time check that a hook names a writable entry is in
 
 from __future__ import annotations
 
-from agentscript.mantle.model import PROJECT_NAMESPACE, Tool
+from agentscript.mantle.model import PROJECT_NAMESPACE, Project, Tool
 from agentscript.mantle.run.tool_execution import run_tool
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace_steps import Source, event_step
 
 HOOK_PREFIX = "run_after_setting_"
+
+
+def guarded_entries(project: Project) -> set[str]:
+    """The entries (qualified names) some post-write hook checks: a skill entry whose skill's
+    tools hold its hook; a project entry that any skill's tools or the shared tools hold one
+    for (which one runs depends on the skill active at the write). A value given from outside
+    a turn (a new session's variables) would skip the hook, so such an entry is the
+    conversation's to write."""
+    guarded: set[str] = set()
+    for tool in project.shared_tools.values():
+        if tool.hook_for is not None:
+            guarded.add(f"{PROJECT_NAMESPACE}.{tool.hook_for}")
+    for skill_id, skill in project.skills.items():
+        for tool in skill.tools.values():
+            if tool.hook_for is not None:
+                guarded.add(f"{skill_id}.{tool.hook_for}")
+                guarded.add(f"{PROJECT_NAMESPACE}.{tool.hook_for}")
+    return guarded
 
 
 def mark(ctx: TurnContext) -> int:
