@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from agentscript.engine.given import some
 from agentscript.mantle.model import PROJECT_NAMESPACE, MemoryEntry, Project
+from agentscript.mantle.run.tool_handler import integral_float
 
 
 class MemoryWriteError(ValueError):
@@ -23,6 +25,12 @@ class MemoryWriteError(ValueError):
 
 _TRUE = frozenset({"true", "yes", "1"})
 _FALSE = frozenset({"false", "no", "0"})
+# Numbers as text are taken only in the ASCII decimal forms (spaces around them allowed):
+# Python's int() and float() also read other scripts' digits ("٣", fullwidth "４２") and
+# digit-group underscores ("1_000", even "1_0.5"), which no one writing a number means and
+# which do not read back as what was given. re.ASCII keeps \d and \s to ASCII.
+_INT_TEXT = re.compile(r"\s*[+-]?\d+\s*", re.ASCII)
+_FLOAT_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*", re.ASCII)
 
 
 def coerce_value(entry: MemoryEntry, value: Any) -> Any:
@@ -47,12 +55,17 @@ def coerce_value(entry: MemoryEntry, value: Any) -> Any:
     elif kind == "int":
         if isinstance(value, int) and not isinstance(value, bool):
             return _json_data(entry, value)  # a number too long for JSON is refused
+        if integral_float(value):
+            return int(value)  # the tool arguments' rule (2.0 is 2), bound included
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
+            raise MemoryWriteError(
+                f"{where}: {shown(value)} is past 2**53, where a float stands for no one "
+                "integer; give the integer's digits instead"
+            )
+        if isinstance(value, str) and _INT_TEXT.fullmatch(value):
             try:
-                return int(value.strip())
-            except ValueError:
+                return int(value)
+            except ValueError:  # more digits than Python converts (its digit limit)
                 pass
     elif kind == "float":
         number = _finite_float(value)
@@ -82,8 +95,10 @@ def _finite_float(value: Any) -> float | None:
     memory must survive ``to_json``/``restore``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
+    if isinstance(value, str) and not _FLOAT_TEXT.fullmatch(value):
+        return None
     try:
-        number = float(value.strip() if isinstance(value, str) else value)
+        number = float(value)
     except (ValueError, OverflowError):
         return None
     return number if math.isfinite(number) else None

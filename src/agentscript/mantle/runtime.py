@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.actions.registry import ActionRunner
+from agentscript.actions.settings import ActionConfigError, ActionSettings
 from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.restore import Checker
 from agentscript.engine.session import AgentBase, TurnRunnerLike
 from agentscript.engine.state import SessionState
 from agentscript.limits import Limits
+from agentscript.mantle.load.isolation import check_isolation
 from agentscript.mantle.load.lifecycle import install_builtin_responses
 from agentscript.mantle.load.loader import load_project
 from agentscript.mantle.memory import seeded_memory
@@ -27,7 +29,7 @@ from agentscript.mantle.model import Project
 from agentscript.mantle.restore_check import check_mantle_state, project_shape
 from agentscript.mantle.run.orchestrator import MantleTurnRunner
 from agentscript.mantle.run.prompt import response_text
-from agentscript.mantle.run.tool_handler import mantle_handler
+from agentscript.mantle.run.tool_handler import mantle_handlers
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.models.base import Model
 from agentscript.trace import TurnTrace
@@ -41,7 +43,21 @@ class MantleAgent(AgentBase):
         super().__init__(path=root, name=name or project.agent.id or root.name)
         self.project = project
         install_builtin_responses(project)
-        self.handlers["mantle"] = mantle_handler(project)
+        self.handlers.update(mantle_handlers(project))
+
+    def load_action_settings(self) -> ActionSettings:
+        """The ``[actions]`` table, refused (``ActionConfigError``, which ``agentscript.load``
+        reports as a ``config-error``) when the project's tools cannot run under it:
+        ``"process"`` isolation (:mod:`agentscript.mantle.load.isolation`). ``load_project``
+        reports the same for ``load`` and ``validate``; this covers an agent built from a
+        project directly, which reads the table at its first session."""
+        settings = super().load_action_settings()
+        try:
+            check_isolation(self.project, settings)
+        except ActionConfigError:
+            self._action_settings = None  # not kept: the next session reads and refuses it again
+            raise
+        return settings
 
     def new_turn(
         self,

@@ -10,6 +10,7 @@ from agentscript.diagnostics import UNKNOWN_SPAN, Diagnostic, Severity, Span
 from agentscript.mantle.knowledge import build_index
 from agentscript.mantle.load import yamlsrc as y
 from agentscript.mantle.load.agent_file import read_agent
+from agentscript.mantle.load.isolation import isolation_diagnostics
 from agentscript.mantle.load.lifecycle import check_lifecycle, install_builtin_responses
 from agentscript.mantle.load.memory_file import read_project_memory, read_skill_memory
 from agentscript.mantle.load.responses_file import read_responses
@@ -120,6 +121,7 @@ def _load_project(
     diagnostics.extend(problems)
     diagnostics.extend(validate(project, stub_missing_tools=stub_missing_tools))
     diagnostics.extend(check_lifecycle(project))
+    diagnostics.extend(isolation_diagnostics(project))
     return project, diagnostics
 
 

@@ -2,7 +2,8 @@
 
 - ``default_session_start`` runs at session start (the first turn, or a ``/session_start``
   message from a channel, which then never reaches the model). Built in, it says nothing. A
-  ``/session_start`` once the session started is ignored (``EVENT_STEP signal_ignored``).
+  ``/session_start`` once the session started, or while it ends, is ignored (``EVENT_STEP
+  signal_ignored``). A session whose first message is ``/session_end`` never runs it.
 - ``default_completed`` runs after a user skill completes and no skill on the stack is
   active or can resume: built in, it says ``utter_can_do_something_else``.
 - The resume offer (``default_resume_offer``) runs after an interrupting skill ends while a
@@ -176,7 +177,9 @@ async def session_start_signal(runner: TurnLoop) -> None:
     the agent speak first; once the session started (that signal or a first message) a
     repeat is ignored rather than pushing the start skill over the active one."""
     ctx = runner.ctx
-    if ctx.stack.data["started"]:
+    if ctx.stack.data["ending"] is not None:
+        ignore_signal(ctx, SESSION_START_MESSAGE, "the session is ending")
+    elif ctx.stack.data["started"]:
         ignore_signal(ctx, SESSION_START_MESSAGE, "the session has already started")
     elif start_session(ctx):
         await _run_engine_skill(runner, SESSION_START_SKILL)
@@ -187,6 +190,11 @@ async def session_end_signal(runner: TurnLoop) -> None:
     (a channel retrying, a user closing twice) neither restarts the list nor forces the
     end: the skill that is asking keeps waiting for its answer."""
     ctx = runner.ctx
+    # A session that ends before it started (``/session_end`` as its first message) never
+    # runs its start skill: not now, which would greet the user on the way out, and not on
+    # the next message, which answers a ``before_end`` skill (left "not started", the session
+    # started then, in the middle of the ending).
+    ctx.stack.data["started"] = True
     if ctx.stack.data["ending"] is None:
         cancel_work_in_progress(ctx)
         ctx.stack.data["ending"] = before_end_skills(ctx.project)

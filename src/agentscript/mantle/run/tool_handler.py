@@ -1,10 +1,16 @@
 """Running Mantle tool functions through the engine's :class:`ActionRunner`.
 
 A tool call becomes an ``ActionRequest`` named after the tool with the target
-``mantle://<owner>/<tool>`` (``_shared`` for root tools), so conversation-file stubs (by
-tool name) and per-session callables win over the project's code, and timeouts and error
-reporting are the engine's. The ``mantle`` handler calls the function, injecting
-``context`` when the function declares it.
+``mantle://<owner>/<tool>`` (``_shared`` for root tools; ``mantle-async://`` for an
+``async def`` tool), so conversation-file stubs (by tool name) and per-session callables win
+over the project's code, and timeouts and error reporting are the engine's. The handlers
+call the function, injecting ``context`` when the function declares it.
+
+The runner picks a handler by the target's scheme and runs it on its thread pool unless the
+handler itself is ``async def``, which it awaits on the event loop. One sync handler for
+every tool made an async tool take a pool thread just to create its coroutine, so sync tools
+that timed out (and go on holding their threads) made async tools time out too: an async
+tool has its own scheme, whose handler is async.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from agentscript.actions.registry import ActionError, ActionRequest, Handler
 from agentscript.mantle.model import Project, Tool
 
 SHARED = "_shared"
+SCHEME = "mantle"
+ASYNC_SCHEME = "mantle-async"
 
 
 def tool_target(tool: Tool) -> str:
     if tool.callable_ref.startswith("mcp://"):  # imported from an MCP server (integrations/)
         return tool.callable_ref
-    return f"mantle://{tool.owner or SHARED}/{tool.name}"
+    scheme = ASYNC_SCHEME if tool.is_async else SCHEME
+    return f"{scheme}://{tool.owner or SHARED}/{tool.name}"
 
 
 class _Done:
@@ -62,21 +71,30 @@ class ToolContext:
         return _Done()
 
 
-def mantle_handler(project: Project) -> Handler:
-    """The ``mantle://`` scheme handler for one loaded project."""
+def mantle_handlers(project: Project) -> dict[str, Handler]:
+    """The scheme handlers of one loaded project's tools (scheme -> handler)."""
 
     def handle(request: ActionRequest) -> Any:
-        owner, _, name = request.path.partition("/")
-        tools = project.shared_tools if owner == SHARED else _skill_tools(project, owner)
-        tool = tools.get(name)
-        if tool is None or tool.function is None:
-            raise ActionError(f"tool '{name}' has no code in this project")
-        result = tool.function(**request.inputs)
-        if hasattr(result, "__await__"):
+        result = _function(project, request)(**request.inputs)
+        if hasattr(result, "__await__"):  # a sync function that returned an awaitable
             return _awaited(result)
         return normalise_result(result)
 
-    return handle
+    async def handle_async(request: ActionRequest) -> Any:
+        # Awaited on the event loop (the runner's timeout applies): no pool thread needed.
+        return await _awaited(_function(project, request)(**request.inputs))
+
+    return {SCHEME: handle, ASYNC_SCHEME: handle_async}
+
+
+def _function(project: Project, request: ActionRequest) -> Callable[..., Any]:
+    """The function of the tool ``request`` names (``<owner>/<tool>``)."""
+    owner, _, name = request.path.partition("/")
+    tools = project.shared_tools if owner == SHARED else _skill_tools(project, owner)
+    tool = tools.get(name)
+    if tool is None or tool.function is None:
+        raise ActionError(f"tool '{name}' has no code in this project")
+    return tool.function
 
 
 def _skill_tools(project: Project, skill_id: str) -> dict[str, Tool]:
