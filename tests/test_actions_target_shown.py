@@ -55,10 +55,16 @@ def test_shown_target_drops_a_urls_credentials_and_keeps_other_targets_as_writte
 
 def test_a_password_with_a_raw_hash_question_mark_or_slash_is_not_shown() -> None:
     # A URL parser ends the host at the first of them: the credential was kept as host or path.
-    for password in ("se#cret", "se?cret", "p/ss"):
+    url = "https://user:p/ss@api.example.com/orders"
+    assert shown_target(url) == shown_url(url) == "https://api.example.com/orders"
+    # After a "?" or "#", the "@" may as well be a query's (?email=a@b.com&key=...): every
+    # part of the URL is secret in one reading or the other.
+    for password in ("se#cret", "se?cret"):
         url = f"https://user:{password}@api.example.com/orders"
-        assert shown_target(url) == "https://api.example.com/orders"
-        assert shown_url(url) == "https://api.example.com/orders"
+        assert shown_target(url) == "https://(unreadable)"
+        assert shown_url(url) == "(a URL)"
+    url = f"https://api.example.com/users?email=bob@example.com&api_key={SECRET}"
+    assert shown_target(url) == "https://(unreadable)"
 
 
 def _send(tmp_path: Path, stubs: StubBook | None) -> agentscript.Reply:

@@ -13,7 +13,8 @@ through a credential leaves a part that no form matches.
 A URL is shown by :func:`shown_url` (an error naming a server) and :func:`shown_target` (an
 action's target, as a trace step, an error and an OpenTelemetry span record it): without its
 user, password, query string and fragment, where credentials travel
-(``https://u:p@host/x?api_key=sk-...`` is shown as ``https://host/x``).
+(``https://u:p@host/x?api_key=sk-...`` is shown as ``https://host/x``). :func:`shown_urls`
+shows every URL of a free text so (an exception's message, what an action printed).
 """
 
 from __future__ import annotations
@@ -64,12 +65,25 @@ def _credential(value: str) -> str | None:
 
 def shown_url(url: str, unreadable: str = "(a URL)") -> str:
     """``url`` without its user, password, query string and fragment; ``unreadable`` when it
-    does not parse (an unclosed ``[`` host), since no part of it can be told safe."""
+    does not parse (an unclosed ``[`` host), or when a ``?`` or ``#`` comes before its last
+    ``@``, since no part of it can be told safe then."""
+    if _at_after_query(url):
+        return unreadable
     try:
         parts = urlsplit(_without_userinfo(url))
     except ValueError:
         return unreadable
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def _at_after_query(url: str) -> bool:
+    """Whether a ``?`` or ``#`` comes before the last ``@`` of ``url``: either a password holds
+    a raw ``?`` or ``#`` (all up to the ``@`` is secret), or the ``@`` is in the query or the
+    fragment (``?email=a@b.com&key=sk-...``: all after the ``?`` is secret), and no text tells
+    which. Every part is secret in one reading or the other."""
+    rest = url.partition("://")[2]
+    at = rest.rfind("@")
+    return at >= 0 and any(0 <= rest.find(mark) < at for mark in "?#")
 
 
 def _without_userinfo(url: str) -> str:
@@ -96,3 +110,58 @@ def shown_target(target: str) -> str:
     if not (parts.query or parts.fragment or "@" in target):
         return target
     return shown_url(target, f"{parts.scheme}://(unreadable)")
+
+
+# A URL in free text: a scheme (started where a run of scheme characters starts, so a long
+# run is scanned once), "://", then everything up to whitespace. RFC 3986 allows quotes and
+# brackets inside a URL (a password or a query may hold them), so only whitespace surely ends
+# one: ending it at a quote would show the rest of the query.
+_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z0-9+.-]*://\S*")
+# What may end a run of text after a URL rather than belong to it: sentence punctuation and
+# quotes, and a closing bracket that no bracket of the URL opened.
+_TRAILING = frozenset("'\".,;:!?")
+_CLOSING = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
+def shown_urls(text: str) -> str:
+    """``text`` with each URL in it shown as :func:`shown_target` shows a target: without its
+    user, password, query string and fragment. A URL runs from its scheme to the next
+    whitespace, less trailing punctuation (``'https://h/x?key=k',`` keeps its ``',``); what
+    follows a URL without whitespace is hidden with its query."""
+    if "://" not in text:  # most texts: one scan, no regex
+        return text
+    return _URL_IN_TEXT.sub(_shown_match, text)
+
+
+def _shown_match(match: re.Match[str]) -> str:
+    run = match.group()
+    cut = _url_end(run)
+    return shown_target(run[:cut]) + run[cut:]
+
+
+def _url_end(run: str) -> int:
+    """Where the URL at the start of ``run`` ends: before the trailing punctuation, quotes and
+    unmatched closing brackets of ``run`` (in linear time: ``run`` may be a long text)."""
+    unmatched = {
+        closing: run.count(closing) - run.count(opening) for closing, opening in _CLOSING.items()
+    }
+    start, cut = run.index("://") + 3, len(run)
+    while cut > start:
+        char = run[cut - 1]
+        if char in _CLOSING and unmatched[char] > 0:
+            unmatched[char] -= 1
+        elif char not in _TRAILING:
+            break
+        cut -= 1
+    return cut
+
+
+def url_at_end(text: str) -> int:
+    """Where a URL that runs to the end of ``text`` starts (``len(text)`` when none does): a
+    cut through a URL may have kept its password and lost the ``@`` after it, so that
+    :func:`shown_urls` could not tell it from a host."""
+    if "://" not in text or text[-1:].isspace():
+        return len(text)
+    tail = text.rsplit(None, 1)[-1]  # from the right, at C speed
+    found = _URL_IN_TEXT.search(tail)
+    return len(text) - len(tail) + found.start() if found else len(text)

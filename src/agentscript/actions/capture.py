@@ -10,7 +10,10 @@ actions run (STYLE 14).
 Contract: :func:`captured` is a context manager yielding a :class:`Printed` that holds, after
 the block, what the code inside it wrote (each stream capped at ``limit`` characters, the rest
 counted, not kept). Output of threads the action starts itself is not attributed to it (they do
-not inherit the context) and goes to the original streams.
+not inherit the context) and goes to the original streams. :meth:`Printed.to_json` shows each
+URL in the text without its user, password, query string and fragment
+(``redaction.shown_urls``: a client library's log line names the URL it called), and a URL the
+cap cut through not at all (its password may be all that was kept of it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import threading
 from collections.abc import Iterable
 from contextvars import ContextVar
 from typing import Any, TextIO
+
+from agentscript.redaction import shown_urls, url_at_end
 
 # Enough for a traceback or a debugging print; a chatty action cannot grow the trace unbounded.
 DEFAULT_LIMIT = 16_000
@@ -44,8 +49,25 @@ class Printed:
         if kept < self.limit:
             self.parts[index].append(text[: self.limit - kept])
 
+    def add_kept(self, index: int, text: str, size: int) -> None:
+        """Count ``size`` characters written, of which ``text`` (their start) was kept where
+        they were written (an action's worker process, with the same limit)."""
+        if self.parts is None:
+            self.parts = ([], [])
+        kept = self.sizes[index]
+        self.sizes[index] = kept + size
+        if kept < self.limit:
+            self.parts[index].append(text[: self.limit - kept])
+
+    def streams(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        """Each stream's kept text and how many characters it was written (for
+        :meth:`add_kept` in another process)."""
+        parts = self.parts or ([], [])
+        return ("".join(parts[0]), self.sizes[0]), ("".join(parts[1]), self.sizes[1])
+
     def to_json(self) -> dict[str, str]:
-        """``{"stdout": ..., "stderr": ...}`` with only the non-empty streams."""
+        """``{"stdout": ..., "stderr": ...}`` with only the non-empty streams, URLs shown
+        without their credentials."""
         out: dict[str, str] = {}
         if self.parts is None:
             return out
@@ -54,7 +76,10 @@ class Printed:
             if not parts:
                 continue
             text = "".join(parts)
+            if self.sizes[index] > len(text):
+                text = text[: url_at_end(text)]  # a URL the cap cut through: its end is unknown
             dropped = self.sizes[index] - len(text)
+            text = shown_urls(text)
             if dropped > 0:
                 text += f"\n[... {dropped} more characters not kept]"
             out[name] = text
@@ -120,15 +145,24 @@ _proxies = (_Proxy(0), _Proxy(1))
 def _enter() -> None:
     global _running
     with _lock:
-        if _running == 0:
-            out, err = _proxies
-            if sys.stdout is not out:
-                out.original = sys.stdout
-                sys.stdout = out
-            if sys.stderr is not err:
-                err.original = sys.stderr
-                sys.stderr = err
+        # Also while other actions run: code that replaced a proxy meanwhile (a host's
+        # redirect_stdout; a test runner swapping streams while a timed-out action still runs
+        # on its thread) would otherwise get every later action's output, and the trace none.
+        # Its stream becomes the one the proxy writes the host's output to, and is put back.
+        out, err = _proxies
+        if sys.stdout is not out:
+            out.original = _host_stream(sys.stdout, out)
+            sys.stdout = out
+        if sys.stderr is not err:
+            err.original = _host_stream(sys.stderr, err)
+            sys.stderr = err
         _running += 1
+
+
+def _host_stream(stream: Any, proxy: _Proxy) -> Any:
+    """The stream ``proxy`` writes the host's output to, when ``stream`` replaced it: never
+    a proxy (stdout and stderr swapped would send a write back and forth for ever)."""
+    return proxy.original if isinstance(stream, _Proxy) else stream
 
 
 def _leave() -> None:

@@ -10,8 +10,10 @@ What runs in a worker: ``python://module:function`` targets (imported in the wor
 agent's own package, ``actions/modules.py``) and callables that pickle by reference (top-level
 functions). Inputs and outputs cross the process boundary by pickling, so they must be plain
 data; a call that cannot be sent is an action error naming the fix. Output the action prints
-is captured in the worker and returned with the result; ``SystemExit`` ends the call, not the
-worker.
+is captured in the worker (under the caller's ``output_limit``) and returned with the result
+and how much was written, so the caller's record counts what was not kept; ``SystemExit`` ends
+the call, not the worker. A failed call answers a :class:`CallFailure`, which the caller words
+as a failure of the same call on a thread is worded (``actions/registry.py``).
 
 Workers are started with ``spawn`` (a fresh interpreter, no inherited threads or locks), about
 50-100 ms each, once; a call to a warm worker costs two pickles and a pipe round trip.
@@ -28,9 +30,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentscript.actions.capture import captured
+from agentscript.actions.capture import DEFAULT_LIMIT, Printed, captured
 
 DEFAULT_MAX_WORKERS = 4
+
+# What a call printed: each stream's kept text and how many characters it wrote.
+Streams = tuple[tuple[str, int], tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class CallFailure:
+    """Why a call in a worker failed. ``kind``: ``"import"`` (the module of a python:// target
+    did not import; ``text`` says why), ``"lookup"`` (it has no such function), ``"action"``
+    (the action raised ActionError: ``text`` is its message, shown as it is), ``"raised"`` (any
+    other exception: ``text`` is ``Type: message``), ``"unsendable"`` (its result could not be
+    pickled)."""
+
+    kind: str
+    text: str = ""
+
+
+class TargetMissing(Exception):
+    """The module or function of a python:// target is not there (``failure`` says which)."""
+
+    def __init__(self, failure: CallFailure) -> None:
+        super().__init__(failure.text)
+        self.failure = failure
+
+
+def described(exc: BaseException) -> str:
+    """``str(exc)``, or a note when that raises (an action's own exception may break it)."""
+    try:
+        return str(exc)
+    except Exception:
+        return "(its message could not be read)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +82,13 @@ class PythonCall:
         from agentscript.actions.context import with_key
         from agentscript.actions.modules import import_target
 
-        module = import_target(Path(self.folder) if self.folder else None, self.module)
+        try:
+            module = import_target(Path(self.folder) if self.folder else None, self.module)
+        except Exception as exc:  # as python_handler catches it, so both word it alike
+            raise TargetMissing(CallFailure("import", described(exc))) from None
         function = getattr(module, self.function, None)
         if not callable(function):
-            raise LookupError(f"'{self.module}' has no function '{self.function}'")
+            raise TargetMissing(CallFailure("lookup"))
         return function(**with_key(function, self.inputs, self.idempotency_key))
 
 
@@ -76,21 +112,33 @@ class WorkerGone(Exception):
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
-    """The worker's loop: one pickled call in, ``(ok, value, printed)`` out, until EOF."""
+    """The worker's loop: one pickled ``(call, output limit)`` in, ``(ok, value or
+    CallFailure, Streams)`` out, until EOF."""
+    from agentscript.actions.registry import ActionError  # registry imports this module
+
     while True:
         try:
-            call = conn.recv()
+            call, limit = conn.recv()
         except (EOFError, OSError):
             return
-        with captured() as printed:
+        with captured(Printed(limit)) as printed:
             try:
                 outcome: tuple[bool, Any] = (True, call())
             except BaseException as exc:  # SystemExit included: the call fails, the worker stays
-                outcome = (False, f"{type(exc).__name__}: {exc}")
+                outcome = (False, _failure(exc, ActionError))
         try:
-            conn.send((*outcome, printed.to_json()))
+            conn.send((*outcome, printed.streams()))
         except Exception as exc:  # an unpicklable result
-            conn.send((False, f"its result cannot be sent back: {exc}", printed.to_json()))
+            failure = CallFailure("unsendable", described(exc))
+            conn.send((False, failure, printed.streams()))
+
+
+def _failure(exc: BaseException, action_error: type[Exception]) -> CallFailure:
+    if isinstance(exc, TargetMissing):
+        return exc.failure
+    if isinstance(exc, action_error):
+        return CallFailure("action", described(exc))
+    return CallFailure("raised", f"{type(exc).__name__}: {described(exc)}")
 
 
 class _Worker:
@@ -156,19 +204,23 @@ class ActionProcesses:
         self.killed += 1
         self._drop_slot()
 
-    def runner(self, call: Callable[[], Any], claim: Claim) -> Callable[[], Any]:
+    def runner(
+        self, call: Callable[[], Any], claim: Claim, output_limit: int = DEFAULT_LIMIT
+    ) -> Callable[[], tuple[bool, Any, Streams]]:
         """A blocking function that runs ``call`` in a worker; ``claim`` lets a caller that
         gives up (a timeout) stop it: :meth:`Claim.cancel` kills the worker, or keeps the call
-        from starting when it is still waiting for one. Returns ``(ok, value, printed)``."""
+        from starting when it is still waiting for one. Returns ``(ok, value, printed)``:
+        ``value`` is a :class:`CallFailure` when not ``ok``; ``printed`` keeps up to
+        ``output_limit`` characters of each stream."""
         try:
-            payload = pickle.dumps(call)
+            payload = pickle.dumps((call, output_limit))
         except Exception as exc:
             raise TypeError(
                 f"it cannot be sent to a worker process ({exc}); process isolation runs "
                 "python:// targets and top-level functions with plain-data inputs"
             ) from None
 
-        def run() -> tuple[bool, Any, dict[str, str]]:
+        def run() -> tuple[bool, Any, Streams]:
             worker = self._take()
             with claim.lock:
                 if claim.cancelled:  # the caller gave up while this waited for a worker
@@ -177,7 +229,7 @@ class ActionProcesses:
                 claim.worker = worker
             try:
                 worker.conn.send_bytes(payload)
-                answer: tuple[bool, Any, dict[str, str]] = worker.conn.recv()
+                answer: tuple[bool, Any, Streams] = worker.conn.recv()
             except (EOFError, OSError):
                 worker.kill()
                 self._retire(worker)

@@ -22,6 +22,12 @@ the action raises (``SystemExit`` and ``KeyboardInterrupt`` included) becomes an
 only the turn's own cancellation passes through. What the action prints to stdout/stderr is
 captured (``actions/capture.py``) into ``request.printed`` for the trace, never written to the
 host's streams.
+
+An ActionError's message reaches the API client, the server's log, the trace and the model, so:
+every URL in it is shown as a target is (``redaction.shown_urls``: a backend's exception names
+the URL it called, password and ``?key=`` included); a failure is worded the same in every
+isolation mode; and when ``[actions.targets]`` ran another target, the message names both
+(``action 'x' (flow://X, run as python://m:f by [actions.targets]) failed: ...``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +47,18 @@ from weakref import WeakKeyDictionary
 from agentscript.actions.capture import Printed, captured
 from agentscript.actions.context import IDEMPOTENCY_KEY, with_turn_context
 from agentscript.actions.modules import import_target
-from agentscript.actions.process import Claim, PythonCall, WorkerGone, shared_processes
+from agentscript.actions.process import (
+    CallFailure,
+    Claim,
+    PythonCall,
+    WorkerGone,
+    described,
+    shared_processes,
+)
 from agentscript.actions.settings import ActionSettings, Isolation
 from agentscript.actions.threads import shared_threads
 from agentscript.errors import RunFailure
-from agentscript.redaction import shown_target
+from agentscript.redaction import shown_target, shown_urls
 
 Outputs = dict[str, Any]
 # A handler receives the request and returns the outputs (sync or async).
@@ -53,6 +67,9 @@ Handler = Callable[["ActionRequest"], Outputs | Awaitable[Outputs]]
 ActionFunction = Callable[..., Any]
 
 DEFAULT_TIMEOUT = 30.0
+# How early asyncio may fire a timer (it compares deadlines with the clock's resolution): a
+# TimeoutError before the limit less this is the action's own, not the runner's.
+_TIMER_SLACK = time.get_clock_info("monotonic").resolution
 
 
 class ActionError(RunFailure):
@@ -247,27 +264,34 @@ class ActionRunner:
             target, args = functools.partial(handler, request), {}
             is_async = self._is_async(handler)
         printed = Printed(self.settings.output_limit)
+        loop = asyncio.get_running_loop()
+        expires = loop.time() + limit
         try:
             result = await self._call(request, target, args, is_async, limit, printed)
-        except TimeoutError:
-            raise ActionError(f"action '{request.name}' timed out after {limit:g} s") from None
-        except ActionError:
+        except TimeoutError as exc:
+            if loop.time() + _TIMER_SLACK < expires:  # the action's own (a socket's)
+                raise ActionError(shown_urls(_raised(request, exc))) from None
+            raise ActionError(f"{_subject(request)} timed out after {limit:g} s") from None
+        except ActionError as exc:
+            # A handler's (python_handler's import failure, a worker's answer) or the
+            # action's own: its text may quote a backend's too.
+            text = str(exc)
+            if (shown := shown_urls(text)) != text:
+                raise ActionError(shown) from None
             raise
         except WorkerGone as exc:
-            raise ActionError(f"action '{request.name}' failed: {exc}") from None
+            raise ActionError(f"{_subject(request)} failed: {exc}") from None
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             # The action's own failure, reported, never a traceback; an action calling
             # sys.exit() must not end the host.
-            raise ActionError(
-                f"action '{request.name}' failed: {type(exc).__name__}: {exc}"
-            ) from None
+            raise ActionError(shown_urls(_raised(request, exc))) from None
         finally:
             request.printed = printed.to_json() or None
         if result is None:
             return {}
         if not isinstance(result, Mapping):
             raise ActionError(
-                f"action '{request.name}' returned {type(result).__name__}; it must return a dict of outputs"
+                f"{_subject(request)} returned {type(result).__name__}; it must return a dict of outputs"
             )
         return dict(result)
 
@@ -336,24 +360,71 @@ class ActionRunner:
         pool = shared_processes(self.settings.workers)
         claim = Claim()
         try:
-            run = pool.runner(call, claim)
+            run = pool.runner(call, claim, printed.limit)
         except TypeError as exc:
-            raise ActionError(f"action '{request.name}' cannot run isolated: {exc}") from None
+            raise ActionError(f"{_subject(request)} cannot run isolated: {exc}") from None
         try:
-            ok, value, output = await shared_threads().submit(run)
+            ok, value, streams = await shared_threads().submit(run)
         except asyncio.CancelledError:
             claim.cancel()  # timed out (or the turn was cancelled): stop it for real
             raise
-        for stream, text in output.items():
-            printed.add(0 if stream == "stdout" else 1, text)
+        for index, (text, size) in enumerate(streams):
+            if size:
+                printed.add_kept(index, text, size)
         if not ok:
-            raise ActionError(f"action '{request.name}' failed: {value}")
+            raise ActionError(_worker_failure(request, value))
         return value
 
 
 def _captured_call(printed: Printed, target: Callable[..., Any], args: dict[str, Any]) -> Any:
     with captured(printed):
         return target(**args)
+
+
+def _subject(request: ActionRequest) -> str:
+    """The action a message is about: its name, and when ``[actions.targets]`` ran another
+    target than the agent's, both targets (the mapping is what an operator must look at)."""
+    if request.ran is None:
+        return f"action '{request.name}'"
+    target = shown_target(request.target) if request.target else "(no target)"
+    return (
+        f"action '{request.name}' ({target}, run as {shown_target(request.ran)} "
+        "by [actions.targets])"
+    )
+
+
+def _raised(request: ActionRequest, exc: BaseException) -> str:
+    return _failed(request, f"{type(exc).__name__}: {described(exc)}")
+
+
+def _failed(request: ActionRequest, why: str) -> str:
+    return f"{_subject(request)} failed: {why}"
+
+
+def _cannot_import(request: ActionRequest, module: str, why: str) -> str:
+    if request.ran is None:
+        return f"cannot import '{module}' for action '{request.name}': {why}"
+    return _failed(request, f"cannot import '{module}': {why}")
+
+
+def _no_function(request: ActionRequest, module: str, function: str) -> str:
+    if request.ran is None:
+        return f"'{module}' has no function '{function}' (action '{request.name}')"
+    return _failed(request, f"'{module}' has no function '{function}'")
+
+
+def _worker_failure(request: ActionRequest, failure: CallFailure) -> str:
+    """A worker process's :class:`CallFailure`, worded as the same failure on a thread is."""
+    if failure.kind in ("import", "lookup"):
+        module, function = _python_target(request)
+        if failure.kind == "import":
+            return _cannot_import(request, module, failure.text)
+        return _no_function(request, module, function)
+    if failure.kind == "action":  # the action's own ActionError: its message as it wrote it
+        return failure.text
+    if failure.kind == "unsendable":
+        return _failed(request, f"its result cannot be sent back: {failure.text}")
+    return _failed(request, failure.text)
 
 
 def _no_handler_message(request: ActionRequest) -> str:
@@ -381,12 +452,8 @@ def python_handler(request: ActionRequest) -> Any:
     try:
         module = import_target(request.agent_dir, module_name)
     except Exception as exc:
-        raise ActionError(
-            f"cannot import '{module_name}' for action '{request.name}': {exc}"
-        ) from None
+        raise ActionError(_cannot_import(request, module_name, described(exc))) from None
     function = getattr(module, function_name, None)
     if not callable(function):
-        raise ActionError(
-            f"'{module_name}' has no function '{function_name}' (action '{request.name}')"
-        )
+        raise ActionError(_no_function(request, module_name, function_name))
     return function(**with_turn_context(function, request.inputs))
