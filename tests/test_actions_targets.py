@@ -490,6 +490,230 @@ def test_no_unmatched_warning_when_the_actions_table_does_not_load(tmp_path: Pat
     assert "unmatched-action-target" not in result.output
 
 
+# ------------------------------------------------------------------ one toml, several agents
+
+
+# A folder of migrated agents sharing one toml, each agent targeting one of its keys.
+SHARED = {
+    "billing": "apex://Billing.GetInvoice",
+    "orders": "flow://Lookup_Order",
+    "returns": "flow://Get_Return",
+    "shipping": "flow://Get_Shipment",
+    "warranty": "apex://Warranty.GetExpiry",
+    "zeta": "flow://Zeta_Flow",
+}
+TYPO = '"flow://Lookup_Ordr" = "python://backend:lookup"\n'
+
+
+def shared_folder(folder: Path, extra: str = TYPO) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "backend.py").write_text(BACKEND, encoding="utf-8")
+    keys = "".join(f'"{target}" = "python://backend:lookup"\n' for target in SHARED.values())
+    (folder / "agentscript.toml").write_text("[actions.targets]\n" + keys + extra)
+    paths = {}
+    for name, target in SHARED.items():
+        paths[name] = folder / f"{name}.agent"
+        paths[name].write_text(AGENT.replace("{target}", target), encoding="utf-8")
+    return paths
+
+
+def unmatched(diagnostics: list[Any]) -> list[Any]:
+    return [d for d in diagnostics if d.code == "unmatched-action-target"]
+
+
+def test_a_toml_shared_by_several_agents_warns_once_about_its_one_typo(tmp_path: Path) -> None:
+    # Judged per agent, 6 agents and 7 keys gave 36 warnings: each agent's 6 others' keys.
+    paths = shared_folder(tmp_path / "migrated")
+    result = CliRunner().invoke(main, ["validate", str(tmp_path / "migrated")])
+    assert result.exit_code == 0, result.output
+    assert "6 file(s) checked: 0 error(s), 1 warning(s)" in result.output
+    assert result.output.count("warning[unmatched-action-target]") == 1
+    found = {name: unmatched(validate_path(path)) for name, path in paths.items()}
+    assert [name for name, diags in found.items() if diags] == ["orders"]  # its likely target
+    [warning] = found["orders"]
+    assert warning.file == str(tmp_path / "migrated" / "agentscript.toml")
+    assert (warning.span.line, warning.span.column) == (8, 1)  # the typo's line
+    assert "'flow://Lookup_Ordr'" in warning.message
+    assert "the 6 agents this file applies to (billing.agent, orders.agent" in warning.message
+    assert "and 1 more" in warning.message  # a bounded list
+    assert warning.message.endswith(
+        "the closest target is 'flow://Lookup_Order' (orders.agent, mapped too)"
+    )
+
+
+def test_one_agent_checked_alone_is_judged_with_the_agents_sharing_its_toml(
+    tmp_path: Path,
+) -> None:
+    paths = shared_folder(tmp_path / "migrated", TYPO + '"flow://Gone" = "python://backend:x"\n')
+    # The keys its siblings use are no typo; each typo comes with one agent: the one whose
+    # target it is close to, else the first by path.
+    billing = unmatched(validate_path(paths["billing"]))
+    assert ["'flow://Gone'" in d.message for d in billing] == [True]
+    assert [
+        "'flow://Lookup_Ordr'" in d.message for d in unmatched(validate_path(paths["orders"]))
+    ] == [True]
+    assert not unmatched(validate_path(paths["returns"]))
+    result = CliRunner().invoke(main, ["validate", str(paths["returns"])])
+    assert result.exit_code == 0 and "0 error(s), 0 warning(s)" in result.output, result.output
+    # An agent below with a toml of its own is not one of this toml's agents.
+    sub = tmp_path / "migrated" / "sub"
+    agent_in(sub, MAPPING.replace("Lookup_Order", "Get_Return"), "flow://Get_Return")
+    (tmp_path / "migrated" / "returns.agent").unlink()
+    assert "'flow://Get_Return'" in unmatched(validate_path(paths["billing"]))[0].message
+
+
+# ------------------------------------------------------------------ a mapping to nothing
+
+
+def unresolved(diagnostics: list[Any]) -> list[Any]:
+    return [d for d in diagnostics if d.code == "unresolved-python-target"]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (
+            "python://no_such_backend_x9:lookup",
+            "the agent's folder has no no_such_backend_x9.py or no_such_backend_x9/, and no "
+            "module 'no_such_backend_x9' is installed",
+        ),
+        ("python://backend:lookp", "backend.py has no top-level function 'lookp'"),
+        (
+            "python://backend.sub:lookup",
+            "backend.py of the agent's folder is a module, not a package",
+        ),
+        ("python://pkg.nope:f", "the agent's folder has no pkg/nope.py or pkg/nope/"),
+        ("python://pkg.mod:g", "pkg/mod.py has no top-level function 'g'"),
+        ("python://json.no_such_sub_x9:f", "the installed package 'json' has no module"),
+    ],
+)
+def test_a_mapping_to_a_missing_module_or_function_is_a_validate_warning(
+    tmp_path: Path, value: str, words: str
+) -> None:
+    # It loads and serves (the module may be installed at deploy time), and failed every turn.
+    toml = f'[actions.targets]\n"flow://Lookup_Order" = "{value}"\n'
+    path = agent_in(tmp_path / "a", toml)
+    (tmp_path / "a" / "pkg").mkdir()
+    (tmp_path / "a" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "a" / "pkg" / "mod.py").write_text("def f():\n    return {}\n")
+    agentscript.load(path)
+    [warning] = unresolved(validate_path(path))
+    assert warning.severity.value == "warning"
+    assert warning.file == str(tmp_path / "a" / "agentscript.toml")
+    assert (warning.span.line, warning.span.column) == (2, 1)
+    assert f"maps 'flow://Lookup_Order' to '{value}', which cannot run for orders.agent" in (
+        warning.message
+    )
+    assert words in warning.message
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "warning[unresolved-python-target]" in result.output
+    assert "0 error(s), 1 warning(s)" in result.output
+
+
+REEXPORTS = """\
+from os.path import join as joined
+import json as encoded
+
+try:
+    from fast_lookup_x9 import lookup_fast
+except ImportError:
+    def lookup_fast(order_ID):
+        return {}
+Lookup = type("Lookup", (), {})
+"""
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "python://json:dumps",
+        "python://os.path:join",
+        "python://json.decoder:JSONDecoder",
+        "python://backend:lookup",
+        "python://pkg.mod:f",
+        "python://pkg:f",
+        "python://reexports:joined",
+        "python://reexports:encoded",
+        "python://reexports:lookup_fast",
+        "python://reexports:Lookup",
+    ],
+)
+def test_a_mapping_that_can_run_gives_no_warning(tmp_path: Path, value: str) -> None:
+    # Beside a mapping that cannot run, for the one warning to show the check ran.
+    toml = (
+        f'[actions.targets]\n"flow://Lookup_Order" = "{value}"\n'
+        '"flow://Control" = "python://no_such_backend_x9:lookup"\n'
+    )
+    path = agent_in(tmp_path / "a", toml)
+    control = tmp_path / "a" / "control.agent"
+    control.write_text(AGENT.replace("{target}", "flow://Control"), encoding="utf-8")
+    (tmp_path / "a" / "pkg").mkdir()
+    (tmp_path / "a" / "pkg" / "__init__.py").write_text("from .mod import f\n")
+    (tmp_path / "a" / "pkg" / "mod.py").write_text("async def f():\n    return {}\n")
+    (tmp_path / "a" / "reexports.py").write_text(REEXPORTS)
+    [warning] = unresolved([*validate_path(path), *validate_path(control)])
+    assert "'flow://Control'" in warning.message
+
+
+RAISES = """\
+import pathlib
+pathlib.Path({marker!r}).write_text("imported")
+raise SystemExit("agent code ran")
+def lookup(order_ID):
+    return {{}}
+"""
+
+
+def test_validate_runs_no_code_of_the_agent_nor_of_a_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "ran"
+    folder = tmp_path / "a"
+    toml = (
+        "[actions.targets]\n"
+        '"flow://Lookup_Order" = "python://backend:lookp"\n'
+        '"flow://Get_Return" = "python://pkg.mod:lookup"\n'
+        '"flow://Other" = "python://host_pkg_x9.nope:lookup"\n'
+    )
+    path = agent_in(folder, toml)
+    (folder / "backend.py").write_text(RAISES.format(marker=str(marker)))
+    (folder / "pkg").mkdir()
+    (folder / "pkg" / "__init__.py").write_text(RAISES.format(marker=str(marker)))
+    (folder / "pkg" / "mod.py").write_text(RAISES.format(marker=str(marker)))
+    # A package the host would import (find_spec of a dotted name imports its parent).
+    host = tmp_path / "host"
+    (host / "host_pkg_x9").mkdir(parents=True)
+    (host / "host_pkg_x9" / "__init__.py").write_text(RAISES.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(host))
+    second = folder / "second.agent"  # so that every key is some agent's target
+    second.write_text(AGENT.replace("{target}", "flow://Get_Return"), encoding="utf-8")
+    third = folder / "third.agent"
+    third.write_text(AGENT.replace("{target}", "flow://Other"), encoding="utf-8")
+    diagnostics = [d for p in (path, second, third) for d in validate_path(p)]
+    assert not marker.exists()
+    assert not [m for m in sys.modules if m.startswith("host_pkg_x9")]
+    messages = " | ".join(d.message for d in unresolved(diagnostics))
+    assert len(unresolved(diagnostics)) == 2, messages  # pkg/mod.py binds lookup (below a raise)
+    assert "backend.py has no top-level function 'lookp'" in messages
+    assert "the installed package 'host_pkg_x9' has no module 'host_pkg_x9.nope'" in messages
+
+
+def test_a_python_target_written_in_the_agent_gets_the_same_warning(tmp_path: Path) -> None:
+    path = agent_in(tmp_path / "a", None, "python://backend:lookp")
+    [warning] = unresolved(validate_path(path))
+    line = next(i for i, text in enumerate(AGENT.splitlines(), 1) if "target:" in text)
+    assert warning.file == str(path) and warning.span.line == line
+    assert warning.message == (
+        "Action 'lookup' targets 'python://backend:lookp', which cannot run: backend.py has no "
+        "top-level function 'lookp'"
+    )
+    assert not unresolved(validate_path(agent_in(tmp_path / "b", None, "python://backend:lookup")))
+    # Mapped to another, it is not what runs: the mapping's value is checked instead.
+    toml = '[actions.targets]\n"python://backend:lookp" = "python://backend:lookup"\n'
+    assert not unresolved(validate_path(agent_in(tmp_path / "c", toml, "python://backend:lookp")))
+
+
 # ------------------------------------------------------------------ read at load
 
 

@@ -100,8 +100,10 @@ def _integrated(agent: AgentBase, file: Path) -> AgentBase:
         configure_agent(agent)
         # [actions] read now, and kept, not at the first session: a server started fine, then
         # answered every new session 422 invalid_variable for its operator's
-        # `isolation = "fork"` (or for the file edited so after its start), and a target mapped
-        # to nothing runnable would fail every turn.
+        # `isolation = "fork"` (or for the file edited so after its start). Only the table's
+        # form is checked: a mapped python:// module or function that does not exist is found
+        # when the action runs (`validate` warns: unresolved-python-target), as it may be
+        # installed where the agent is deployed.
         agent.load_action_settings()
     except (ConfigError, BudgetConfigError, TelemetryConfigError, ActionConfigError) as exc:
         diag = config_error(file, exc)
