@@ -97,13 +97,6 @@ class Limits:
     max_reply_chars: int = 200_000  # one model reply's text: the turn ends past it
     max_variable_chars: int = 200_000  # one variable's value: the write fails past it
     max_history_chars: int = 4_000_000  # the history: oldest exchanges dropped past it
-    # What one turn adds to the history, counted like max_history_chars: a tool result or a
-    # Mantle `context.send` text that would take it past this is dropped (an error result
-    # naming it; EVENT_STEP result_dropped / send_refused), and the turn goes on. Twice
-    # max_history_chars: a turn adding more gives its own next model call more than a
-    # trimmed history holds. Whatever this says, a turn leaves a state under the restore's
-    # MAX_SESSION_CHARS (engine/room.py).
-    max_turn_chars: int = 8_000_000
 
     def replaced(self, table: Mapping[str, Any], *, where: str = "limits") -> Limits:
         """A copy with the fields of ``table`` (a ``[limits]`` table) changed; ValueError

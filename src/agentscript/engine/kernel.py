@@ -18,8 +18,6 @@
 - **Yes/no** (:func:`read_yes_no`): the user's plain answer to a confirmation question.
 - **Tool-call window** (:class:`ToolCallWindow`): the assistant message making tool calls,
   their answers in order, and what was said meanwhile held back until every call is answered.
-  Each answer is held to the turn's room (``engine/room.py``): a result the saved session
-  could not keep is replaced by an error result naming the limit.
 - **Last check before a model call** (:func:`check_answered`): a request whose history has a
   tool call without an answer is never sent.
 
@@ -35,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentscript.engine.history import HistoryLedger
-from agentscript.engine.room import active_room
 from agentscript.errors import LimitReached, TurnError, UnansweredToolCall
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import Limits
@@ -214,29 +211,16 @@ class ToolCallWindow:
         self.history.append(Message("assistant", text, tool_calls=list(calls)))
 
     def answer(self, call: ToolCall, result: Any) -> None:
-        """The tool message answering ``call``; a result the turn's room cannot keep is
-        replaced by an error result saying why (``engine/room.py``)."""
         self._answered.add(call.id)
-        message = Message.tool_result(call, result)
-        room = active_room()
-        if room is not None:
-            message = room.admit_result(call, message, room.state.current_node)
-        self.history.append(message)
+        self.history.append(Message.tool_result(call, result))
 
     def say(self, text: str) -> None:
-        message = Message("assistant", text)
-        self.said.append(message)
-        room = active_room()
-        if room is not None:
-            room.hold(message)  # counted until it joins the history on close
+        self.said.append(Message("assistant", text))
 
     def close(self, reason: str = NOT_COMPLETED) -> None:
         for call in self.calls:
             if call.id not in self._answered:
                 self.answer(call, {"error": reason})
-        room = active_room()
-        if room is not None and self.said:
-            room.release(self.said)
         self.history.extend(self.said)
         self.said = []
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from agentscript.engine.budgets import BudgetExceeded, BudgetMeter, active_meter
 from agentscript.engine.kernel import check_answered, internal_error
-from agentscript.engine.room import active_room
 from agentscript.errors import LimitReached, TurnError
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.limits import MAX_KEPT_ARGUMENT_DEPTH
@@ -51,8 +50,7 @@ async def call_model(
     A request whose history holds a tool call without its answer is not sent either (the
     kernel's last check): providers reject it, and it would mean the engine lost track of a call.
     A reply whose text is longer than ``max_reply_chars`` (``Limits.max_reply_chars``) is a
-    failure too: it is neither stored in the history nor traced in full; so is one the saved
-    session would have no room for (the turn's room, ``engine/room.py``).
+    failure too: it is neither stored in the history nor traced in full.
     An answer with neither text nor a tool call is asked again once (:func:`_ask_again`);
     ``spend_call`` counts that second call against the turn's ``Limits.max_llm_calls`` (it
     raises LimitReached past them); without it, the empty answer fails the turn at once.
@@ -117,13 +115,6 @@ async def call_model(
     step["output"] = response.to_json()
     if response.model:
         step["model"] = response.model
-    room = active_room()
-    if room is not None:  # the reply must fit in the saved session (engine/room.py)
-        try:
-            room.check_reply(Message("assistant", response.text or "", list(response.tool_calls)))
-        except TurnError as exc:
-            step["error"] = str(exc)
-            raise
     return response
 
 

@@ -29,7 +29,6 @@ from agentscript.engine.procedures import render_text
 from agentscript.engine.program import Program
 from agentscript.engine.restore import Checker, check_common, decode, fingerprint, sign, verify
 from agentscript.engine.restore_agent import agent_shape, check_agent_state
-from agentscript.engine.room import TurnRoom, keeping
 from agentscript.engine.state import STATE_FORMATS, SessionState
 from agentscript.engine.turn import TurnRunner
 from agentscript.expr.evaluate import Env, EvalError
@@ -52,9 +51,6 @@ class TurnRunnerLike(Protocol):
     displayable: list[dict[str, Any]]
 
     async def run(self) -> TurnResult: ...
-
-    def fail(self, error: Exception) -> None:
-        """Fail the turn :meth:`run` ran with ``error`` (the failed-turn rule)."""
 
 
 @dataclass
@@ -495,13 +491,6 @@ class Session:
                 reason=f"the history was longer than Limits.max_history_chars "
                 f"({self.limits.max_history_chars} characters)",
             )
-        # What the turn adds must leave a state restore accepts (engine/room.py).
-        assert self.ledger is not None  # made by send_async
-        room = TurnRoom(state, self.ledger, self.limits, trace)
-        refusal = room.make_room(text)
-        if refusal is not None:
-            error_step(trace, message=refusal, node=state.current_node)
-            return self._reply(TurnResult(error=refusal), trace, refused=True)
         runner = self.agent.new_turn(
             state,
             self.runner,
@@ -511,13 +500,12 @@ class Session:
             limits=self.limits,
             stream=self.on_text,
         )
-        with metering(self.meter), keeping(room):
+        with metering(self.meter):
             result = await runner.run()
         state.extra["usage"] = self.meter.session.to_json()
         if self.meter.hit is not None and self.meter.budget.on_exceed is OnExceed.ESCALATE:
             result.escalated = True
         state.stub_usage = self.runner.stubs.state()
-        room.settle(runner.fail)
         return self._reply(
             result, trace, actions=runner.actions_run, displayable=runner.displayable
         )

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agentscript.actions.registry import ActionError, ActionRequest
-from agentscript.engine.room import active_room, send_refusal
 from agentscript.jsonsafe import UnsafeValue, json_safe
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import Project, Tool
@@ -122,11 +121,6 @@ def undo_failed_call(ctx: TurnContext, tool: Tool, since: int, error: str) -> No
         )
 
 
-class SendRefused(ValueError):
-    """A ``context.send`` whose text is too long for one call's output or for what the turn
-    may keep (``engine/room.py``); nothing was said."""
-
-
 class ContextClosed(RuntimeError):
     """A tool used its ``context`` after its call ended (it timed out and went on running,
     or handed the context to a thread or task that outlived the call)."""
@@ -217,17 +211,7 @@ def tool_context(ctx: TurnContext, tool: Tool, skill_id: str, scope: CallScope) 
             )
         ctx.write(entry.qualified_name, check_write(entry, ctx.memory, value))
 
-    room = active_room()  # taken here: the tool may speak from its worker thread
-
     def send(text: str) -> None:
-        # Bounded like the rest of what a tool gives (Limits.max_output_chars) and by the
-        # turn's room (engine/room.py): refused inside the tool, which may catch it; else
-        # the call fails with an error result for the model, as for a bad memory write.
-        refusal = send_refusal(
-            room, text, tool=tool.name, node=ctx.node_name(), limits=ctx.limits, trace=ctx.trace
-        )
-        if refusal is not None:
-            raise SendRefused(refusal)
         ctx.say(text, ResponseKind.TOOL)
 
     return ToolContext(
