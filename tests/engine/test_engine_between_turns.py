@@ -442,6 +442,17 @@ def test_S12_an_internal_error_never_shows_credentials_of_a_url(tmp_path: Path) 
     assert "sk-1234" not in json.dumps(reply.trace)
 
 
+def test_S12_an_internal_error_hides_a_password_holding_a_quote(tmp_path: Path) -> None:
+    """The scrub stopped a URL at a quote, so the rest of such a password and the query
+    showed; it now reads a URL to the next whitespace, as for an action's error."""
+    note = agent(tmp_path, "Note", NOTE)
+    error = RuntimeError("cannot reach https://bob:hun'ter22@llm.example/v1?key=sk-5678 now")
+    reply = note.session(model=raising_on_second_call(error)).send("hi")
+    assert reply.error is not None and reply.error.startswith("internal error: RuntimeError: ")
+    shown = json.dumps(reply.trace) + reply.error
+    assert "ter22" not in shown and "sk-5678" not in shown and reply.error.endswith(" now")
+
+
 def test_S12_a_failing_step_observer_fails_the_turn(tmp_path: Path) -> None:
     note = agent(tmp_path, "Note", NOTE)
     session = note.session(model=raising_on_second_call(AssertionError("unused")))

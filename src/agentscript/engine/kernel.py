@@ -27,7 +27,6 @@ Nothing here knows either format's agent model; the runners pass in what they ow
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +36,7 @@ from agentscript.errors import LimitReached, TurnError, UnansweredToolCall
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import Limits
 from agentscript.models.base import Message, ToolCall
-from agentscript.redaction import shown_url
+from agentscript.redaction import shown_urls
 from agentscript.trace import TurnTrace
 from agentscript.trace_steps import ResponseKind, error_step, response_step
 
@@ -86,7 +85,6 @@ NOT_COMPLETED = "not completed: the turn was stopped"
 # An internal error's text reaches the user's client (reply.error, the trace); a longer one is
 # a dump, not a message.
 MAX_INTERNAL_ERROR_CHARS = 500
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 @dataclass
@@ -238,8 +236,9 @@ def ran_then_failed(answer: dict[str, Any], error: Exception) -> dict[str, Any]:
 def internal_error(exc: Exception) -> TurnError:
     """``exc`` (not a TurnError: a bug, a model, sink or observer raising something else) as
     the TurnError that fails the turn. Its text names the exception's type; a URL in it loses
-    its user, password and query string, where credentials travel (``redaction.shown_url``)."""
-    detail = _URL.sub(lambda match: shown_url(match.group(0)), str(exc))
+    its user, password and query string, where credentials travel (``redaction.shown_urls``,
+    as for an action's error: a URL ends at whitespace, not at a quote a password may hold)."""
+    detail = shown_urls(str(exc))
     if len(detail) > MAX_INTERNAL_ERROR_CHARS:
         detail = detail[:MAX_INTERNAL_ERROR_CHARS] + "..."
     text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
