@@ -84,9 +84,20 @@ def main() -> int:
             )
             kinds = [name for name, _ in sse.parse(streamed.text)]
             print(f"$ curl -N -H 'Accept: text/event-stream' ... -> events: {' '.join(kinds)}")
+            # The stand-in calls a tool named after "/": the router's transition, then the
+            # Order_Management subagent runs its two flow:// actions, which agentscript.toml's
+            # [actions.targets] maps to orders_backend.py beside the agent.
+            routed = httpx.post(
+                f"{url}/v1/sessions/{sid}/messages", json={"text": "/go_to_orders"}
+            ).json()
+            print(
+                f'$ curl ... -d \'{{"text": "/go_to_orders"}}\' -> node {routed["node"]}, '
+                f"actions {routed['actions']}, error {routed['error']}"
+            )
             turns = httpx.get(f"{url}/v1/sessions/{sid}/turns")
             show("GET", f"/v1/sessions/{sid}/turns", None, turns)
-            return 0 if sent.status_code == 200 and kinds[-1:] == ["turn"] else 1
+            ran = routed["error"] is None and "check_if_late" in routed["actions"]
+            return 0 if sent.status_code == 200 and kinds[-1:] == ["turn"] and ran else 1
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=15)
