@@ -217,11 +217,12 @@ def test_a_worker_refusing_the_files_exits_as_such(
     caplog: pytest.LogCaptureFixture,
     quiet_worker: None,
 ) -> None:
+    from agentscript.loader import load
     from agentscript.server.agents import source_digest
 
     agent = tmp_path / "notes.agent"
     shutil.copy(NOTES, agent)
-    options = _worker_options(tmp_path, str(agent), {"Notes": source_digest(agent)})
+    options = _worker_options(tmp_path, str(agent), {"Notes": source_digest(load(agent))})
     text = agent.read_text()
     if how == "edited":
         agent.write_text(text + "\n# edited while serving\n")

@@ -259,7 +259,7 @@ def former_version(description: dict[str, Any]) -> str:
 SOURCE_SUFFIXES = frozenset({".agent", ".md", ".yml", ".yaml", ".py", ".toml"})
 
 
-def source_digest(agent: AgentBase | Path) -> str:
+def source_digest(agent: AgentBase) -> str:
     """A hash of what an agent was loaded from: its ``.agent`` file, or the source files of its
     Mantle project folder (``SOURCE_SUFFIXES``, outside hidden folders and ``__pycache__``);
     the ``agentscript.toml`` that applies to it (``find_config``: maybe in a parent folder);
@@ -267,11 +267,7 @@ def source_digest(agent: AgentBase | Path) -> str:
     name, as written or as ``[actions.targets]`` maps them. A file that is not there counts as
     such, so one that appears later changes the digest. With ``--workers N`` a worker started
     again after a crash loads the files anew; this tells it whether they are still those the
-    server started with. A path is loaded first, as ``serve`` loads it without ``--dialect``."""
-    if isinstance(agent, Path):
-        from agentscript.loader import load
-
-        agent = load(agent)
+    server started with."""
     path = agent.path or Path(agent.name)
     digest = hashlib.sha256()
     for name, found in _digested(agent, path):
@@ -306,11 +302,11 @@ def _python_modules(agent: Agent) -> set[str]:
     own, and those ``[actions.targets]`` runs instead of its other targets (read as the
     runner reads them, ``ActionRequest.scheme``/``path``)."""
     from agentscript.actions.registry import ActionRequest
-    from agentscript.validation import _runner_targets
+    from agentscript.target_checks import runner_targets
 
     mapped = agent.action_settings.targets
     modules = set()
-    for target in _runner_targets(agent.outline):
+    for target in runner_targets(agent.outline):
         request = ActionRequest(name="", target=target, inputs={}, ran=mapped.get(target))
         if request.scheme == "python":
             modules.add(request.path.partition(":")[0])
