@@ -83,6 +83,12 @@ class Limits:
     # Mantle skills on the stack at once: starting one more (activation, `call:` step) is
     # refused past it, so interrupts and calls cannot grow a session without end.
     max_stack_depth: int = 16
+    # Mantle tools' `context.send` messages in one turn, all tools together: a send past it
+    # is refused inside the tool. 16 sends of at most max_reply_chars each are what a turn's
+    # model may say (max_llm_calls replies), and fit in max_history_chars; a tool says one or
+    # two things, and without a count a loop of short sends grew the reply, the history and
+    # the trace by a message each.
+    max_tool_sends: int = 16
     # One LLM step: calls past this many are refused (REFUSED_STEP with `limit`).
     max_tool_calls_per_step: int = 8
     # What the model sends: arguments past these are refused (REFUSED_STEP with `limit`).
@@ -94,7 +100,9 @@ class Limits:
     # Size caps (JSON characters) on what enters state, traces and later model requests:
     # one action call's outputs, one model reply's text, one variable's value, the history.
     max_output_chars: int = 1_000_000  # one action call's outputs: an error result past it
-    max_reply_chars: int = 200_000  # one model reply's text: the turn ends past it
+    # one model reply's text (the turn ends past it), and one Mantle `context.send`'s
+    # (refused inside the tool)
+    max_reply_chars: int = 200_000
     max_variable_chars: int = 200_000  # one variable's value: the write fails past it
     max_history_chars: int = 4_000_000  # the history: oldest exchanges dropped past it
 

@@ -155,7 +155,7 @@ def test_an_async_tool_runs_while_timed_out_sync_tools_hold_every_pool_thread(
         (step,) = reply_steps(reply, "ACTION_STEP")
         assert step["error"] is None
         assert step["output"] == {"ok": True, "memory": True}
-        assert step["target"] == "mantle-async://tk/quick"
+        assert step["target"] == "mantle://tk/quick"
     finally:
         assert hang.function is not None
         hang.function.__globals__["RELEASE"].set()

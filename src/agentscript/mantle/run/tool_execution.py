@@ -11,6 +11,12 @@ trace. A call that raised or timed out also has the memory writes it made before
 (an ``EVENT_STEP write_rolled_back`` with ``hook: null``): the tool did not finish, so what
 it half did is not kept. A tool that returns a result reporting failure (``error``,
 ``ok: false``) finished and keeps its writes (an attempts counter, say).
+
+``context.send`` is bounded as the model's words are: a text longer than
+``Limits.max_reply_chars``, or a send once the turn's tools have sent
+``Limits.max_tool_sends`` messages, raises :class:`SendRefused` inside the tool (uncaught, the
+call's error result) and is traced as an ``EVENT_STEP send_refused`` with the text's length
+and its first characters only; nothing is said.
 """
 
 from __future__ import annotations
@@ -21,13 +27,20 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agentscript.actions.registry import ActionError, ActionRequest
+from agentscript.actions.registry import ActionError
 from agentscript.jsonsafe import UnsafeValue, json_safe
+from agentscript.limits import Limits
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import Project, Tool
 from agentscript.mantle.queries import tool_constraint
 from agentscript.mantle.run.scopes import readable, refuse_access
-from agentscript.mantle.run.tool_handler import MemoryView, ToolContext, failed, tool_target
+from agentscript.mantle.run.tool_handler import (
+    MemoryView,
+    ToolContext,
+    failed,
+    tool_request,
+    tool_target,
+)
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
 from agentscript.trace_steps import ResponseKind, Source, action_step, event_step
@@ -66,7 +79,7 @@ async def run_tool(
     since = len(ctx.journal)  # where this call's memory writes begin
     started = time.perf_counter()
     error: str | None = None
-    request = ActionRequest(tool.name, tool_target(tool), inputs)
+    request = tool_request(tool, inputs)
     try:
         result = await ctx.runner.run(request, timeout=tool_timeout(ctx.project))
     except ActionError as exc:
@@ -161,6 +174,44 @@ class CallScope:
         )
 
 
+class SendRefused(RuntimeError):
+    """A ``context.send`` past a bound of :class:`~agentscript.limits.Limits`, raised inside
+    the tool: nothing was said. ``limit`` names the field (``max_reply_chars``: the text is
+    longer than a model reply may be; ``max_tool_sends``: the turn's tools already said that
+    many messages). A tool may catch it; uncaught, it is the call's error result."""
+
+    def __init__(self, limit: str, value: int, message: str) -> None:
+        super().__init__(f"{message} (Limits.{limit} = {value}); nothing was sent")
+        self.limit = limit
+        self.value = value
+
+
+# Characters of a refused send's text the trace keeps (an LLM_STEP keeps as many of a reply
+# that was too long): enough to tell which send it was.
+PREVIEW_CHARS = 200
+
+
+def send_refusal(limits: Limits, sent: int, tool: str, text: str) -> SendRefused | None:
+    """Why ``context.send(text)`` of ``tool`` is refused, after ``sent`` sends this turn (None:
+    it is not). Each send is bounded as a model reply is, and their number per turn, so a tool
+    cannot grow the reply, the history and the trace without end."""
+    if len(text) > limits.max_reply_chars:
+        return SendRefused(
+            "max_reply_chars",
+            limits.max_reply_chars,
+            f"context.send of tool '{tool}' was refused: its text is {len(text)} characters, "
+            f"longer than a reply may be",
+        )
+    if sent >= limits.max_tool_sends:
+        return SendRefused(
+            "max_tool_sends",
+            limits.max_tool_sends,
+            f"context.send of tool '{tool}' was refused: the turn's tools already sent "
+            f"{sent} messages",
+        )
+    return None
+
+
 DEFAULT_TOOL_TIMEOUT = 10.0  # seconds: Mantle's documented default for ``tool_timeout``
 
 
@@ -212,6 +263,22 @@ def tool_context(ctx: TurnContext, tool: Tool, skill_id: str, scope: CallScope) 
         ctx.write(entry.qualified_name, check_write(entry, ctx.memory, value))
 
     def send(text: str) -> None:
+        if not text:
+            return  # nothing is said (TurnContext.say), so nothing is counted
+        refusal = send_refusal(ctx.limits, ctx.tool_sends, tool.name, text)
+        if refusal is not None:
+            event_step(
+                ctx.trace,
+                event="send_refused",
+                node=ctx.node_name(),
+                tool=tool.name,
+                limit=refusal.limit,
+                chars=len(text),
+                preview=text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else ""),
+                error=str(refusal),
+            )
+            raise refusal
+        ctx.tool_sends += 1
         ctx.say(text, ResponseKind.TOOL)
 
     return ToolContext(

@@ -1,16 +1,19 @@
 """Running Mantle tool functions through the engine's :class:`ActionRunner`.
 
-A tool call becomes an ``ActionRequest`` named after the tool with the target
-``mantle://<owner>/<tool>`` (``_shared`` for root tools; ``mantle-async://`` for an
-``async def`` tool), so conversation-file stubs (by tool name) and per-session callables win
-over the project's code, and timeouts and error reporting are the engine's. The handlers
-call the function, injecting ``context`` when the function declares it.
+A tool call becomes an ``ActionRequest`` (:func:`tool_request`) named after the tool with the
+target ``mantle://<owner>/<tool>`` (``_shared`` for root tools), so conversation-file stubs
+(by tool name) and per-session callables win over the project's code, and timeouts and error
+reporting are the engine's. The handlers call the function, injecting ``context`` when the
+function declares it.
 
-The runner picks a handler by the target's scheme and runs it on its thread pool unless the
+The runner picks a handler by the request's scheme and runs it on its thread pool unless the
 handler itself is ``async def``, which it awaits on the event loop. One sync handler for
 every tool made an async tool take a pool thread just to create its coroutine, so sync tools
 that timed out (and go on holding their threads) made async tools time out too: an async
-tool has its own scheme, whose handler is async.
+tool's request (:class:`AwaitedToolRequest`) is run by an async handler. Its target is still
+``mantle://``: how a tool runs is not part of its name, which traces (and the OpenTelemetry
+spans made from them) spell one way for every tool (``mantle-async://`` was an async tool's
+before; no saved session names a target, so nothing reads that spelling back).
 """
 
 from __future__ import annotations
@@ -23,14 +26,35 @@ from agentscript.mantle.model import Project, Tool
 
 SHARED = "_shared"
 SCHEME = "mantle"
+# The handler key of async tools: the runner's pick of a handler only, never in a target.
 ASYNC_SCHEME = "mantle-async"
 
 
 def tool_target(tool: Tool) -> str:
+    """The tool's target, the same whether it is ``async def`` or not."""
     if tool.callable_ref.startswith("mcp://"):  # imported from an MCP server (integrations/)
         return tool.callable_ref
-    scheme = ASYNC_SCHEME if tool.is_async else SCHEME
-    return f"{scheme}://{tool.owner or SHARED}/{tool.name}"
+    return f"{SCHEME}://{tool.owner or SHARED}/{tool.name}"
+
+
+class AwaitedToolRequest(ActionRequest):
+    """The request of an ``async def`` tool's call: its target is ``mantle://`` as every
+    tool's, but the runner finds its handler under :data:`ASYNC_SCHEME`, the async handler
+    it awaits on the event loop. A target run instead (``ran``) keeps its own scheme."""
+
+    __slots__ = ()
+
+    @property
+    def scheme(self) -> str | None:
+        return ASYNC_SCHEME if self.ran is None else super().scheme
+
+
+def tool_request(tool: Tool, inputs: dict[str, Any]) -> ActionRequest:
+    """The runner's request for one call of ``tool`` with ``inputs``."""
+    target = tool_target(tool)
+    if tool.is_async and target.startswith(f"{SCHEME}://"):
+        return AwaitedToolRequest(tool.name, target, inputs)
+    return ActionRequest(tool.name, target, inputs)
 
 
 class _Done:
@@ -66,7 +90,8 @@ class ToolContext:
         self.is_cancelled = False
 
     def send(self, text: str) -> _Done:
-        """Deliver ``text`` to the user verbatim (no LLM)."""
+        """Deliver ``text`` to the user verbatim (no LLM). A text or a number of sends past
+        the turn's limits raises ``SendRefused`` (``tool_execution.send_refusal``)."""
         self._send(str(text))
         return _Done()
 

@@ -46,6 +46,7 @@ class TurnContext:
     displayable: list[dict[str, Any]] = field(default_factory=list)
     llm_calls: int = 0
     steps_run: int = 0
+    tool_sends: int = 0  # context.send messages said this turn (Limits.max_tool_sends)
     stop: bool = False  # the turn ends now (a confirmation question or a denial was said)
     # Text the model sent with the tool calls being run, not said (S13): said before the
     # engine's words if they end the turn (a confirmation question, a denial, a collect
