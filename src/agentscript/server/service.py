@@ -8,6 +8,9 @@ these promises:
   transaction; if anything fails before the commit, the session is as before the turn;
 - a message with an Idempotency-Key that a committed turn already carried gets that turn's
   stored result, and nothing runs; the key reaches ``python://`` actions that accept it;
+- a committed state is one every worker can restore: a state longer than
+  ``restore.MAX_SESSION_CHARS`` has its history shrunk to fit (``engine/fitting.py``), or, if
+  it still does not fit, the turn fails and the session keeps its state from before it;
 - a session belongs to its creator's key: to any other key it does not exist (404);
 - a stored session whose agent changed shape is refused (409), never restored; one whose state
   cannot be read, or fails the engine's restore checks, is damaged (500), and ``GET`` of it
@@ -24,9 +27,12 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
+from agentscript import jsontext
 from agentscript.actions.context import IDEMPOTENCY_KEY
+from agentscript.engine import restore
+from agentscript.engine.fitting import carry_over, fit_session, record_fitting, steps_of
 from agentscript.engine.restore import SessionRestoreError
-from agentscript.engine.session import Session
+from agentscript.engine.session import Reply, Session
 from agentscript.playback import TurnReport
 from agentscript.server import requestid
 from agentscript.server.agents import ServedAgent
@@ -38,12 +44,14 @@ from agentscript.server.shutdown import SHUTDOWN_SLICE, ShutdownClock
 from agentscript.store import (
     DamagedRecord,
     SessionGone,
+    SessionLock,
     SessionRecord,
     Store,
     TurnOutcome,
     TurnRecord,
     new_revision,
 )
+from agentscript.trace_steps import ResponseKind, error_step, response_step
 
 log = logging.getLogger("agentscript.server")
 
@@ -55,6 +63,18 @@ TokenSink = Callable[[str], None]
 # on the event loop would stall every other session of the worker; a state under this, the
 # usual size, restores in under 10 ms, quicker inline than through a thread's hand-off.
 RESTORE_IN_THREAD_CHARS = 64_000
+
+
+@dataclass(slots=True)
+class Saved:
+    """The state a turn commits (``text`` is its JSON, as stored), and whether the session
+    that ran the turn may be kept for the next one (it holds that state)."""
+
+    state: dict[str, Any]
+    text: str
+    ended: bool
+    escalated: bool
+    keep: bool = True
 
 
 @dataclass
@@ -536,13 +556,22 @@ class SessionService:
                 result = turn_json(text, reply, before)
                 result["turn"] = number
                 result["trace_url"] = trace_url(session_id, number)
+                # Not detached: the commit below writes it out before the session runs again
+                # (the memory store copies it). Written here, once, for the store too: a state
+                # no restore accepts must not be committed (every other worker would refuse
+                # the session), and only its text says how long it is.
+                state = session.to_json(detached=False)
+                saved = Saved(
+                    state, jsontext.dumps(state), reply.ended, reply.escalated or record.escalated
+                )
+                if len(saved.text) > restore.MAX_SESSION_CHARS:
+                    saved = await self._fitted(lock, session, reply, result, hooks, saved.text)
                 outcome = TurnOutcome(
-                    # Not detached: the commit below writes it out before the session runs again
-                    # (the memory store copies it).
-                    state=session.to_json(detached=False),
+                    state=saved.state,
+                    state_text=saved.text,
                     record=TurnRecord(session_id, number, result, reply.trace, key),
-                    ended=reply.ended,
-                    escalated=reply.escalated or record.escalated,
+                    ended=saved.ended,
+                    escalated=saved.escalated,
                     expires_at=self._expiry(),
                 )
                 try:
@@ -552,7 +581,7 @@ class SessionService:
                 except asyncio.CancelledError:
                     self.cut_while_committing += 1
                     raise
-                if self.agents[record.agent].overrides is None:
+                if self.agents[record.agent].overrides is None and saved.keep:
                     self.live.keep(
                         session_id, number, record.agent_version, session, outcome.revision
                     )
@@ -572,6 +601,68 @@ class SessionService:
             if not locked:  # no such session, or it expired: not another key's
                 self.forget(session_id)
             raise
+
+    async def _fitted(
+        self,
+        lock: SessionLock,
+        session: Session,
+        reply: Reply,
+        result: dict[str, Any],
+        hooks: TurnHooks,
+        text: str,
+    ) -> Saved:
+        """What to commit for a turn whose state (``text``) is longer than
+        ``restore.MAX_SESSION_CHARS``, which every restore refuses: the state with its history
+        shrunk to fit (``engine/fitting.py``; ``EVENT_STEP state_fitted``), or, when even that
+        does not fit (the variables alone may be too large), the state from before the turn,
+        the turn failed (``result`` and the trace say so) and its session not kept."""
+        limit = restore.MAX_SESSION_CHARS
+        number = result["turn"]
+        trace = steps_of(reply.trace, hooks.on_step)
+        escalated = reply.escalated or lock.session.escalated
+        # A rare path over tens of megabytes: off the event loop, as a large restore is.
+        fitted = await asyncio.to_thread(fit_session, session, text, limit)
+        if fitted.state is not None and fitted.text is not None:
+            record_fitting(trace, fitted, session.state.current_node)
+            log.warning(
+                "turn %d of session %s: its state was larger than MAX_SESSION_CHARS (%d "
+                "characters); %d messages of earlier exchanges, %d tool results and %d texts of "
+                "the turn were dropped to keep it",
+                number,
+                session.id,
+                limit,
+                fitted.dropped,
+                fitted.results,
+                fitted.texts,
+                extra={"fields": {"session_id": session.id, "turn": number}},
+            )
+            return Saved(fitted.state, fitted.text, reply.ended, escalated)
+        stored = readable(await lock.read_state())
+        before = await self._restored(stored, checking=True)
+        carry_over(before, session)
+        state = before.to_json(detached=False)
+        error = (
+            f"the session's state after this turn would be larger than MAX_SESSION_CHARS "
+            f"({limit} characters) even without its results and earlier exchanges; the turn "
+            "was not kept: the session is as it was before it"
+        )
+        node = before.state.current_node
+        error_step(trace, message=error, node=node)
+        response_step(trace, text=error, node=node, kind=ResponseKind.ERROR)
+        reply.trace["response"] = error
+        # The answer tells what the session now is: nothing of the turn's is in it.
+        result.update(
+            response=error,
+            error=error,
+            node=node,
+            variables=before.variables,
+            confirmation=None,
+            ended=stored.ended,
+            escalated=stored.escalated,
+            displayable=[],
+        )
+        result.pop("buttons", None)
+        return Saved(state, jsontext.dumps(state), stored.ended, stored.escalated, keep=False)
 
     async def _restored(self, record: SessionRecord, *, checking: bool = False) -> Session:
         """:meth:`_restore`, in a thread for a large state (:data:`RESTORE_IN_THREAD_CHARS`)."""

@@ -308,7 +308,11 @@ class TurnRecord:
 class TurnOutcome:
     """What a turn changes on its session, handed to :meth:`SessionLock.commit`. ``state``
     may share containers with the live session (``Session.to_json(detached=False)``): a store
-    writes it out or copies it during the commit, and keeps no reference to it."""
+    writes it out or copies it during the commit, and keeps no reference to it.
+
+    ``state_text``, when given, is ``state`` as ``jsontext.dumps`` writes it: the SQL stores
+    write it as it is, never serialising the state a second time (the server serialises it
+    once, to check its size against ``restore.MAX_SESSION_CHARS``)."""
 
     state: dict[str, Any]
     record: TurnRecord
@@ -317,6 +321,7 @@ class TurnOutcome:
     expires_at: float | None
     # Written with the state; the caller keeps it to know the row still holds this commit.
     revision: str = field(default_factory=new_revision)
+    state_text: str | None = None
 
 
 class SessionLock(Protocol):

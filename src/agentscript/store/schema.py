@@ -447,12 +447,13 @@ def session_from_row(row: Sequence[Any], kept: str | None = None) -> SessionReco
 def after_turn_params(
     outcome: TurnOutcome, session: SessionRecord, holder: str | None, now: float
 ) -> tuple[Any, ...]:
-    """The parameters of ``UPDATE_AFTER_TURN``: the new state, the lease given back if
-    ``holder`` still has it, guarded by the turn count the turn started from; of
-    ``UPDATE_AFTER_TURN_SQLITE`` without a holder (None)."""
+    """The parameters of ``UPDATE_AFTER_TURN``: the new state (its ``state_text`` as it is,
+    when given), the lease given back if ``holder`` still has it, guarded by the turn count the
+    turn started from; of ``UPDATE_AFTER_TURN_SQLITE`` without a holder (None)."""
     lease = () if holder is None else (holder,)
+    text = outcome.state_text
     return (
-        dumps(outcome.state),
+        dumps(outcome.state) if text is None else text,
         outcome.revision,
         int(outcome.ended),
         int(outcome.escalated),

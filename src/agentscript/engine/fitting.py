@@ -1,0 +1,207 @@
+"""Fitting a finished turn's saved session under ``restore.MAX_SESSION_CHARS``.
+
+A turn's additions are bounded one by one (``Limits.max_output_chars`` bounds one action
+output, ``max_reply_chars`` one reply), never as a sum: 72 parallel calls returning 990,000
+characters each left a 71-million-character state, which every restore refuses. A host that
+saves the state after each turn (``agentscript serve``) measures the text it writes, and only
+when it is too large calls :func:`fit_session`, which shrinks the session's history in place,
+in this order, until the state's JSON text fits:
+
+1. the oldest whole exchanges before the turn's own (from its last user message on) are
+   dropped, as ``trim_history`` drops them: never a tool call without its result;
+2. the turn's tool results, largest first, become an error result for the same call;
+3. the turn's assistant texts, largest first, but its last one (the reply), become a marker.
+
+Messages are replaced, never edited (``trace_inputs.MessageLog`` tracks them by identity); the
+history's ledger is reset, and the log keeps only the messages before the first one replaced.
+The result says what was done, and holds the fitted state and its text, or says that even all
+of that was not enough (the variables alone may be too large): the session is then left
+part-shrunk, and the host must not run it again; it keeps the state from before the turn
+instead, with what the turn counted (:func:`carry_over`).
+
+:func:`record_fitting` adds the ``EVENT_STEP`` ``state_fitted`` to the turn's trace;
+:func:`steps_of` lets the trace builders append to a finished turn's trace document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from agentscript import jsontext
+from agentscript.models.base import Message
+from agentscript.trace import TurnTrace
+from agentscript.trace_steps import Step, event_step
+
+if TYPE_CHECKING:
+    from agentscript.engine.session import Session
+
+# Characters the fitted history is aimed below the limit by: what the rest of the state may
+# change by when the history does (the ``llm_input`` mark's counts), so that one pass fits.
+# A pass that still misses goes on shrinking.
+MARGIN = 1_000
+
+# What each shrink is counted under in :class:`Fitted`.
+EXCHANGE, RESULT, TEXT = "exchange", "result", "text"
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What :func:`fit_session` did: messages of earlier exchanges ``dropped``, tool results
+    and assistant texts of the turn replaced; the fitted ``state`` and its JSON ``text``, both
+    None when it could not fit (``fits`` False)."""
+
+    limit: int
+    dropped: int
+    results: int
+    texts: int
+    state: dict[str, Any] | None
+    text: str | None
+
+    @property
+    def fits(self) -> bool:
+        return self.text is not None
+
+
+def why_dropped(limit: int) -> str:
+    """The reason every shrink gives, naming the bound."""
+    return f"the saved session would be larger than MAX_SESSION_CHARS ({limit} characters)"
+
+
+def fit_session(session: Session, text: str, limit: int) -> Fitted:
+    """Shrink ``session``'s history in place until its saved state (``to_json``, written by
+    ``jsontext.dumps``, as ``text`` is) has at most ``limit`` characters; ``text`` is its
+    current, oversized JSON text. Each message is measured once; the state is written again
+    after each pass."""
+    history = session.state.history
+    sizes = [_size(message) for message in history]
+    counts = {EXCHANGE: 0, RESULT: 0, TEXT: 0}
+    replaced: list[int] = []  # where a message was replaced (after the exchanges dropped)
+    shrinks = _shrinks(history, sizes, replaced, why_dropped(limit))
+    while True:
+        need = len(text) - (limit - MARGIN)
+        exhausted = True
+        for kind, count, freed in shrinks:
+            counts[kind] += count
+            need -= freed
+            if need <= 0:
+                exhausted = False
+                break
+        if session.ledger is not None:  # it assumes messages are never replaced or dropped
+            session.ledger.reset()
+        # The log of what the last model call was given finds it again in the history from
+        # the first and last messages alone, which a replacement between them leaves in
+        # place: it keeps only the messages before the first one replaced, so that the saved
+        # ``llm_input`` and the next step name no message the history no longer has.
+        session.inputs.resume(history[: min(replaced, default=len(history))])
+        state = session.to_json(detached=False)
+        text = jsontext.dumps(state)
+        if len(text) <= limit:
+            return Fitted(limit, counts[EXCHANGE], counts[RESULT], counts[TEXT], state, text)
+        if exhausted:
+            return Fitted(limit, counts[EXCHANGE], counts[RESULT], counts[TEXT], None, None)
+
+
+def _size(message: Message) -> int:
+    """The characters ``message`` takes in the state's JSON text (its comma included)."""
+    return len(jsontext.dumps(message.to_json())) + 1
+
+
+def _shrinks(
+    history: list[Message], sizes: list[int], replaced: list[int], reason: str
+) -> Iterator[tuple[str, int, int]]:
+    """Shrink ``history`` one step at a time, in the module's order, keeping ``sizes`` (each
+    message's :func:`_size`) in step and noting in ``replaced`` where a message was replaced;
+    after each step, ``(kind, messages, characters freed)``."""
+    own = _last_user(history)
+    # 1. Whole exchanges, oldest first: each ends where the next user message is.
+    while own > 0:
+        cut = next(i for i in range(1, own + 1) if history[i].role == "user")
+        freed = sum(sizes[:cut])
+        del history[:cut]
+        del sizes[:cut]
+        own -= cut
+        yield EXCHANGE, cut, freed
+    # 2. The turn's tool results, largest first.
+    error = json.dumps({"error": f"result dropped: {reason}"}, ensure_ascii=False)
+    results = [i for i in range(own, len(history)) if history[i].role == "tool"]
+    for index in sorted(results, key=lambda i: -sizes[i]):
+        # The content as Message.tool_result writes it, answering the same call.
+        freed = _replace(history, sizes, index, replace(history[index], content=error))
+        if freed:
+            replaced.append(index)
+            yield RESULT, 1, freed
+    # 3. The turn's assistant texts, largest first, but the last (what the user was answered).
+    texts = [
+        i for i in range(own, len(history)) if history[i].role == "assistant" and history[i].content
+    ]
+    marker = f"[text dropped: {reason}]"
+    for index in sorted(texts[:-1], key=lambda i: -sizes[i]):
+        message = history[index]
+        shorter = replace(message, content=marker, tool_calls=list(message.tool_calls))
+        freed = _replace(history, sizes, index, shorter)
+        if freed:
+            replaced.append(index)
+            yield TEXT, 1, freed
+
+
+def _replace(history: list[Message], sizes: list[int], index: int, message: Message) -> int:
+    """Put ``message`` at ``index``; the characters that freed (none if it is no shorter,
+    when it is not put)."""
+    size = _size(message)
+    if size >= sizes[index]:
+        return 0
+    freed = sizes[index] - size
+    history[index], sizes[index] = message, size
+    return freed
+
+
+def _last_user(history: list[Message]) -> int:
+    """Where the turn's own exchange starts: its last user message (0 when there is none)."""
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].role == "user":
+            return index
+    return 0
+
+
+def carry_over(before: Session, after: Session) -> None:
+    """``before``, the session as it was before a turn whose state could not fit, takes from
+    ``after``, the session that turn left, what the turn counted all the same: its number (a
+    failed turn is a turn) and the session's usage totals (its budgets go on from what was
+    spent)."""
+    before.state.turn = after.state.turn
+    usage = after.state.extra.get("usage")
+    if isinstance(usage, dict):
+        before.state.extra["usage"] = dict(usage)
+
+
+def steps_of(trace: dict[str, Any], observer: Callable[[Step], None] | None = None) -> TurnTrace:
+    """A :class:`TurnTrace` that adds steps to the finished turn's trace document ``trace``
+    (``TurnTrace.to_json``), calling ``observer`` with each, as the turn's own trace did."""
+    turn = TurnTrace(
+        trace.get("agent", ""),
+        trace.get("sessionId", ""),
+        trace.get("planId", ""),
+        trace.get("turn", 0),
+        trace.get("userInput", ""),
+    )
+    turn.steps = trace["planTrace"]["steps"]
+    turn.observer = observer
+    return turn
+
+
+def record_fitting(trace: TurnTrace, fitted: Fitted, node: str | None) -> Step:
+    """The ``EVENT_STEP`` ``state_fitted`` saying what :func:`fit_session` did and why."""
+    return event_step(
+        trace,
+        event="state_fitted",
+        node=node,
+        tool=None,
+        dropped=fitted.dropped,
+        resultsDropped=fitted.results,
+        textsDropped=fitted.texts,
+        limit=fitted.limit,
+        reason=why_dropped(fitted.limit),
+    )

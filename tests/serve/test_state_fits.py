@@ -1,0 +1,348 @@
+"""A turn never commits a state that no restore accepts (longer than ``MAX_SESSION_CHARS``).
+
+An audit found one turn of 72 parallel tool calls, each result 990,000 characters (under
+``Limits.max_output_chars``, which bounds one output, not their sum), committing a state of 71
+million characters: the worker that kept the session went on, and every other answered ``500
+session_damaged`` for it from then on. Now the server measures the state it writes: one too
+long has its history shrunk to fit (earlier exchanges first, then the turn's largest results,
+then its texts; ``EVENT_STEP state_fitted``), and one that still does not fit (its variables
+alone are too large) fails the turn and keeps the state from before it.
+
+The limit is lowered here (``restore`` reads it when called), so the states stay small; each
+test runs on SQLite and PostgreSQL, with two servers on one store, as two workers are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+from agentscript import jsontext
+from agentscript.engine import restore
+from agentscript.models.base import Message, ToolCall
+from agentscript.models.function import FunctionInfo, FunctionModel
+from agentscript.server.agents import load_agents, serve_agents
+from agentscript.server.app import create_app
+from agentscript.server.config import ServerConfig
+from agentscript.server.live import LiveSessions
+from agentscript.store import store_from_url
+
+CAP = 300_000  # MAX_SESSION_CHARS in these tests
+REASON = f"the saved session would be larger than MAX_SESSION_CHARS ({CAP} characters)"
+DROPPED_RESULT = json.dumps({"error": f"result dropped: {REASON}"})
+
+AGENT = """\
+system:
+    instructions: "Use the tools."
+    messages:
+        welcome: "Hi."
+        error: "ERR"
+config:
+    developer_name: "Fits"
+variables:
+    a: mutable string = ""
+        description: "Kept text"
+    b: mutable string = ""
+        description: "Kept text"
+start_agent main:
+    description: "main"
+    reasoning:
+        instructions: ->
+            | Fetch pages.
+        actions:
+            fetch: @actions.fetch
+                description: "Fetch a page"
+                with size=...
+            keep_a: @actions.fetch
+                description: "Fetch a page and keep it in a"
+                with size=...
+                set @variables.a = @outputs.text
+            keep_b: @actions.fetch
+                description: "Fetch a page and keep it in b"
+                with size=...
+                set @variables.b = @outputs.text
+    actions:
+        fetch:
+            description: "Fetch a page"
+            target: "python://fits_pages:fetch"
+            inputs:
+                size: number
+                    description: "Its length"
+            outputs:
+                text: string
+"""
+PAGES = """
+def fetch(size: float) -> dict[str, object]:
+    return {"text": "x" * int(size)}
+"""
+# The audit's turn made 72 calls at once.
+CONFIG = "[limits]\nmax_tool_calls_per_step = 72\n"
+
+
+def answer(messages: list[Message], info: FunctionInfo) -> Any:
+    """``fetch SIZE...`` calls fetch once per size, ``keep SIZE`` keeps a page in a and in b;
+    then ``done``. Call ids are made of the history's length: two servers have two models."""
+    last = messages[-1]
+    if last.role != "user":
+        return "done"
+    words = last.content.split()
+    at = f"c{len(messages)}"
+    if words[0] == "fetch":
+        return [ToolCall(f"{at}_{i}", "fetch", {"size": int(s)}) for i, s in enumerate(words[1:])]
+    if words[0] == "keep":
+        return [ToolCall(f"{at}_{n}", f"keep_{n}", {"size": int(words[1])}) for n in "ab"]
+    return "ok"
+
+
+@pytest.fixture
+def small_cap(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(restore, "MAX_SESSION_CHARS", CAP)
+    return CAP
+
+
+@pytest.fixture
+def agent_path(tmp_path: Path) -> str:
+    folder = tmp_path / "fits"
+    folder.mkdir()
+    (folder / "fits_pages.py").write_text(PAGES)
+    (folder / "agentscript.toml").write_text(CONFIG)
+    (folder / "fits.agent").write_text(AGENT)
+    return str(folder / "fits.agent")
+
+
+@asynccontextmanager
+async def server(
+    store_url: str, path: str, received: list[list[dict[str, Any]]]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A server of the agent at ``path``; ``received`` gets the messages of every model call."""
+
+    def witnessed(messages: list[Message], info: FunctionInfo) -> Any:
+        received.append([m.to_json() for m in messages])
+        return answer(messages, info)
+
+    agents = load_agents([path])
+    served = serve_agents(agents, {a.name: FunctionModel(witnessed) for a in agents})
+    config = ServerConfig(rate_limit=0, live_sessions=1000)
+    app = create_app(served, store_from_url(store_url), config=config, purge_every=None)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        yield client
+
+
+@asynccontextmanager
+async def two_servers(
+    store_url: str, path: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, list[Any], list[Any]]]:
+    """Two servers on one store (two workers), with the model calls each received."""
+    one: list[Any] = []
+    two: list[Any] = []
+    async with AsyncExitStack() as stack:
+        first = await stack.enter_async_context(server(store_url, path, one))
+        second = await stack.enter_async_context(server(store_url, path, two))
+        yield first, second, one, two
+
+
+def live_of(client: httpx.AsyncClient) -> LiveSessions:
+    live: LiveSessions = client._transport.app.state.service.live  # type: ignore[attr-defined]
+    return live
+
+
+def stored_state(url: str, session_id: str) -> str:
+    """The state column of the session's row, as the store keeps it."""
+    query = "SELECT state FROM agentscript_sessions WHERE session_id = ?"
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
+            return str(db.execute(query, (session_id,)).fetchone()[0])
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(query.replace("?", "%s"), (session_id,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+async def created(client: httpx.AsyncClient) -> str:
+    response = await client.post("/v1/agents/Fits/sessions", json={"variables": {}})
+    assert response.status_code == 201, response.text
+    return str(response.json()["session_id"])
+
+
+async def say(client: httpx.AsyncClient, sid: str, text: str) -> dict[str, Any]:
+    response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def trace(client: httpx.AsyncClient, sid: str, turn: int) -> dict[str, Any]:
+    response = await client.get(f"/v1/sessions/{sid}/turns/{turn}/trace")
+    assert response.status_code == 200, response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def steps(found: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [s for s in found["planTrace"]["steps"] if s["type"] == kind]
+
+
+def fitted_step(found: dict[str, Any]) -> dict[str, Any]:
+    (step,) = [s for s in steps(found, "EVENT_STEP") if s["event"] == "state_fitted"]
+    return step
+
+
+def run(coroutine: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coroutine)
+
+
+def test_a_turn_of_72_large_results_is_kept_within_the_limit_and_restores_on_another_worker(
+    api_store: str, agent_path: str, small_cap: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        async with two_servers(api_store, agent_path) as (first, second, _, received):
+            sid = await created(first)
+            with caplog.at_level(logging.WARNING, logger="agentscript.server"):
+                result = await say(first, sid, "fetch " + " ".join(["10000"] * 72))
+            assert result["error"] is None and result["response"] == "done"
+            text = stored_state(api_store, sid)
+            # Another worker restores it (it answered 500 session_damaged); its model sees
+            # error results in place of the dropped ones, for the same calls.
+            await say(second, sid, "hello")
+            assert len(text) <= CAP
+            step = fitted_step(await trace(first, sid, 1))
+            dropped = step["resultsDropped"]
+            assert 0 < dropped < 72 and step["dropped"] == 0 and step["limit"] == CAP
+            # One warning naming the session and turn, and none of the content.
+            (line,) = [r.getMessage() for r in caplog.records if "MAX_SESSION_CHARS" in r.message]
+            assert sid in line and "turn 1" in line and "xxxx" not in line
+            (messages,) = received
+            calls = [c["id"] for m in messages for c in m.get("tool_calls", [])]
+            tools = [m for m in messages if m["role"] == "tool"]
+            assert [m["tool_call_id"] for m in tools] == calls and len(calls) == 72
+            contents = [m["content"] for m in tools]
+            assert contents.count(DROPPED_RESULT) == dropped
+            assert all(c == DROPPED_RESULT or len(c) > 10000 for c in contents)
+            assert messages == [*json.loads(text)["history"], {"role": "user", "content": "hello"}]
+
+    run(main())
+
+
+def test_the_session_kept_after_a_fitted_turn_is_the_one_stored(
+    api_store: str, agent_path: str, small_cap: int
+) -> None:
+    async def main() -> None:
+        async with two_servers(api_store, agent_path) as (first, _, received, _):
+            sid = await created(first)
+            await say(first, sid, "fetch " + " ".join(["10000"] * 72))
+            stored = json.loads(stored_state(api_store, sid))
+            hits = live_of(first).hits
+            received.clear()
+            await say(first, sid, "hello")
+            assert live_of(first).hits == hits + 1  # the kept session ran it
+            (messages,) = received
+            assert messages == [*stored["history"], {"role": "user", "content": "hello"}]
+            assert DROPPED_RESULT in [m["content"] for m in messages]
+
+    run(main())
+
+
+def test_earlier_exchanges_are_dropped_before_any_result_of_the_turn(
+    api_store: str, agent_path: str, small_cap: int
+) -> None:
+    async def main() -> None:
+        async with two_servers(api_store, agent_path) as (first, second, _, received):
+            sid = await created(first)
+            for size in (100000, 100001, 100002):
+                await say(first, sid, f"fetch {size}")
+            text = stored_state(api_store, sid)
+            await say(second, sid, "hello")
+            assert len(text) <= CAP
+            step = fitted_step(await trace(first, sid, 3))
+            # The first exchange: the user's message, the call, its result and the reply.
+            assert (step["dropped"], step["resultsDropped"], step["textsDropped"]) == (4, 0, 0)
+            (messages,) = received
+            assert messages[0] == {"role": "user", "content": "fetch 100001"}
+            results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+            assert [len(r["text"]) for r in results] == [100001, 100002]
+
+    run(main())
+
+
+def test_a_turn_whose_variables_cannot_fit_fails_and_the_session_stays_as_before_it(
+    api_store: str, agent_path: str, small_cap: int
+) -> None:
+    async def main() -> None:
+        async with two_servers(api_store, agent_path) as (first, second, one, two):
+            sid = await created(first)
+            await say(first, sid, "fetch 10")
+            before = json.loads(stored_state(api_store, sid))
+            # Two variables of 160,000 characters: no shrinking of the history fits them.
+            result = await say(first, sid, "keep 160000")
+            error = result["error"]
+            assert error is not None and f"MAX_SESSION_CHARS ({CAP} characters)" in error
+            assert "was not kept" in error and result["response"] == error
+            assert result["variables"] == {"a": "", "b": ""} and result["turn"] == 2
+            found = await trace(first, sid, 2)
+            assert len(steps(found, "ACTION_STEP")) == 2  # what happened stays in the trace
+            assert [s["message"] for s in steps(found, "ERROR_STEP")] == [error]
+            assert found["planTrace"]["steps"][-1]["kind"] == "error"
+            text = stored_state(api_store, sid)
+            assert len(text) <= CAP
+            state = json.loads(text)
+            assert state["history"] == before["history"]
+            assert state["variables"] == before["variables"]
+            assert state["turn"] == 2  # a failed turn is a turn, and its model calls count
+            calls = before["extra"]["usage"]["llm_calls"]
+            assert state["extra"]["usage"]["llm_calls"] == calls + 2
+            # Not kept: this worker restores the state from before the turn, as any other.
+            hits = live_of(first).hits
+            one.clear()
+            assert (await say(first, sid, "hello"))["error"] is None
+            assert live_of(first).hits == hits
+            hello = {"role": "user", "content": "hello"}
+            assert one == [[*before["history"], hello]]
+            assert (await trace(first, sid, 3))["turn"] == 3
+            result = await say(second, sid, "again")
+            assert result["error"] is None and result["turn"] == 4
+            ok, again = {"role": "assistant", "content": "ok"}, {"role": "user", "content": "again"}
+            assert two == [[*before["history"], hello, ok, again]]
+
+    run(main())
+
+
+def test_a_turn_writes_its_state_once(
+    api_store: str, agent_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size check costs no second serialisation: the state the server measured is the
+    text the store writes. (A guard on the fix's cost: one serialisation before it too.)"""
+    written: list[str] = []
+    real = jsontext.dumps
+
+    def counted(value: Any) -> str:
+        text = real(value)
+        if isinstance(value, dict) and "history" in value and "agent" in value:
+            written.append(text)
+        return text
+
+    monkeypatch.setattr(jsontext, "dumps", counted)
+
+    async def main() -> None:
+        async with two_servers(api_store, agent_path) as (first, _, _, _):
+            sid = await created(first)
+            written.clear()
+            await say(first, sid, "fetch 10")
+            assert written == [stored_state(api_store, sid)]
+
+    run(main())
