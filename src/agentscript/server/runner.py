@@ -19,6 +19,12 @@ shutdown that hangs itself (a store that stopped answering).
 
 With ``--workers N`` each worker runs a :class:`SignalledServer` too, whose signals come from
 the server's supervisor (:mod:`.supervisor`).
+
+uvicorn's main loop wakes ten times a second to see whether it should stop and, every tenth
+time, to write the ``Date`` header anew. An idle server paid for those wake-ups, and a turn
+answered one at a time was charged the ones that fell in it (docs/performance.md, sessions 28
+and 29). Here it wakes once a second (the header's precision), and at once when ``should_exit``
+is set, from a signal or anything else.
 """
 
 from __future__ import annotations
@@ -44,10 +50,43 @@ STOPPED_AT_ONCE = 128 + signal.SIGINT
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Seconds the requests cancelled by a stop at once get to send their 503.
 ANSWER_WAIT = 1.0
+# Seconds between two looks of the main loop (uvicorn: 0.1), the Date header's precision.
+TICK = 1.0
+# uvicorn's on_tick writes the Date header when its counter is a multiple of this.
+TICKS_PER_HEADER = 10
 
 
 class SignalledServer(uvicorn.Server):
-    """uvicorn's server with the stops of the module's docstring."""
+    """uvicorn's server with the stops and the main loop of the module's docstring."""
+
+    _exit_wanted = False
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stop_asked: asyncio.Event | None = None
+
+    @property
+    def should_exit(self) -> bool:
+        return self._exit_wanted
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self._exit_wanted = value
+        loop, asked = self._loop, self._stop_asked
+        if value and loop is not None and asked is not None and not loop.is_closed():
+            # From a signal handler or another thread alike: the loop wakes for it.
+            loop.call_soon_threadsafe(asked.set)
+
+    async def main_loop(self) -> None:
+        self._stop_asked = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        counter = 0
+        try:
+            while not await self.on_tick(counter):
+                counter = (counter + TICKS_PER_HEADER) % 864000
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(TICK):
+                        await self._stop_asked.wait()
+        finally:
+            self._loop = self._stop_asked = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

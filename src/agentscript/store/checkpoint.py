@@ -32,8 +32,18 @@ restarted, and the log grew by 2.2 GB in 200 turns. So a log ``RESTART_BYTES`` l
 when a round catches up, which the round before left that long and writes since made longer
 without restarting it, gets the RESTART checkpoint too.
 
-Durability is unchanged: with ``synchronous=NORMAL`` a commit is in the WAL, and a crash of
-the process loses nothing; the file is synced at each checkpoint.
+A round with little new in the log skips its checkpoint, for up to ``SETTLE_ROUNDS`` rounds: a
+passive checkpoint that copies the pages of a turn or two costs about half a millisecond of
+CPU (copying, two syncs), which a server answering one turn at a time paid every other turn
+(a quarter of a millisecond a turn, as much as its two actions' hand-off to their thread;
+docs/performance.md, session 29). The store tells the thread how many rows its connection has
+changed (``changes``); a round checkpoints once ``DEFERRED_CHANGES`` rows changed since the
+last checkpoint (a busy server: every round, as before), once any did and ``SETTLE_ROUNDS``
+rounds passed (a second), and whenever the last pass found the log long.
+
+Durability: with ``synchronous=NORMAL`` a commit is in the WAL, and a crash of the process
+loses nothing; the file is synced at each checkpoint, so a power cut may lose the commits of
+the last second or so (a quarter of one before session 29), never corrupt the file.
 
 A :class:`FileWatch` tells the thread, and each operation of the store, whether the path still
 names the file opened; the thread's rounds also see a file replaced or removed while no
@@ -46,12 +56,19 @@ import contextlib
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 # Seconds between checkpoints: at a few hundred turns a second, about SQLite's own 1,000-page
 # threshold of log.
 DEFAULT_INTERVAL = 0.25
+# Rows the store's connection changed since the last checkpoint that make a round checkpoint
+# at once (a turn's commit changes two or three): at a few hundred turns a second, every round.
+DEFERRED_CHANGES = 64
+# Rounds a checkpoint waits for DEFERRED_CHANGES before it runs anyway (a second at the
+# default interval): how long a commit may stay unsynced after it.
+SETTLE_ROUNDS = 4
 # Passes of one round at most: enough to catch up with what a busy server writes meanwhile
 # (each pass is much shorter than the one before), few enough that a writer that never pauses
 # (nothing real) cannot keep the thread copying forever.
@@ -157,11 +174,22 @@ class Checkpointer:
     ``watch`` (if given) finds the file opened there."""
 
     def __init__(
-        self, path: Path, interval: float = DEFAULT_INTERVAL, *, watch: FileWatch | None = None
+        self,
+        path: Path,
+        interval: float = DEFAULT_INTERVAL,
+        *,
+        watch: FileWatch | None = None,
+        changes: Callable[[], int] | None = None,
     ) -> None:
         self.path = path
         self.interval = interval
         self.watch = watch
+        # The rows the store's connection changed so far (sqlite3's ``total_changes``); None:
+        # unknown, every round checkpoints.
+        self.changes = changes
+        self._changes_seen = 0  # ``changes()`` at the last checkpoint
+        self._waited = 0  # rounds skipped since the last checkpoint
+        self.skipped = 0  # rounds that skipped their checkpoint (little new in the log)
         self.page_size = PAGE_SIZE  # the file's own, read when the thread connects
         self.frames = 0  # log frames copied into the database file so far
         self.caught_up = 0  # rounds that ended with the whole log in the database file
@@ -192,6 +220,7 @@ class Checkpointer:
             db.close()
             return
         self._stop.clear()
+        self._changes_seen, self._waited = 0, 0  # the store's connection is new too
         self._thread = threading.Thread(
             target=self._run, args=(db,), name="agentscript-sqlite-checkpoint", daemon=True
         )
@@ -222,11 +251,32 @@ class Checkpointer:
         """A checkpoint, unless the file opened has left the path (then its log is emptied
         into it once, and nothing more: see :class:`FileWatch`)."""
         if self.watch is None:
-            self.checkpoint(db)
+            if self.due():
+                self.checkpoint(db)
             return
         with self.watch.lock:
-            if self.watch.changed(db) is None:
+            if self.watch.changed(db) is None and self.due():
                 self.checkpoint(db)
+
+    def due(self) -> bool:
+        """Whether this round checkpoints (see the module's docstring): always without
+        ``changes``; else once enough rows changed, once any did and the round waited
+        ``SETTLE_ROUNDS``, or while the log is long."""
+        if self.changes is None:
+            return True
+        try:
+            changed = self.changes() - self._changes_seen
+        except sqlite3.Error:  # the store's connection closed meanwhile: as if unknown
+            return True
+        long = self._backfilled >= self.frames_of(CATCH_UP_BYTES) or self._left_long
+        if changed >= DEFERRED_CHANGES or long or (changed > 0 and self._waited >= SETTLE_ROUNDS):
+            self._changes_seen += max(0, changed)
+            self._waited = 0
+            return True
+        if changed > 0:
+            self._waited += 1
+            self.skipped += 1
+        return False
 
     def checkpoint(self, db: sqlite3.Connection) -> None:
         """One round: passive checkpoints until the whole log is in the database file (or
