@@ -475,5 +475,6 @@ def test_shown_urls_never_shows_a_password_or_a_query(
 @example("://@")
 def test_shown_urls_never_raises_and_keeps_text_without_urls(text: str) -> None:
     shown = shown_urls(text)
-    if "://" not in text:
+    # Without a scheme, only a path's "?" or "#" may change the text (tests/test_redaction_gaps.py).
+    if "://" not in text and not ("/" in text and ("?" in text or "#" in text)):
         assert shown == text

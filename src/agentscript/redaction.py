@@ -14,7 +14,14 @@ A URL is shown by :func:`shown_url` (an error naming a server) and :func:`shown_
 action's target, as a trace step, an error and an OpenTelemetry span record it): without its
 user, password, query string and fragment, where credentials travel
 (``https://u:p@host/x?api_key=sk-...`` is shown as ``https://host/x``). :func:`shown_urls`
-shows every URL of a free text so (an exception's message, what an action printed).
+shows every URL of a free text so (an exception's message, what an action printed), and the
+query string and fragment of a path written without scheme and host, as HTTP clients print
+the URL they called (``Max retries exceeded with url: /api?key=sk-...``).
+
+What free text cannot tell apart is left as it is written: a password holding a raw blank is
+recognised only after a user and a ``:`` and up to the first ``@`` of its line, with no ``/``
+before it, and not when its first word is digits (``https://host:8080 down, ask ops@x.org``
+is a port, then prose); a ``/`` that does not start a token (``and/or?``) starts no path.
 """
 
 from __future__ import annotations
@@ -112,11 +119,34 @@ def shown_target(target: str) -> str:
     return shown_url(target, f"{parts.scheme}://(unreadable)")
 
 
-# A URL in free text: a scheme (started where a run of scheme characters starts, so a long
-# run is scanned once), "://", then everything up to whitespace. RFC 3986 allows quotes and
-# brackets inside a URL (a password or a query may hold them), so only whitespace surely ends
-# one: ending it at a quote would show the rest of the query.
-_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z0-9+.-]*://\S*")
+# A scheme in free text, started where a run of scheme characters starts (so a long run is
+# scanned once), and its "://".
+_SCHEME = r"(?<![A-Za-z0-9+.-])[A-Za-z0-9+.-]*://"
+# How far a password holding a blank may run to its "@": a bound on the look-ahead from each
+# scheme, so a long line of schemes is scanned in linear time.
+_BLANK_PASSWORD_CHARS = 128
+# A user, ":", then a password's first word and a blank after it. The word must hold more
+# than digits, sentence punctuation and closing brackets, which a port followed by prose does
+# ("http://h:8080, ask ops@x.org"); the user no "[" (an IPv6 host's colons are no user).
+_USER_AND_BLANK = r"[^\s/?#@:\[\]]*:(?=[^\s/@]*?[^\s/@0-9'\".,;:!?)\]}>])[^\s/@]+[ \t]"
+# A URL in free text: a scheme, then, when a user and a password holding a blank come first
+# (``https://u:pa ss@host``), all up to the first "@" of the line with no "/" before it, then
+# everything up to whitespace. RFC 3986 allows quotes and brackets inside a URL (a password or
+# a query may hold them), so only whitespace surely ends one: ending it at a quote would show
+# the rest of the query.
+_URL_IN_TEXT = re.compile(
+    rf"{_SCHEME}(?:{_USER_AND_BLANK}[^\n/@]{{0,{_BLANK_PASSWORD_CHARS}}}@)?\S*"
+)
+# The end of a text cut through such a password, before its "@" (see :func:`url_at_end`).
+_OPEN_BLANK_PASSWORD = re.compile(
+    rf"{_SCHEME}{_USER_AND_BLANK}[^\n/@]{{0,{_BLANK_PASSWORD_CHARS}}}\Z"
+)
+# A path in free text: a "/" that starts a token (at the text's start, or after whitespace, a
+# quote, an opening bracket, "=", ":" or ","), then everything up to whitespace. HTTP clients
+# print the URL they called so, without scheme and host (urllib3: "Max retries exceeded with
+# url: /api?key=..."; "GET /api?token=... HTTP/1.1"); its query and fragment hold the same
+# credentials as a whole URL's. A "/" inside a word ("and/or?") starts none.
+_PATH_IN_TEXT = re.compile(r"(?<![^\s'\"`(\[{<=:,])/\S*")
 # What may end a run of text after a URL rather than belong to it: sentence punctuation and
 # quotes, and a closing bracket that no bracket of the URL opened.
 _TRAILING = frozenset("'\".,;:!?")
@@ -125,27 +155,43 @@ _CLOSING = {")": "(", "]": "[", "}": "{", ">": "<"}
 
 def shown_urls(text: str) -> str:
     """``text`` with each URL in it shown as :func:`shown_target` shows a target: without its
-    user, password, query string and fragment. A URL runs from its scheme to the next
-    whitespace, less trailing punctuation (``'https://h/x?key=k',`` keeps its ``',``); what
-    follows a URL without whitespace is hidden with its query."""
-    if "://" not in text:  # most texts: one scan, no regex
-        return text
-    return _URL_IN_TEXT.sub(_shown_match, text)
+    user, password, query string and fragment; and each path that starts a token
+    (``url: /api?key=k``) without its query string and fragment. A URL or a path runs to the
+    next whitespace (a password holding a blank: see the module docstring), less trailing
+    punctuation (``'https://h/x?key=k',`` keeps its ``',``); what follows it without
+    whitespace is hidden with its query."""
+    # Most texts: a few scans, no regex.
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(_shown_match, text)
+    if "/" in text and ("?" in text or "#" in text):
+        # After the URLs: those are shown without "?" and "#" by now.
+        text = _PATH_IN_TEXT.sub(_shown_path, text)
+    return text
 
 
 def _shown_match(match: re.Match[str]) -> str:
     run = match.group()
-    cut = _url_end(run)
+    cut = _url_end(run, run.index("://") + 3)
     return shown_target(run[:cut]) + run[cut:]
 
 
-def _url_end(run: str) -> int:
-    """Where the URL at the start of ``run`` ends: before the trailing punctuation, quotes and
-    unmatched closing brackets of ``run`` (in linear time: ``run`` may be a long text)."""
+def _shown_path(match: re.Match[str]) -> str:
+    run = match.group()
+    cut = _url_end(run, 1)
+    query = min(
+        (at for at in (run.find("?", 0, cut), run.find("#", 0, cut)) if at >= 0), default=cut
+    )
+    return run[:query] + run[cut:]
+
+
+def _url_end(run: str, start: int) -> int:
+    """Where the URL at the start of ``run`` ends, not before ``start``: before the trailing
+    punctuation, quotes and unmatched closing brackets of ``run`` (in linear time: ``run`` may
+    be a long text)."""
     unmatched = {
         closing: run.count(closing) - run.count(opening) for closing, opening in _CLOSING.items()
     }
-    start, cut = run.index("://") + 3, len(run)
+    cut = len(run)
     while cut > start:
         char = run[cut - 1]
         if char in _CLOSING and unmatched[char] > 0:
@@ -159,9 +205,17 @@ def _url_end(run: str) -> int:
 def url_at_end(text: str) -> int:
     """Where a URL that runs to the end of ``text`` starts (``len(text)`` when none does): a
     cut through a URL may have kept its password and lost the ``@`` after it, so that
-    :func:`shown_urls` could not tell it from a host."""
-    if "://" not in text or text[-1:].isspace():
+    :func:`shown_urls` could not tell it from a host. A password holding a blank
+    (``https://u:pa ss``, cut before its ``@``) counts as running to the end too."""
+    if "://" not in text:
         return len(text)
+    # The end of the last line, as far back as a user, a first word and a blank password may
+    # reach (one much longer is missed: its first word shows).
+    line = text[text.rfind("\n") + 1 :][-4 * _BLANK_PASSWORD_CHARS :]
+    opened = _OPEN_BLANK_PASSWORD.search(line)
+    start = len(text) - len(line) + opened.start() if opened else len(text)
+    if text[-1:].isspace():
+        return start
     tail = text.rsplit(None, 1)[-1]  # from the right, at C speed
     found = _URL_IN_TEXT.search(tail)
-    return len(text) - len(tail) + found.start() if found else len(text)
+    return min(start, len(text) - len(tail) + found.start()) if found else start

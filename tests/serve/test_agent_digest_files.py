@@ -1,10 +1,11 @@
 """With ``--workers N``, a worker started again after a crash refuses files that changed since
 the server started; for an ``.agent`` agent these are more than the ``.agent`` file: the
 ``agentscript.toml`` that applies to it (its ``[actions.targets]``, models, limits), and the
-modules in its folder that its ``python://`` targets name, as written or as mapped. A worker
-that loaded an edited backend or mapping beside the others' old one served two versions of the
-agent from one server, and nothing said so. Files beside the agent that it does not load (a
-data file, a store) are no change (docs/serve.md, "Several workers")."""
+modules in its folder that its ``python://`` targets name, as written or as mapped, and those
+these import (tests/serve/test_digest_imports.py). A worker that loaded an edited backend or
+mapping beside the others' old one served two versions of the agent from one server, and
+nothing said so. Files beside the agent that it does not load (a data file, a store) are no
+change (docs/serve.md, "Several workers")."""
 
 from __future__ import annotations
 
@@ -104,6 +105,15 @@ def with_missing_module(tmp_path: Path) -> Path:
     return agent
 
 
+def with_sibling(tmp_path: Path) -> Path:
+    """orders, its mapped backend importing a module beside it."""
+    agent = orders(tmp_path)
+    backend = agent.parent / "orders_backend.py"
+    backend.write_text("from . import orders_db  # noqa: F401\n" + backend.read_text())
+    (agent.parent / "orders_db.py").write_text("def fetch(order_ID):\n    return {}\n")
+    return agent
+
+
 def append(path: Path, text: str) -> None:
     path.write_text(path.read_text() + text)
 
@@ -121,6 +131,10 @@ EDITS: dict[str, tuple[Callable[[Path], Path], Callable[[Path], None]]] = {
     "a mapped backend module edited": (
         orders,
         lambda agent: append(agent.parent / "orders_backend.py", "\nVERSION = 2\n"),
+    ),
+    "a module the mapped backend imports edited": (
+        with_sibling,
+        lambda agent: append(agent.parent / "orders_db.py", "\nVERSION = 2\n"),
     ),
     "a mapped module that was missing written": (
         with_missing_module,

@@ -323,9 +323,7 @@ class ActionRunner:
         deadline = asyncio.get_running_loop().time() + limit
         mode = self.settings.mode(request.name)
         if mode is Isolation.INLINE:
-            # The call holds the loop's thread until it returns, so no timer could fire before
-            # that: none is armed (it would only cost time).
-            result = _captured_call(printed, target, args)
+            result = _inline_call(printed, target, args, deadline)
         elif mode is Isolation.PROCESS:
             async with asyncio.timeout_at(deadline):
                 return await self._in_process(request, target, args, printed)
@@ -379,6 +377,29 @@ class ActionRunner:
 def _captured_call(printed: Printed, target: Callable[..., Any], args: dict[str, Any]) -> Any:
     with captured(printed):
         return target(**args)
+
+
+def _inline_call(
+    printed: Printed, target: Callable[..., Any], args: dict[str, Any], deadline: float
+) -> Any:
+    """``target(**args)`` on the loop's thread; a TimeoutError when it ends past ``deadline``.
+
+    The call holds the loop's thread until it returns, so no timer could fire before that:
+    none is armed (it would only cost time). Its clock is read when it ends instead: a call
+    that ran past its timeout is a timed-out call, whatever it returned or raised, as the
+    thread mode (which stops waiting at the deadline) would have reported it: the isolation
+    mode never changes what the model is told.
+    """
+    clock = asyncio.get_running_loop().time
+    try:
+        result = _captured_call(printed, target, args)
+    except (Exception, SystemExit, KeyboardInterrupt):
+        if clock() >= deadline:
+            raise TimeoutError from None
+        raise
+    if clock() >= deadline:
+        raise TimeoutError
+    return result
 
 
 def _subject(request: ActionRequest) -> str:
