@@ -21,7 +21,8 @@ format_date = "inline"
   costs one hand-off, not a trip through the event loop), then lets other tasks run until the
   call returns or times out; ``0`` always yields at once.
 * ``inline``: called directly on the event loop's thread. Cheapest (no hand-over), but the
-  call blocks the loop and its timeout cannot fire until it returns: for quick, trusted code.
+  call blocks the loop and its timeout cannot fire until it returns (a call that ended past it
+  is then reported timed out, as the thread mode reports it): for quick, trusted code.
 * ``process``: worker processes; a timed-out call is killed with its worker.
 
 ``async def`` actions always run on the event loop under ``asyncio.timeout``, whatever the mode.
