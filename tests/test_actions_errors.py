@@ -33,34 +33,11 @@ from agentscript.actions import capture
 from agentscript.actions.capture import Printed
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
+from fakes.agent_texts import act_action, agent_text
 
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
-config:
-    developer_name: "Errors"
-
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-{run}            | Use the tool.
-        actions:
-            act: @actions.act
-    actions:
-        act:
-            description: "The action under test"
-            target: "{target}"
-            outputs:
-                who: string
-"""
 # The turn runs the action itself (a failure ends the turn: Reply.error, the server's
 # failed-turn log line), or the model calls it (a failure is the model's tool result).
-PROCEDURE = "            run @actions.act\n"
+PROCEDURE = "run @actions.act"
 
 MODES = ["thread", "inline", "process", "async"]
 FLOW = "flow://Get_Delivery_Date"
@@ -96,8 +73,11 @@ def agent_in(
     if mapped:
         table += f'\n[actions.targets]\n"{FLOW}" = "{RAN}"\n'
     (folder / "agentscript.toml").write_text(table, encoding="utf-8")
-    text = AGENT.replace("{run}", PROCEDURE if procedure else "")
-    text = text.replace("{target}", FLOW if mapped else RAN)
+    text = agent_text(
+        developer_name="Errors",
+        run=[PROCEDURE] if procedure else [],
+        actions=[act_action(FLOW if mapped else RAN)],
+    )
     path = folder / "a.agent"
     path.write_text(text, encoding="utf-8")
     return path

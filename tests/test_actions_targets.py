@@ -27,38 +27,29 @@ from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
 from agentscript.validation import validate_path
+from fakes.agent_texts import Action, Tool, agent_text
 
 REPO = Path(__file__).resolve().parents[1]
 ORDER_STATUS = REPO / "examples" / "order_status"
 
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
-config:
-    developer_name: "Orders"
 
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Use the tool.
-        actions:
-            lookup: @actions.lookup
-                with order_ID="7"
-    actions:
-        lookup:
-            description: "Look an order up"
-            target: "{target}"
-            inputs:
-                order_ID: string
-            outputs:
-                status: string
-                where: string
-"""
+def orders_agent(target: str) -> str:
+    """The agent of these tests: its one tool ``lookup`` calls the action ``lookup`` (order 7),
+    whose target is ``target``."""
+    return agent_text(
+        developer_name="Orders",
+        tools=[Tool("lookup", lines=['with order_ID="7"'])],
+        actions=[
+            Action(
+                "lookup",
+                "Look an order up",
+                target,
+                inputs={"order_ID": "string"},
+                outputs={"status": "string", "where": "string"},
+            )
+        ],
+    )
+
 
 BACKEND = """\
 import os
@@ -83,7 +74,7 @@ def agent_in(folder: Path, toml: str | None, target: str = "flow://Lookup_Order"
     if toml is not None:
         (folder / "agentscript.toml").write_text(toml, encoding="utf-8")
     path = folder / "orders.agent"
-    path.write_text(AGENT.replace("{target}", target), encoding="utf-8")
+    path.write_text(orders_agent(target), encoding="utf-8")
     return path
 
 
@@ -513,7 +504,7 @@ def shared_folder(folder: Path, extra: str = TYPO) -> dict[str, Path]:
     paths = {}
     for name, target in SHARED.items():
         paths[name] = folder / f"{name}.agent"
-        paths[name].write_text(AGENT.replace("{target}", target), encoding="utf-8")
+        paths[name].write_text(orders_agent(target), encoding="utf-8")
     return paths
 
 
@@ -647,7 +638,7 @@ def test_a_mapping_that_can_run_gives_no_warning(tmp_path: Path, value: str) -> 
     )
     path = agent_in(tmp_path / "a", toml)
     control = tmp_path / "a" / "control.agent"
-    control.write_text(AGENT.replace("{target}", "flow://Control"), encoding="utf-8")
+    control.write_text(orders_agent("flow://Control"), encoding="utf-8")
     (tmp_path / "a" / "pkg").mkdir()
     (tmp_path / "a" / "pkg" / "__init__.py").write_text("from .mod import f\n")
     (tmp_path / "a" / "pkg" / "mod.py").write_text("async def f():\n    return {}\n")
@@ -687,9 +678,9 @@ def test_validate_runs_no_code_of_the_agent_nor_of_a_package(
     (host / "host_pkg_x9" / "__init__.py").write_text(RAISES.format(marker=str(marker)))
     monkeypatch.syspath_prepend(str(host))
     second = folder / "second.agent"  # so that every key is some agent's target
-    second.write_text(AGENT.replace("{target}", "flow://Get_Return"), encoding="utf-8")
+    second.write_text(orders_agent("flow://Get_Return"), encoding="utf-8")
     third = folder / "third.agent"
-    third.write_text(AGENT.replace("{target}", "flow://Other"), encoding="utf-8")
+    third.write_text(orders_agent("flow://Other"), encoding="utf-8")
     diagnostics = [d for p in (path, second, third) for d in validate_path(p)]
     assert not marker.exists()
     assert not [m for m in sys.modules if m.startswith("host_pkg_x9")]
@@ -702,7 +693,8 @@ def test_validate_runs_no_code_of_the_agent_nor_of_a_package(
 def test_a_python_target_written_in_the_agent_gets_the_same_warning(tmp_path: Path) -> None:
     path = agent_in(tmp_path / "a", None, "python://backend:lookp")
     [warning] = unresolved(validate_path(path))
-    line = next(i for i, text in enumerate(AGENT.splitlines(), 1) if "target:" in text)
+    agent = orders_agent("python://backend:lookp")
+    line = next(i for i, text in enumerate(agent.splitlines(), 1) if "target:" in text)
     assert warning.file == str(path) and warning.span.line == line
     assert warning.message == (
         "Action 'lookup' targets 'python://backend:lookp', which cannot run: backend.py has no "

@@ -14,29 +14,9 @@ import agentscript
 from agentscript.actions.settings import ActionSettings, Isolation
 from agentscript.engine.session import Session
 from agentscript.models.scripted import Move, ScriptedModel
+from fakes.agent_texts import act_action, agent_text
 
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
-
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Use the tool.
-        actions:
-            act: @actions.act
-    actions:
-        act:
-            description: "An action slower than its timeout"
-            target: "python://slow:act"
-            outputs:
-                who: string
-"""
+AGENT = agent_text(actions=[act_action("python://slow:act", "An action slower than its timeout")])
 
 # Each ends well past the timeout below; none is interrupted.
 ENDINGS = {

@@ -11,102 +11,22 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.fakes import fitting
+from tests.fakes.fitting import CAP, DROPPED_RESULT, REASON, answer, write_agent
 
 import agentscript
 from agentscript import jsontext
-from agentscript.engine import restore
-from agentscript.engine.fitting import fit_session
+from agentscript.engine.fitting import Fitted, fit_session
 from agentscript.engine.history import message_chars
 from agentscript.engine.session import AgentBase, Session
-from agentscript.models.base import Message, ModelResponse, ToolCall
-from agentscript.models.function import FunctionInfo, FunctionModel
+from agentscript.models.function import FunctionModel
 from agentscript.trace_inputs import rebuild_messages
 
-CAP = 300_000  # MAX_SESSION_CHARS in these tests
-REASON = f"the saved session would be larger than MAX_SESSION_CHARS ({CAP} characters)"
-DROPPED_RESULT = json.dumps({"error": f"result dropped: {REASON}"})
-
-AGENT = """\
-system:
-    instructions: "Use the tools."
-    messages:
-        welcome: "Hi."
-        error: "ERR"
-config:
-    developer_name: "Fits"
-variables:
-    a: mutable string = ""
-        description: "Kept text"
-    b: mutable string = ""
-        description: "Kept text"
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Fetch pages.
-        actions:
-            fetch: @actions.fetch
-                description: "Fetch a page"
-                with size=...
-            keep_a: @actions.fetch
-                description: "Fetch a page and keep it in a"
-                with size=...
-                set @variables.a = @outputs.text
-            keep_b: @actions.fetch
-                description: "Fetch a page and keep it in b"
-                with size=...
-                set @variables.b = @outputs.text
-    actions:
-        fetch:
-            description: "Fetch a page"
-            target: "python://fits_pages:fetch"
-            inputs:
-                size: number
-                    description: "Its length"
-            outputs:
-                text: string
-"""
-PAGES = """
-def fetch(size: float) -> dict[str, object]:
-    return {"text": "x" * int(size)}
-"""
-
-
-def answer(messages: list[Message], info: FunctionInfo) -> Any:
-    """``fetch SIZE...`` calls fetch once per size, ``keep SIZE`` keeps a page in a and in b,
-    ``talk SIZE`` says SIZE characters before each of two calls and in its reply; after the
-    results, ``done``."""
-    user = max(i for i, m in enumerate(messages) if m.role == "user")
-    words = messages[user].content.split()
-    calls = [m for m in messages[user:] if m.role == "assistant" and m.tool_calls]
-    at = f"c{len(messages)}"
-    if words[0] == "talk":
-        size = int(words[1])
-        if len(calls) < 2:
-            call = ToolCall(f"{at}_0", "fetch", {"size": 10})
-            return ModelResponse(text=str(len(calls)) * size, tool_calls=[call])
-        return "r" * size
-    if calls:
-        return "done"
-    if words[0] == "fetch":
-        return [ToolCall(f"{at}_{i}", "fetch", {"size": int(s)}) for i, s in enumerate(words[1:])]
-    if words[0] == "keep":
-        return [ToolCall(f"{at}_{n}", f"keep_{n}", {"size": int(words[1])}) for n in "ab"]
-    return "ok"
-
-
-@pytest.fixture
-def small_cap(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(restore, "MAX_SESSION_CHARS", CAP)
-    return CAP
+small_cap = fitting.small_cap  # the fixture
 
 
 def load(tmp_path: Path) -> AgentBase:
-    (tmp_path / "fits_pages.py").write_text(PAGES)
-    path = tmp_path / "fits.agent"
-    path.write_text(AGENT)
-    return agentscript.load(path)
+    return agentscript.load(write_agent(tmp_path))
 
 
 def conversation(agent: AgentBase, *turns: str, traces: list[Any] | None = None) -> Session:
@@ -121,6 +41,15 @@ def conversation(agent: AgentBase, *turns: str, traces: list[Any] | None = None)
 
 def saved(session: Session) -> str:
     return jsontext.dumps(session.to_json(detached=False))
+
+
+def fitted_after(
+    tmp_path: Path, *turns: str, traces: list[Any] | None = None
+) -> tuple[AgentBase, Session, Fitted]:
+    """The agent, its session after ``turns`` and the session's state fitted under ``CAP``."""
+    agent = load(tmp_path)
+    session = conversation(agent, *turns, traces=traces)
+    return agent, session, fit_session(session, saved(session), CAP)
 
 
 def check_fitted(agent: AgentBase, session: Session, text: str | None) -> None:
@@ -172,9 +101,7 @@ def test_the_turns_largest_results_are_dropped_first_as_error_results(
 def test_the_turns_texts_go_after_its_results_and_never_its_reply(
     tmp_path: Path, small_cap: int
 ) -> None:
-    agent = load(tmp_path)
-    session = conversation(agent, "talk 140000")
-    fitted = fit_session(session, saved(session), CAP)
+    agent, session, fitted = fitted_after(tmp_path, "talk 140000")
     # Its results are shorter than an error result: kept.
     assert fitted.fits and (fitted.dropped, fitted.results, fitted.texts) == (0, 0, 1)
     texts = [m for m in session.state.history if m.role == "assistant"]
@@ -188,18 +115,15 @@ def test_the_turns_texts_go_after_its_results_and_never_its_reply(
 def test_a_state_whose_variables_alone_are_too_large_cannot_fit(
     tmp_path: Path, small_cap: int
 ) -> None:
-    agent = load(tmp_path)
-    session = conversation(agent, "keep 160000")
-    fitted = fit_session(session, saved(session), CAP)
+    _, _, fitted = fitted_after(tmp_path, "keep 160000")
     assert not fitted.fits and fitted.state is None and fitted.text is None
     assert fitted.results == 2
 
 
 def test_a_fitted_session_goes_on_as_its_restore_would(tmp_path: Path, small_cap: int) -> None:
-    agent = load(tmp_path)
     traces: list[Any] = []
-    session = conversation(agent, "fetch 10", "fetch 120000 120000 120000", traces=traces)
-    fitted = fit_session(session, saved(session), CAP)
+    turns = ("fetch 10", "fetch 120000 120000 120000")
+    agent, session, fitted = fitted_after(tmp_path, *turns, traces=traces)
     assert fitted.fits and fitted.text is not None and fitted.results == 1
     kept_model, restored_model = FunctionModel(answer), FunctionModel(answer)
     restored = agent.restore(fitted.text, model=restored_model)

@@ -6,33 +6,25 @@ from __future__ import annotations
 
 from agentscript.models.scripted import Move
 
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
+from .agent_texts import Action, Tool, agent_text
 
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Help the customer.
-        actions:
-            ask: @subagent.helper
-            look: @actions.lookup
-                with ref=...
-            go: @utils.transition to @subagent.other
-    actions:
-        lookup:
-            description: "Look up a reference"
-            target: "flow://Lookup"
-            inputs:
-                ref: string
-            outputs:
-                status: string
-
+AGENT = agent_text(
+    instructions="Help the customer.",
+    tools=[
+        Tool("ask", "@subagent.helper"),
+        Tool("look", "@actions.lookup", ["with ref=..."]),
+        Tool("go", "@utils.transition to @subagent.other"),
+    ],
+    actions=[
+        Action(
+            "lookup",
+            "Look up a reference",
+            "flow://Lookup",
+            inputs={"ref": "string"},
+            outputs={"status": "string"},
+        )
+    ],
+    more="""\
 subagent helper:
     description: "Answers side questions"
     reasoning:
@@ -46,7 +38,8 @@ subagent other:
             | Help with the other area.
         actions:
             back: @utils.transition to @start_agent.main
-"""
+""",
+)
 
 
 TURNS: list[list[Move]] = [

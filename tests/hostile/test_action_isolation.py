@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tests.fakes.agent_texts import act_action, agent_text
 
 import agentscript
 from agentscript.actions.settings import ActionSettings, Isolation
@@ -25,29 +26,6 @@ from agentscript.cli import main
 from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
-
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
-
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Use the tool.
-        actions:
-            act: @actions.act
-    actions:
-        act:
-            description: "The action under test"
-            target: "python://{target}"
-            outputs:
-                who: string
-"""
 
 CONVERSATION = """\
 turns:
@@ -63,7 +41,7 @@ def agent_in(folder: Path, target: str, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8")
     path = folder / "a.agent"
-    path.write_text(AGENT.replace("{target}", target), encoding="utf-8")
+    path.write_text(agent_text(actions=[act_action(f"python://{target}")]), encoding="utf-8")
     return path
 
 

@@ -14,21 +14,24 @@ test runs on SQLite and PostgreSQL, with two servers on one store, as two worker
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
+from tests.fakes import fitting
+from tests.fakes.fitting import CAP, DROPPED_RESULT, answer, write_agent
 
 from agentscript import jsontext
-from agentscript.engine import restore
-from agentscript.models.base import Message, ToolCall
+from agentscript.models.base import Message
 from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.server.agents import load_agents, serve_agents
 from agentscript.server.app import create_app
@@ -36,87 +39,19 @@ from agentscript.server.config import ServerConfig
 from agentscript.server.live import LiveSessions
 from agentscript.store import store_from_url
 
-CAP = 300_000  # MAX_SESSION_CHARS in these tests
-REASON = f"the saved session would be larger than MAX_SESSION_CHARS ({CAP} characters)"
-DROPPED_RESULT = json.dumps({"error": f"result dropped: {REASON}"})
-
-AGENT = """\
-system:
-    instructions: "Use the tools."
-    messages:
-        welcome: "Hi."
-        error: "ERR"
-config:
-    developer_name: "Fits"
-variables:
-    a: mutable string = ""
-        description: "Kept text"
-    b: mutable string = ""
-        description: "Kept text"
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Fetch pages.
-        actions:
-            fetch: @actions.fetch
-                description: "Fetch a page"
-                with size=...
-            keep_a: @actions.fetch
-                description: "Fetch a page and keep it in a"
-                with size=...
-                set @variables.a = @outputs.text
-            keep_b: @actions.fetch
-                description: "Fetch a page and keep it in b"
-                with size=...
-                set @variables.b = @outputs.text
-    actions:
-        fetch:
-            description: "Fetch a page"
-            target: "python://fits_pages:fetch"
-            inputs:
-                size: number
-                    description: "Its length"
-            outputs:
-                text: string
-"""
-PAGES = """
-def fetch(size: float) -> dict[str, object]:
-    return {"text": "x" * int(size)}
-"""
 # The audit's turn made 72 calls at once.
 CONFIG = "[limits]\nmax_tool_calls_per_step = 72\n"
 
 
-def answer(messages: list[Message], info: FunctionInfo) -> Any:
-    """``fetch SIZE...`` calls fetch once per size, ``keep SIZE`` keeps a page in a and in b;
-    then ``done``. Call ids are made of the history's length: two servers have two models."""
-    last = messages[-1]
-    if last.role != "user":
-        return "done"
-    words = last.content.split()
-    at = f"c{len(messages)}"
-    if words[0] == "fetch":
-        return [ToolCall(f"{at}_{i}", "fetch", {"size": int(s)}) for i, s in enumerate(words[1:])]
-    if words[0] == "keep":
-        return [ToolCall(f"{at}_{n}", f"keep_{n}", {"size": int(words[1])}) for n in "ab"]
-    return "ok"
-
-
-@pytest.fixture
-def small_cap(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(restore, "MAX_SESSION_CHARS", CAP)
-    return CAP
+small_cap = fitting.small_cap  # the fixture
 
 
 @pytest.fixture
 def agent_path(tmp_path: Path) -> str:
     folder = tmp_path / "fits"
     folder.mkdir()
-    (folder / "fits_pages.py").write_text(PAGES)
     (folder / "agentscript.toml").write_text(CONFIG)
-    (folder / "fits.agent").write_text(AGENT)
-    return str(folder / "fits.agent")
+    return str(write_agent(folder))
 
 
 @asynccontextmanager
@@ -201,125 +136,133 @@ def fitted_step(found: dict[str, Any]) -> dict[str, Any]:
     return step
 
 
-def run(coroutine: Any) -> Any:
-    import asyncio
+@dataclass(frozen=True)
+class Workers:
+    """Two servers on one store, the model calls each received, and a session made on the
+    first."""
 
-    return asyncio.run(coroutine)
+    first: httpx.AsyncClient
+    second: httpx.AsyncClient
+    first_received: list[Any]
+    second_received: list[Any]
+    sid: str
+
+
+def on_two_workers(store_url: str, path: str, body: Callable[[Workers], Awaitable[None]]) -> None:
+    """Runs ``body`` with two servers of the agent at ``path`` on the store at ``store_url``."""
+
+    async def main() -> None:
+        async with two_servers(store_url, path) as (first, second, one, two):
+            await body(Workers(first, second, one, two, await created(first)))
+
+    asyncio.run(main())
 
 
 def test_a_turn_of_72_large_results_is_kept_within_the_limit_and_restores_on_another_worker(
     api_store: str, agent_path: str, small_cap: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def main() -> None:
-        async with two_servers(api_store, agent_path) as (first, second, _, received):
-            sid = await created(first)
-            with caplog.at_level(logging.WARNING, logger="agentscript.server"):
-                result = await say(first, sid, "fetch " + " ".join(["10000"] * 72))
-            assert result["error"] is None and result["response"] == "done"
-            text = stored_state(api_store, sid)
-            # Another worker restores it (it answered 500 session_damaged); its model sees
-            # error results in place of the dropped ones, for the same calls.
-            await say(second, sid, "hello")
-            assert len(text) <= CAP
-            step = fitted_step(await trace(first, sid, 1))
-            dropped = step["resultsDropped"]
-            assert 0 < dropped < 72 and step["dropped"] == 0 and step["limit"] == CAP
-            # One warning naming the session and turn, and none of the content.
-            (line,) = [r.getMessage() for r in caplog.records if "MAX_SESSION_CHARS" in r.message]
-            assert sid in line and "turn 1" in line and "xxxx" not in line
-            (messages,) = received
-            calls = [c["id"] for m in messages for c in m.get("tool_calls", [])]
-            tools = [m for m in messages if m["role"] == "tool"]
-            assert [m["tool_call_id"] for m in tools] == calls and len(calls) == 72
-            contents = [m["content"] for m in tools]
-            assert contents.count(DROPPED_RESULT) == dropped
-            assert all(c == DROPPED_RESULT or len(c) > 10000 for c in contents)
-            assert messages == [*json.loads(text)["history"], {"role": "user", "content": "hello"}]
+    async def main(w: Workers) -> None:
+        with caplog.at_level(logging.WARNING, logger="agentscript.server"):
+            result = await say(w.first, w.sid, "fetch " + " ".join(["10000"] * 72))
+        assert result["error"] is None and result["response"] == "done"
+        text = stored_state(api_store, w.sid)
+        # Another worker restores it (it answered 500 session_damaged); its model sees
+        # error results in place of the dropped ones, for the same calls.
+        await say(w.second, w.sid, "hello")
+        assert len(text) <= CAP
+        step = fitted_step(await trace(w.first, w.sid, 1))
+        dropped = step["resultsDropped"]
+        assert 0 < dropped < 72 and step["dropped"] == 0 and step["limit"] == CAP
+        # One warning naming the session and turn, and none of the content.
+        (line,) = [r.getMessage() for r in caplog.records if "MAX_SESSION_CHARS" in r.message]
+        assert w.sid in line and "turn 1" in line and "xxxx" not in line
+        (messages,) = w.second_received
+        calls = [c["id"] for m in messages for c in m.get("tool_calls", [])]
+        tools = [m for m in messages if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in tools] == calls and len(calls) == 72
+        contents = [m["content"] for m in tools]
+        assert contents.count(DROPPED_RESULT) == dropped
+        assert all(c == DROPPED_RESULT or len(c) > 10000 for c in contents)
+        assert messages == [*json.loads(text)["history"], {"role": "user", "content": "hello"}]
 
-    run(main())
+    on_two_workers(api_store, agent_path, main)
 
 
 def test_the_session_kept_after_a_fitted_turn_is_the_one_stored(
     api_store: str, agent_path: str, small_cap: int
 ) -> None:
-    async def main() -> None:
-        async with two_servers(api_store, agent_path) as (first, _, received, _):
-            sid = await created(first)
-            await say(first, sid, "fetch " + " ".join(["10000"] * 72))
-            stored = json.loads(stored_state(api_store, sid))
-            hits = live_of(first).hits
-            received.clear()
-            await say(first, sid, "hello")
-            assert live_of(first).hits == hits + 1  # the kept session ran it
-            (messages,) = received
-            assert messages == [*stored["history"], {"role": "user", "content": "hello"}]
-            assert DROPPED_RESULT in [m["content"] for m in messages]
+    async def main(w: Workers) -> None:
+        await say(w.first, w.sid, "fetch " + " ".join(["10000"] * 72))
+        stored = json.loads(stored_state(api_store, w.sid))
+        hits = live_of(w.first).hits
+        w.first_received.clear()
+        await say(w.first, w.sid, "hello")
+        assert live_of(w.first).hits == hits + 1  # the kept session ran it
+        (messages,) = w.first_received
+        assert messages == [*stored["history"], {"role": "user", "content": "hello"}]
+        assert DROPPED_RESULT in [m["content"] for m in messages]
 
-    run(main())
+    on_two_workers(api_store, agent_path, main)
 
 
 def test_earlier_exchanges_are_dropped_before_any_result_of_the_turn(
     api_store: str, agent_path: str, small_cap: int
 ) -> None:
-    async def main() -> None:
-        async with two_servers(api_store, agent_path) as (first, second, _, received):
-            sid = await created(first)
-            for size in (100000, 100001, 100002):
-                await say(first, sid, f"fetch {size}")
-            text = stored_state(api_store, sid)
-            await say(second, sid, "hello")
-            assert len(text) <= CAP
-            step = fitted_step(await trace(first, sid, 3))
-            # The first exchange: the user's message, the call, its result and the reply.
-            assert (step["dropped"], step["resultsDropped"], step["textsDropped"]) == (4, 0, 0)
-            (messages,) = received
-            assert messages[0] == {"role": "user", "content": "fetch 100001"}
-            results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
-            assert [len(r["text"]) for r in results] == [100001, 100002]
+    async def main(w: Workers) -> None:
+        for size in (100000, 100001, 100002):
+            await say(w.first, w.sid, f"fetch {size}")
+        text = stored_state(api_store, w.sid)
+        await say(w.second, w.sid, "hello")
+        assert len(text) <= CAP
+        step = fitted_step(await trace(w.first, w.sid, 3))
+        # The first exchange: the user's message, the call, its result and the reply.
+        assert (step["dropped"], step["resultsDropped"], step["textsDropped"]) == (4, 0, 0)
+        (messages,) = w.second_received
+        assert messages[0] == {"role": "user", "content": "fetch 100001"}
+        results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+        assert [len(r["text"]) for r in results] == [100001, 100002]
 
-    run(main())
+    on_two_workers(api_store, agent_path, main)
 
 
 def test_a_turn_whose_variables_cannot_fit_fails_and_the_session_stays_as_before_it(
     api_store: str, agent_path: str, small_cap: int
 ) -> None:
-    async def main() -> None:
-        async with two_servers(api_store, agent_path) as (first, second, one, two):
-            sid = await created(first)
-            await say(first, sid, "fetch 10")
-            before = json.loads(stored_state(api_store, sid))
-            # Two variables of 160,000 characters: no shrinking of the history fits them.
-            result = await say(first, sid, "keep 160000")
-            error = result["error"]
-            assert error is not None and f"MAX_SESSION_CHARS ({CAP} characters)" in error
-            assert "was not kept" in error and result["response"] == error
-            assert result["variables"] == {"a": "", "b": ""} and result["turn"] == 2
-            found = await trace(first, sid, 2)
-            assert len(steps(found, "ACTION_STEP")) == 2  # what happened stays in the trace
-            assert [s["message"] for s in steps(found, "ERROR_STEP")] == [error]
-            assert found["planTrace"]["steps"][-1]["kind"] == "error"
-            text = stored_state(api_store, sid)
-            assert len(text) <= CAP
-            state = json.loads(text)
-            assert state["history"] == before["history"]
-            assert state["variables"] == before["variables"]
-            assert state["turn"] == 2  # a failed turn is a turn, and its model calls count
-            calls = before["extra"]["usage"]["llm_calls"]
-            assert state["extra"]["usage"]["llm_calls"] == calls + 2
-            # Not kept: this worker restores the state from before the turn, as any other.
-            hits = live_of(first).hits
-            one.clear()
-            assert (await say(first, sid, "hello"))["error"] is None
-            assert live_of(first).hits == hits
-            hello = {"role": "user", "content": "hello"}
-            assert one == [[*before["history"], hello]]
-            assert (await trace(first, sid, 3))["turn"] == 3
-            result = await say(second, sid, "again")
-            assert result["error"] is None and result["turn"] == 4
-            ok, again = {"role": "assistant", "content": "ok"}, {"role": "user", "content": "again"}
-            assert two == [[*before["history"], hello, ok, again]]
+    async def main(w: Workers) -> None:
+        await say(w.first, w.sid, "fetch 10")
+        before = json.loads(stored_state(api_store, w.sid))
+        # Two variables of 160,000 characters: no shrinking of the history fits them.
+        result = await say(w.first, w.sid, "keep 160000")
+        error = result["error"]
+        assert error is not None and f"MAX_SESSION_CHARS ({CAP} characters)" in error
+        assert "was not kept" in error and result["response"] == error
+        assert result["variables"] == {"a": "", "b": ""} and result["turn"] == 2
+        found = await trace(w.first, w.sid, 2)
+        assert len(steps(found, "ACTION_STEP")) == 2  # what happened stays in the trace
+        assert [s["message"] for s in steps(found, "ERROR_STEP")] == [error]
+        assert found["planTrace"]["steps"][-1]["kind"] == "error"
+        text = stored_state(api_store, w.sid)
+        assert len(text) <= CAP
+        state = json.loads(text)
+        assert state["history"] == before["history"]
+        assert state["variables"] == before["variables"]
+        assert state["turn"] == 2  # a failed turn is a turn, and its model calls count
+        calls = before["extra"]["usage"]["llm_calls"]
+        assert state["extra"]["usage"]["llm_calls"] == calls + 2
+        # Not kept: this worker restores the state from before the turn, as any other.
+        hits = live_of(w.first).hits
+        w.first_received.clear()
+        assert (await say(w.first, w.sid, "hello"))["error"] is None
+        assert live_of(w.first).hits == hits
+        hello = {"role": "user", "content": "hello"}
+        assert w.first_received == [[*before["history"], hello]]
+        assert (await trace(w.first, w.sid, 3))["turn"] == 3
+        result = await say(w.second, w.sid, "again")
+        assert result["error"] is None and result["turn"] == 4
+        ok, again = {"role": "assistant", "content": "ok"}, {"role": "user", "content": "again"}
+        assert w.second_received == [[*before["history"], hello, ok, again]]
 
-    run(main())
+    on_two_workers(api_store, agent_path, main)
 
 
 def test_a_turn_writes_its_state_once(
@@ -338,11 +281,9 @@ def test_a_turn_writes_its_state_once(
 
     monkeypatch.setattr(jsontext, "dumps", counted)
 
-    async def main() -> None:
-        async with two_servers(api_store, agent_path) as (first, _, _, _):
-            sid = await created(first)
-            written.clear()
-            await say(first, sid, "fetch 10")
-            assert written == [stored_state(api_store, sid)]
+    async def main(w: Workers) -> None:
+        written.clear()
+        await say(w.first, w.sid, "fetch 10")
+        assert written == [stored_state(api_store, w.sid)]
 
-    run(main())
+    on_two_workers(api_store, agent_path, main)

@@ -11,31 +11,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.agent_texts import Action, agent_text
 
 import agentscript
 from agentscript.engine.session import Agent
 from agentscript.models.scripted import Move, ScriptedModel
 
-AGENT = """\
-# @dialect: agentscript
-system:
-    instructions: "Be brief."
-    messages:
-        welcome: "Hi"
-        error: "Something failed."
-
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Use the tool.
-        actions:
-            act: @actions.act
-    actions:
-        act:
-            description: "Records the loop it runs on"
-            target: "flow://Act"
-"""
+AGENT = agent_text(actions=[Action("act", "Records the loop it runs on", "flow://Act")])
 
 
 @pytest.fixture
