@@ -6,6 +6,13 @@ the trace steps by kind to build Salesforce's ``generatedData`` (``topic``,
 ``actionsSequence``, ``invokedActions`` as a list of lists of ``{function: {name, input,
 output}, executionLatency}``, ``outcome``, ``sessionId``), so JSONPath custom evaluations
 written for Salesforce evaluate on it. Reporters read these records and never run anything.
+
+Each invoked action also says what answered it (:class:`HowRan`, ``howRan``, with the trace's
+``ranTarget``): the case's own stub or fault, the ``python://`` target ``[actions.targets]``
+mapped the agent's to, or the agent's own target. The trace tells a mapped call from the
+others (``ranTarget``) but not a stub from a real call, so stubs and faults are read from the
+case (:class:`Answers`): the action runner answers every call of a stubbed or faulted name
+from the case before it looks at any target (``actions/registry.py``), so the name decides.
 """
 
 from __future__ import annotations
@@ -65,11 +72,70 @@ def _text(value: Any) -> Any:
     return value
 
 
+class HowRan(enum.Enum):
+    """What answered one action call."""
+
+    STUB = "stub"  # the case's (or its conversation file's) stub: ``actions:``
+    FAULT = "fault"  # the case's ``faults:`` entry
+    MAPPED = "mapped"  # the python:// target [actions.targets] ran instead (``ranTarget``)
+    RAN = "ran"  # the agent's own target
+
+
+@dataclass(frozen=True)
+class Answers:
+    """The action calls a case answers itself, by the name the action runner looks them up
+    by: the action's (an ACTION_STEP's ``action``) in Agent Script, the tool's (its ``name``)
+    in Mantle (``by_tool``)."""
+
+    stubbed: frozenset[str] = frozenset()
+    faulted: frozenset[str] = frozenset()
+    by_tool: bool = False
+
+    def name_of(self, step: dict[str, Any]) -> str:
+        """The name the action runner was asked by for ACTION_STEP ``step``."""
+        return str((step.get("name") if self.by_tool else step.get("action")) or step.get("name"))
+
+    def how_ran(self, step: dict[str, Any]) -> HowRan | None:
+        """What answered the call of ACTION_STEP ``step``; None when nothing was run (a
+        variable write, a button payload, an action with no target)."""
+        name = self.name_of(step)
+        if name in self.stubbed:
+            return HowRan.STUB
+        if name in self.faulted:
+            return HowRan.FAULT
+        if step.get("ranTarget"):
+            return HowRan.MAPPED
+        if step.get("target"):
+            return HowRan.RAN
+        return None
+
+
+NO_ANSWERS = Answers()
+
+
+@dataclass(frozen=True)
+class ActionRun:
+    """One action call of a turn, as the reporters list it."""
+
+    name: str
+    how: HowRan
+    ran_target: str | None  # the trace's ``ranTarget``: set when ``how`` is MAPPED
+
+    @property
+    def label(self) -> str:
+        """``how`` as one phrase: ``stub``, ``fault``, ``mapped python://m:f`` or ``ran``."""
+        if self.how is HowRan.MAPPED:
+            return f"mapped {self.ran_target}"
+        return str(self.how.value)
+
+
 @dataclass
 class TurnOutcome:
     utterance: str
     reply: Reply
     latency_ms: float
+    # The case's stubs and faults, to say what answered each action call (``howRan``).
+    answers: Answers = NO_ANSWERS
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -79,24 +145,46 @@ class TurnOutcome:
         return steps + branches if branches else steps
 
 
-def invoked_actions(steps: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """One inner list per action that ran (ACTION_STEP), in order."""
-    return [
-        [
-            {
-                "function": {
-                    "name": step.get("action") or step.get("name"),
-                    "input": step.get("input") or {},
-                    "output": step.get("output")
-                    if step.get("error") is None
-                    else {"error": step.get("error")},
-                },
-                "executionLatency": step.get("durationMs", 0),
-            }
-        ]
-        for step in steps
-        if step.get("type") == "ACTION_STEP"
-    ]
+def invoked_actions(
+    steps: list[dict[str, Any]], answers: Answers = NO_ANSWERS
+) -> list[list[dict[str, Any]]]:
+    """One inner list per action that ran (ACTION_STEP), in order. Besides Salesforce's keys,
+    ``howRan`` (a :class:`HowRan` value, null when nothing was run) and ``ranTarget``."""
+    result = []
+    for step in steps:
+        if step.get("type") != "ACTION_STEP":
+            continue
+        how = answers.how_ran(step)
+        result.append(
+            [
+                {
+                    "function": {
+                        "name": step.get("action") or step.get("name"),
+                        "input": step.get("input") or {},
+                        "output": step.get("output")
+                        if step.get("error") is None
+                        else {"error": step.get("error")},
+                    },
+                    "executionLatency": step.get("durationMs", 0),
+                    "howRan": how.value if how is not None else None,
+                    "ranTarget": step.get("ranTarget"),
+                }
+            ]
+        )
+    return result
+
+
+def action_runs(turn: TurnOutcome) -> list[ActionRun]:
+    """The turn's action calls in order (ACTION_STEPs that ran something: not a variable
+    write), each with what answered it."""
+    runs = []
+    for step in turn.steps:
+        if step.get("type") != "ACTION_STEP":
+            continue
+        how = turn.answers.how_ran(step)
+        if how is not None:
+            runs.append(ActionRun(turn.answers.name_of(step), how, step.get("ranTarget")))
+    return runs
 
 
 def generated_data(turn: TurnOutcome) -> dict[str, Any]:
@@ -104,7 +192,7 @@ def generated_data(turn: TurnOutcome) -> dict[str, Any]:
     return {
         "topic": reply.node,
         "actionsSequence": list(reply.actions),
-        "invokedActions": invoked_actions(turn.steps),
+        "invokedActions": invoked_actions(turn.steps, turn.answers),
         "outcome": reply.text,
         "sessionId": reply.trace.get("sessionId"),
     }

@@ -27,7 +27,7 @@ from agentscript.testing.errors import SpecError
 from agentscript.testing.faults import fault_function, fault_timeouts
 from agentscript.testing.judge import JudgeKeys, JudgeSettings, judge
 from agentscript.testing.replay import ReplayModel, ReplayStore
-from agentscript.testing.results import CaseResult, TurnOutcome, Verdict
+from agentscript.testing.results import Answers, CaseResult, TurnOutcome, Verdict
 from agentscript.testing.spec import Case, Check, CheckKind, MatchRule, Suite, TurnSpec
 from agentscript.testing.whitebox import check_whitebox
 
@@ -169,17 +169,18 @@ class CaseRunner:
         chooser = _Chooser(replay, scripted)
         judge_keys = JudgeKeys()  # the recording keys of this case's judged checks
         session = self._session(case, chooser)
+        answers = self._answers(case)
         memory_before = session.variables
         transcript = result.transcript
         for turn in case.history:
             transcript.append({"role": turn.role, "text": turn.message})
         if case.simulation is not None:
-            await self._simulate(case, session, replay, result)
+            await self._simulate(case, session, replay, result, answers)
         for number, spec in enumerate(case.turns, start=len(result.turns) + 1):
             chooser.scripted = spec.moves is not None
             scripted.begin_turn(spec.moves or [])
             replay.turn = number
-            outcome = await self._send(session, spec.utterance)
+            outcome = await self._send(session, spec.utterance, answers)
             result.turns.append(outcome)
             if replay.failure is not None:
                 raise ModelError(f"turn {number}: {replay.failure}")
@@ -230,13 +231,25 @@ class CaseRunner:
         if verdict is not None:
             result.verdicts.append(verdict)
 
-    async def _send(self, session: Session, text: str) -> TurnOutcome:
+    async def _send(self, session: Session, text: str, answers: Answers) -> TurnOutcome:
         started = time.perf_counter()
         reply = await session.send_async(text)
-        return TurnOutcome(text, reply, (time.perf_counter() - started) * 1000)
+        return TurnOutcome(text, reply, (time.perf_counter() - started) * 1000, answers)
+
+    def _answers(self, case: Case) -> Answers:
+        """The calls ``case`` answers itself, named as :meth:`_session` gives them to the
+        action runner: a Mantle project's runner asks by tool name, Agent Script's by action."""
+        mantle = getattr(self.agent, "program", None) is None and hasattr(self.agent, "project")
+        stubbed = frozenset(k for k in case.stubs if k not in case.faults)
+        return Answers(stubbed, frozenset(case.faults), by_tool=mantle)
 
     async def _simulate(
-        self, case: Case, session: Session, replay: ReplayModel, result: CaseResult
+        self,
+        case: Case,
+        session: Session,
+        replay: ReplayModel,
+        result: CaseResult,
+        answers: Answers,
     ) -> None:
         assert case.simulation is not None
         user_model = self.options.judge_model or self.options.model
@@ -254,7 +267,7 @@ class CaseRunner:
             if not text or STOP in text or session.ended:
                 return
             replay.turn = number
-            outcome = await self._send(session, text)
+            outcome = await self._send(session, text, answers)
             result.turns.append(outcome)
             if replay.failure is not None:
                 raise ModelError(f"turn {number}: {replay.failure}")

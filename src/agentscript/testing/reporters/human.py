@@ -1,5 +1,7 @@
 """The human reporter: per case its status, each failed expectation with expected and actual
-(all of them with ``verbose``, plus the generated data), stale recordings, then totals.
+(all of them with ``verbose``, plus the generated data), stale recordings, then totals. A case
+that did not pass (every case with ``verbose``) lists its action calls, one line each, with
+what answered the call (``stub``, ``fault``, ``mapped python://m:f`` or ``ran``).
 
 Every free text (paths, case names, labels, errors, judge reasoning, diffs) goes through
 :func:`terminal_text`, so an escape sequence or a newline in it is shown, never obeyed."""
@@ -9,13 +11,22 @@ from __future__ import annotations
 import json
 
 from agentscript.testing.reporters.escaping import terminal_text as safe
-from agentscript.testing.results import RunResult, Status, generated_data
+from agentscript.testing.results import CaseResult, RunResult, Status, action_runs, generated_data
 
 
 def _dump(value: object) -> str:
     # ensure_ascii escapes controls in strings; ``default=repr`` output is escaped again by
     # ``safe`` in case an object's repr carries raw control characters.
     return safe(json.dumps(value, default=repr))
+
+
+def _action_lines(case: CaseResult) -> list[str]:
+    """``    action NAME (turn N): HOW`` per action call of the case."""
+    return [
+        f"    action {safe(call.name)} (turn {index}): {safe(call.label)}"
+        for index, turn in enumerate(case.turns, start=1)
+        for call in action_runs(turn)
+    ]
 
 
 def render_human(run: RunResult, verbose: bool = False) -> str:
@@ -36,6 +47,8 @@ def render_human(run: RunResult, verbose: bool = False) -> str:
                 lines.append(f"        actual:   {_dump(v.actual)}")
             if v.explanation:
                 lines.append(f"        why:      {safe(v.explanation)}")
+        if verbose or status is not Status.PASS:
+            lines += _action_lines(case)
         if verbose:
             for index, turn in enumerate(case.turns, start=1):
                 data = generated_data(turn)

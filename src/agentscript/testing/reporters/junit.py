@@ -1,5 +1,9 @@
 """The junit reporter: ``<testsuites>``, one ``<testsuite>`` per case, one ``<testcase>`` per
-expectation (a failed one carries ``<failure>``; a case that could not run, ``<error>``)."""
+expectation (a failed one carries ``<failure>``; a case that could not run, ``<error>``).
+
+A case's action calls are its suite's ``<properties>``, one ``<property>`` per call in order:
+``name="turnN.actionM"``, ``value="ACTION: HOW"`` with HOW ``stub``, ``fault``,
+``mapped python://m:f`` or ``ran`` (what answered the call)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from agentscript.testing.reporters.escaping import xml_text
-from agentscript.testing.results import RunResult
+from agentscript.testing.results import CaseResult, RunResult, action_runs
 
 
 def _make_well_formed(root: ET.Element) -> None:
@@ -22,6 +26,22 @@ def _make_well_formed(root: ET.Element) -> None:
             element.tail = xml_text(element.tail)
 
 
+def _add_properties(suite: ET.Element, case: CaseResult) -> None:
+    """The case's action calls as the suite's ``<properties>`` (its first child, as the
+    JUnit schema orders them); none when the case ran no action."""
+    properties = ET.Element("properties")
+    for turn_number, turn in enumerate(case.turns, start=1):
+        for call_number, call in enumerate(action_runs(turn), start=1):
+            ET.SubElement(
+                properties,
+                "property",
+                name=f"turn{turn_number}.action{call_number}",
+                value=f"{call.name}: {call.label}",
+            )
+    if len(properties):
+        suite.insert(0, properties)
+
+
 def render_junit(run: RunResult, verbose: bool = False) -> str:
     root = ET.Element("testsuites", name="agentscript test", time=f"{run.duration_ms / 1000:.3f}")
     total = failures = errors = 0
@@ -33,6 +53,7 @@ def render_junit(run: RunResult, verbose: bool = False) -> str:
             file=case.spec_path,
             time=f"{case.duration_ms / 1000:.3f}",
         )
+        _add_properties(suite, case)
         count = fail = 0
         if case.error is not None:
             test = ET.SubElement(suite, "testcase", name="run", classname=case.case)

@@ -452,12 +452,34 @@
     },
     ACTION_STEP: (s) => {
       const parts = [el("b", {}, s.name), " (" + (s.source || "") + (s.target ? ", " + s.target : "") + ")"];
+      if (s.ranTarget) parts.push(ranTarget(s));
       parts.push(el("div", { class: "io" }, "in: " + json(s.input)));
       if (s.error) parts.push(el("div", { class: "error-text" }, "error: " + s.error));
       else parts.push(el("div", { class: "io" }, "out: " + json(s.output)));
+      const printed = printedOf(s.printed);
+      if (printed) parts.push(printed);
       return parts;
     },
   };
+
+  // ACTION_STEP.ranTarget: the python:// target that `[actions.targets]` of agentscript.toml
+  // ran instead of the agent's own `target` (null when nothing was mapped; absent in traces
+  // older than the field).
+  function ranTarget(s) {
+    return el("div", { class: "ran-target", title: "[actions.targets] in agentscript.toml ran this target instead of the agent's" },
+      el("code", {}, s.target || s.name), " → ran ", el("code", {}, s.ranTarget));
+  }
+
+  // ACTION_STEP.printed: what the action wrote to stdout/stderr, one box per stream that has
+  // text ({"stdout": ..., "stderr": ...}), collapsed under a summary naming the streams.
+  function printedOf(printed) {
+    if (!printed || typeof printed !== "object") return null;
+    const streams = ["stdout", "stderr"].filter((k) => typeof printed[k] === "string" && printed[k] !== "");
+    if (!streams.length) return null;
+    const d = el("details", { class: "printed" }, el("summary", {}, "printed (" + streams.join(", ") + ")"));
+    for (const k of streams) d.append(el("pre", { class: "printed-" + k, "data-stream": k, "aria-label": k }, printed[k]));
+    return d;
+  }
 
   // RESOLUTION_STEP.instructionLines: each piece of the instructions with the `if` branches
   // that produced it, outermost first (Agent Script `if`, Mantle `if:` paragraphs; see
