@@ -17,7 +17,13 @@ history's ledger is reset, and the log keeps only the messages before the first 
 The result says what was done, and holds the fitted state and its text, or says that even all
 of that was not enough (the variables alone may be too large): the session is then left
 part-shrunk, and the host must not run it again; it keeps the state from before the turn
-instead, with what the turn counted (:func:`carry_over`).
+instead (:func:`kept_before`), with what the turn counted and the confirmation it answered
+(:func:`carry_over`): the turn's actions ran, and a call the user confirmed must not wait for
+a yes again.
+
+Messages are measured as the state's text writes them: ``jsontext`` writes UTF-8 with orjson,
+or, when the state holds what orjson cannot write exactly (a lone surrogate), the standard
+library's ASCII text, where a non-ASCII character takes 6 characters (12 outside the BMP).
 
 :func:`record_fitting` adds the ``EVENT_STEP`` ``state_fitted`` to the turn's trace;
 :func:`steps_of` lets the trace builders append to a finished turn's trace document.
@@ -45,6 +51,10 @@ MARGIN = 1_000
 
 # What each shrink is counted under in :class:`Fitted`.
 EXCHANGE, RESULT, TEXT = "exchange", "result", "text"
+
+# Where a Mantle session holds a call waiting for a yes/no (``mantle/run/stack.py``): read here
+# as data, the engine does not import Mantle.
+MANTLE, PENDING = "mantle", "pending"
 
 
 @dataclass(frozen=True)
@@ -76,10 +86,11 @@ def fit_session(session: Session, text: str, limit: int) -> Fitted:
     current, oversized JSON text. Each message is measured once; the state is written again
     after each pass."""
     history = session.state.history
-    sizes = [_size(message) for message in history]
+    size = _measure(text)
+    sizes = [size(message) for message in history]
     counts = {EXCHANGE: 0, RESULT: 0, TEXT: 0}
     replaced: list[int] = []  # where a message was replaced (after the exchanges dropped)
-    shrinks = _shrinks(history, sizes, replaced, why_dropped(limit))
+    shrinks = _shrinks(history, sizes, replaced, why_dropped(limit), size)
     while True:
         need = len(text) - (limit - MARGIN)
         exhausted = True
@@ -104,16 +115,39 @@ def fit_session(session: Session, text: str, limit: int) -> Fitted:
             return Fitted(limit, counts[EXCHANGE], counts[RESULT], counts[TEXT], None, None)
 
 
+def _measure(text: str) -> Callable[[Message], int]:
+    """How a message of the state ``text`` is measured. ``jsontext.dumps`` writes a state
+    with orjson (UTF-8: never ASCII-only while a message has a non-ASCII character), or with
+    the standard library's ASCII escapes when something in it, anywhere, is what orjson cannot
+    write exactly (a lone surrogate): a message measured with orjson would then count each
+    non-ASCII character as 1 of its 6 (an audit's fit dropped every result of 31 for one)."""
+    return _ascii_size if text.isascii() else _size
+
+
 def _size(message: Message) -> int:
     """The characters ``message`` takes in the state's JSON text (its comma included)."""
     return len(jsontext.dumps(message.to_json())) + 1
 
 
+def _ascii_size(message: Message) -> int:
+    """:func:`_size` in a state written as ASCII: as the standard library escapes it (the
+    same text as orjson's for a message that is ASCII already)."""
+    data = message.to_json()
+    written = jsontext.dumps(data)
+    if not written.isascii():
+        written = json.dumps(data, separators=(",", ":"), default=repr)
+    return len(written) + 1
+
+
 def _shrinks(
-    history: list[Message], sizes: list[int], replaced: list[int], reason: str
+    history: list[Message],
+    sizes: list[int],
+    replaced: list[int],
+    reason: str,
+    size: Callable[[Message], int],
 ) -> Iterator[tuple[str, int, int]]:
     """Shrink ``history`` one step at a time, in the module's order, keeping ``sizes`` (each
-    message's :func:`_size`) in step and noting in ``replaced`` where a message was replaced;
+    message's ``size``) in step and noting in ``replaced`` where a message was replaced;
     after each step, ``(kind, messages, characters freed)``."""
     own = _last_user(history)
     # 1. Whole exchanges, oldest first: each ends where the next user message is.
@@ -129,7 +163,7 @@ def _shrinks(
     results = [i for i in range(own, len(history)) if history[i].role == "tool"]
     for index in sorted(results, key=lambda i: -sizes[i]):
         # The content as Message.tool_result writes it, answering the same call.
-        freed = _replace(history, sizes, index, replace(history[index], content=error))
+        freed = _replace(history, sizes, index, replace(history[index], content=error), size)
         if freed:
             replaced.append(index)
             yield RESULT, 1, freed
@@ -141,20 +175,26 @@ def _shrinks(
     for index in sorted(texts[:-1], key=lambda i: -sizes[i]):
         message = history[index]
         shorter = replace(message, content=marker, tool_calls=list(message.tool_calls))
-        freed = _replace(history, sizes, index, shorter)
+        freed = _replace(history, sizes, index, shorter, size)
         if freed:
             replaced.append(index)
             yield TEXT, 1, freed
 
 
-def _replace(history: list[Message], sizes: list[int], index: int, message: Message) -> int:
+def _replace(
+    history: list[Message],
+    sizes: list[int],
+    index: int,
+    message: Message,
+    size: Callable[[Message], int],
+) -> int:
     """Put ``message`` at ``index``; the characters that freed (none if it is no shorter,
     when it is not put)."""
-    size = _size(message)
-    if size >= sizes[index]:
+    new = size(message)
+    if new >= sizes[index]:
         return 0
-    freed = sizes[index] - size
-    history[index], sizes[index] = message, size
+    freed = sizes[index] - new
+    history[index], sizes[index] = message, new
     return freed
 
 
@@ -166,15 +206,83 @@ def _last_user(history: list[Message]) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What a host commits for a turn whose state could not fit (:func:`kept_before`): the
+    ``session`` from before the turn (its variables and node are what the answer shows), the
+    ``state`` and its JSON ``text``, and what :func:`fit_session` did to that session when the
+    turn's counters made it too long (else None)."""
+
+    session: Session
+    state: dict[str, Any]
+    text: str
+    fitted: Fitted | None = None
+
+
+def kept_before(
+    restore: Callable[[], Session], after: Session, state: dict[str, Any], text: str, limit: int
+) -> Kept:
+    """The state to commit instead of the one a turn left (``after``), which cannot fit:
+    the state from before the turn (``state``, its ``text`` as stored, which a restore accepted;
+    ``restore`` gives a new session of it) with what the turn counted and the confirmation it
+    answered (:func:`carry_over`), measured as any committed state is. The counters may take
+    that state, one at the limit, a few characters over: it is then fitted itself (its own
+    earlier exchanges first); if even that fails, the state is the stored one again, with only
+    the confirmation answered (which makes it shorter), or exactly as stored."""
+    before = restore()
+    carry_over(before, after)
+    carried = before.to_json(detached=False)
+    written = jsontext.dumps(carried)
+    if len(written) <= limit:
+        return Kept(before, carried, written)
+    fitted = fit_session(before, written, limit)
+    if fitted.state is not None and fitted.text is not None:
+        return Kept(before, fitted.state, fitted.text, fitted)
+    before = restore()  # the first one is part-shrunk
+    if settle_confirmations(before, after):
+        settled = before.to_json(detached=False)
+        written = jsontext.dumps(settled)
+        if len(written) <= limit:
+            return Kept(before, settled, written)
+    return Kept(before, state, text)
+
+
 def carry_over(before: Session, after: Session) -> None:
     """``before``, the session as it was before a turn whose state could not fit, takes from
     ``after``, the session that turn left, what the turn counted all the same: its number (a
     failed turn is a turn) and the session's usage totals (its budgets go on from what was
-    spent)."""
+    spent); and what it did that must not be done again (:func:`settle_confirmations`)."""
     before.state.turn = after.state.turn
     usage = after.state.extra.get("usage")
     if isinstance(usage, dict):
         before.state.extra["usage"] = dict(usage)
+    settle_confirmations(before, after)
+
+
+def settle_confirmations(before: Session, after: Session) -> bool:
+    """Drop from ``before`` a call waiting for the user's yes/no that the turn ``after`` left
+    answered: its actions ran (a "yes" ran the call), so the state from before it, which still
+    holds the call, would run it again at the next "yes". A held call stays only if the turn
+    left it as it was; one it answered, declined or dropped is gone, and one it held itself is
+    not carried (its question was not what the user was answered: the turn's error was; and a
+    Mantle call goes with its skill's block pointer, which is not carried). Agent Script keeps
+    the call in ``pending_confirmation``, Mantle in ``extra["mantle"]["pending"]``. A call an
+    ``execute_tool`` step held is asked again, not run, when the block reaches the step again:
+    its pointer is as before the turn, and only Mantle knows where the step leads. True when
+    ``before`` changed."""
+    changed = False
+    state = before.state
+    pending = state.pending_confirmation
+    if pending is not None and pending != after.state.pending_confirmation:
+        state.pending_confirmation = None
+        changed = True
+    held = state.extra.get(MANTLE)
+    if isinstance(held, dict) and held.get(PENDING) is not None:
+        left = after.state.extra.get(MANTLE)
+        if not isinstance(left, dict) or left.get(PENDING) != held[PENDING]:
+            held[PENDING] = None
+            changed = True
+    return changed
 
 
 def steps_of(trace: dict[str, Any], observer: Callable[[Step], None] | None = None) -> TurnTrace:

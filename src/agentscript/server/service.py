@@ -10,7 +10,8 @@ these promises:
   stored result, and nothing runs; the key reaches ``python://`` actions that accept it;
 - a committed state is one every worker can restore: a state longer than
   ``restore.MAX_SESSION_CHARS`` has its history shrunk to fit (``engine/fitting.py``), or, if
-  it still does not fit, the turn fails and the session keeps its state from before it;
+  it still does not fit, the turn fails and the session keeps its state from before it (with
+  what the turn counted, and without a held call the turn answered: it ran);
 - a session belongs to its creator's key: to any other key it does not exist (404);
 - a stored session whose agent changed shape is refused (409), never restored; one whose state
   cannot be read, or fails the engine's restore checks, is damaged (500), and ``GET`` of it
@@ -20,6 +21,7 @@ these promises:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -30,9 +32,10 @@ from typing import Any, overload
 from agentscript import jsontext
 from agentscript.actions.context import IDEMPOTENCY_KEY
 from agentscript.engine import restore
-from agentscript.engine.fitting import carry_over, fit_session, record_fitting, steps_of
+from agentscript.engine.fitting import fit_session, kept_before, record_fitting, steps_of
 from agentscript.engine.restore import SessionRestoreError
 from agentscript.engine.session import Reply, Session
+from agentscript.engine.speech import SEPARATOR
 from agentscript.playback import TurnReport
 from agentscript.server import requestid
 from agentscript.server.agents import ServedAgent
@@ -84,6 +87,31 @@ class TurnHooks:
     on_token: TokenSink | None = None
     on_step: StepSink | None = None
     on_start: Callable[[], None] | None = None
+
+
+class SaidSink:
+    """A turn's token hook that notes whether it was given text, so that a message the server
+    says after the turn (:meth:`say`) is streamed as the turn's own messages are
+    (``engine/speech.py``): after ``"\\n\\n"``, as a token of its own, when text came before."""
+
+    __slots__ = ("given", "sink")
+
+    def __init__(self, sink: TokenSink) -> None:
+        self.sink = sink
+        self.given = False
+
+    def __call__(self, piece: str) -> None:
+        if piece:
+            self.given = True
+        self.sink(piece)
+
+    def say(self, text: str) -> None:
+        """``text`` as a failed turn's message: never raising (``Speech.say_failure``)."""
+        with contextlib.suppress(Exception):
+            if self.given:
+                self.sink(SEPARATOR)
+            self.given = True
+            self.sink(text)
 
 
 def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
@@ -541,7 +569,8 @@ class SessionService:
                     session = await self._restored(record)
                 else:
                     self.metrics.session_loads["kept"] += 1
-                session.on_text = hooks.on_token
+                said = SaidSink(hooks.on_token) if hooks.on_token is not None else None
+                session.on_text = said
                 session.on_step = hooks.on_step
                 if hooks.on_start:
                     hooks.on_start()
@@ -565,7 +594,9 @@ class SessionService:
                     state, jsontext.dumps(state), reply.ended, reply.escalated or record.escalated
                 )
                 if len(saved.text) > restore.MAX_SESSION_CHARS:
-                    saved = await self._fitted(lock, session, reply, result, hooks, saved.text)
+                    saved = await self._fitted(
+                        lock, session, reply, result, hooks, said, saved.text
+                    )
                 outcome = TurnOutcome(
                     state=saved.state,
                     state_text=saved.text,
@@ -609,13 +640,16 @@ class SessionService:
         reply: Reply,
         result: dict[str, Any],
         hooks: TurnHooks,
+        said: SaidSink | None,
         text: str,
     ) -> Saved:
         """What to commit for a turn whose state (``text``) is longer than
         ``restore.MAX_SESSION_CHARS``, which every restore refuses: the state with its history
         shrunk to fit (``engine/fitting.py``; ``EVENT_STEP state_fitted``), or, when even that
-        does not fit (the variables alone may be too large), the state from before the turn,
-        the turn failed (``result`` and the trace say so) and its session not kept."""
+        does not fit (the variables alone may be too large), the state from before the turn
+        (``fitting.kept_before``: with what the turn counted and the confirmation it answered),
+        the turn failed (``result``, the trace and the stream say so, ``said`` streams the
+        error) and its session not kept."""
         limit = restore.MAX_SESSION_CHARS
         number = result["turn"]
         trace = steps_of(reply.trace, hooks.on_step)
@@ -638,19 +672,31 @@ class SessionService:
             )
             return Saved(fitted.state, fitted.text, reply.ended, escalated)
         stored = readable(await lock.read_state())
-        before = await self._restored(stored, checking=True)
-        carry_over(before, session)
-        state = before.to_json(detached=False)
+        state = stored.state
+        kept = await asyncio.to_thread(
+            kept_before,
+            lambda: self._restore(stored, checking=True),
+            session,
+            state,
+            stored.state_text or jsontext.dumps(state),
+            limit,
+        )
+        before = kept.session
         error = (
             f"the session's state after this turn would be larger than MAX_SESSION_CHARS "
             f"({limit} characters) even without its results and earlier exchanges; the turn "
             "was not kept: the session is as it was before it"
         )
         node = before.state.current_node
+        if kept.fitted is not None:  # the state from before it, shrunk to take its counters
+            record_fitting(trace, kept.fitted, node)
         error_step(trace, message=error, node=node)
         response_step(trace, text=error, node=node, kind=ResponseKind.ERROR)
         reply.trace["response"] = error
-        # The answer tells what the session now is: nothing of the turn's is in it.
+        if said is not None:
+            said.say(error)
+        # The answer tells what the session now is: nothing of the turn's is in it but what
+        # it counted and a confirmation it answered (gone: ``confirmation`` None says so).
         result.update(
             response=error,
             error=error,
@@ -662,7 +708,7 @@ class SessionService:
             displayable=[],
         )
         result.pop("buttons", None)
-        return Saved(state, jsontext.dumps(state), stored.ended, stored.escalated, keep=False)
+        return Saved(kept.state, kept.text, stored.ended, stored.escalated, keep=False)
 
     async def _restored(self, record: SessionRecord, *, checking: bool = False) -> Session:
         """:meth:`_restore`, in a thread for a large state (:data:`RESTORE_IN_THREAD_CHARS`)."""

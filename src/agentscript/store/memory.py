@@ -1,7 +1,10 @@
 """An in-process store with the same behaviour as the SQL ones (tests, throwaway servers).
 
-Nothing survives the process. Turns of one session are serialised with an ``asyncio.Lock``;
-a commit copies the outcome, so callers cannot change what is stored afterwards.
+Nothing survives the process. Turns of one session are serialised with an ``asyncio.Lock``.
+A session's state is kept as the JSON text a SQL store writes (the commit's ``state_text`` when
+given), and each read parses it anew: what callers change afterwards is never stored, and a
+restore measures the text, as it does a SQL store's (not the parsed copy, which it can only
+estimate).
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ class MemoryStore:
     async def create_session(self, record: SessionRecord) -> None:
         if record.session_id in self._sessions:
             raise ValueError(f"session {record.session_id} already exists")
-        self._sessions[record.session_id] = copy.deepcopy(record)
+        text = record.state_text
+        self._sessions[record.session_id] = _holding(
+            record, jsontext.dumps(record.state) if text is None else text
+        )
         self._turns[record.session_id] = []
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
@@ -155,19 +161,43 @@ class MemoryStore:
             t.idempotency_key == key for t in self._turns[session.session_id]
         ):
             raise ValueError(f"Idempotency-Key {key!r} already used in this session")
-        stored.state = copy.deepcopy(outcome.state)
+        text = outcome.state_text
+        stored = _holding(stored, jsontext.dumps(outcome.state) if text is None else text)
         stored.revision = outcome.revision
         stored.turns += 1
         stored.ended = outcome.ended
         stored.escalated = outcome.escalated
         stored.expires_at = outcome.expires_at
         stored.updated_at = time.time()
+        self._sessions[session.session_id] = stored
         self._turns[session.session_id].append(copy.deepcopy(outcome.record))
 
 
+def _holding(record: SessionRecord, text: str) -> SessionRecord:
+    """``record`` holding ``text`` as its state, unparsed, as a row read from a SQL store holds
+    its column (``schema.session_from_row``): a copy of it (``copy.deepcopy``, which shares the
+    text) parses its own state when asked."""
+    return SessionRecord(
+        record.session_id,
+        record.agent,
+        record.owner,
+        record.agent_version,
+        turns=record.turns,
+        ended=record.ended,
+        escalated=record.escalated,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        expires_at=record.expires_at,
+        format=record.format,
+        column=text,
+        revision=record.revision,
+    )
+
+
 def _summary(record: SessionRecord, *, withheld: bool = False) -> SessionRecord:
-    """A listed session: the record without its state, as the SQL stores list it (``{}``), or
-    as a lock read of a kept session has it (``withheld``: no state)."""
+    """A listed session: the record without its state, as the SQL stores list it (``{}``, never
+    damaged: the stored state is not parsed), or as a lock read of a kept session has it
+    (``withheld``: no state)."""
     return SessionRecord(
         record.session_id,
         record.agent,
@@ -181,7 +211,6 @@ def _summary(record: SessionRecord, *, withheld: bool = False) -> SessionRecord:
         updated_at=record.updated_at,
         expires_at=record.expires_at,
         format=record.format,
-        damaged=None if withheld else record.damaged,
         revision=record.revision,
         withheld=withheld,
     )
