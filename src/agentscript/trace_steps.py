@@ -223,19 +223,28 @@ def action_step(
             "durationMs": None,
             "printed": printed,
             "ranTarget": None,
+            "stubbed": False,
         }
     )
 
 
-def action_ran(step: Step, *, printed: dict[str, str] | None, ran_target: str | None) -> None:
+def action_ran(
+    step: Step,
+    *,
+    printed: dict[str, str] | None,
+    ran_target: str | None,
+    stubbed: bool = False,
+) -> None:
     """What the action runner learned running the call of ACTION_STEP ``step``, whether it
     succeeded or failed: ``printed``, what the action wrote to stdout/stderr
-    (``actions/capture.py``; ``null`` when it wrote nothing), and ``ranTarget``, the
+    (``actions/capture.py``; ``null`` when it wrote nothing); ``ranTarget``, the
     ``python://`` target ``[actions.targets]`` ran instead of ``target`` (which stays the
     agent's own; ``null`` when a stub, a callable or the target itself ran), shown as
-    ``target`` is."""
+    ``target`` is; and ``stubbed``, whether a stub (a conversation file's or a test's)
+    answered instead of any code."""
     step["printed"] = printed
     step["ranTarget"] = _shown(ran_target)
+    step["stubbed"] = stubbed
 
 
 def _shown(target: str | None) -> str | None:

@@ -108,10 +108,11 @@ def test_browser_ran_target_and_printed_of_a_step_are_drawn_as_text(
         """() => {
             const step = (name, extra) => Object.assign({type: "ACTION_STEP", name, source: "llm",
                 target: "flow://<b>X</b>", input: {}, output: {}}, extra);
-            const [mapped, plain] = window.playground.renderSteps([
+            const [mapped, plain, stubbed] = window.playground.renderSteps([
                 step("mapped", {ranTarget: "python://m:<script>window.pwned=1</script>",
-                                printed: {stderr: "<i>oops</i>"}}),
+                                printed: {stderr: "<i>oops</i>"}, stubbed: false}),
                 step("plain", {ranTarget: null, printed: null}),
+                step("stubbed", {ranTarget: null, printed: null, stubbed: true}),
             ]);
             return {
                 ran: mapped.querySelector(".ran-target").textContent,
@@ -119,7 +120,9 @@ def test_browser_ran_target_and_printed_of_a_step_are_drawn_as_text(
                 summary: mapped.querySelector("details.printed summary").textContent,
                 markup: mapped.querySelectorAll("script, i").length,
                 bold: mapped.querySelectorAll("b").length,
-                plain: plain.querySelectorAll(".ran-target, details.printed").length,
+                plain: plain.querySelectorAll(".ran-target, details.printed, .stubbed").length,
+                unstubbed: mapped.querySelectorAll(".stubbed").length,
+                stub: stubbed.querySelector(".stubbed").textContent,
             };
         }"""
     )
@@ -130,5 +133,7 @@ def test_browser_ran_target_and_printed_of_a_step_are_drawn_as_text(
         "markup": 0,
         "bold": 1,  # the step's name; the target's <b> is text
         "plain": 0,
+        "unstubbed": 0,
+        "stub": "stub",  # ACTION_STEP.stubbed: a stub answered, no code ran
     }
     assert page.evaluate("window.pwned") is None

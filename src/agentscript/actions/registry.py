@@ -86,6 +86,8 @@ class ActionRequest:
     printed: dict[str, str] | None = None
     # The python:// target [actions.targets] ran instead of ``target`` (None: none did).
     ran: str | None = None
+    # A stub (a conversation file's or a test's) answered the call: no code ran.
+    stubbed: bool = False
 
     @property
     def runs(self) -> str | None:
@@ -252,6 +254,7 @@ class ActionRunner:
         limit = timeout if timeout is not None else self.timeouts.get(request.name, self.timeout)
         if self.stubs.has(request.name):
             stub = self.stubs.take(request.name)
+            request.stubbed = True
             if stub.error is not None:
                 raise ActionError(stub.error)
             return dict(stub.outputs or {})

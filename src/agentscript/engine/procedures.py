@@ -411,14 +411,16 @@ class ProcedureExecutor:
         try:
             outputs = self.check_outputs(action, await self.runner.run(request))
         except ActionError as exc:
-            action_ran(step, printed=request.printed, ran_target=request.ran)
+            action_ran(
+                step, printed=request.printed, ran_target=request.ran, stubbed=request.stubbed
+            )
             step["error"] = str(exc)
             step["durationMs"] = elapsed_ms(started)
             step["postVars"] = self.snapshot()
             return None, step
         step["durationMs"] = elapsed_ms(started)
         step["output"] = outputs
-        action_ran(step, printed=request.printed, ran_target=request.ran)
+        action_ran(step, printed=request.printed, ran_target=request.ran, stubbed=request.stubbed)
         step["postVars"] = self.snapshot()
         shown = {
             k: v

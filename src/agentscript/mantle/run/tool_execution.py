@@ -104,6 +104,7 @@ async def run_tool(
             result = {"error": error}
     if request.printed:
         record["printed"] = request.printed
+    record["stubbed"] = request.stubbed
     ok = error is None and not failed(result)
     record.update(
         output=result, error=error, postVars=ctx.snapshot(), durationMs=elapsed_ms(started)

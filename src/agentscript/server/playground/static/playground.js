@@ -452,6 +452,8 @@
     },
     ACTION_STEP: (s) => {
       const parts = [el("b", {}, s.name), " (" + (s.source || "") + (s.target ? ", " + s.target : "") + ")"];
+      // ACTION_STEP.stubbed: a stub (--stubs, a conversation file) answered; no code ran.
+      if (s.stubbed) parts.push(" ", el("span", { class: "stubbed", title: "a stub answered this call: no code ran" }, "stub"));
       if (s.ranTarget) parts.push(ranTarget(s));
       parts.push(el("div", { class: "io" }, "in: " + json(s.input)));
       if (s.error) parts.push(el("div", { class: "error-text" }, "error: " + s.error));
