@@ -35,15 +35,16 @@ without restarting it, gets the RESTART checkpoint too.
 A round with little new in the log skips its checkpoint, for up to ``SETTLE_ROUNDS`` rounds: a
 passive checkpoint that copies the pages of a turn or two costs about half a millisecond of
 CPU (copying, two syncs), which a server answering one turn at a time paid every other turn
-(a quarter of a millisecond a turn, as much as its two actions' hand-off to their thread;
-docs/performance.md, session 29). The store tells the thread how many rows its connection has
-changed (``changes``); a round checkpoints once ``DEFERRED_CHANGES`` rows changed since the
-last checkpoint (a busy server: every round, as before), once any did and ``SETTLE_ROUNDS``
-rounds passed (a second), and whenever the last pass found the log long.
+(a quarter of a millisecond a turn; docs/performance.md, session 29). What is new in the log
+is read from SQLite's wal-index (the ``-shm`` file, :func:`frames_pending`): the frames the
+log holds (``mxFrame``) less those already copied (``nBackfill``), written by any connection
+of any process. A round checkpoints once ``DEFERRED_FRAMES`` are pending (a busy server, or
+one large state: every round, as before), once any are and ``SETTLE_ROUNDS`` rounds passed,
+whenever the last pass found the log long, and whenever the wal-index cannot be read.
 
 Durability: with ``synchronous=NORMAL`` a commit is in the WAL, and a crash of the process
 loses nothing; the file is synced at each checkpoint, so a power cut may lose the commits of
-the last second or so (a quarter of one before session 29), never corrupt the file.
+the last second at most (a quarter of one before session 29), never corrupt the file.
 
 A :class:`FileWatch` tells the thread, and each operation of the store, whether the path still
 names the file opened; the thread's rounds also see a file replaced or removed while no
@@ -55,20 +56,26 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import struct
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 # Seconds between checkpoints: at a few hundred turns a second, about SQLite's own 1,000-page
 # threshold of log.
 DEFAULT_INTERVAL = 0.25
-# Rows the store's connection changed since the last checkpoint that make a round checkpoint
-# at once (a turn's commit changes two or three): at a few hundred turns a second, every round.
-DEFERRED_CHANGES = 64
-# Rounds a checkpoint waits for DEFERRED_CHANGES before it runs anyway (a second at the
-# default interval): how long a commit may stay unsynced after it.
-SETTLE_ROUNDS = 4
+# Log frames not yet in the database file that make a round checkpoint at once (512 KiB of
+# 8 KiB pages: at a few hundred turns a second, every round; one multi-megabyte state, at once).
+DEFERRED_FRAMES = 64
+# Rounds a checkpoint waits for DEFERRED_FRAMES before it runs anyway: a commit is synced into
+# the database file within SETTLE_ROUNDS + 1 rounds of the write (a second at the default
+# interval).
+SETTLE_ROUNDS = 3
+# The wal-index (SQLite's walformat.html): a 48-byte header, twice (its mxFrame at offset 16
+# and 64), then the checkpoint information, whose nBackfill is at offset 96; native byte order.
+WAL_INDEX_VERSION = 3007000
+_WAL_INDEX = struct.Struct("=I12xI")  # iVersion, mxFrame
+_WAL_INDEX_SIZE = 100
 # Passes of one round at most: enough to catch up with what a busy server writes meanwhile
 # (each pass is much shorter than the one before), few enough that a writer that never pauses
 # (nothing real) cannot keep the thread copying forever.
@@ -169,6 +176,27 @@ def identity(path: str | Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
+def frames_pending(shm: str) -> int | None:
+    """The frames of the log not yet copied into the database file, from the wal-index at
+    ``shm`` (``mxFrame - nBackfill``), written by any connection; None when it cannot be read
+    (no such file, another layout, the two copies of its header disagreeing mid-write).
+    Read without SQLite's locks, so a reading may be a moment old: it only decides when the
+    next checkpoint runs, never what it copies."""
+    try:
+        with open(shm, "rb") as index:
+            data = index.read(_WAL_INDEX_SIZE)
+    except OSError:
+        return None
+    if len(data) < _WAL_INDEX_SIZE:
+        return None
+    version, frames = _WAL_INDEX.unpack_from(data, 0)
+    again = _WAL_INDEX.unpack_from(data, 48)
+    if version != WAL_INDEX_VERSION or again != (version, frames):
+        return None
+    (backfilled,) = struct.unpack_from("=I", data, 96)
+    return max(0, int(frames) - int(backfilled))
+
+
 class Checkpointer:
     """Runs ``PRAGMA wal_checkpoint(PASSIVE)`` on ``path`` every ``interval`` seconds, while
     ``watch`` (if given) finds the file opened there."""
@@ -179,15 +207,11 @@ class Checkpointer:
         interval: float = DEFAULT_INTERVAL,
         *,
         watch: FileWatch | None = None,
-        changes: Callable[[], int] | None = None,
     ) -> None:
         self.path = path
         self.interval = interval
         self.watch = watch
-        # The rows the store's connection changed so far (sqlite3's ``total_changes``); None:
-        # unknown, every round checkpoints.
-        self.changes = changes
-        self._changes_seen = 0  # ``changes()`` at the last checkpoint
+        self.shm = f"{os.fspath(path)}-shm"  # the wal-index (frames_pending)
         self._waited = 0  # rounds skipped since the last checkpoint
         self.skipped = 0  # rounds that skipped their checkpoint (little new in the log)
         self.page_size = PAGE_SIZE  # the file's own, read when the thread connects
@@ -220,7 +244,7 @@ class Checkpointer:
             db.close()
             return
         self._stop.clear()
-        self._changes_seen, self._waited = 0, 0  # the store's connection is new too
+        self._waited = 0
         self._thread = threading.Thread(
             target=self._run, args=(db,), name="agentscript-sqlite-checkpoint", daemon=True
         )
@@ -259,23 +283,21 @@ class Checkpointer:
                 self.checkpoint(db)
 
     def due(self) -> bool:
-        """Whether this round checkpoints (see the module's docstring): always without
-        ``changes``; else once enough rows changed, once any did and the round waited
-        ``SETTLE_ROUNDS``, or while the log is long."""
-        if self.changes is None:
-            return True
-        try:
-            changed = self.changes() - self._changes_seen
-        except sqlite3.Error:  # the store's connection closed meanwhile: as if unknown
-            return True
+        """Whether this round checkpoints (see the module's docstring): once
+        ``DEFERRED_FRAMES`` are pending, once any are and the round waited ``SETTLE_ROUNDS``,
+        while the log is long, or when the wal-index cannot be read."""
+        pending = frames_pending(self.shm)
         long = self._backfilled >= self.frames_of(CATCH_UP_BYTES) or self._left_long
-        if changed >= DEFERRED_CHANGES or long or (changed > 0 and self._waited >= SETTLE_ROUNDS):
-            self._changes_seen += max(0, changed)
+        if pending is None or long or pending >= DEFERRED_FRAMES:
             self._waited = 0
             return True
-        if changed > 0:
-            self._waited += 1
-            self.skipped += 1
+        if pending == 0:
+            return False
+        if self._waited >= SETTLE_ROUNDS:
+            self._waited = 0
+            return True
+        self._waited += 1
+        self.skipped += 1
         return False
 
     def checkpoint(self, db: sqlite3.Connection) -> None:

@@ -127,14 +127,9 @@ class SQLiteStore:
         me = os.getpid()
         self._worker = f"{me}.{process_start(me) or 0}.{PID_NAMESPACE}.{uuid.uuid4().hex[:8]}"
         self.watch = FileWatch(self.path)
-        self.checkpointer = Checkpointer(self.path, watch=self.watch, changes=self._changes)
+        self.checkpointer = Checkpointer(self.path, watch=self.watch)
         # Why the store no longer answers: its file was replaced while it ran.
         self._lost: str | None = None
-
-    def _changes(self) -> int:
-        """Rows this store's connection changed since it opened (for the checkpointer)."""
-        db = self._db
-        return 0 if db is None else db.total_changes
 
     @property
     def db(self) -> sqlite3.Connection:
