@@ -67,6 +67,26 @@ class TurnTrace:
         # chains itself in front to note when each started); None: nobody listens.
         self.observer: Callable[[dict[str, Any]], None] | None = None
 
+    @classmethod
+    def extending(
+        cls,
+        document: dict[str, Any],
+        observer: Callable[[dict[str, Any]], None] | None = None,
+    ) -> TurnTrace:
+        """A trace that adds steps to a finished turn's trace ``document`` (:meth:`to_json`),
+        calling ``observer`` with each, as the turn's own trace did: its steps are the
+        document's own list, so a step added here is in the document."""
+        turn = cls(
+            document.get("agent", ""),
+            document.get("sessionId", ""),
+            document.get("planId", ""),
+            document.get("turn", 0),
+            document.get("userInput", ""),
+        )
+        turn.steps = document["planTrace"]["steps"]
+        turn.observer = observer
+        return turn
+
     def add(self, step: dict[str, Any]) -> dict[str, Any]:
         """Append a step (built by ``trace_steps``, its ``type`` first); it is returned so the
         caller can fill in what it learns later."""

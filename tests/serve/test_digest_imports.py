@@ -14,7 +14,7 @@ import pytest
 
 from agentscript.loader import load
 from agentscript.models.config import CONFIG_ENV
-from agentscript.server import agents
+from agentscript.server import digest_imports
 from agentscript.server.agents import source_digest
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "order_status"
@@ -125,7 +125,7 @@ def test_imports_are_followed_no_further_than_the_bound(tmp_path: Path) -> None:
     """A chain of modules, each importing the next: the one ``DIGEST_IMPORT_DEPTH`` imports
     away from the backend is hashed, the one after it is not (a folder of thousands of modules
     cannot stall a worker's start-up)."""
-    depth = agents.DIGEST_IMPORT_DEPTH
+    depth = digest_imports.DIGEST_IMPORT_DEPTH
     chain = {f"m{n}.py": f"from . import m{n + 1}\n" for n in range(1, depth + 2)}
     agent = orders(tmp_path, "from . import m1\n", chain)
     before = digest(agent)
@@ -141,7 +141,7 @@ def test_no_more_files_are_looked_up_than_the_bound(
     names = [f"part{n:02}" for n in range(40)]
     files = {f"{name}.py": "X = 1\n" for name in names}
     agent = orders(tmp_path, f"from . import {', '.join(names)}\n", files)
-    monkeypatch.setattr(agents, "DIGEST_IMPORT_LOOKUPS", 20)
+    monkeypatch.setattr(digest_imports, "DIGEST_IMPORT_LOOKUPS", 20)
     before = digest(agent)
     append(agent.parent / f"{names[-1]}.py", "X = 2\n")
     assert digest(agent) == before

@@ -1,4 +1,4 @@
-"""What a turn whose state cannot be kept commits, and says (an audit of ``_fitted``).
+"""What a turn whose state cannot be kept commits, and says (an audit of ``commit_fit.fit_commit``).
 
 A turn whose state is over ``MAX_SESSION_CHARS`` even shrunk fails, and the session keeps its
 state from before it, with what the turn counted. The audit found:

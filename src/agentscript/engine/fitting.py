@@ -25,8 +25,8 @@ Messages are measured as the state's text writes them: ``jsontext`` writes UTF-8
 or, when the state holds what orjson cannot write exactly (a lone surrogate), the standard
 library's ASCII text, where a non-ASCII character takes 6 characters (12 outside the BMP).
 
-:func:`record_fitting` adds the ``EVENT_STEP`` ``state_fitted`` to the turn's trace;
-:func:`steps_of` lets the trace builders append to a finished turn's trace document.
+:func:`record_fitting` adds the ``EVENT_STEP`` ``state_fitted`` to the turn's trace (a finished
+turn's trace document takes steps through ``TurnTrace.extending``).
 """
 
 from __future__ import annotations
@@ -283,21 +283,6 @@ def settle_confirmations(before: Session, after: Session) -> bool:
             held[PENDING] = None
             changed = True
     return changed
-
-
-def steps_of(trace: dict[str, Any], observer: Callable[[Step], None] | None = None) -> TurnTrace:
-    """A :class:`TurnTrace` that adds steps to the finished turn's trace document ``trace``
-    (``TurnTrace.to_json``), calling ``observer`` with each, as the turn's own trace did."""
-    turn = TurnTrace(
-        trace.get("agent", ""),
-        trace.get("sessionId", ""),
-        trace.get("planId", ""),
-        trace.get("turn", 0),
-        trace.get("userInput", ""),
-    )
-    turn.steps = trace["planTrace"]["steps"]
-    turn.observer = observer
-    return turn
 
 
 def record_fitting(trace: TurnTrace, fitted: Fitted, node: str | None) -> Step:

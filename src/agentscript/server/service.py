@@ -9,7 +9,7 @@ these promises:
 - a message with an Idempotency-Key that a committed turn already carried gets that turn's
   stored result, and nothing runs; the key reaches ``python://`` actions that accept it;
 - a committed state is one every worker can restore: a state longer than
-  ``restore.MAX_SESSION_CHARS`` has its history shrunk to fit (``engine/fitting.py``), or, if
+  ``restore.MAX_SESSION_CHARS`` has its history shrunk to fit (``commit_fit.py``), or, if
   it still does not fit, the turn fails and the session keeps its state from before it (with
   what the turn counted, and without a held call the turn answered: it ran);
 - a session belongs to its creator's key: to any other key it does not exist (404);
@@ -21,7 +21,6 @@ these promises:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -32,13 +31,12 @@ from typing import Any, overload
 from agentscript import jsontext
 from agentscript.actions.context import IDEMPOTENCY_KEY
 from agentscript.engine import restore
-from agentscript.engine.fitting import fit_session, kept_before, record_fitting, steps_of
 from agentscript.engine.restore import SessionRestoreError
-from agentscript.engine.session import Reply, Session
-from agentscript.engine.speech import SEPARATOR
+from agentscript.engine.session import Session
 from agentscript.playback import TurnReport
 from agentscript.server import requestid
 from agentscript.server.agents import ServedAgent
+from agentscript.server.commit_fit import SaidSink, Saved, fit_commit
 from agentscript.server.config import ServerConfig
 from agentscript.server.errors import ApiError, DuplicateKey, IncompatibleSession
 from agentscript.server.live import LiveSessions, SessionOwners
@@ -54,7 +52,6 @@ from agentscript.store import (
     TurnRecord,
     new_revision,
 )
-from agentscript.trace_steps import ResponseKind, error_step, response_step
 
 log = logging.getLogger("agentscript.server")
 
@@ -68,18 +65,6 @@ TokenSink = Callable[[str], None]
 RESTORE_IN_THREAD_CHARS = 64_000
 
 
-@dataclass(slots=True)
-class Saved:
-    """The state a turn commits (``text`` is its JSON, as stored), and whether the session
-    that ran the turn may be kept for the next one (it holds that state)."""
-
-    state: dict[str, Any]
-    text: str
-    ended: bool
-    escalated: bool
-    keep: bool = True
-
-
 @dataclass
 class TurnHooks:
     """Optional observers of a running turn (the SSE stream), and a signal that it started."""
@@ -87,31 +72,6 @@ class TurnHooks:
     on_token: TokenSink | None = None
     on_step: StepSink | None = None
     on_start: Callable[[], None] | None = None
-
-
-class SaidSink:
-    """A turn's token hook that notes whether it was given text, so that a message the server
-    says after the turn (:meth:`say`) is streamed as the turn's own messages are
-    (``engine/speech.py``): after ``"\\n\\n"``, as a token of its own, when text came before."""
-
-    __slots__ = ("given", "sink")
-
-    def __init__(self, sink: TokenSink) -> None:
-        self.sink = sink
-        self.given = False
-
-    def __call__(self, piece: str) -> None:
-        if piece:
-            self.given = True
-        self.sink(piece)
-
-    def say(self, text: str) -> None:
-        """``text`` as a failed turn's message: never raising (``Speech.say_failure``)."""
-        with contextlib.suppress(Exception):
-            if self.given:
-                self.sink(SEPARATOR)
-            self.given = True
-            self.sink(text)
 
 
 def turn_json(text: str, reply: Any, before: dict[str, Any]) -> dict[str, Any]:
@@ -594,8 +554,15 @@ class SessionService:
                     state, jsontext.dumps(state), reply.ended, reply.escalated or record.escalated
                 )
                 if len(saved.text) > restore.MAX_SESSION_CHARS:
-                    saved = await self._fitted(
-                        lock, session, reply, result, hooks, said, saved.text
+                    saved = await fit_commit(
+                        saved,
+                        session,
+                        reply,
+                        result,
+                        on_step=hooks.on_step,
+                        said=said,
+                        read_stored=lambda: stored_state(lock),
+                        restore_stored=lambda stored: self._restore(stored, checking=True),
                     )
                 outcome = TurnOutcome(
                     state=saved.state,
@@ -632,83 +599,6 @@ class SessionService:
             if not locked:  # no such session, or it expired: not another key's
                 self.forget(session_id)
             raise
-
-    async def _fitted(
-        self,
-        lock: SessionLock,
-        session: Session,
-        reply: Reply,
-        result: dict[str, Any],
-        hooks: TurnHooks,
-        said: SaidSink | None,
-        text: str,
-    ) -> Saved:
-        """What to commit for a turn whose state (``text``) is longer than
-        ``restore.MAX_SESSION_CHARS``, which every restore refuses: the state with its history
-        shrunk to fit (``engine/fitting.py``; ``EVENT_STEP state_fitted``), or, when even that
-        does not fit (the variables alone may be too large), the state from before the turn
-        (``fitting.kept_before``: with what the turn counted and the confirmation it answered),
-        the turn failed (``result``, the trace and the stream say so, ``said`` streams the
-        error) and its session not kept."""
-        limit = restore.MAX_SESSION_CHARS
-        number = result["turn"]
-        trace = steps_of(reply.trace, hooks.on_step)
-        escalated = reply.escalated or lock.session.escalated
-        # A rare path over tens of megabytes: off the event loop, as a large restore is.
-        fitted = await asyncio.to_thread(fit_session, session, text, limit)
-        if fitted.state is not None and fitted.text is not None:
-            record_fitting(trace, fitted, session.state.current_node)
-            log.warning(
-                "turn %d of session %s: its state was larger than MAX_SESSION_CHARS (%d "
-                "characters); %d messages of earlier exchanges, %d tool results and %d texts of "
-                "the turn were dropped to keep it",
-                number,
-                session.id,
-                limit,
-                fitted.dropped,
-                fitted.results,
-                fitted.texts,
-                extra={"fields": {"session_id": session.id, "turn": number}},
-            )
-            return Saved(fitted.state, fitted.text, reply.ended, escalated)
-        stored = readable(await lock.read_state())
-        state = stored.state
-        kept = await asyncio.to_thread(
-            kept_before,
-            lambda: self._restore(stored, checking=True),
-            session,
-            state,
-            stored.state_text or jsontext.dumps(state),
-            limit,
-        )
-        before = kept.session
-        error = (
-            f"the session's state after this turn would be larger than MAX_SESSION_CHARS "
-            f"({limit} characters) even without its results and earlier exchanges; the turn "
-            "was not kept: the session is as it was before it"
-        )
-        node = before.state.current_node
-        if kept.fitted is not None:  # the state from before it, shrunk to take its counters
-            record_fitting(trace, kept.fitted, node)
-        error_step(trace, message=error, node=node)
-        response_step(trace, text=error, node=node, kind=ResponseKind.ERROR)
-        reply.trace["response"] = error
-        if said is not None:
-            said.say(error)
-        # The answer tells what the session now is: nothing of the turn's is in it but what
-        # it counted and a confirmation it answered (gone: ``confirmation`` None says so).
-        result.update(
-            response=error,
-            error=error,
-            node=node,
-            variables=before.variables,
-            confirmation=None,
-            ended=stored.ended,
-            escalated=stored.escalated,
-            displayable=[],
-        )
-        result.pop("buttons", None)
-        return Saved(kept.state, kept.text, stored.ended, stored.escalated, keep=False)
 
     async def _restored(self, record: SessionRecord, *, checking: bool = False) -> Session:
         """:meth:`_restore`, in a thread for a large state (:data:`RESTORE_IN_THREAD_CHARS`)."""
@@ -872,6 +762,12 @@ def readable(record: SessionRecord | TurnRecord, column: str = "state") -> Any:
     if column in record.damaged:
         raise damage(record, column)
     return record
+
+
+async def stored_state(lock: SessionLock) -> SessionRecord:
+    """The locked session's record with its state, as stored (:meth:`SessionLock.read_state`),
+    checked :func:`readable`."""
+    return readable(await lock.read_state())
 
 
 def damage(record: SessionRecord | TurnRecord, column: str) -> DamagedRecord:

@@ -9,10 +9,12 @@ written for Salesforce evaluate on it. Reporters read these records and never ru
 
 Each invoked action also says what answered it (:class:`HowRan`, ``howRan``, with the trace's
 ``ranTarget``): the case's own stub or fault, the ``python://`` target ``[actions.targets]``
-mapped the agent's to, or the agent's own target. The trace tells a mapped call from the
-others (``ranTarget``) but not a stub from a real call, so stubs and faults are read from the
-case (:class:`Answers`): the action runner answers every call of a stubbed or faulted name
-from the case before it looks at any target (``actions/registry.py``), so the name decides.
+mapped the agent's to, or the agent's own target. The trace says each of a stub (the
+ACTION_STEP's ``stubbed``) and a mapped call (``ranTarget``), and :meth:`Answers.how_ran` reads
+it; the case's names (:class:`Answers`) decide only what the trace cannot say: a stub in a
+trace older than ``stubbed``, and a fault, which is a function the case gives the action
+runner (code, to the trace). The runner answers every call of a stubbed or faulted name from
+the case before it looks at any target (``actions/registry.py``), so the name is enough.
 """
 
 from __future__ import annotations

@@ -239,7 +239,10 @@ class CaseRunner:
     def _answers(self, case: Case) -> Answers:
         """The calls ``case`` answers itself, named as :meth:`_session` gives them to the
         action runner: a Mantle project's runner asks by tool name, Agent Script's by action."""
-        mantle = getattr(self.agent, "program", None) is None and hasattr(self.agent, "project")
+        # Imported here: the pytest plugin imports this module in every pytest run.
+        from agentscript.mantle.runtime import MantleAgent
+
+        mantle = isinstance(self.agent, MantleAgent)
         stubbed = frozenset(k for k in case.stubs if k not in case.faults)
         return Answers(stubbed, frozenset(case.faults), by_tool=mantle)
 
