@@ -185,6 +185,50 @@ def test_a_url_the_output_limit_cuts_through_is_not_kept(tmp_path: Path, mode: s
     }
 
 
+# What the error keeps of a failure's text (actions/registry.py: MAX_ERROR_CHARS).
+KEPT = 4_000
+OWN_ERROR = "from agentscript.actions import ActionError\n\ndef act():\n    raise ActionError("
+RAISED = "def act():\n    raise ValueError("
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["raised", "action_error"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_huge_error_text_is_cut_before_its_paths_are_shown(
+    tmp_path: Path, mode: str, own: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Paths a client named, 25,000 of them: showing every one would hold the event loop
+    # (~2.5 µs each; an exception's text has no bound).
+    lengths: list[int] = []
+    real = redaction.shown_urls
+
+    def spy(text: str) -> str:
+        lengths.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(redaction, "shown_urls", spy)
+    path = f" /api?key={TOKEN}"
+    code = (OWN_ERROR if own else RAISED) + f"'refused:' + {path!r} * 25_000)\n"
+    message = ("" if own else "action 'act' failed: ValueError: ") + "refused:" + path * 25_000
+    error = error_of(tmp_path, mode, code, mapped=False)
+    assert lengths and max(lengths) <= KEPT
+    assert error == (f"{real(message[:KEPT])} [... {len(message) - KEPT} more characters not kept]")
+    assert TOKEN[:4] not in error
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_url_the_error_cut_goes_through_is_not_kept(tmp_path: Path, mode: str) -> None:
+    # Cut after the password, the URL's "@" is gone: nothing would tell the password from a host.
+    subject = "action 'act' failed: ValueError: "
+    head = f" https://svc:{PASSWORD}"
+    filler = "x" * (KEPT - len(subject) - len(head))
+    code = RAISED + f"{filler + head + '@orders.internal/api?key=' + TOKEN!r})\n"
+    message = f"{subject}{filler}{head}@orders.internal/api?key={TOKEN}"
+    error = error_of(tmp_path, mode, code, mapped=False)
+    dropped = len(message) - len(subject + filler + " ")
+    assert error == f"{subject}{filler}  [... {dropped} more characters not kept]"
+    assert PASSWORD not in error
+
+
 # ------------------------------------------------------------------ the same words in every mode
 
 MISSING = "def other():\n    return {}\n"

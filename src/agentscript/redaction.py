@@ -18,10 +18,15 @@ shows every URL of a free text so (an exception's message, what an action printe
 query string and fragment of a path written without scheme and host, as HTTP clients print
 the URL they called (``Max retries exceeded with url: /api?key=sk-...``).
 
-What free text cannot tell apart is left as it is written: a password holding a raw blank is
-recognised only after a user and a ``:`` and up to the first ``@`` of its line, with no ``/``
-before it, and not when its first word is digits (``https://host:8080 down, ask ops@x.org``
-is a port, then prose); a ``/`` that does not start a token (``and/or?``) starts no path.
+What free text cannot tell apart is left as it is written: a password holding a raw blank (any
+white space but a line break: a tab, a no-break space, any Unicode space) is recognised only
+after a user and a ``:``, when its first word holds no blank, and up to the first ``@`` of its
+line, with no ``/`` before it, and not when its first word is digits (``https://host:8080
+down, ask ops@x.org`` is a port, then prose); a ``/`` inside a word (after a letter, a digit
+or ``_``: ``and/or?``, ``1/2?``) starts no path.
+
+:func:`shown_head` cuts a long text before showing its URLs, so that scrubbing costs no more
+than the part kept, and drops a URL the cut went through (see :func:`url_at_end`).
 """
 
 from __future__ import annotations
@@ -125,10 +130,14 @@ _SCHEME = r"(?<![A-Za-z0-9+.-])[A-Za-z0-9+.-]*://"
 # How far a password holding a blank may run to its "@": a bound on the look-ahead from each
 # scheme, so a long line of schemes is scanned in linear time.
 _BLANK_PASSWORD_CHARS = 128
+# A blank inside a password: any white space but a line break ("\t", " ", "\xa0", "\u2003":
+# a password may hold any of them; "\S" and "\s" are Unicode-aware, so "[ \t]" here would let
+# "u:p\xa0w@" pass as a host). A line break ends the search for the "@" (see _URL_IN_TEXT).
+_BLANK = r"[^\S\n]"
 # A user, ":", then a password's first word and a blank after it. The word must hold more
 # than digits, sentence punctuation and closing brackets, which a port followed by prose does
 # ("http://h:8080, ask ops@x.org"); the user no "[" (an IPv6 host's colons are no user).
-_USER_AND_BLANK = r"[^\s/?#@:\[\]]*:(?=[^\s/@]*?[^\s/@0-9'\".,;:!?)\]}>])[^\s/@]+[ \t]"
+_USER_AND_BLANK = rf"[^\s/?#@:\[\]]*:(?=[^\s/@]*?[^\s/@0-9'\".,;:!?)\]}}>])[^\s/@]+{_BLANK}"
 # A URL in free text: a scheme, then, when a user and a password holding a blank come first
 # (``https://u:pa ss@host``), all up to the first "@" of the line with no "/" before it, then
 # everything up to whitespace. RFC 3986 allows quotes and brackets inside a URL (a password or
@@ -141,12 +150,13 @@ _URL_IN_TEXT = re.compile(
 _OPEN_BLANK_PASSWORD = re.compile(
     rf"{_SCHEME}{_USER_AND_BLANK}[^\n/@]{{0,{_BLANK_PASSWORD_CHARS}}}\Z"
 )
-# A path in free text: a "/" that starts a token (at the text's start, or after whitespace, a
-# quote, an opening bracket, "=", ":" or ","), then everything up to whitespace. HTTP clients
-# print the URL they called so, without scheme and host (urllib3: "Max retries exceeded with
-# url: /api?key=..."; "GET /api?token=... HTTP/1.1"); its query and fragment hold the same
-# credentials as a whole URL's. A "/" inside a word ("and/or?") starts none.
-_PATH_IN_TEXT = re.compile(r"(?<![^\s'\"`(\[{<=:,])/\S*")
+# A path in free text: a "/" that starts a token, then everything up to whitespace. HTTP
+# clients print the URL they called so, without scheme and host (urllib3: "Max retries
+# exceeded with url: /api?key=..."; "GET /api?token=... HTTP/1.1"); its query and fragment hold
+# the same credentials as a whole URL's. A "/" inside a word, after a letter, a digit or "_"
+# ("and/or?", "1/2?"), starts none; one after anything else does: listing the characters that
+# may start a token instead missed "x;/api?key=", "|/api?key=", "=>/api?key=", "“/api?key=”".
+_PATH_IN_TEXT = re.compile(r"(?<!\w)/\S*")
 # What may end a run of text after a URL rather than belong to it: sentence punctuation and
 # quotes, and a closing bracket that no bracket of the URL opened.
 _TRAILING = frozenset("'\".,;:!?")
@@ -219,3 +229,16 @@ def url_at_end(text: str) -> int:
     tail = text.rsplit(None, 1)[-1]  # from the right, at C speed
     found = _URL_IN_TEXT.search(tail)
     return min(start, len(text) - len(tail) + found.start()) if found else start
+
+
+def shown_head(text: str, limit: int) -> str:
+    """``text`` as :func:`shown_urls` shows it, when it is at most ``limit`` characters long;
+    otherwise its first ``limit`` characters so shown, less a URL the cut went through (its
+    password may be all that was kept of it: :func:`url_at_end`), and a note of how many
+    characters were not kept. Cut before showing: scrubbing costs a few microseconds per URL
+    or path, so a text of megabytes would hold the caller for seconds."""
+    if len(text) <= limit:
+        return shown_urls(text)
+    kept = text[:limit]
+    kept = kept[: url_at_end(kept)]
+    return f"{shown_urls(kept)} [... {len(text) - len(kept)} more characters not kept]"

@@ -25,8 +25,11 @@ host's streams.
 
 An ActionError's message reaches the API client, the server's log, the trace and the model, so:
 every URL in it is shown as a target is (``redaction.shown_urls``: a backend's exception names
-the URL it called, password and ``?key=`` included); a failure is worded the same in every
-isolation mode; and when ``[actions.targets]`` ran another target, the message names both
+the URL it called, password and ``?key=`` included); it holds at most :data:`MAX_ERROR_CHARS`
+of the failure's text (then a note of how many more there were), cut before the URLs are
+shown (``redaction.shown_head``: a text of megabytes would hold the loop for seconds); a
+failure is worded the same in every isolation mode; and when ``[actions.targets]`` ran
+another target, the message names both
 (``action 'x' (flow://X, run as python://m:f by [actions.targets]) failed: ...``).
 """
 
@@ -58,7 +61,7 @@ from agentscript.actions.process import (
 from agentscript.actions.settings import ActionSettings, Isolation
 from agentscript.actions.threads import shared_threads
 from agentscript.errors import RunFailure
-from agentscript.redaction import shown_target, shown_urls
+from agentscript.redaction import shown_head, shown_target
 
 Outputs = dict[str, Any]
 # A handler receives the request and returns the outputs (sync or async).
@@ -70,6 +73,10 @@ DEFAULT_TIMEOUT = 30.0
 # How early asyncio may fire a timer (it compares deadlines with the clock's resolution): a
 # TimeoutError before the limit less this is the action's own, not the runner's.
 _TIMER_SLACK = time.get_clock_info("monotonic").resolution
+# Characters of a failure's text an ActionError keeps (the model reads it, the trace and the
+# API client hold it): enough for an error body listing a few dozen fields. Showing its URLs
+# runs on the loop at up to ~1 µs a character (4 ms here); an exception's text is unbounded.
+MAX_ERROR_CHARS = 4_000
 
 
 class ActionError(RunFailure):
@@ -273,13 +280,13 @@ class ActionRunner:
             result = await self._call(request, target, args, is_async, limit, printed)
         except TimeoutError as exc:
             if loop.time() + _TIMER_SLACK < expires:  # the action's own (a socket's)
-                raise ActionError(shown_urls(_raised(request, exc))) from None
+                raise ActionError(_shown(_raised(request, exc))) from None
             raise ActionError(f"{_subject(request)} timed out after {limit:g} s") from None
         except ActionError as exc:
             # A handler's (python_handler's import failure, a worker's answer) or the
             # action's own: its text may quote a backend's too.
             text = str(exc)
-            if (shown := shown_urls(text)) != text:
+            if (shown := _shown(text)) != text:
                 raise ActionError(shown) from None
             raise
         except WorkerGone as exc:
@@ -287,7 +294,7 @@ class ActionRunner:
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             # The action's own failure, reported, never a traceback; an action calling
             # sys.exit() must not end the host.
-            raise ActionError(shown_urls(_raised(request, exc))) from None
+            raise ActionError(_shown(_raised(request, exc))) from None
         finally:
             request.printed = printed.to_json() or None
         if result is None:
@@ -415,6 +422,12 @@ def _subject(request: ActionRequest) -> str:
         f"action '{request.name}' ({target}, run as {shown_target(request.ran)} "
         "by [actions.targets])"
     )
+
+
+def _shown(text: str) -> str:
+    """A failure's ``text`` as an ActionError may hold it: its first :data:`MAX_ERROR_CHARS`,
+    every URL without its credentials."""
+    return shown_head(text, MAX_ERROR_CHARS)
 
 
 def _raised(request: ActionRequest, exc: BaseException) -> str:

@@ -36,7 +36,7 @@ from agentscript.errors import LimitReached, TurnError, UnansweredToolCall
 from agentscript.expr.values import nested_deeper_than
 from agentscript.limits import Limits
 from agentscript.models.base import Message, ToolCall
-from agentscript.redaction import shown_urls
+from agentscript.redaction import shown_urls, url_at_end
 from agentscript.trace import TurnTrace
 from agentscript.trace_steps import ResponseKind, error_step, response_step
 
@@ -85,6 +85,9 @@ NOT_COMPLETED = "not completed: the turn was stopped"
 # An internal error's text reaches the user's client (reply.error, the trace); a longer one is
 # a dump, not a message.
 MAX_INTERNAL_ERROR_CHARS = 500
+# What of an internal error's text is scrubbed at most: scrubbing removes credentials and
+# queries, so more than is shown is kept for it.
+SCRUBBED_CHARS = 4 * MAX_INTERNAL_ERROR_CHARS
 
 
 @dataclass
@@ -238,8 +241,16 @@ def internal_error(exc: Exception) -> TurnError:
     the TurnError that fails the turn. Its text names the exception's type; a URL in it loses
     its user, password and query string, where credentials travel (``redaction.shown_urls``,
     as for an action's error: a URL ends at whitespace, not at a quote a password may hold)."""
-    detail = shown_urls(str(exc))
-    if len(detail) > MAX_INTERNAL_ERROR_CHARS:
+    detail = str(exc)
+    cut = len(detail) > SCRUBBED_CHARS
+    if cut:
+        # Cut before scrubbing (a few microseconds a URL or path: a text of megabytes would
+        # hold the loop for seconds), keeping room for what scrubbing removes; a URL the cut
+        # went through is dropped whole (its password may be all that was kept of it).
+        detail = detail[:SCRUBBED_CHARS]
+        detail = detail[: url_at_end(detail)]
+    detail = shown_urls(detail)
+    if cut or len(detail) > MAX_INTERNAL_ERROR_CHARS:
         detail = detail[:MAX_INTERNAL_ERROR_CHARS] + "..."
     text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
     return TurnError(f"internal error: {text}")
