@@ -92,3 +92,13 @@ def test_the_turns_tools_together_send_at_most_max_tool_sends_messages(tmp_path:
 
 def test_max_tool_sends_is_a_limit_of_the_limits_table() -> None:
     assert Limits().replaced({"max_tool_sends": 2}).max_tool_sends == 2
+
+
+def test_a_tool_catches_the_refusals_by_their_public_names() -> None:
+    """A tool that catches a refused send or a closed context imports the exceptions from the
+    package, not from the runner's module."""
+    from agentscript.mantle import ContextClosed, SendRefused
+    from agentscript.mantle.run import tool_execution
+
+    assert SendRefused is tool_execution.SendRefused
+    assert ContextClosed is tool_execution.ContextClosed

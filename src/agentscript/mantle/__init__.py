@@ -35,11 +35,13 @@ from agentscript.mantle.queries import (
     tool_constraint,
     visible_tools,
 )
+from agentscript.mantle.run.tool_execution import ContextClosed, SendRefused
 
 __all__ = [
     "AgentSettings",
     "CompleteWhen",
     "Condition",
+    "ContextClosed",
     "MemoryEntry",
     "NextBranch",
     "OrderedBlock",
@@ -50,6 +52,7 @@ __all__ = [
     "RequiresConfirmation",
     "Response",
     "ResponseVariant",
+    "SendRefused",
     "Skill",
     "Step",
     "StepKind",
