@@ -14,6 +14,7 @@ import copy
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from agentscript import jsontext
 from agentscript.store.base import (
@@ -177,33 +178,30 @@ def _holding(record: SessionRecord, text: str) -> SessionRecord:
     """``record`` holding ``text`` as its state, unparsed, as a row read from a SQL store holds
     its column (``schema.session_from_row``): a copy of it (``copy.deepcopy``, which shares the
     text) parses its own state when asked."""
-    return SessionRecord(
-        record.session_id,
-        record.agent,
-        record.owner,
-        record.agent_version,
-        turns=record.turns,
-        ended=record.ended,
-        escalated=record.escalated,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-        expires_at=record.expires_at,
-        format=record.format,
-        column=text,
-        revision=record.revision,
-    )
+    return _rebuilt(record, None, column=text)
 
 
 def _summary(record: SessionRecord, *, withheld: bool = False) -> SessionRecord:
     """A listed session: the record without its state, as the SQL stores list it (``{}``, never
     damaged: the stored state is not parsed), or as a lock read of a kept session has it
     (``withheld``: no state)."""
+    return _rebuilt(record, None if withheld else {}, withheld=withheld)
+
+
+def _rebuilt(
+    record: SessionRecord,
+    state: dict[str, Any] | None,
+    *,
+    column: str | None = None,
+    withheld: bool = False,
+) -> SessionRecord:
+    """A new record with ``record``'s columns but its state: ``state``, or ``column`` unparsed."""
     return SessionRecord(
         record.session_id,
         record.agent,
         record.owner,
         record.agent_version,
-        None if withheld else {},
+        state,
         turns=record.turns,
         ended=record.ended,
         escalated=record.escalated,
@@ -211,6 +209,7 @@ def _summary(record: SessionRecord, *, withheld: bool = False) -> SessionRecord:
         updated_at=record.updated_at,
         expires_at=record.expires_at,
         format=record.format,
+        column=column,
         revision=record.revision,
         withheld=withheld,
     )
