@@ -15,7 +15,8 @@ from agentscript.conversation import parse_conversation
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
 from agentscript.playback import play
-from fakes.agent_texts import Action, Tool, agent_text
+from fakes.agent_texts import orders_agent
+from fakes.card_bank import card_bank_balance_conversation
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,22 +27,7 @@ def _agent(folder: Path) -> Path:
         "def lookup(order_ID):\n    return {'status': 'shipped'}\n", encoding="utf-8"
     )
     path = folder / "orders.agent"
-    path.write_text(
-        agent_text(
-            developer_name="Orders",
-            tools=[Tool("lookup", lines=['with order_ID="7"'])],
-            actions=[
-                Action(
-                    "lookup",
-                    "Look an order up",
-                    "python://backend:lookup",
-                    inputs={"order_ID": "string"},
-                    outputs={"status": "string"},
-                )
-            ],
-        ),
-        encoding="utf-8",
-    )
+    path.write_text(orders_agent("python://backend:lookup", outputs=["status"]), encoding="utf-8")
     return path
 
 
@@ -75,20 +61,7 @@ def test_a_stub_that_fails_is_still_a_stub(tmp_path: Path) -> None:
 def test_a_mantle_tool_stub_says_so(tmp_path: Path) -> None:
     project = tmp_path / "card_bank"
     shutil.copytree(REPO / "examples" / "card_bank", project)
-    conversation = parse_conversation(
-        """variables:
-  project.authenticated: true
-  project.customer_id: "1001"
-  project.customer_name: Ada
-actions:
-  get_balance: {outputs: {balance: 12}}
-turns:
-  - user: "What's my balance?"
-    model: [{tool: activate_skill, args: {skill: check_balance}}, {tool: get_balance}, {say: "12."}]
-  - user: "I lost my card"
-    model: [{tool: activate_skill, args: {skill: card_replace}}, {tool: list_cards}, {say: "Which?"}]
-"""
-    )
+    conversation = parse_conversation(card_bank_balance_conversation())
     playback = play(agentscript.load(project), conversation)
     calls = {
         s["name"]: s["stubbed"]

@@ -34,6 +34,7 @@ from agentscript.actions.capture import Printed
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
 from fakes.agent_texts import act_action, agent_text
+from fakes.spies import record_lengths
 
 # The turn runs the action itself (a failure ends the turn: Reply.error, the server's
 # failed-turn log line), or the model calls it (a failure is the model's tool result).
@@ -198,14 +199,8 @@ def test_a_huge_error_text_is_cut_before_its_paths_are_shown(
 ) -> None:
     # Paths a client named, 25,000 of them: showing every one would hold the event loop
     # (~2.5 µs each; an exception's text has no bound).
-    lengths: list[int] = []
     real = redaction.shown_urls
-
-    def spy(text: str) -> str:
-        lengths.append(len(text))
-        return real(text)
-
-    monkeypatch.setattr(redaction, "shown_urls", spy)
+    lengths = record_lengths(monkeypatch, redaction, "shown_urls")
     path = f" /api?key={TOKEN}"
     code = (OWN_ERROR if own else RAISED) + f"'refused:' + {path!r} * 25_000)\n"
     message = ("" if own else "action 'act' failed: ValueError: ") + "refused:" + path * 25_000

@@ -27,28 +27,10 @@ from agentscript.diagnostics import AgentScriptError
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
 from agentscript.validation import validate_path
-from fakes.agent_texts import Action, Tool, agent_text
+from fakes.agent_texts import orders_agent
 
 REPO = Path(__file__).resolve().parents[1]
 ORDER_STATUS = REPO / "examples" / "order_status"
-
-
-def orders_agent(target: str) -> str:
-    """The agent of these tests: its one tool ``lookup`` calls the action ``lookup`` (order 7),
-    whose target is ``target``."""
-    return agent_text(
-        developer_name="Orders",
-        tools=[Tool("lookup", lines=['with order_ID="7"'])],
-        actions=[
-            Action(
-                "lookup",
-                "Look an order up",
-                target,
-                inputs={"order_ID": "string"},
-                outputs={"status": "string", "where": "string"},
-            )
-        ],
-    )
 
 
 BACKEND = """\

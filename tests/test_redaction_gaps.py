@@ -16,7 +16,6 @@ the cut went through.
 from __future__ import annotations
 
 import string
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import example, given
@@ -25,6 +24,7 @@ from hypothesis import strategies as st
 from agentscript import redaction
 from agentscript.actions.capture import Printed
 from agentscript.redaction import shown_head, shown_urls
+from fakes.spies import record_lengths
 
 SECRET_KEY = "sk-live-0123456789"
 
@@ -221,17 +221,9 @@ def test_a_password_holding_blanks_is_never_shown(before: str, url: str, after: 
 
 
 @pytest.fixture
-def shown_lengths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+def shown_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The length of every text ``redaction.shown_urls`` is given."""
-    lengths: list[int] = []
-    real = redaction.shown_urls
-
-    def spy(text: str) -> str:
-        lengths.append(len(text))
-        return real(text)
-
-    monkeypatch.setattr(redaction, "shown_urls", spy)
-    yield lengths
+    return record_lengths(monkeypatch, redaction, "shown_urls")
 
 
 def test_a_long_text_is_cut_before_its_urls_and_paths_are_shown(shown_lengths: list[int]) -> None:

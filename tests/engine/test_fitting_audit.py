@@ -6,8 +6,13 @@ counted and the confirmation it answered and still fit."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from tests.fakes import fitting
+from tests.fakes.agent_texts import Field, Tool
+from tests.fakes.fitting import CAP, CONFIG, write_agent
 
 import agentscript
 from agentscript import jsontext
@@ -16,48 +21,21 @@ from agentscript.engine.session import AgentBase, Session
 from agentscript.models.base import Message, ToolCall
 from agentscript.models.function import FunctionInfo, FunctionModel
 
-CAP = 300_000
-
-AGENT = """system:
-    instructions: "Use the tools."
-    messages:
-        welcome: "Hi."
-        error: "ERR"
-config:
-    developer_name: "Fits"
-variables:
-    a: mutable string = ""
-        description: "Kept text"
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Fetch pages.
-        actions:
-            fetch: @actions.fetch
-                description: "Fetch a page"
-                with size=...
-                with kind=...
-            wipe: @actions.wipe
-                description: "Wipe everything"
-    actions:
-        fetch:
-            description: "Fetch a page"
-            target: "python://fits_pages:fetch"
-            inputs:
-                size: number
-                    description: "Its length"
-                kind: string
-                    description: "e: an accented letter; s: one lone surrogate"
-            outputs:
-                text: string
-        wipe:
-            description: "Wipe everything"
-            target: "python://fits_pages:wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-"""
+# The fetch of ``kind`` pages, and wipe.
+AGENT = fitting.fits_agent(
+    variables={"a": fitting.KEPT_TEXT},
+    tools=[Tool("fetch", lines=[*fitting.FETCH_TOOL.lines, "with kind=..."]), fitting.WIPE_TOOL],
+    actions=[
+        replace(
+            fitting.FETCH,
+            inputs={
+                **fitting.FETCH.inputs,
+                "kind": Field("string", "e: an accented letter; s: one lone surrogate"),
+            },
+        ),
+        fitting.WIPE,
+    ],
+)
 
 PAGES = """
 def fetch(size: float, kind: str) -> dict[str, object]:
@@ -87,11 +65,7 @@ def answer(messages: list[Message], info: FunctionInfo) -> Any:
 
 
 def load(tmp_path: Path) -> AgentBase:
-    (tmp_path / "agentscript.toml").write_text("[limits]\nmax_tool_calls_per_step = 72\n")
-    (tmp_path / "fits_pages.py").write_text(PAGES)
-    path = tmp_path / "fits.agent"
-    path.write_text(AGENT)
-    return agentscript.load(path)
+    return agentscript.load(write_agent(tmp_path, AGENT, PAGES, CONFIG))
 
 
 def saved(session: Session) -> str:

@@ -5,20 +5,14 @@ seconds; a URL the cut goes through is dropped whole, never shown in part."""
 from __future__ import annotations
 
 import pytest
+from tests.fakes.spies import record_lengths
 
 from agentscript.engine import kernel
 from agentscript.engine.kernel import MAX_INTERNAL_ERROR_CHARS, SCRUBBED_CHARS, internal_error
 
 
 def test_a_huge_text_is_cut_before_it_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[int] = []
-    real = kernel.shown_urls
-
-    def spy(text: str) -> str:
-        seen.append(len(text))
-        return real(text)
-
-    monkeypatch.setattr(kernel, "shown_urls", spy)
+    seen = record_lengths(monkeypatch, kernel, "shown_urls")
     error = internal_error(RuntimeError("GET /api?key=s3cret " * 200_000))
     assert seen and max(seen) <= SCRUBBED_CHARS
     text = str(error)

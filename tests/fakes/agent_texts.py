@@ -36,13 +36,15 @@ class Field:
 @dataclass(frozen=True)
 class Action:
     """An entry of the start agent's ``actions:``; ``inputs`` and ``outputs`` map a name to a
-    type (or a :class:`Field` to describe it)."""
+    type (or a :class:`Field` to describe it); ``require_user_confirmation`` writes that key
+    (a call waits for the user's yes)."""
 
     name: str
     description: str
     target: str
     inputs: Mapping[str, str | Field] = field(default_factory=dict)
     outputs: Mapping[str, str | Field] = field(default_factory=dict)
+    require_user_confirmation: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,24 @@ SYSTEM = System()  # the system block most tests write
 def act_action(target: str, description: str = "The action under test") -> Action:
     """The action ``act`` of the action tests: no inputs, one output ``who``."""
     return Action("act", description, target, outputs={"who": "string"})
+
+
+def orders_agent(target: str, outputs: Sequence[str] = ("status", "where")) -> str:
+    """The orders agent of the action tests: its one tool ``lookup`` calls the action
+    ``lookup`` (order 7), whose target is ``target`` and whose outputs, strings, ``outputs``."""
+    return agent_text(
+        developer_name="Orders",
+        tools=[Tool("lookup", lines=['with order_ID="7"'])],
+        actions=[
+            Action(
+                "lookup",
+                "Look an order up",
+                target,
+                inputs={"order_ID": "string"},
+                outputs=dict.fromkeys(outputs, "string"),
+            )
+        ],
+    )
 
 
 def agent_text(
@@ -117,6 +137,8 @@ def agent_text(
             f'            description: "{action.description}"',
             f'            target: "{action.target}"',
         ]
+        if action.require_user_confirmation:
+            lines.append("            require_user_confirmation: True")
         for block, fields in (("inputs", action.inputs), ("outputs", action.outputs)):
             if fields:
                 lines += [f"            {block}:", *_fields(fields, 16)]

@@ -1,10 +1,13 @@
 """The agent, model and limit of the state-fitting tests (``engine/fitting.py`` directly, and
 through the server): pages of any length fetched, or kept in two variables, under a lowered
-``MAX_SESSION_CHARS`` (``restore`` reads it when called, so the states stay small)."""
+``MAX_SESSION_CHARS`` (``restore`` reads it when called, so the states stay small); and the
+parts the audits' variants of the agent are built of (more variables, an action held for a
+yes)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,31 @@ REASON = f"the saved session would be larger than MAX_SESSION_CHARS ({CAP} chara
 DROPPED_RESULT = json.dumps({"error": f"result dropped: {REASON}"})
 
 
-def _keep(variable: str) -> Tool:
+# The audit's turn made 72 calls at once.
+CONFIG = "[limits]\nmax_tool_calls_per_step = 72\n"
+
+KEPT_TEXT = Field('mutable string = ""', "Kept text")
+FETCH_TOOL = Tool("fetch", lines=['description: "Fetch a page"', "with size=..."])
+FETCH = Action(
+    "fetch",
+    "Fetch a page",
+    "python://fits_pages:fetch",
+    inputs={"size": Field("number", "Its length")},
+    outputs={"text": "string"},
+)
+# An action held for the user's yes, for the tests of a confirmation a fitted turn answered.
+WIPE_TOOL = Tool("wipe", lines=['description: "Wipe everything"'])
+WIPE = Action(
+    "wipe",
+    "Wipe everything",
+    "python://fits_pages:wipe",
+    outputs={"ok": "boolean"},
+    require_user_confirmation=True,
+)
+
+
+def keep_tool(variable: str) -> Tool:
+    """The tool ``keep_<variable>``: fetch a page and keep it in ``variable``."""
     return Tool(
         f"keep_{variable}",
         "@actions.fetch",
@@ -33,25 +60,26 @@ def _keep(variable: str) -> Tool:
     )
 
 
-AGENT = agent_text(
-    dialect=None,
-    system=System(instructions="Use the tools.", welcome="Hi.", error="ERR"),
-    developer_name="Fits",
-    variables={name: Field('mutable string = ""', "Kept text") for name in "ab"},
-    instructions="Fetch pages.",
-    tools=[
-        Tool("fetch", lines=['description: "Fetch a page"', "with size=..."]),
-        *map(_keep, "ab"),
-    ],
-    actions=[
-        Action(
-            "fetch",
-            "Fetch a page",
-            "python://fits_pages:fetch",
-            inputs={"size": Field("number", "Its length")},
-            outputs={"text": "string"},
-        )
-    ],
+def fits_agent(
+    variables: Mapping[str, Field], tools: Sequence[Tool], actions: Sequence[Action]
+) -> str:
+    """The text of the agent ``Fits`` with these variables, tools and actions (whose targets
+    are in ``fits_pages.py``)."""
+    return agent_text(
+        dialect=None,
+        system=System(instructions="Use the tools.", welcome="Hi.", error="ERR"),
+        developer_name="Fits",
+        variables=variables,
+        instructions="Fetch pages.",
+        tools=tools,
+        actions=actions,
+    )
+
+
+AGENT = fits_agent(
+    variables=dict.fromkeys("ab", KEPT_TEXT),
+    tools=[FETCH_TOOL, *map(keep_tool, "ab")],
+    actions=[FETCH],
 )
 PAGES = """
 def fetch(size: float) -> dict[str, object]:
@@ -59,11 +87,17 @@ def fetch(size: float) -> dict[str, object]:
 """
 
 
-def write_agent(folder: Path) -> Path:
-    """``fits.agent`` and its ``fits_pages.py`` written in ``folder``; the agent's path."""
-    (folder / "fits_pages.py").write_text(PAGES)
+def write_agent(
+    folder: Path, agent: str = AGENT, pages: str = PAGES, config: str | None = None
+) -> Path:
+    """``fits.agent`` (the text ``agent``) and its ``fits_pages.py`` (``pages``) written in
+    ``folder``, with ``config`` as the ``agentscript.toml`` beside them if given; the agent's
+    path."""
+    if config is not None:
+        (folder / "agentscript.toml").write_text(config)
+    (folder / "fits_pages.py").write_text(pages)
     path = folder / "fits.agent"
-    path.write_text(AGENT)
+    path.write_text(agent)
     return path
 
 

@@ -65,6 +65,14 @@ async def new_session(client: httpx.AsyncClient, agent: str = "Notes", **variabl
     return str(response.json()["session_id"])
 
 
+async def say(client: httpx.AsyncClient, sid: str, text: str) -> dict[str, Any]:
+    """The turn of ``text`` in session ``sid``: the body of its answer, which must be a 200."""
+    response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
 # How many leases a store holds: SQLite's are rows of a table of their own (schema version 6),
 # PostgreSQL's are on the session's row.
 SQLITE_LEASES = "SELECT COUNT(*) FROM agentscript_leases"
@@ -86,6 +94,21 @@ def lease_rows(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute(POSTGRESQL_LEASES).fetchone()
         return int(row[0]) if row else -1
+
+
+def stored_state(url: str, session_id: str) -> str:
+    """The state column of the session's row in the SQL store at ``url``, as the store keeps
+    it, read on a connection of its own."""
+    query = "SELECT state FROM agentscript_sessions WHERE session_id = ?"
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
+            return str(db.execute(query, (session_id,)).fetchone()[0])
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(query.replace("?", "%s"), (session_id,)).fetchone()
+        assert row is not None
+        return str(row[0])
 
 
 def execute(url: str, sql: str, *params: Any) -> None:

@@ -15,10 +15,8 @@ test runs on SQLite and PostgreSQL, with two servers on one store, as two worker
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from tests.fakes import fitting
-from tests.fakes.fitting import CAP, DROPPED_RESULT, answer, write_agent
+from tests.fakes.fitting import CAP, CONFIG, DROPPED_RESULT, answer, write_agent
 
 from agentscript import jsontext
 from agentscript.models.base import Message
@@ -39,9 +37,7 @@ from agentscript.server.config import ServerConfig
 from agentscript.server.live import LiveSessions
 from agentscript.store import store_from_url
 
-# The audit's turn made 72 calls at once.
-CONFIG = "[limits]\nmax_tool_calls_per_step = 72\n"
-
+from .harness import new_session, say, stored_state
 
 small_cap = fitting.small_cap  # the fixture
 
@@ -50,8 +46,7 @@ small_cap = fitting.small_cap  # the fixture
 def agent_path(tmp_path: Path) -> str:
     folder = tmp_path / "fits"
     folder.mkdir()
-    (folder / "agentscript.toml").write_text(CONFIG)
-    return str(write_agent(folder))
+    return str(write_agent(folder, config=CONFIG))
 
 
 @asynccontextmanager
@@ -93,33 +88,6 @@ def live_of(client: httpx.AsyncClient) -> LiveSessions:
     return live
 
 
-def stored_state(url: str, session_id: str) -> str:
-    """The state column of the session's row, as the store keeps it."""
-    query = "SELECT state FROM agentscript_sessions WHERE session_id = ?"
-    if url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
-            return str(db.execute(query, (session_id,)).fetchone()[0])
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        row = conn.execute(query.replace("?", "%s"), (session_id,)).fetchone()
-        assert row is not None
-        return str(row[0])
-
-
-async def created(client: httpx.AsyncClient) -> str:
-    response = await client.post("/v1/agents/Fits/sessions", json={"variables": {}})
-    assert response.status_code == 201, response.text
-    return str(response.json()["session_id"])
-
-
-async def say(client: httpx.AsyncClient, sid: str, text: str) -> dict[str, Any]:
-    response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
 async def trace(client: httpx.AsyncClient, sid: str, turn: int) -> dict[str, Any]:
     response = await client.get(f"/v1/sessions/{sid}/turns/{turn}/trace")
     assert response.status_code == 200, response.text
@@ -153,7 +121,7 @@ def on_two_workers(store_url: str, path: str, body: Callable[[Workers], Awaitabl
 
     async def main() -> None:
         async with two_servers(store_url, path) as (first, second, one, two):
-            await body(Workers(first, second, one, two, await created(first)))
+            await body(Workers(first, second, one, two, await new_session(first, "Fits")))
 
     asyncio.run(main())
 

@@ -18,9 +18,7 @@ workers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -29,6 +27,9 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+from tests.fakes import fitting
+from tests.fakes.agent_texts import Action, Field, Tool
+from tests.fakes.fitting import CONFIG, write_agent
 
 from agentscript import jsontext
 from agentscript.engine import restore
@@ -40,70 +41,37 @@ from agentscript.server.app import create_app
 from agentscript.server.config import ServerConfig
 from agentscript.store import SessionRecord, TurnOutcome, TurnRecord, store_from_url
 
-CAP = 300_000
+from .harness import new_session, say, stored_state
+
 NOT_KEPT = "was not kept"
 
-AGENT = """system:
-    instructions: "Use the tools."
-    messages:
-        welcome: "Hi."
-        error: "ERR"
-config:
-    developer_name: "Fits"
-variables:
-    a: mutable string = ""
-        description: "Kept text"
-    b: mutable string = ""
-        description: "Kept text"
-    fl: mutable list[number] = []
-        description: "Kept numbers"
-start_agent main:
-    description: "main"
-    reasoning:
-        instructions: ->
-            | Fetch pages.
-        actions:
-            fetch: @actions.fetch
-                description: "Fetch a page"
-                with size=...
-            keep_a: @actions.fetch
-                description: "Fetch a page and keep it in a"
-                with size=...
-                set @variables.a = @outputs.text
-            keep_b: @actions.fetch
-                description: "Fetch a page and keep it in b"
-                with size=...
-                set @variables.b = @outputs.text
-            keep_fl: @actions.numbers
-                description: "Keep numbers"
-                with n=...
-                set @variables.fl = @outputs.values
-            wipe: @actions.wipe
-                description: "Wipe everything"
-    actions:
-        fetch:
-            description: "Fetch a page"
-            target: "python://fits_pages:fetch"
-            inputs:
-                size: number
-                    description: "Its length"
-            outputs:
-                text: string
-        numbers:
-            description: "Numbers"
-            target: "python://fits_pages:numbers"
-            inputs:
-                n: number
-                    description: "How many"
-            outputs:
-                values: list[number]
-        wipe:
-            description: "Wipe everything"
-            target: "python://fits_pages:wipe"
-            require_user_confirmation: True
-            outputs:
-                ok: boolean
-"""
+AGENT = fitting.fits_agent(
+    variables={
+        **dict.fromkeys("ab", fitting.KEPT_TEXT),
+        "fl": Field("mutable list[number] = []", "Kept numbers"),
+    },
+    tools=[
+        fitting.FETCH_TOOL,
+        *map(fitting.keep_tool, "ab"),
+        Tool(
+            "keep_fl",
+            "@actions.numbers",
+            ['description: "Keep numbers"', "with n=...", "set @variables.fl = @outputs.values"],
+        ),
+        fitting.WIPE_TOOL,
+    ],
+    actions=[
+        fitting.FETCH,
+        Action(
+            "numbers",
+            "Numbers",
+            "python://fits_pages:numbers",
+            inputs={"n": Field("number", "How many")},
+            outputs={"values": "list[number]"},
+        ),
+        fitting.WIPE,
+    ],
+)
 
 # ``wipe`` notes each run in wipes.log, beside it.
 PAGES = """
@@ -207,21 +175,14 @@ def mantle_answer(messages: list[Message], info: FunctionInfo) -> Any:
     return ToolCall(f"m{len(messages)}_s", "send_money", {"amount": 5})
 
 
-@pytest.fixture
-def small_cap(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(restore, "MAX_SESSION_CHARS", CAP)
-    return CAP
+small_cap = fitting.small_cap  # the fixture
 
 
 @pytest.fixture
 def agent_path(tmp_path: Path) -> Path:
     folder = tmp_path / "fits"
     folder.mkdir()
-    (folder / "agentscript.toml").write_text("[limits]\nmax_tool_calls_per_step = 72\n")
-    (folder / "fits_pages.py").write_text(PAGES)
-    path = folder / "fits.agent"
-    path.write_text(AGENT)
-    return path
+    return write_agent(folder, AGENT, PAGES, CONFIG)
 
 
 @pytest.fixture
@@ -271,19 +232,6 @@ def on_two_workers(
     asyncio.run(main())
 
 
-async def created(client: httpx.AsyncClient, agent: str, **variables: Any) -> str:
-    response = await client.post(f"/v1/agents/{agent}/sessions", json={"variables": variables})
-    assert response.status_code == 201, response.text
-    return str(response.json()["session_id"])
-
-
-async def say(client: httpx.AsyncClient, sid: str, text: str) -> dict[str, Any]:
-    response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
 async def view(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
     response = await client.get(f"/v1/sessions/{sid}")
     assert response.status_code == 200, response.text
@@ -296,20 +244,6 @@ async def events(client: httpx.AsyncClient, sid: str, turn: int) -> list[str]:
     assert response.status_code == 200, response.text
     steps = response.json()["planTrace"]["steps"]
     return [s["event"] for s in steps if s["type"] == "EVENT_STEP"]
-
-
-def stored_state(url: str, session_id: str) -> str:
-    """The state column of the session's row, as the store keeps it."""
-    query = "SELECT state FROM agentscript_sessions WHERE session_id = ?"
-    if url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(url[len("sqlite:///") :])) as db:
-            return str(db.execute(query, (session_id,)).fetchone()[0])
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        row = conn.execute(query.replace("?", "%s"), (session_id,)).fetchone()
-        assert row is not None
-        return str(row[0])
 
 
 def runs(path: Path) -> int:
@@ -325,7 +259,7 @@ def test_a_call_confirmed_in_a_turn_that_was_not_kept_is_not_run_again_by_the_ne
     wipes = agent_path.parent / "wipes.log"
 
     async def main(w: Workers) -> None:
-        sid = await created(w.first, w.agent)
+        sid = await new_session(w.first, w.agent)
         assert (await say(w.first, sid, "wipe"))["confirmation"] is not None
         # The yes runs wipe; the turn then keeps more than any fit takes, and fails.
         result = await say(w.first, sid, "yes")
@@ -348,7 +282,7 @@ def test_a_mantle_call_confirmed_in_a_turn_that_was_not_kept_is_not_run_again(
     sent = mantle_path / "skills" / "pay" / "sent.log"
 
     async def main(w: Workers) -> None:
-        sid = await created(w.first, w.agent)
+        sid = await new_session(w.first, w.agent)
         await say(w.first, sid, "pay")
         held = json.loads(stored_state(api_store, sid))["extra"]["mantle"]["pending"]
         assert held is not None and held["tool"] == "send_money"
@@ -373,7 +307,7 @@ def test_a_failed_turn_whose_counters_take_the_state_from_before_it_over_the_lim
     api_store: str, agent_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main(w: Workers) -> None:
-        sid = await created(w.first, w.agent)
+        sid = await new_session(w.first, w.agent)
         for _ in range(9):
             await say(w.first, sid, "hello")
         before = stored_state(api_store, sid)
@@ -398,7 +332,7 @@ def test_a_failed_turn_whose_state_before_it_cannot_take_its_counters_keeps_it_a
 ) -> None:
     async def main(w: Workers) -> None:
         # A new session with nothing in its history to shrink, at the limit.
-        sid = await created(w.first, w.agent, a="x" * 200_000)
+        sid = await new_session(w.first, w.agent, a="x" * 200_000)
         before = stored_state(api_store, sid)
         monkeypatch.setattr(restore, "MAX_SESSION_CHARS", len(before))
         result = await say(w.first, sid, "keep 160000")
@@ -418,7 +352,7 @@ def test_a_streamed_turn_that_was_not_kept_streams_its_error_after_what_it_said(
 ) -> None:
     async def main() -> None:
         async with server("memory://", agent_path) as client:
-            sid = await created(client, "Fits")
+            sid = await new_session(client, "Fits")
             response = await client.post(
                 f"/v1/sessions/{sid}/messages",
                 json={"text": "keep 160000"},
@@ -444,7 +378,7 @@ def test_a_fitted_state_restores_from_the_memory_store(agent_path: Path, small_c
 
     async def main() -> None:
         async with server("memory://", agent_path, live=0) as client:
-            sid = await created(client, "Fits")
+            sid = await new_session(client, "Fits")
             await say(client, sid, "numbers 8000")
             result = await say(client, sid, "fetch " + " ".join(["10000"] * 40))
             assert result["error"] is None

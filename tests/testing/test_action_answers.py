@@ -14,6 +14,8 @@ from typing import Any
 from conftest import ROOT
 from helpers import run_json, run_test
 
+from fakes.card_bank import card_bank_balance_conversation
+
 # No agentscript.toml of the machine's (a Mantle project here has none of its own).
 NO_CONFIG = {"AGENTSCRIPT_CONFIG": "/nonexistent"}
 MAPPED = "python://orders_backend:get_delivery_date"
@@ -168,23 +170,7 @@ def test_a_mantle_tool_stubbed_by_its_name_is_reported_as_a_stub(tmp_path: Path)
     project = tmp_path / "card_bank"
     shutil.copytree(ROOT / "examples" / "card_bank", project)
     conversation = project / "balance.yml"
-    conversation.write_text(
-        """variables:
-  project.authenticated: true
-  project.customer_id: "1001"
-  project.customer_name: Ada
-actions:
-  get_balance: {outputs: {balance: 12}}
-turns:
-  - user: "What's my balance?"
-    model: [{tool: activate_skill, args: {skill: check_balance}}, {tool: get_balance}, {say: "12."}]
-    expect: {actions: [activate_skill, get_balance]}
-  - user: "I lost my card"
-    model: [{tool: activate_skill, args: {skill: card_replace}}, {tool: list_cards}, {say: "Which?"}]
-    expect: {actions: [activate_skill, list_cards]}
-""",
-        encoding="utf-8",
-    )
+    conversation.write_text(card_bank_balance_conversation(expect=True), encoding="utf-8")
     code, data = run_json(str(conversation), "--agent", str(project), env=NO_CONFIG)
     assert code == 0, json.dumps(data)
     (case,) = data["testCases"]
