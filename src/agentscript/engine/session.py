@@ -78,6 +78,10 @@ class Reply:
     delegated: list[str] = field(default_factory=list)  # nodes run as delegates, in order
     # Buttons offered with the turn's responses ({title, payload}; Mantle projects).
     buttons: list[dict[str, Any]] = field(default_factory=list)
+    # Set when the session's ``export_later`` deferred the turn's telemetry: ends its spans,
+    # with the turn's own outcome updated by the keyword arguments given (``error``,
+    # ``ended``, ``escalated``...), once. Not part of what a reply says.
+    finish_export: Callable[..., None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -383,6 +387,10 @@ class Session:
         self.on_step: Callable[[dict[str, Any]], None] | None = None
         # The last trace file could not be written (reported once, by ``_write_trace``).
         self._trace_write_failed = False
+        # Set by a host that decides a turn's outcome after the engine (``agentscript serve``
+        # fails a turn whose state it cannot keep): a turn that returns does not end its
+        # telemetry spans, its reply's ``finish_export`` does. A turn that raises ends them.
+        self.export_later = False
 
     @property
     def id(self) -> str:
@@ -445,13 +453,17 @@ class Session:
                 observer.finish(error=_why_stopped(exc), error_type=type(exc).__name__)
             raise
         if observer is not None:
-            observer.finish(
-                error=reply.error,
-                escalated=reply.escalated,
-                ended=reply.ended,
-                cost=None if reply.refused else self._known_cost(),
-                refused=reply.refused,
-            )
+            outcome: dict[str, Any] = {
+                "error": reply.error,
+                "escalated": reply.escalated,
+                "ended": reply.ended,
+                "cost": None if reply.refused else self._known_cost(),
+                "refused": reply.refused,
+            }
+            if self.export_later:
+                reply.finish_export = _finish_once(observer.finish, outcome)
+            else:
+                observer.finish(**outcome)
         return reply
 
     def _known_cost(self, usage: Usage | None = None) -> float | None:
@@ -589,6 +601,18 @@ class Session:
             data["llm_input"] = mark.to_json()
         data["agent"] = self.agent.identity()
         return sign(data)
+
+
+def _finish_once(finish: Callable[..., None], outcome: dict[str, Any]) -> Callable[..., None]:
+    """``finish`` of ``outcome`` updated by the keyword arguments given, on the first call
+    only: a turn's spans are exported once."""
+    pending = [finish]
+
+    def finish_export(**overrides: Any) -> None:
+        if pending:
+            pending.pop()(**{**outcome, **overrides})
+
+    return finish_export
 
 
 def _why_stopped(exc: BaseException) -> str:

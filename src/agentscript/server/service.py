@@ -492,6 +492,11 @@ class SessionService:
         self, owner: str, session_id: str, text: str, key: str | None, hooks: TurnHooks
     ) -> dict[str, Any]:
         locked = False  # the session's record was read under its lock
+        # The turn's spans end once its outcome is known (``Session.export_later``), in the
+        # ``finally`` below: a turn that could not be kept failed, though the engine ended it
+        # well (``failed`` then says how).
+        finish_export: Callable[..., None] | None = None
+        failed: dict[str, Any] = {}
         # The revision of the session kept here, if any: a row that still has it is read
         # without its state, which the kept session makes useless (4 MB at the history limit).
         # Asked by the store once this turn heads the session's local queue: a turn of this
@@ -536,11 +541,13 @@ class SessionService:
                     hooks.on_start()
                 before = session.variables
                 started = time.perf_counter()
+                session.export_later = True
                 token = IDEMPOTENCY_KEY.set(key)
                 try:
                     reply = await session.send_async(text)
                 finally:
                     IDEMPOTENCY_KEY.reset(token)
+                finish_export = reply.finish_export
                 number = record.turns + 1
                 result = turn_json(text, reply, before)
                 result["turn"] = number
@@ -564,6 +571,12 @@ class SessionService:
                         read_stored=lambda: stored_state(lock),
                         restore_stored=lambda stored: self._restore(stored, checking=True),
                     )
+                    if not saved.keep:
+                        failed = {
+                            "error": result["error"],
+                            "ended": saved.ended,
+                            "escalated": saved.escalated,
+                        }
                 outcome = TurnOutcome(
                     state=saved.state,
                     state_text=saved.text,
@@ -599,6 +612,9 @@ class SessionService:
             if not locked:  # no such session, or it expired: not another key's
                 self.forget(session_id)
             raise
+        finally:
+            if finish_export is not None:
+                finish_export(**failed)
 
     async def _restored(self, record: SessionRecord, *, checking: bool = False) -> Session:
         """:meth:`_restore`, in a thread for a large state (:data:`RESTORE_IN_THREAD_CHARS`)."""
