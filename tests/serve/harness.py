@@ -31,9 +31,12 @@ async def api(
     paths: tuple[str, ...] = (NOTES,),
     keys: tuple[str, ...] = (),
     config: ServerConfig | None = None,
+    model: Callable[[], Any] = StandInModel,
 ) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app serving ``paths``, each agent with a model ``model()`` makes (the
+    stand-in by default)."""
     agents = load_agents(list(paths))
-    served = serve_agents(agents, {a.name: StandInModel() for a in agents})
+    served = serve_agents(agents, {a.name: model() for a in agents})
     app = create_app(
         served, store_from_url(store_url), config=config, keys=ApiKeys.of(*keys), purge_every=None
     )

@@ -10,7 +10,6 @@ change (docs/serve.md, "Several workers")."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import signal
@@ -28,10 +27,10 @@ from agentscript.models.config import CONFIG_ENV
 from agentscript.server import logs, orphan
 from agentscript.server.agents import AgentLoadError, load_agents, source_digest
 from agentscript.server.command import ENV, ServeOptions, build_app, worker_app
-from agentscript.server.supervisor import FILES_CHANGED
 
 from .harness import CARD_BANK, NOTES
 from .process import ServerProcess
+from .test_supervisor_agents_changed import worker_refuses_to_start
 from .test_worker_restart import workers_of
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "order_status"
@@ -222,15 +221,8 @@ def test_a_worker_started_after_the_edit_refuses_the_files(
     agent = make(tmp_path)
     options = _started(agent, tmp_path)
     change(agent)
-    monkeypatch.setitem(os.environ, ENV, options)
-    with (
-        caplog.at_level(logging.ERROR, logger="agentscript.server"),
-        pytest.raises(SystemExit) as exited,
-    ):
-        worker_app()
-    assert exited.value.code == FILES_CHANGED
-    name = load(agent).name
-    assert f"a worker could not start: {name} {CHANGED}" in caplog.text
+    logged = worker_refuses_to_start(monkeypatch, caplog, options)
+    assert f"a worker could not start: {load(agent).name} {CHANGED}" in logged
 
 
 @pytest.mark.parametrize("unrelated", UNRELATED)

@@ -24,13 +24,12 @@ import pytest
 from agentscript.models.base import Message, ToolCall
 from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.server.agents import load_agents, serve_agents
-from agentscript.server.app import create_app
 from agentscript.server.config import ServerConfig
 from agentscript.server.live import LiveSessions
 from agentscript.store import SessionRecord, StoreError, store_from_url
 from agentscript.trace_inputs import rebuild_messages
 
-from .harness import CARD_BANK, NOTES
+from .harness import CARD_BANK, NOTES, api
 
 SEED = Path(__file__).parents[2] / "examples" / "order_status" / "order_status.agent"
 ORDERS = """
@@ -88,14 +87,10 @@ async def server(
             received.append([m.to_json() for m in messages])
         return answer(messages, info)
 
-    agents = load_agents([path])
-    served = serve_agents(agents, {a.name: FunctionModel(witnessed) for a in agents})
     config = ServerConfig(rate_limit=0, live_sessions=live)
-    app = create_app(served, store_from_url(store_url), config=config, purge_every=None)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
+    async with api(
+        store_url, paths=(path,), config=config, model=lambda: FunctionModel(witnessed)
+    ) as client:
         yield client
 
 

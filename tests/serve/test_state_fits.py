@@ -31,13 +31,10 @@ from tests.fakes.fitting import CAP, CONFIG, DROPPED_RESULT, answer, write_agent
 from agentscript import jsontext
 from agentscript.models.base import Message
 from agentscript.models.function import FunctionInfo, FunctionModel
-from agentscript.server.agents import load_agents, serve_agents
-from agentscript.server.app import create_app
 from agentscript.server.config import ServerConfig
 from agentscript.server.live import LiveSessions
-from agentscript.store import store_from_url
 
-from .harness import new_session, say, stored_state
+from .harness import api, new_session, say, stored_state
 
 small_cap = fitting.small_cap  # the fixture
 
@@ -59,14 +56,10 @@ async def server(
         received.append([m.to_json() for m in messages])
         return answer(messages, info)
 
-    agents = load_agents([path])
-    served = serve_agents(agents, {a.name: FunctionModel(witnessed) for a in agents})
     config = ServerConfig(rate_limit=0, live_sessions=1000)
-    app = create_app(served, store_from_url(store_url), config=config, purge_every=None)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
+    async with api(
+        store_url, paths=(path,), config=config, model=lambda: FunctionModel(witnessed)
+    ) as client:
         yield client
 
 

@@ -36,12 +36,10 @@ from agentscript.engine import restore
 from agentscript.models.base import Message, ToolCall
 from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.server import sse
-from agentscript.server.agents import load_agents, serve_agents
-from agentscript.server.app import create_app
 from agentscript.server.config import ServerConfig
 from agentscript.store import SessionRecord, TurnOutcome, TurnRecord, store_from_url
 
-from .harness import new_session, say, stored_state
+from .harness import api, new_session, say, stored_state
 
 NOT_KEPT = "was not kept"
 
@@ -198,14 +196,10 @@ def mantle_path(tmp_path: Path) -> Path:
 async def server(
     store_url: str, path: Path, model: Callable[..., Any] = answer, live: int = 1000
 ) -> AsyncIterator[httpx.AsyncClient]:
-    agents = load_agents([str(path)])
-    served = serve_agents(agents, {a.name: FunctionModel(model) for a in agents})
     config = ServerConfig(rate_limit=0, live_sessions=live)
-    app = create_app(served, store_from_url(store_url), config=config, purge_every=None)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
+    async with api(
+        store_url, paths=(str(path),), config=config, model=lambda: FunctionModel(model)
+    ) as client:
         yield client
 
 

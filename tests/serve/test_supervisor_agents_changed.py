@@ -49,6 +49,21 @@ REFUSED = (
 )
 
 
+def worker_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, options: str
+) -> str:
+    """What a worker started with ``options`` (the server's, as its environment passes them)
+    logged as it exited with FILES_CHANGED, which it must."""
+    monkeypatch.setitem(os.environ, ENV, options)
+    with (
+        caplog.at_level(logging.ERROR, logger="agentscript.server"),
+        pytest.raises(SystemExit) as exited,
+    ):
+        worker_app()
+    assert exited.value.code == FILES_CHANGED
+    return caplog.text
+
+
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     signals: list[tuple[int, int]] = []
@@ -230,14 +245,7 @@ def test_a_worker_refusing_the_files_exits_as_such(
     else:
         agent.write_text(text[: len(text) // 3])
         said = "cannot serve an agent with errors"
-    monkeypatch.setitem(os.environ, ENV, options)
-    with (
-        caplog.at_level(logging.ERROR, logger="agentscript.server"),
-        pytest.raises(SystemExit) as exited,
-    ):
-        worker_app()
-    assert exited.value.code == FILES_CHANGED
-    assert said in caplog.text
+    assert said in worker_refuses_to_start(monkeypatch, caplog, options)
 
 
 def test_a_worker_failing_its_start_otherwise_exits_as_a_failed_start(
