@@ -12,6 +12,7 @@ import pytest
 
 import agentscript
 from agentscript.limits import Limits
+from agentscript.mantle.run.prompt import without_moment
 from agentscript.models.base import Message, ToolCall
 from agentscript.models.function import FunctionInfo, FunctionModel
 from agentscript.trace_inputs import rebuild_messages
@@ -53,10 +54,13 @@ def play(how: str, limits: Limits) -> tuple[list[Any], list[dict[str, Any]]]:
 
 
 def without_timings(trace: Any) -> Any:
+    """``trace`` without timings, and without the minute its prompts were built in."""
     if isinstance(trace, dict):
         return {k: without_timings(v) for k, v in trace.items() if not k.endswith(("Ms", "_ms"))}
     if isinstance(trace, list):
         return [without_timings(item) for item in trace]
+    if isinstance(trace, str):
+        return without_moment(trace)
     return trace
 
 

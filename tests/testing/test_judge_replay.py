@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 from helpers import LIVE_ENV as ENV
 from helpers import LIVE_SPEC, run_json, run_test
 from helpers import LIVE_TURN as TURN
 
+from agentscript.mantle.run import prompt
 from fakes.llm_servers import OpenAIServer, Reply
 
 
@@ -303,3 +306,57 @@ def test_two_rating_steps_without_id_are_recorded_apart_and_replay(order_copy: P
     assert code == 0, json.dumps(data, indent=1)
     verdicts = [r for r in data["testCases"][0]["testResults"] if r["judged"]]
     assert [r["judge"]["reasoning"] for r in verdicts] == ["date", "polite"]
+
+
+def test_a_mantle_recording_replays_in_a_later_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Mantle system prompt states the current minute: hashed as it was, every recording
+    # of a Mantle agent was stale a minute after it was made.
+    project = tmp_path / "card_bank"
+    shutil.copytree(ROOT / "examples" / "card_bank", project)
+    scenarios = project / "eval" / "scenarios"
+    scenarios.mkdir(parents=True)
+    (scenarios / "hello.yml").write_text(
+        """scenario:
+  name: Hello
+  simulation_context: You are a customer who just says hello.
+  max_turns: 3
+""",
+        encoding="utf-8",
+    )
+
+    def at(minute: int) -> None:
+        class Clock(datetime):
+            @classmethod
+            def now(cls, tz: tzinfo | None = None) -> Clock:
+                return cls(2026, 12, 5, 17, minute, tzinfo=UTC)
+
+        monkeypatch.setattr(prompt, "datetime", Clock)
+
+    at(43)
+    script = [Reply(text="Hi!"), Reply(text="Hello there."), Reply(text="###STOP###")]
+    with OpenAIServer(script) as server:
+        code, _, err = run_test(
+            str(scenarios),
+            "--record",
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            env=ENV,
+        )
+    assert code == 0, err
+    recorded = (scenarios / "hello.yml.replay.json").read_text(encoding="utf-8")
+    assert "Current date and time: <now>" in recorded and "17:43" not in recorded
+    at(44)
+    code, data = run_json(str(scenarios), env=ENV)  # replayed, no model
+    assert code == 0, json.dumps(data["testCases"][0], indent=1)
+    # What the agent is told still counts: another persona is a stale recording.
+    agent_file = project / "agent.yml"
+    agent_file.write_text(
+        agent_file.read_text(encoding="utf-8").replace("brief, friendly", "terse"),
+        encoding="utf-8",
+    )
+    code, data = run_json(str(scenarios), env=ENV)
+    assert code != 0 and "is stale" in data["testCases"][0]["errorMessage"]

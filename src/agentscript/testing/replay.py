@@ -2,8 +2,8 @@
 
 Every call is keyed by (test, turn, node, call index): the agent's calls by the node that asked,
 the judge's and the simulated user's by the pseudo-nodes ``judge:<check>`` and ``user``. Next to
-each answer the file keeps a hash of the resolved prompt (system text, instructions, messages,
-tools) and the prompt itself. On replay a different hash means the agent changed under the
+each answer the file keeps a hash of the resolved prompt (system text but for the time it
+states, instructions, messages, tools) and the prompt itself. On replay a different hash means the agent changed under the
 recording: the call is reported *stale* with a unified diff of the prompt, and with
 ``--refresh-stale`` only those calls go to the live model and are re-recorded.
 
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentscript.jsontext import escape_lone_surrogates
+from agentscript.mantle.run.prompt import without_moment
 from agentscript.models.base import (
     Model,
     ModelError,
@@ -97,8 +98,15 @@ class ReplayStale(ModelError):
 
 
 def prompt_text(request: ModelRequest) -> str:
-    """The resolved prompt as stable text (what the hash covers and the diff shows)."""
-    lines = ["# system", request.system, "# instructions", request.instructions, "# messages"]
+    """The resolved prompt as stable text (what the hash covers and the diff shows). A Mantle
+    system prompt's current date and time is left out: the recording stays good next minute."""
+    lines = [
+        "# system",
+        without_moment(request.system),
+        "# instructions",
+        request.instructions,
+        "# messages",
+    ]
     lines += [json.dumps(m.to_json(), sort_keys=True, ensure_ascii=False) for m in request.messages]
     lines.append("# tools")
     lines += [

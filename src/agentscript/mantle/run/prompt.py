@@ -8,6 +8,7 @@ decides which pieces apply.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,13 @@ from agentscript.models.base import ToolSpec
 
 Memory = Mapping[str, Any]
 
+MOMENT_FORMAT = "%A, %Y-%m-%d %H:%M %Z"
+# The system prompt's one line that changes by itself (each minute). What compares prompts
+# across time, as a recording's key does, reads them through ``without_moment``.
+_MOMENT_LINE = re.compile(
+    r"^Current date and time: \w+, \d{4}-\d{2}-\d{2} \d{2}:\d{2}\b.*$", re.MULTILINE
+)
+
 ACTIVATE, COMPLETE, CANCEL = "activate_skill", "complete_skill", "cancel_skill"
 SET_FIELDS, RESOLVE = "set_fields", "resolve_tool_confirmation"
 CANNOT_HELP, SEARCH_KNOWLEDGE = "cannot_help", "search_knowledge"
@@ -49,6 +57,15 @@ _JSON_OF = {
     "list": "array",
     "categorical": "string",
 }
+
+
+def without_moment(system: str) -> str:
+    """``system`` with its current date and time replaced by ``<now>``.
+
+    >>> without_moment("Persona\\n\\nCurrent date and time: Saturday, 2026-12-05 17:44 UTC")
+    'Persona\\n\\nCurrent date and time: <now>'
+    """
+    return _MOMENT_LINE.sub("Current date and time: <now>", system)
 
 
 def system_prompt(
@@ -71,7 +88,7 @@ def system_prompt(
         )
     if memory is None:
         return "\n\n".join(parts)
-    moment = (now or datetime.now().astimezone()).strftime("%A, %Y-%m-%d %H:%M %Z").strip()
+    moment = (now or datetime.now().astimezone()).strftime(MOMENT_FORMAT).strip()
     parts.append(f"Current date and time: {moment}")
     known = []
     for name, entry in project.memory.items():
