@@ -6,12 +6,10 @@ invoked action, the JUnit report one ``<property>`` per call, the terminal one l
 from __future__ import annotations
 
 import json
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT
 from helpers import run_json, run_test
 
 from fakes.card_bank import card_bank_balance_conversation
@@ -164,11 +162,10 @@ def test_terminal_lists_the_calls_of_a_case_that_failed_and_of_every_case_with_v
     assert "    action check_if_late (turn 1): ran" in verbose.splitlines()
 
 
-def test_a_mantle_tool_stubbed_by_its_name_is_reported_as_a_stub(tmp_path: Path) -> None:
+def test_a_mantle_tool_stubbed_by_its_name_is_reported_as_a_stub(card_bank_copy: Path) -> None:
     """A Mantle project's runner looks stubs up by the tool's name (the step's ``name``; its
     ``action`` is the function's file and name)."""
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
+    project = card_bank_copy
     conversation = project / "balance.yml"
     conversation.write_text(card_bank_balance_conversation(expect=True), encoding="utf-8")
     code, data = run_json(str(conversation), "--agent", str(project), env=NO_CONFIG)

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, write_scenario
 from helpers import LIVE_ENV, JudgeDouble, run_command, run_json, run_test
 
 from agentscript.models.base import ModelRequest, ModelResponse
@@ -116,12 +116,10 @@ def test_whitebox_assertion_that_cannot_fail_is_a_spec_error(
     assert message in err
 
 
-def test_mantle_tool_not_executed_with_a_typo_is_a_spec_error(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
-    scenario = project / "eval" / "scenarios" / "typo.yml"
-    scenario.parent.mkdir(parents=True)
-    scenario.write_text(
+def test_mantle_tool_not_executed_with_a_typo_is_a_spec_error(card_bank_copy: Path) -> None:
+    scenario = write_scenario(
+        card_bank_copy,
+        "typo.yml",
         """scenario:
   name: Typo
   simulation_context: You are Ada.
@@ -129,7 +127,6 @@ def test_mantle_tool_not_executed_with_a_typo_is_a_spec_error(tmp_path: Path) ->
     assertions:
       - tool_not_executed: {tool_name: blok_card}
 """,
-        encoding="utf-8",
     )
     code, _, err = run_test(str(scenario))
     assert code == 2
@@ -496,13 +493,11 @@ def test_case_without_expectation_is_warned_about(order_copy: Path) -> None:
     assert f"warning: {spec}:4: case 'Test Case #1' has no expectation" in err
 
 
-def test_mantle_scenario_without_goals_is_warned_about(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
-    scenario = project / "eval" / "scenarios" / "nogoals.yml"
-    scenario.parent.mkdir(parents=True)
-    scenario.write_text(
-        "scenario:\n  name: No goals\n  simulation_context: You are Ada.\n", encoding="utf-8"
+def test_mantle_scenario_without_goals_is_warned_about(card_bank_copy: Path) -> None:
+    scenario = write_scenario(
+        card_bank_copy,
+        "nogoals.yml",
+        "scenario:\n  name: No goals\n  simulation_context: You are Ada.\n",
     )
     _, _, err = run_test(str(scenario))
     assert "case 'No goals' has no expectation" in err

@@ -5,10 +5,8 @@ expecting the start agent held on every turn."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from conftest import ROOT
 from helpers import run_json
 
 NGT = """name: Handoffs
@@ -67,9 +65,8 @@ def test_the_subagent_a_transition_entered_is_the_handoff(order_copy: Path) -> N
     assert verdicts["routed"][0] is True
 
 
-def test_a_mantle_skill_started_in_the_turn_is_a_handoff(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
+def test_a_mantle_skill_started_in_the_turn_is_a_handoff(card_bank_copy: Path) -> None:
+    project = card_bank_copy
     spec = project / "ngt.yaml"
     spec.write_text(
         """name: MantleHandoffs

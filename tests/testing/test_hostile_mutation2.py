@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 from helpers import LIVE_ENV as ENV
 from helpers import LIVE_SPEC, ORDER_STUBS, run_test
 
@@ -49,9 +48,10 @@ def test_mutate_copies_a_symlink_loop_as_a_link(order_copy: Path) -> None:
     assert (order_copy / "sub" / "up").is_symlink()
 
 
-def test_mutant_is_not_written_through_a_linked_skill_file(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
+def test_mutant_is_not_written_through_a_linked_skill_file(
+    tmp_path: Path, card_bank_copy: Path
+) -> None:
+    project = card_bank_copy
     real = tmp_path / "shared_skill.md"
     skill = project / "skills" / "card_replace" / "skill.md"
     shutil.move(skill, real)

@@ -4,18 +4,28 @@ agent changes, and a Mantle scenario whose user is played by a model."""
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import write_scenario
 from helpers import LIVE_ENV as ENV
 from helpers import LIVE_SPEC, run_json, run_test
 from helpers import LIVE_TURN as TURN
 
 from agentscript.mantle.run import prompt
 from fakes.llm_servers import OpenAIServer, Reply
+
+
+def record(path: Path, script: list[Reply], *options: str) -> tuple[int, str]:
+    """``agentscript test PATH --record`` with a fake model server answering ``script``
+    (``openai:m``): the exit code and what went to stderr."""
+    with OpenAIServer(script) as server:
+        code, _, err = run_test(
+            str(path), "--record", "--model", "openai:m", "--base-url", server.base_url,
+            *options, env=ENV,
+        )  # fmt: skip
+    return code, err
 
 
 def _outcome_spec(order_copy: Path) -> Path:
@@ -123,10 +133,7 @@ def test_recording_goes_stale_when_a_prompt_changes_and_refresh_rerecords_only_i
 ) -> None:
     spec = order_copy / "live.yaml"
     spec.write_text(LIVE_SPEC, encoding="utf-8")
-    with OpenAIServer(list(TURN)) as server:
-        code, _, _ = run_test(
-            str(spec), "--record", "--model", "openai:m", "--base-url", server.base_url, env=ENV
-        )
+    code, _ = record(spec, list(TURN))
     assert code == 0
     recording = json.loads((order_copy / "live.yaml.replay.json").read_text(encoding="utf-8"))
     assert sorted(recording["calls"]) == [
@@ -165,12 +172,10 @@ def test_recording_goes_stale_when_a_prompt_changes_and_refresh_rerecords_only_i
     assert code == 0
 
 
-def test_mantle_scenario_user_played_by_a_model(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
-    scenarios = project / "eval" / "scenarios"
-    scenarios.mkdir(parents=True)
-    (scenarios / "greet.yml").write_text(
+def test_mantle_scenario_user_played_by_a_model(card_bank_copy: Path) -> None:
+    scenarios = write_scenario(
+        card_bank_copy,
+        "greet.yml",
         """scenario:
   name: Greeting
   simulation_context: You are a customer who just says hello.
@@ -181,8 +186,7 @@ def test_mantle_scenario_user_played_by_a_model(tmp_path: Path) -> None:
       - bot_uttered: {text_matches: "Hello there"}
       - tool_not_executed: {tool_name: order_replacement}
 """,
-        encoding="utf-8",
-    )
+    ).parent
     script = [
         Reply(text="Hi!"),  # the simulated user
         Reply(text="Hello there, how can I help?"),  # the agent
@@ -219,15 +223,13 @@ def test_a_case_with_no_recording_and_no_model_is_an_error(order_copy: Path) -> 
     assert "no recorded answer for call Live/Test Case #1|1|router|0" in case["errorMessage"]
 
 
-def test_two_criteria_on_one_line_are_recorded_apart_and_replay(tmp_path: Path) -> None:
+def test_two_criteria_on_one_line_are_recorded_apart_and_replay(card_bank_copy: Path) -> None:
     # `criteria: [a, b]` puts both criteria on one line, so both had the key criterion#6: the
     # second's answer replaced the first's and replaying found that call stale. The first
     # keeps the plain key (recordings made before still replay), the second is `#6 #2`.
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
-    scenarios = project / "eval" / "scenarios"
-    scenarios.mkdir(parents=True)
-    (scenarios / "two.yml").write_text(
+    scenarios = write_scenario(
+        card_bank_copy,
+        "two.yml",
         """scenario:
   name: Two
   simulation_context: You are a customer who just says hello.
@@ -235,8 +237,7 @@ def test_two_criteria_on_one_line_are_recorded_apart_and_replay(tmp_path: Path) 
   goals:
     criteria: [The agent greets the user., The agent tells the balance.]
 """,
-        encoding="utf-8",
-    )
+    ).parent
     script = [
         Reply(text="Hi!"),  # the simulated user
         Reply(text="Hello there, how can I help?"),  # the agent
@@ -244,17 +245,7 @@ def test_two_criteria_on_one_line_are_recorded_apart_and_replay(tmp_path: Path) 
         _judge(1.0, "greeted"),
         _judge(0.9, "balance told"),
     ]
-    with OpenAIServer(script) as server:
-        code, _, _ = run_test(
-            str(scenarios),
-            "--record",
-            "--model",
-            "openai:m",
-            "--base-url",
-            server.base_url,
-            "--judge-blocking",
-            env=ENV,
-        )
+    code, _ = record(scenarios, script, "--judge-blocking")
     assert code == 0
     calls = json.loads((scenarios / "two.yml.replay.json").read_text(encoding="utf-8"))["calls"]
     assert sorted(k for k in calls if "|judge|" in k) == [
@@ -293,10 +284,7 @@ def test_two_rating_steps_without_id_are_recorded_apart_and_replay(order_copy: P
         ),
         encoding="utf-8",
     )  # fmt: skip
-    with OpenAIServer([*TURN, _judge(1.0, "date"), _judge(0.8, "polite")]) as server:
-        code, _, _ = run_test(
-            str(spec), "--record", "--model", "openai:m", "--base-url", server.base_url, env=ENV
-        )
+    code, _ = record(spec, [*TURN, _judge(1.0, "date"), _judge(0.8, "polite")])
     assert code == 0
     calls = json.loads((order_copy / "eval.json.replay.json").read_text(encoding="utf-8"))
     judged = {k.split("|judge|")[1] for k in calls["calls"] if "|judge|" in k}
@@ -309,22 +297,19 @@ def test_two_rating_steps_without_id_are_recorded_apart_and_replay(order_copy: P
 
 
 def test_a_mantle_recording_replays_in_a_later_minute(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    card_bank_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A Mantle system prompt states the current minute: hashed as it was, every recording
     # of a Mantle agent was stale a minute after it was made.
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
-    scenarios = project / "eval" / "scenarios"
-    scenarios.mkdir(parents=True)
-    (scenarios / "hello.yml").write_text(
+    scenarios = write_scenario(
+        card_bank_copy,
+        "hello.yml",
         """scenario:
   name: Hello
   simulation_context: You are a customer who just says hello.
   max_turns: 3
 """,
-        encoding="utf-8",
-    )
+    ).parent
 
     def at(minute: int) -> None:
         class Clock(datetime):
@@ -336,16 +321,7 @@ def test_a_mantle_recording_replays_in_a_later_minute(
 
     at(43)
     script = [Reply(text="Hi!"), Reply(text="Hello there."), Reply(text="###STOP###")]
-    with OpenAIServer(script) as server:
-        code, _, err = run_test(
-            str(scenarios),
-            "--record",
-            "--model",
-            "openai:m",
-            "--base-url",
-            server.base_url,
-            env=ENV,
-        )
+    code, err = record(scenarios, script)
     assert code == 0, err
     recorded = (scenarios / "hello.yml.replay.json").read_text(encoding="utf-8")
     assert "Current date and time: <now>" in recorded and "17:43" not in recorded
@@ -353,7 +329,7 @@ def test_a_mantle_recording_replays_in_a_later_minute(
     code, data = run_json(str(scenarios), env=ENV)  # replayed, no model
     assert code == 0, json.dumps(data["testCases"][0], indent=1)
     # What the agent is told still counts: another persona is a stale recording.
-    agent_file = project / "agent.yml"
+    agent_file = card_bank_copy / "agent.yml"
     agent_file.write_text(
         agent_file.read_text(encoding="utf-8").replace("brief, friendly", "terse"),
         encoding="utf-8",

@@ -5,12 +5,11 @@ and a custom evaluation whose JSONPath was compared as text."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import write_scenario
 from helpers import LIVE_ENV, ORDER_STUBS, run_json, run_test
 
 from agentscript.expectations import Expectations
@@ -71,9 +70,8 @@ def test_response_contains_in_the_reply_passes(order_copy: Path) -> None:
     assert results["expect.response_contains"]["result"] == "PASS"
 
 
-def test_card_bank_conversation_with_changed_response_contains_fails(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
+def test_card_bank_conversation_with_changed_response_contains_fails(card_bank_copy: Path) -> None:
+    project = card_bank_copy
     conversation = project / "conversations" / "rule1_interrupt_resume.yml"
     text = conversation.read_text(encoding="utf-8")
     right = '"Would you like to continue with Card Replace?"'
@@ -263,12 +261,11 @@ def test_expected_topic_with_a_word_suffix_fails_the_case(order_copy: Path) -> N
 # --- Mantle memory_was_set ------------------------------------------------------------------
 
 
-def test_mantle_memory_was_set_needs_a_write_during_the_conversation(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
-    scenarios = project / "eval" / "scenarios"
-    scenarios.mkdir(parents=True)
-    (scenarios / "balance.yml").write_text(
+def test_mantle_memory_was_set_needs_a_write_during_the_conversation(card_bank_copy: Path) -> None:
+    project = card_bank_copy
+    scenarios = write_scenario(
+        project,
+        "balance.yml",
         """scenario:
   name: Balance
   simulation_context: You are Ada, a verified customer, asking for your balance.
@@ -283,8 +280,7 @@ def test_mantle_memory_was_set_needs_a_write_during_the_conversation(tmp_path: P
       - memory_was_set: {name: card_replace.reason}
       - memory_was_set: {name: project.customer_name}
 """,
-        encoding="utf-8",
-    )
+    ).parent
     script = [
         Reply(text="What's my balance?"),  # the simulated user
         Reply(calls=[FakeCall.of("activate_skill", {"skill": "check_balance"})]),
@@ -310,12 +306,13 @@ def test_mantle_memory_was_set_needs_a_write_during_the_conversation(tmp_path: P
     assert code == 1
 
 
-def test_mantle_simulated_turn_ending_in_an_error_fails(tmp_path: Path) -> None:
-    project = tmp_path / "card_bank"
-    shutil.copytree(ROOT / "examples" / "card_bank", project)
-    scenarios = project / "eval" / "scenarios"
-    scenarios.mkdir(parents=True)
-    (scenarios / "cut_short.yml").write_text(
+def test_mantle_simulated_turn_ending_in_an_error_fails(
+    tmp_path: Path, card_bank_copy: Path
+) -> None:
+    project = card_bank_copy
+    scenarios = write_scenario(
+        project,
+        "cut_short.yml",
         """scenario:
   name: Cut short
   simulation_context: You are Ada, a verified customer, asking for your balance.
@@ -326,8 +323,7 @@ def test_mantle_simulated_turn_ending_in_an_error_fails(tmp_path: Path) -> None:
     assertions:
       - skill_activated: {skill_id: check_balance}
 """,
-        encoding="utf-8",
-    )
+    ).parent
     # One LLM call per turn: the agent's second call ends the turn in an error.
     config = tmp_path / "agentscript.toml"
     config.write_text("[limits]\nmax_llm_calls = 1\n", encoding="utf-8")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agentscript import jsontext
+from agentscript.engine.history import exchange_starts
 from agentscript.models.base import Message
 from agentscript.trace import TurnTrace
 from agentscript.trace_steps import Step, event_step
@@ -149,18 +150,19 @@ def _shrinks(
     """Shrink ``history`` one step at a time, in the module's order, keeping ``sizes`` (each
     message's ``size``) in step and noting in ``replaced`` where a message was replaced;
     after each step, ``(kind, messages, characters freed)``."""
-    own = _last_user(history)
-    # 1. Whole exchanges, oldest first: each ends where the next user message is.
-    while own > 0:
-        cut = next(i for i in range(1, own + 1) if history[i].role == "user")
+    # 1. Whole exchanges before the turn's own (its last user message on), oldest first, cut
+    # where ``trim_history`` cuts; the turn's exchange then begins the history.
+    dropped = 0
+    for start in list(exchange_starts(history)):
+        cut = start - dropped
         freed = sum(sizes[:cut])
         del history[:cut]
         del sizes[:cut]
-        own -= cut
+        dropped = start
         yield EXCHANGE, cut, freed
     # 2. The turn's tool results, largest first.
     error = json.dumps({"error": f"result dropped: {reason}"}, ensure_ascii=False)
-    results = [i for i in range(own, len(history)) if history[i].role == "tool"]
+    results = [i for i, message in enumerate(history) if message.role == "tool"]
     for index in sorted(results, key=lambda i: -sizes[i]):
         # The content as Message.tool_result writes it, answering the same call.
         freed = _replace(history, sizes, index, replace(history[index], content=error), size)
@@ -168,9 +170,7 @@ def _shrinks(
             replaced.append(index)
             yield RESULT, 1, freed
     # 3. The turn's assistant texts, largest first, but the last (what the user was answered).
-    texts = [
-        i for i in range(own, len(history)) if history[i].role == "assistant" and history[i].content
-    ]
+    texts = [i for i, m in enumerate(history) if m.role == "assistant" and m.content]
     marker = f"[text dropped: {reason}]"
     for index in sorted(texts[:-1], key=lambda i: -sizes[i]):
         message = history[index]
@@ -196,14 +196,6 @@ def _replace(
     freed = sizes[index] - new
     history[index], sizes[index] = message, new
     return freed
-
-
-def _last_user(history: list[Message]) -> int:
-    """Where the turn's own exchange starts: its last user message (0 when there is none)."""
-    for index in range(len(history) - 1, -1, -1):
-        if history[index].role == "user":
-            return index
-    return 0
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ messages it dropped so the turn can record it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from agentscript.models.base import Message, ToolCall
 
@@ -39,15 +39,19 @@ def trim_history(
     if total <= max_chars:
         return 0
     cut = 0
-    for index, message in enumerate(history[1:], start=1):
-        if message.role != "user":
-            continue
+    for index in exchange_starts(history):
         total -= sum(sizes[cut:index])
         cut = index
         if total <= max_chars:
             break
     del history[:cut]
     return cut
+
+
+def exchange_starts(history: Sequence[Message]) -> Iterator[int]:
+    """Where each exchange but the first begins: every user message after the first message.
+    Dropping the messages before one of these never parts a tool call from its result."""
+    return (index for index, message in enumerate(history) if index and message.role == "user")
 
 
 class HistoryLedger:
