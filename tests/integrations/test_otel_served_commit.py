@@ -20,7 +20,16 @@ from opentelemetry.trace import StatusCode
 from tests.fakes import fitting
 from tests.fakes.fitting import CAP, CONFIG, answer, write_agent
 from tests.integrations import test_otel_turns
-from tests.integrations.test_otel_turns import STREAM, load, named, root, send_served, telemetry
+from tests.integrations.test_otel_turns import (
+    STREAM,
+    load,
+    named,
+    root,
+    send_served,
+    served_app,
+    telemetry,
+)
+from tests.serve.test_store_unavailable_body import failing_commits
 
 from agentscript.models.function import FunctionModel
 from agentscript.models.scripted import Move, ScriptedModel
@@ -145,3 +154,39 @@ def test_a_turn_that_raises_ends_its_spans_at_once_even_when_exporting_later(
     span = root(exporter)
     assert span.status.status_code is StatusCode.ERROR
     assert (span.attributes or {})["error.type"] == "RuntimeError"
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "streamed"])
+def test_a_served_turn_whose_commit_failed_exports_its_root_span_as_an_error(
+    tmp_path: Path, exporter: InMemorySpanExporter, streamed: bool
+) -> None:
+    # The engine ended the turn well, then the store refused its commit: the client got a
+    # 503 and a retry runs the turn again, but the spans said the turn had succeeded.
+    app = served_app(tmp_path, exporter)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+        ):
+            created = await client.post("/v1/agents/spans/sessions", json={})
+            sid = created.json()["session_id"]
+            async with failing_commits(client):
+                sent = await client.post(
+                    f"/v1/sessions/{sid}/messages",
+                    json={"text": "m0"},
+                    headers=STREAM if streamed else {},
+                )
+            if streamed:
+                assert "event: error" in sent.text and "event: turn" not in sent.text
+            else:
+                assert sent.status_code == 503, sent.text
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "m0"})
+            assert sent.status_code == 200 and sent.json()["turn"] == 1, sent.text
+
+    asyncio.run(scenario())
+    failed, retried = named(exporter, "invoke_agent")
+    assert failed.status.status_code is StatusCode.ERROR  # no text: content is not captured
+    assert (failed.attributes or {})["error.type"] == "StoreError"
+    assert retried.status.status_code is StatusCode.UNSET

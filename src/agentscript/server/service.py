@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -63,6 +64,11 @@ TokenSink = Callable[[str], None]
 # on the event loop would stall every other session of the worker; a state under this, the
 # usual size, restores in under 10 ms, quicker inline than through a thread's hand-off.
 RESTORE_IN_THREAD_CHARS = 64_000
+
+# The error a turn's spans are exported with when the engine ended it but its commit did not
+# happen (the store failed, the request was cut, another request committed its key first): the
+# client was not given its result.
+NOT_COMMITTED = "the turn was not committed"
 
 
 @dataclass
@@ -497,6 +503,7 @@ class SessionService:
         # well (``failed`` then says how).
         finish_export: Callable[..., None] | None = None
         failed: dict[str, Any] = {}
+        committed = False
         # The revision of the session kept here, if any: a row that still has it is read
         # without its state, which the kept session makes useless (4 MB at the history limit).
         # Asked by the store once this turn heads the session's local queue: a turn of this
@@ -592,6 +599,7 @@ class SessionService:
                 except asyncio.CancelledError:
                     self.cut_while_committing += 1
                     raise
+                committed = True
                 if self.agents[record.agent].overrides is None and saved.keep:
                     self.live.keep(
                         session_id, number, record.agent_version, session, outcome.revision
@@ -614,6 +622,12 @@ class SessionService:
             raise
         finally:
             if finish_export is not None:
+                if not committed:  # the client is told of a failure: so is the telemetry
+                    raised = sys.exc_info()[1]
+                    failed = {
+                        "error": NOT_COMMITTED,
+                        "error_type": type(raised).__name__ if raised else "TurnError",
+                    }
                 finish_export(**failed)
 
     async def _restored(self, record: SessionRecord, *, checking: bool = False) -> Session:
