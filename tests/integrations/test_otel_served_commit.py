@@ -94,6 +94,10 @@ def test_a_served_turn_that_could_not_be_kept_exports_its_root_span_as_an_error(
     # The turn's own spans are still exported, under it: its model calls and tool runs.
     assert len(named(exporter, "execute_tool")) == 1 + 2
     assert len(named(exporter, "chat ")) == 2 + 2
+    # And the steps the server added after the engine, as the engine's are: events.
+    events = [(e.name, e.timestamp) for e in second.events]
+    assert [name for name, _ in events[-2:]] == ["agentscript.error", "agentscript.response"]
+    assert events[-1][1] <= (second.end_time or 0)
 
 
 def test_an_ordinary_served_turn_exports_its_spans_once_as_before(

@@ -199,7 +199,11 @@ class TurnObserver:
         )
         context = otel_trace.set_span_in_context(root)
         pending_calls: list[dict[str, Any]] = []
-        for step, start_ns in zip(trace.steps, self.starts, strict=False):
+        # Steps a host added after the engine ended the turn (``agentscript serve``'s
+        # ``state_fitted``, the error of a turn it could not keep) were not seen starting:
+        # they are stamped with the time the spans end.
+        starts = self.starts + [end_ns] * (len(trace.steps) - len(self.starts))
+        for step, start_ns in zip(trace.steps, starts, strict=False):
             kind = step.get("type", "")
             step_end = start_ns + int(float(step.get("durationMs") or 0) * 1_000_000)
             if kind == "LLM_STEP":
