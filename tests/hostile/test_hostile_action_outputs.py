@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from hostile_helpers import Driven, load_agent, steps
 
+import agentscript
 from agentscript.limits import Limits
+from agentscript.models.base import Message
+from agentscript.models.function import FunctionInfo, FunctionModel
 
 FETCH = ({"tool": "fetch"}, {"say": "done"})
 
@@ -149,3 +152,32 @@ def test_mantle_tool_result_that_is_not_json_is_an_error_result() -> None:
     action = steps(reply, "ACTION_STEP")[0]
     assert "not a finite JSON number" in action["error"]
     json.dumps(session.to_json(), allow_nan=False)
+
+
+def test_an_exchange_longer_than_the_cap_is_not_sent_again_next_turn() -> None:
+    # Trimming kept the last exchange whatever its size, and ran before the turn's user
+    # message was added: the exchange a large result made was sent whole the turn after.
+    driven, first = fetch_with({"label": "x" * 5_000}, Limits(max_history_chars=2_000))
+    assert first.error is None
+    reply = driven.send("again", {"say": "ok"})
+    (trimmed,) = [s for s in steps(reply, "EVENT_STEP") if s["event"] == "history_trimmed"]
+    assert trimmed["dropped"] > 0
+    history = driven.session.state.history
+    assert [(m.role, m.content) for m in history] == [("user", "again"), ("assistant", "ok")]
+    (call,) = steps(reply, "LLM_STEP")
+    assert all("x" * 100 not in json.dumps(m) for m in call["input"]["messages"])
+
+
+def test_a_mantle_exchange_longer_than_the_cap_is_not_sent_again_next_turn() -> None:
+    received: list[list[str]] = []
+
+    def answer(messages: list[Message], info: FunctionInfo) -> str:
+        received.append([m.content for m in messages])
+        return "ok"
+
+    agent = agentscript.load(Path(__file__).parents[2] / "examples" / "card_bank")
+    session = agent.session(model=FunctionModel(answer), limits=Limits(max_history_chars=3_000))
+    session.send("hi " + "w" * 5_000)
+    reply = session.send("again")
+    assert received[-1] == ["again"]
+    assert [s["event"] for s in steps(reply, "EVENT_STEP")] == ["history_trimmed"]

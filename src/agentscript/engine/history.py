@@ -8,6 +8,7 @@ messages it dropped so the turn can record it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 
 from agentscript.models.base import Message, ToolCall
@@ -22,12 +23,19 @@ def message_chars(message: Message) -> int:
 
 
 def trim_history(
-    history: list[Message], max_chars: int, ledger: HistoryLedger | None = None
+    history: list[Message],
+    max_chars: int,
+    ledger: HistoryLedger | None = None,
+    *,
+    keep_last: bool = True,
 ) -> int:
     """Drop the oldest exchanges until ``history`` fits ``max_chars``; the number dropped.
 
-    The last exchange is always kept (whatever its size), so the model still sees the
-    message it answers; oversized single values are stopped earlier by the other caps.
+    With ``keep_last`` the last exchange is always kept (whatever its size), so the model
+    still sees the message it answers. A turn trims before its user message is added
+    (``keep_last=False``): that message begins the exchange the model answers, and every
+    exchange before it may go, the last one too (kept, one as long as its results made it
+    was sent whole the turn after, past the bound and, often, past what a model accepts).
     With the session's ``ledger`` a history that fits costs only its new messages.
     """
     if ledger is not None:
@@ -39,7 +47,10 @@ def trim_history(
     if total <= max_chars:
         return 0
     cut = 0
-    for index in exchange_starts(history):
+    ends = exchange_starts(history)
+    if not keep_last:
+        ends = itertools.chain(ends, [len(history)])
+    for index in ends:
         total -= sum(sizes[cut:index])
         cut = index
         if total <= max_chars:

@@ -492,7 +492,9 @@ class Session:
             message = "the session has ended; start a new session to continue"
             error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
-        dropped = trim_history(state.history, self.limits.max_history_chars, self.ledger)
+        dropped = trim_history(
+            state.history, self.limits.max_history_chars, self.ledger, keep_last=False
+        )
         if dropped:
             event_step(
                 trace,
