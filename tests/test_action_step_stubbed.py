@@ -11,6 +11,7 @@ from typing import Any
 
 import agentscript
 from agentscript.actions import StubBook
+from agentscript.chat import describe_turn
 from agentscript.conversation import parse_conversation
 from agentscript.engine.session import Reply
 from agentscript.models.scripted import Move, ScriptedModel
@@ -70,3 +71,30 @@ def test_a_mantle_tool_stub_says_so(tmp_path: Path) -> None:
         if s["type"] == "ACTION_STEP" and s["name"] in {"get_balance", "list_cards"}
     }
     assert calls == {"get_balance": True, "list_cards": False}
+
+
+def test_chat_show_trace_says_which_code_answered_a_call(tmp_path: Path) -> None:
+    path = _agent(tmp_path / "a")
+    mapped = tmp_path / "b" / "orders.agent"
+    mapped.parent.mkdir()
+    mapped.write_text(orders_agent("flow://Lookup", outputs=["status"]), encoding="utf-8")
+    shutil.copy(tmp_path / "a" / "backend.py", mapped.parent)
+    (mapped.parent / "agentscript.toml").write_text(
+        '[actions.targets]\n"flow://Lookup" = "python://backend:lookup"\n', encoding="utf-8"
+    )
+
+    def action_line(agent: Path, **session: Any) -> str:
+        model = ScriptedModel([Move(calls=[("lookup", {})]), Move(text="Done.")])
+        reply = agentscript.load(agent).session(model=model, **session).send("order 7?")
+        (line,) = [x for x in describe_turn(reply, {}, frozenset({"trace"})) if "action " in x]
+        return line
+
+    stubs = StubBook.from_data({"lookup": {"outputs": {"status": "stubbed"}}})
+    assert (
+        action_line(path, stubs=stubs)
+        == 'action lookup({"order_ID": "7"}) [stub] -> {"status": "stubbed"}'
+    )
+    assert action_line(path) == 'action lookup({"order_ID": "7"}) -> {"status": "shipped"}'
+    assert action_line(mapped) == (
+        'action lookup({"order_ID": "7"}) [ran python://backend:lookup] -> {"status": "shipped"}'
+    )

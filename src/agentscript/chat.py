@@ -584,9 +584,8 @@ def describe_turn(reply: Reply, before: Mapping[str, Any], show: frozenset[str])
                 if step.get("error")
                 else json.dumps(step.get("output"), default=repr, ensure_ascii=False)
             )
-            lines.append(
-                f"action {step.get('name')}({json.dumps(step.get('input'), default=repr, ensure_ascii=False)}) -> {result}"
-            )
+            arguments = json.dumps(step.get("input"), default=repr, ensure_ascii=False)
+            lines.append(f"action {step.get('name')}({arguments}){_answered_by(step)} -> {result}")
         elif kind == "REFUSED_STEP" and "trace" in show:
             lines.append(f"refused {step.get('name')}: {step.get('reason')}")
         elif kind == "TRANSITION_STEP" and "trace" in show:
@@ -656,6 +655,16 @@ def _step_detail(step: Mapping[str, Any]) -> str:
         return f"{at}{step.get('event')}"
     if kind == "HOOK_STEP":
         return f"{at}{step.get('hook')}"
+    return ""
+
+
+def _answered_by(step: dict[str, Any]) -> str:
+    """What answered an ACTION_STEP's call when not the action's own target: a stub, or the
+    function ``[actions.targets]`` mapped it to (the trace's ``stubbed``, ``ranTarget``)."""
+    if step.get("stubbed"):
+        return " [stub]"
+    if step.get("ranTarget"):
+        return f" [ran {step['ranTarget']}]"
     return ""
 
 
