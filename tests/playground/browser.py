@@ -99,3 +99,23 @@ def browser(executable: str) -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+@contextmanager
+def checked_page(launched: Any, **context: Any) -> Iterator[Any]:
+    """A page of a new 1440x900 browser context (``context``: more of its options) that
+    fails the test if the page raised a JavaScript error. The tests' own probes
+    (``wait_for_function``) are evaluated strings, which the page's Content-Security-Policy
+    forbids: the context bypasses it (test_browser_page_runs_under_its_own_policy runs the
+    page under it)."""
+    opened_context = launched.new_context(
+        viewport={"width": 1440, "height": 900}, bypass_csp=True, **context
+    )
+    opened = opened_context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield opened
+    finally:
+        opened_context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.playground.browser import browser, chromium_path, playground_server
+from tests.playground.browser import browser, checked_page, chromium_path, playground_server
 from tests.playground.harness import ROOT, options
 
 # The example's backend, printing: one line to stdout, one with markup to stderr (the page
@@ -48,15 +48,8 @@ def mapped_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def page(chrome: Any) -> Iterator[Any]:
-    context = chrome.new_context(viewport={"width": 1440, "height": 900}, bypass_csp=True)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with checked_page(chrome) as opened:
         yield opened
-    finally:
-        context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def _action(page: Any, name: str) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.playground.browser import browser, chromium_path, playground_server
+from tests.playground.browser import browser, checked_page, chromium_path, playground_server
 from tests.playground.harness import (
     CARD_BANK,
     LATE_ORDER,
@@ -50,20 +50,8 @@ def base_url() -> Iterator[str]:
 
 @pytest.fixture
 def page(chrome: Any, base_url: str) -> Iterator[Any]:
-    # The tests' own probes (wait_for_function) are evaluated strings, which the page's
-    # Content-Security-Policy forbids; test_browser_page_runs_under_its_own_policy runs the
-    # page under it.
-    context = chrome.new_context(
-        viewport={"width": 1440, "height": 900}, accept_downloads=True, bypass_csp=True
-    )
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with checked_page(chrome, accept_downloads=True) as opened:
         yield opened
-    finally:
-        context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def open_agent(page: Any, base_url: str, agent: str) -> None:
