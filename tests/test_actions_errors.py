@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import assume, example, given
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import agentscript
@@ -475,6 +475,7 @@ def url_with_secrets(draw: st.DrawFn) -> str:
     return f"{scheme}://{userinfo}{host}{tail}{query}{fragment}"
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(FILLER, url_with_secrets()), min_size=1, max_size=4), FILLER)
 @example([("", f"https://svc:{PASSWORD.upper()}@h/api?key={TOKEN.upper()}")], " -> 503")
 @example([("'", "https://U:P@h/x?Q"), ("', '", "https://h/y#F")], "'")
@@ -488,6 +489,7 @@ def test_shown_urls_never_shows_a_password_or_a_query(
     assert not any(c in string.ascii_uppercase for c in shown), (text, shown)
 
 
+@settings(deadline=None)
 @given(st.text())
 @example("a" * 50 + "://" + ")" * 50)
 @example("https://[")

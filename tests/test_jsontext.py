@@ -41,7 +41,7 @@ VALUES = st.recursive(
 )
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(VALUES)
 def test_jsontext_writes_the_values_the_standard_library_writes(value: Any) -> None:
     text = jsontext.dumps(value)
@@ -49,7 +49,7 @@ def test_jsontext_writes_the_values_the_standard_library_writes(value: Any) -> N
     assert jsontext.dumps_bytes(value) == text.encode("utf-8")
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(VALUES)
 def test_jsontext_without_orjson_writes_what_the_standard_library_writes(value: Any) -> None:
     with pytest.MonkeyPatch.context() as patch:

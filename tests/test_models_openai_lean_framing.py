@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Self
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentscript.errors import LimitReached
@@ -490,6 +490,7 @@ def test_an_answer_of_exactly_the_bound_is_read_and_its_connection_kept(
 LINES = b": ping\r\n" + STREAM.replace(b"\n\n", b"\r\n\r\n", 1) + b"data: {"
 
 
+@settings(deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(LINES)), max_size=12))
 def test_lines_are_the_same_however_the_body_is_cut_into_pieces(cuts: list[int]) -> None:
     """Only a new piece is searched for a line's end; a line begun in earlier pieces must

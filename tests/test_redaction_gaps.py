@@ -18,7 +18,7 @@ from __future__ import annotations
 import string
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentscript import redaction
@@ -91,6 +91,7 @@ def path_with_secrets(draw: st.DrawFn) -> str:
     return "/" + "/".join(segments) + query + fragment
 
 
+@settings(deadline=None)
 @given(FILLER, BEFORE_PATH, path_with_secrets(), FILLER)
 @example("", "", f"/api?key={SECRET_KEY.upper()}", "")
 @example("with url:", " ", "/a#F?Q", " (Caused by X)".lower())
@@ -124,6 +125,7 @@ WORD = st.builds(
 )
 
 
+@settings(deadline=None)
 @given(st.lists(WORD, max_size=8), st.sampled_from([" ", "\n", "  ", "\xa0"]))
 @example(["a/b?", "and/or?", "what?"], " ")
 @example(["1/2?", "a1/b2#c", "x:y/z?w"], " ")
@@ -206,6 +208,7 @@ def url_with_blank_password(draw: st.DrawFn) -> str:
     return f"{scheme}://{user}:{password}@{host}{path}{query}"
 
 
+@settings(deadline=None)
 @given(FILLER, url_with_blank_password(), FILLER)
 @example("failed: ", "https://svc:PA SS@h/x?KEY", " -> 503")
 @example("'", "https://u:A' B@h", "'")
@@ -246,6 +249,7 @@ def url_with_password(draw: st.DrawFn) -> str:
     return f"{scheme}://{user}:{password}@{draw(PUBLIC)}{path}{query}"
 
 
+@settings(deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -19,10 +19,11 @@ import agentscript
 from agentscript.engine.llm import call_model
 from agentscript.errors import LimitReached
 from agentscript.limits import Limits
+from agentscript.models import sdk_provider
 from agentscript.models.base import Message, ModelError, ModelRequest
 from agentscript.models.openai_lean import LeanOpenAIModel
 from agentscript.models.openai_provider import OpenAIModel
-from agentscript.models.sdk_provider import WHOLE_STREAM_TIMEOUTS, SdkModel
+from agentscript.models.sdk_provider import SdkModel
 from agentscript.trace import TurnTrace
 
 REQUEST = ModelRequest("You help.", "", [Message("user", "hi")], [])
@@ -118,13 +119,23 @@ def test_a_stream_that_stalls_after_some_text_is_not_retried(cls: Any) -> None:
     assert len(server.bodies) == 1
 
 
+def few_long_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[float, float]:
+    """A model timeout (one read) of 2 s, forty times the pause between the servers' events,
+    and a whole time of three of them: ``(timeout, whole)``. With a timeout of 0.5 s a pause
+    of the test process (a full garbage collection of the suite's heap takes up to 0.7 s)
+    failed a single read before the whole time was up."""
+    monkeypatch.setattr(sdk_provider, "WHOLE_STREAM_TIMEOUTS", 3)
+    return 2.0, 6.0
+
+
 @pytest.mark.parametrize("cls", CLIENTS, ids=["lean", "sdk"])
-def test_a_stream_that_never_ends_fails_after_its_whole_time(cls: Any) -> None:
-    timeout = 0.5  # ten times the pause between the server's events: a loaded machine's margin
+def test_a_stream_that_never_ends_fails_after_its_whole_time(
+    cls: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeout, whole = few_long_reads(monkeypatch)
     started = time.monotonic()
     with RawServer(empty_events) as server, pytest.raises(ModelError) as caught:
         complete(model(cls, server.url, timeout=timeout), [])
-    whole = timeout * WHOLE_STREAM_TIMEOUTS
     assert f"did not finish its streamed answer within {whole:g} s" in str(caught.value)
     # It ran its whole time: the single waits were never long.
     assert time.monotonic() - started >= whole
@@ -220,8 +231,10 @@ def whole_answer_a_byte_at_a_time(handler: BaseHTTPRequestHandler, body: dict[st
 
 
 @pytest.mark.parametrize("cls", CLIENTS, ids=["lean", "sdk"])
-def test_a_whole_answer_that_trickles_in_fails_within_its_whole_time(cls: Any) -> None:
-    timeout = 0.5
+def test_a_whole_answer_that_trickles_in_fails_within_its_whole_time(
+    cls: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeout, whole = few_long_reads(monkeypatch)
     started = time.monotonic()
 
     async def main() -> Any:
@@ -232,8 +245,7 @@ def test_a_whole_answer_that_trickles_in_fails_within_its_whole_time(cls: Any) -
     with RawServer(whole_answer_a_byte_at_a_time) as server, pytest.raises(ModelError) as caught:
         asyncio.run(main())
     # The lean client bounds each whole body by the timeout, the SDK path by its whole time.
-    assert time.monotonic() - started < timeout * WHOLE_STREAM_TIMEOUTS + 5
-    whole = timeout * WHOLE_STREAM_TIMEOUTS
+    assert time.monotonic() - started < whole + 5
     wanted = (
         f"did not finish its answer within {whole:g} s"
         if cls is OpenAIModel

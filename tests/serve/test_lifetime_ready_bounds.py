@@ -30,7 +30,9 @@ def error_of(response: httpx.Response) -> tuple[int, str]:
 
 def test_each_turn_pushes_the_session_expiry_back(api_store: str) -> None:
     """--session-ttl counts from the last turn: a session in use outlives its first TTL."""
-    ttl = 1.0
+    # Each step lands 0.4 TTL from an expiry: at 1 s a pause of the test process (a full
+    # garbage collection of the suite's heap takes up to 0.7 s) crossed one.
+    ttl = 2.0
 
     async def scenario(client: httpx.AsyncClient) -> None:
         sid = await new_session(client)
