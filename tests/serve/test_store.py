@@ -862,8 +862,8 @@ def test_postgres_store_takes_a_new_presence_when_its_connection_drops(pg_dsn: s
             await store.create_session(record())
             before = await store.worker()  # type: ignore[attr-defined]
             pid = store._presence.info.backend_pid  # type: ignore[attr-defined]
-            await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid})")
-            await asyncio.sleep(0.2)  # the server's goodbye reaches the socket
+            await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid}, 5000)")
+            await asyncio.sleep(0.2)  # the backend is gone (it waited): its goodbye is read
             async with store.lock_session("s1", 1.0):  # the turn itself notices
                 with pytest.raises(SessionBusy):
                     async with other.lock_session("s1", 0.1):
@@ -872,7 +872,7 @@ def test_postgres_store_takes_a_new_presence_when_its_connection_drops(pg_dsn: s
             # a readiness check notices too
             pid = store._presence.info.backend_pid  # type: ignore[attr-defined]
             renewed = await store.worker()  # type: ignore[attr-defined]
-            await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid})")
+            await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid}, 5000)")
             await asyncio.sleep(0.2)
             await store.ping()
             assert store._presence.info.backend_pid != pid  # type: ignore[attr-defined]
@@ -895,7 +895,7 @@ def test_postgres_store_never_hands_out_a_connection_the_server_closed(pg_dsn: s
             pids = [c.info.backend_pid for c in store._idle]  # type: ignore[attr-defined]
             assert len(pids) >= 2
             for pid in pids:
-                await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid})")
+                await asyncio.to_thread(sql, pg_dsn, f"SELECT pg_terminate_backend({pid}, 5000)")
             await asyncio.sleep(0.2)
             got = await store.get_session("s1")  # no StoreError
             assert got is not None and got.session_id == "s1"
