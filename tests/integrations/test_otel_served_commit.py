@@ -27,6 +27,7 @@ from tests.integrations.test_otel_turns import (
     root,
     send_served,
     served_app,
+    served_session,
     telemetry,
 )
 from tests.serve.test_store_unavailable_body import failing_commits
@@ -169,13 +170,7 @@ def test_a_served_turn_whose_commit_failed_exports_its_root_span_as_an_error(
     app = served_app(tmp_path, exporter)
 
     async def scenario() -> None:
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
-        ):
-            created = await client.post("/v1/agents/spans/sessions", json={})
-            sid = created.json()["session_id"]
+        async with served_session(app) as (client, sid):
             async with failing_commits(client):
                 sent = await client.post(
                     f"/v1/sessions/{sid}/messages",

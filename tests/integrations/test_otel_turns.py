@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +300,18 @@ def served_app(tmp_path: Path, exporter: InMemorySpanExporter) -> Any:
     return create_app(served, store, keys=ApiKeys.of(), purge_every=None)
 
 
+@asynccontextmanager
+async def served_session(app: Any) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A client of ``app`` (its lifespan running) and a new session of its ``spans`` agent."""
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+    ):
+        created = await client.post("/v1/agents/spans/sessions", json={})
+        yield client, created.json()["session_id"]
+
+
 def send_served(
     tmp_path: Path, exporter: InMemorySpanExporter, headers: list[dict[str, str]]
 ) -> None:
@@ -306,13 +319,7 @@ def send_served(
     app = served_app(tmp_path, exporter)
 
     async def scenario() -> None:
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
-        ):
-            created = await client.post("/v1/agents/spans/sessions", json={})
-            sid = created.json()["session_id"]
+        async with served_session(app) as (client, sid):
             for n, sent_with in enumerate(headers):
                 sent = await client.post(
                     f"/v1/sessions/{sid}/messages", json={"text": f"m{n}"}, headers=sent_with

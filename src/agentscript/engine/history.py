@@ -33,10 +33,11 @@ def trim_history(
 
     With ``keep_last`` the last exchange is always kept (whatever its size), so the model
     still sees the message it answers. A turn trims before its user message is added
-    (``keep_last=False``): that message begins the exchange the model answers, and every
-    exchange before it may go, the last one too (kept, one as long as its results made it
-    was sent whole the turn after, past the bound and, often, past what a model accepts).
-    With the session's ``ledger`` a history that fits costs only its new messages.
+    (``keep_last=False``): that message begins the exchange the model answers, so every
+    exchange before it may go, the last one too. Kept, an exchange that large tool results
+    made longer than the bound was sent whole with the next message, often past what a
+    model accepts. With the session's ``ledger`` a history that fits costs only its new
+    messages.
     """
     if ledger is not None:
         ledger.sync(history)

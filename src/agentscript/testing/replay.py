@@ -3,9 +3,9 @@
 Every call is keyed by (test, turn, node, call index): the agent's calls by the node that asked,
 the judge's and the simulated user's by the pseudo-nodes ``judge:<check>`` and ``user``. Next to
 each answer the file keeps a hash of the resolved prompt (system text but for the time it
-states, instructions, messages, tools) and the prompt itself. On replay a different hash means the agent changed under the
-recording: the call is reported *stale* with a unified diff of the prompt, and with
-``--refresh-stale`` only those calls go to the live model and are re-recorded.
+states, instructions, messages, tools) and the prompt itself. On replay a different hash means
+the agent changed under the recording: the call is reported *stale* with a unified diff of the
+prompt, and with ``--refresh-stale`` only those calls go to the live model and are re-recorded.
 
 File: ``<spec>.replay.json`` beside the spec, ``{"format": "agentscript-replay/1",
 "calls": {key: {"hash", "prompt", "response"}}}``.
