@@ -169,7 +169,12 @@ def test_access_log_says_when_the_client_left_before_its_answer_was_written(
         while httpx.get(view).json()["turns"] != 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert httpx.get(view).json()["turns"] == 1
-        time.sleep(0.3)  # the access line follows the commit
+        # The access line follows the commit: waited for, as closing the server kills it.
+        log, deadline = tmp_path / "server.log", time.monotonic() + 10
+        while time.monotonic() < deadline and not [
+            line for line in _access_lines(log) if f"POST {path} " in line
+        ]:
+            time.sleep(0.05)
     finally:
         turn.close()
     lines = _access_lines(tmp_path / "server.log")

@@ -141,10 +141,13 @@ def test_sigterm_lets_the_turn_in_flight_finish_and_commit(
     try:
         turn.send()
         turn.terminate(group=False)  # to the server's pid, as an orchestrator does
-        time.sleep(0.5)
         # No new connection while it drains: refused, not queued unanswered (the supervisor of
-        # two workers held the listening socket open until they had all stopped).
-        assert _refused_at_once(turn.server.url)
+        # two workers held the listening socket open until they had all stopped). Waited for:
+        # the signal takes a moment to be handled (the supervisor looks every 0.2 s).
+        deadline = time.monotonic() + 10
+        while not _refused_at_once(turn.server.url):
+            assert time.monotonic() < deadline, "new connections are still taken while draining"
+            time.sleep(0.1)
         assert turn.server.proc.poll() is None  # still waiting for the turn
         turn.block.unlink()
         turn.sender.join(timeout=30)
