@@ -37,6 +37,7 @@ from agentscript.models.scripted import Move, ScriptedModel
 from agentscript.server.agents import load_agents, serve_agents
 from agentscript.server.app import create_app
 from agentscript.server.config import ServerConfig
+from agentscript.server.service import NOT_COMMITTED
 from agentscript.store import store_from_url
 
 # The fixtures, found by their names here.
@@ -167,7 +168,7 @@ def test_a_served_turn_whose_commit_failed_exports_its_root_span_as_an_error(
 ) -> None:
     # The engine ended the turn well, then the store refused its commit: the client got a
     # 503 and a retry runs the turn again, but the spans said the turn had succeeded.
-    app = served_app(tmp_path, exporter)
+    app = served_app(tmp_path, exporter, capture_content=True)
 
     async def scenario() -> None:
         async with served_session(app) as (client, sid):
@@ -186,6 +187,7 @@ def test_a_served_turn_whose_commit_failed_exports_its_root_span_as_an_error(
 
     asyncio.run(scenario())
     failed, retried = named(exporter, "invoke_agent")
-    assert failed.status.status_code is StatusCode.ERROR  # no text: content is not captured
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == NOT_COMMITTED  # never the store's own error text
     assert (failed.attributes or {})["error.type"] == "StoreError"
     assert retried.status.status_code is StatusCode.UNSET

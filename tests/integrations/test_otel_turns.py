@@ -284,7 +284,8 @@ def test_the_bound_follows_otel_attribute_value_length_limit() -> None:
 # ---------------------------------------------------------------- the request id
 
 
-def served_app(tmp_path: Path, exporter: InMemorySpanExporter) -> Any:
+def served_app(tmp_path: Path, exporter: InMemorySpanExporter, **options: Any) -> Any:
+    """The ``spans`` agent served, its spans in ``exporter`` (``options``: of the telemetry)."""
     from agentscript.server.agents import load_agents, serve_agents
     from agentscript.server.app import create_app
     from agentscript.server.auth import ApiKeys
@@ -294,7 +295,7 @@ def served_app(tmp_path: Path, exporter: InMemorySpanExporter) -> Any:
     (tmp_path / "spans.agent").write_text(AGENT)
     agents = load_agents([str(tmp_path / "spans.agent")])
     for served_agent in agents:
-        served_agent.telemetry = telemetry(exporter)
+        served_agent.telemetry = telemetry(exporter, **options)
     served = serve_agents(agents, {a.name: StandInModel() for a in agents})
     store = store_from_url(f"sqlite:///{tmp_path / 'spans.db'}")
     return create_app(served, store, keys=ApiKeys.of(), purge_every=None)

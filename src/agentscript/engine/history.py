@@ -23,21 +23,15 @@ def message_chars(message: Message) -> int:
 
 
 def trim_history(
-    history: list[Message],
-    max_chars: int,
-    ledger: HistoryLedger | None = None,
-    *,
-    keep_last: bool = True,
+    history: list[Message], max_chars: int, ledger: HistoryLedger | None = None
 ) -> int:
     """Drop the oldest exchanges until ``history`` fits ``max_chars``; the number dropped.
 
-    With ``keep_last`` the last exchange is always kept (whatever its size), so the model
-    still sees the message it answers. A turn trims before its user message is added
-    (``keep_last=False``): that message begins the exchange the model answers, so every
-    exchange before it may go, the last one too. Kept, an exchange that large tool results
-    made longer than the bound was sent whole with the next message, often past what a
-    model accepts. With the session's ``ledger`` a history that fits costs only its new
-    messages.
+    A turn trims before its user message is added: that message begins the exchange the
+    model answers, so every exchange before it may go, the last one too. (The last one was
+    kept whatever its size, and one that large tool results made longer than the bound was
+    sent whole with the next message, often past what a model accepts.) With the session's
+    ``ledger`` a history that fits costs only its new messages.
     """
     if ledger is not None:
         ledger.sync(history)
@@ -48,10 +42,7 @@ def trim_history(
     if total <= max_chars:
         return 0
     cut = 0
-    ends = exchange_starts(history)
-    if not keep_last:
-        ends = itertools.chain(ends, [len(history)])
-    for index in ends:
+    for index in itertools.chain(exchange_starts(history), [len(history)]):
         total -= sum(sizes[cut:index])
         cut = index
         if total <= max_chars:

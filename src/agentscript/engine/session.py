@@ -492,9 +492,7 @@ class Session:
             message = "the session has ended; start a new session to continue"
             error_step(trace, message=message, node=state.current_node)
             return self._reply(TurnResult(error=message), trace, refused=True)
-        dropped = trim_history(
-            state.history, self.limits.max_history_chars, self.ledger, keep_last=False
-        )
+        dropped = trim_history(state.history, self.limits.max_history_chars, self.ledger)
         if dropped:
             event_step(
                 trace,
