@@ -65,7 +65,7 @@ def test_bench_peer_ratios_divide_the_peers_figures_by_ours(bench: ModuleType) -
     }
     out = io.StringIO()
     with redirect_stdout(out):
-        bench.print_peer_ratios(rows)
+        bench.print_peer_ratios(rows, {"p50": 2.0, "p99": 9.0, "cpu_ms": 0.6})
     lines = [line for line in out.getvalue().splitlines() if line.startswith("| openai")]
     assert len(lines) == 2
     sqlite, postgresql = (line.split(" | ") for line in lines)
@@ -75,6 +75,25 @@ def test_bench_peer_ratios_divide_the_peers_figures_by_ours(bench: ModuleType) -
     assert postgresql[3:6] == ["24.0, 2.5, 9.6x", "27.0, 3.0, 9.0x", "30, 330, 11.0x"]
     assert postgresql[9:] == ["60.0, 15.0", "24.0, 8.0 |"]
     assert "standin" not in out.getvalue()
+    # Beside each peer server: a tenth of its one-at-a-time p50, and the relay floor.
+    assert (
+        "One turn at a time (sqlite, 1 worker(s)): 10x the peer's strict p50 is 3.00 ms; "
+        "the relay floor is 2.00 ms (15.0x the peer's)." in out.getvalue()
+    )
+
+
+def test_bench_relay_floor_makes_two_model_calls_a_turn(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentscript.server.standin import StandInServer
+
+    monkeypatch.setattr(bench, "quiet_collector", lambda: None)  # no gc.freeze in the suite
+    with StandInServer() as model:
+        floor = bench.relay_floor(model.base_url, 0.0, turns=10)
+        # 20 warm-up turns and 10 measured, each relayed as two calls, answered 200.
+        assert model.requests == 2 * 30
+    assert set(floor) == {"p50", "p99", "cpu_ms"}
+    assert 0 < floor["p50"] <= floor["p99"]
 
 
 def test_bench_saturated_rate_counts_turns_between_the_ramp_and_the_drain(

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -80,10 +82,14 @@ def make(server: OpenAIServer, **options: Any) -> OpenAIModel:
     return model_at(server, OpenAIModel, "gpt-test", api_key=KEY, **options)
 
 
-def free_port() -> int:
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs: bound here and not
+    listening, so the kernel refuses every connection, and no other process can bind it
+    (a port probed and let go could be taken, and answer, before the test connects)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 # -- requests sent ---------------------------------------------------------------------------
@@ -387,25 +393,26 @@ def test_timeout_becomes_model_error() -> None:
 
 
 def test_connection_refused() -> None:
-    model = OpenAIModel(
-        "gpt-test", base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=1, retry_base_delay=0
-    )
-    with pytest.raises(
-        ModelError, match=r"Could not connect to http://127\.0\.0\.1:\d+/v1 \(2 attempts\)"
-    ):
-        complete(model, request())
+    with refused_port() as port:
+        model = OpenAIModel(
+            "gpt-test", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1, retry_base_delay=0
+        )
+        with pytest.raises(
+            ModelError, match=r"Could not connect to http://127\.0\.0\.1:\d+/v1 \(2 attempts\)"
+        ):
+            complete(model, request())
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["sdk", "lean"])
 def test_errors_name_the_server_without_the_credentials_its_url_carries(lean: bool) -> None:
     from agentscript.models.openai_lean import LeanOpenAIModel
 
-    port = free_port()
-    url = f"http://app:hunter2@127.0.0.1:{port}/v1?api-key=tok-in-query"
-    cls = LeanOpenAIModel if lean else OpenAIModel
-    model = cls("gpt-test", base_url=url, max_retries=0, retry_base_delay=0)
-    with pytest.raises(ModelError) as caught:
-        complete(model, request())
+    with refused_port() as port:
+        url = f"http://app:hunter2@127.0.0.1:{port}/v1?api-key=tok-in-query"
+        cls = LeanOpenAIModel if lean else OpenAIModel
+        model = cls("gpt-test", base_url=url, max_retries=0, retry_base_delay=0)
+        with pytest.raises(ModelError) as caught:
+            complete(model, request())
     message = str(caught.value)
     assert f"Could not connect to http://127.0.0.1:{port}/v1." in message
     assert "hunter2" not in message and "tok-in-query" not in message

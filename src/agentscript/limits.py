@@ -98,8 +98,16 @@ class Limits:
     action_timeout: float = 30.0  # every action without its own entry below
     action_timeouts: Mapping[str, float] = field(default_factory=dict)  # by action name
     # Size caps (JSON characters) on what enters state, traces and later model requests:
-    # one action call's outputs, one model reply's text, one variable's value, the history.
+    # one action call's outputs and all a turn's, one model reply's text, one variable's value,
+    # the history.
     max_output_chars: int = 1_000_000  # one action call's outputs: an error result past it
+    # What a turn's actions return, all calls together (both formats, hooks and block steps
+    # included): a call whose outputs would take the turn past it gets an error result
+    # instead, so a turn's additions to the history, the trace and memory are bounded at the
+    # source. Without it a turn may make max_llm_calls x max_tool_calls_per_step calls
+    # (16 x 8) of max_output_chars each, 128M characters. The same as max_history_chars: what
+    # one turn's actions return fills the history at most once.
+    max_turn_output_chars: int = 4_000_000
     # one model reply's text (the turn ends past it), and one Mantle `context.send`'s
     # (refused inside the tool)
     max_reply_chars: int = 200_000

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.integrations.helpers import DEMO_SERVER, free_port, stdio_config
+from tests.integrations.helpers import DEMO_SERVER, refused_port, stdio_config
 
 import agentscript
 from agentscript.actions.registry import ActionError
@@ -150,13 +150,14 @@ def test_unknown_server_is_a_clear_action_error(tmp_path: Path) -> None:
 
 
 def test_unreachable_http_server_fails_without_hanging() -> None:
-    url = f"http://127.0.0.1:{free_port()}/mcp"
-    hub = McpHub({"down": McpServerConfig("down", url=url, connect_timeout=5)})
-    try:
-        with pytest.raises(ActionError, match="MCP server 'down'"):
-            run(hub.call_tool("down", "x", {}))
-    finally:
-        hub.close()
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}/mcp"
+        hub = McpHub({"down": McpServerConfig("down", url=url, connect_timeout=5)})
+        try:
+            with pytest.raises(ActionError, match="MCP server 'down'"):
+                run(hub.call_tool("down", "x", {}))
+        finally:
+            hub.close()
 
 
 def test_missing_command_is_a_clear_action_error() -> None:

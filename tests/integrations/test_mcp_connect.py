@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner
-from tests.integrations.helpers import DEMO_SERVER, free_port
+from tests.integrations.helpers import DEMO_SERVER, refused_port
 
 from agentscript.cli import main
 from agentscript.diagnostics import Severity
@@ -109,8 +109,9 @@ def test_connect_checks_actions_against_the_tool_schemas(tmp_path: Path) -> None
 
 
 def test_connect_reports_an_unreachable_server_at_the_action(tmp_path: Path) -> None:
-    toml = f'[mcp.servers.demo]\nurl = "http://127.0.0.1:{free_port()}/mcp"\nconnect_timeout = 5\n'
-    code, diagnostics, stderr = run_validate(write(tmp_path, toml))
+    with refused_port() as port:
+        toml = f'[mcp.servers.demo]\nurl = "http://127.0.0.1:{port}/mcp"\nconnect_timeout = 5\n'
+        code, diagnostics, stderr = run_validate(write(tmp_path, toml))
     assert code == 1
     unreachable = [d for d in diagnostics if d["code"] == "mcp-unreachable"]
     assert [d["line"] for d in unreachable] == [line_of("good")]  # reported once per server

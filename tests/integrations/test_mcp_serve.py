@@ -107,6 +107,33 @@ def _mcp_serve_http(agent: Path, base_url: str, port: int, *extra: str, keys: st
     )
 
 
+def _serving_url(proc: Any, seconds: float = 30) -> tuple[str, str]:
+    """The URL an ``mcp-serve`` started with ``--port 0`` serves on, as its first line says
+    (printed once the socket is bound, before it serves), and what it printed up to there.
+    The system chooses the port: one probed here, let go and bound again by the server could
+    be taken by another process in between."""
+    import re
+    import threading
+
+    banner = re.compile(r"mcp-serve: agent '.*' at (http://127\.0\.0\.1:(\d+)/mcp)\n")
+    lines: list[str] = []
+    found: list[re.Match[str]] = []
+
+    def read() -> None:
+        while line := proc.stdout.readline():
+            lines.append(line)
+            if said := banner.fullmatch(line):
+                found.append(said)
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(seconds)  # a bound: readline alone would wait for ever
+    if not found or found[0][2] == "0":
+        raise AssertionError(f"mcp-serve named no port it serves on: {''.join(lines)!r}")
+    return found[0][1], "".join(lines)
+
+
 def _answering(url: str, proc: Any) -> int:
     import time
 
@@ -138,15 +165,13 @@ def test_mcp_serve_over_http_takes_the_api_keys_and_stops_on_ctrl_c(tmp_path: Pa
     import signal
 
     import httpx2
-    from tests.serve.process import free_port
 
     agent = tmp_path / "echo.agent"
     agent.write_text(AGENT)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
     with OpenAIServer([Reply(text="One answer.")]) as model:
-        proc = _mcp_serve_http(agent, model.base_url, port, keys="key-1-0123456789ab")
+        proc = _mcp_serve_http(agent, model.base_url, 0, keys="key-1-0123456789ab")
         try:
+            url, said = _serving_url(proc)
             assert _answering(url, proc) == 401  # no key
             wrong = httpx2.post(url, json={}, headers={"Authorization": "Bearer key-2"})
             assert wrong.status_code == 401
@@ -155,6 +180,7 @@ def test_mcp_serve_over_http_takes_the_api_keys_and_stops_on_ctrl_c(tmp_path: Pa
             assert answer["text"] == "One answer."
             proc.send_signal(signal.SIGINT)
             out, _ = proc.communicate(timeout=20)
+            out = said + out
         finally:
             proc.kill()
     assert proc.returncode == 0
@@ -409,15 +435,12 @@ def _sigterm_during_a_turn(tmp_path: Path, delay: float, *extra: str) -> tuple[A
     seconds for the model: what the client got, the exit code and the log."""
     import signal
 
-    from tests.serve.process import free_port
-
     agent = tmp_path / "echo.agent"
     agent.write_text(AGENT)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
     with OpenAIServer([Reply(text="Late answer.", delay=delay)]) as model:
-        proc = _mcp_serve_http(agent, model.base_url, port, *extra, keys="key-1-0123456789ab")
+        proc = _mcp_serve_http(agent, model.base_url, 0, *extra, keys="key-1-0123456789ab")
         try:
+            url, said = _serving_url(proc)
             assert _answering(url, proc) == 401
             got = asyncio.run(
                 _ask_during(
@@ -428,6 +451,7 @@ def _sigterm_during_a_turn(tmp_path: Path, delay: float, *extra: str) -> tuple[A
                 )
             )
             out, _ = proc.communicate(timeout=60)
+            out = said + out
         finally:
             proc.kill()
     return got, proc.returncode, out

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.fakes.llm_servers import OpenAIServer, Reply
-from tests.integrations.test_mcp_serve import AGENT, _answering, _mcp_serve_http
+from tests.integrations.test_mcp_serve import AGENT, _answering, _mcp_serve_http, _serving_url
 
 # C is for the rate limit test alone: the order of the tests must not matter.
 KEY_A, KEY_B, KEY_C = "key-a-1234567890ab", "key-b-5678901234cd", "key-c-9012345678ef"
@@ -67,17 +67,14 @@ def _text(result: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """mcp-serve over HTTP with the keys A, B and C, its model the fake server."""
-    from tests.serve.process import free_port
-
     agent = tmp_path_factory.mktemp("keys") / "echo.agent"
     agent.write_text(AGENT)
-    port = free_port()
-    address = f"http://127.0.0.1:{port}/mcp"
     replies = [Reply(text=f"Answer {n}.") for n in range(20)]
     with OpenAIServer(replies) as model:
         extra = ("--rate-limit", RATE_LIMIT)
-        proc = _mcp_serve_http(agent, model.base_url, port, *extra, keys=f"{KEY_A},{KEY_B},{KEY_C}")
+        proc = _mcp_serve_http(agent, model.base_url, 0, *extra, keys=f"{KEY_A},{KEY_B},{KEY_C}")
         try:
+            address, _said = _serving_url(proc)
             assert _answering(address, proc) == 401
             yield address
         finally:
@@ -131,9 +128,10 @@ def test_mcp_serve_rate_limits_each_key_as_serve_does(url: str) -> None:
 
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     burst = burst_for(float(RATE_LIMIT))
-    answers = [
-        httpx2.post(url, headers=_headers(KEY_C), json=ping, timeout=30) for _ in range(burst + 20)
-    ]
+    # One client for the burst: a new one per request costs about 60 ms (an SSL context),
+    # slow enough on a loaded machine for the bucket to refill as fast as it is drained.
+    with httpx2.Client(headers=_headers(KEY_C), timeout=30) as client:
+        answers = [client.post(url, json=ping) for _ in range(burst + 20)]
     # The whole burst passes; then the bucket, refilled at 10/s, runs dry again.
     assert all(a.status_code != 429 for a in answers[:burst])
     refused = next(a for a in answers[burst:] if a.status_code == 429)

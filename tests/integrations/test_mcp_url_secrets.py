@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tests.integrations.helpers import free_port
+from tests.integrations.helpers import refused_port
 from tests.integrations.test_mcp_actions import AGENT
 
 import agentscript
@@ -33,6 +33,13 @@ def silent_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen(8)
         yield int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def unreachable_port() -> Iterator[int]:
+    """A port that refuses connections (``helpers.refused_port``)."""
+    with refused_port() as port:
+        yield port
 
 
 def _echoing_model() -> FunctionModel:
@@ -65,16 +72,17 @@ def _failing_turn(tmp_path: Path, url: str) -> tuple[str, str]:
 @pytest.mark.parametrize(
     "server",
     [
-        pytest.param(lambda _silent: free_port(), id="unreachable"),
-        pytest.param(lambda silent: silent, id="connect-timeout"),
+        pytest.param(lambda _silent, refused: refused, id="unreachable"),
+        pytest.param(lambda silent, _refused: silent, id="connect-timeout"),
     ],
 )
 def test_S12_mcp_url_credentials_never_reach_the_tool_result_reply_or_trace(
     tmp_path: Path,
     silent_port: int,
-    server: Callable[[int], int],
+    unreachable_port: int,
+    server: Callable[[int, int], int],
 ) -> None:
-    port = server(silent_port)
+    port = server(silent_port, unreachable_port)
     tool_result, left = _failing_turn(tmp_path, _secret_url(port))
     # The failure is there, naming the server where it is...
     assert f"MCP server 'demo' (http://127.0.0.1:{port}/mcp)" in tool_result

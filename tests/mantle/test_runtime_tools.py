@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import agentscript
+from agentscript.actions.settings import ActionSettings
 from agentscript.conversation import parse_conversation
 from agentscript.diagnostics import AgentScriptError
 from agentscript.mantle.runtime import MantleAgent, load_mantle_agent
@@ -57,6 +58,12 @@ def lock(context=None) -> dict:
     """Writes a write-once project entry."""
     context.memory.set("owner", "someone else")
     return {}
+
+
+def shout() -> dict:
+    """Prints, then answers."""
+    print("loud")
+    return {"ok": True}
 
 
 def add(a: int, b: int = 0) -> dict:
@@ -189,6 +196,58 @@ def test_conversation_stubs_win_over_real_tools(agent: MantleAgent) -> None:
     first, second = actions(playback)
     assert first["output"] == {"fine": True} and first["error"] is None
     assert second["error"] == "unavailable"
+
+
+def ran(step: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return step["printed"], step["ranTarget"], step["stubbed"]
+
+
+def test_a_tool_step_says_what_it_printed_what_ran_and_whether_a_stub_answered(
+    agent: MantleAgent,
+) -> None:
+    # The keys of an Agent Script ACTION_STEP, filled the same way (trace_steps.action_ran).
+    stub = "actions:\n  boom: {outputs: {fine: true}}"
+    playback = run(
+        agent,
+        "      - tool: add\n        args: {a: 1}\n      - tool: shout\n      - tool: boom",
+        stub,
+    )
+    assert [ran(s) for s in actions(playback)] == [
+        (None, None, False),
+        ({"stdout": "loud\n"}, None, False),
+        (None, None, True),
+    ]
+
+
+def test_a_tool_run_by_a_mapped_target_names_it(tmp_path: Path) -> None:
+    # agentscript.toml's [actions.targets] is dropped for Mantle projects (maps_targets), but
+    # settings assigned to the agent keep their mapping: the trace says what really ran.
+    skill = tmp_path / "project" / "skills" / "s"
+    skill.mkdir(parents=True)
+    (tmp_path / "project" / "agent.yml").write_text("agent:\n  id: x\n  persona: P.\n")
+    (skill / "skill.md").write_text("---\nname: S\ndescription: D.\n---\nCall own.\n")
+    (skill / "tools.py").write_text(
+        'def own() -> dict:\n    """Own."""\n    return {"by": "own"}\n'
+    )
+    # The agent's folder, for python:// modules, is the one holding the project.
+    (tmp_path / "backend.py").write_text(
+        'def other() -> dict:\n    print("mapped")\n    return {"by": "mapped"}\n'
+    )
+    agent = agentscript.load(tmp_path / "project")
+    agent.action_settings = ActionSettings(targets={"mantle://s/own": "python://backend:other"})
+    text = """
+turns:
+  - user: "go"
+    model:
+      - tool: activate_skill
+        args: {skill: s}
+      - tool: own
+      - say: "done"
+"""
+    playback = play(agent, parse_conversation(text))
+    (step,) = actions(playback)
+    assert step["target"] == "mantle://s/own" and step["output"] == {"by": "mapped"}
+    assert ran(step) == ({"stdout": "mapped\n"}, "python://backend:other", False)
 
 
 def test_unknown_tool_and_tools_without_a_skill_are_refused(agent: MantleAgent) -> None:

@@ -54,10 +54,14 @@ def chromium_path() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs: bound here and not
+    listening, so the kernel refuses every connection, and no other process can bind it
+    (a port probed and let go could be taken, and answer, before the test connects)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -65,28 +69,36 @@ def playground_server(
     options: ServeOptions, wrap: Callable[[ASGIApp], ASGIApp] | None = None
 ) -> Iterator[str]:
     """Serve ``options`` (playground on) on a free loopback port; yields the base URL.
-    ``wrap``: what stands between the server and the app (a proxy, say)."""
+    ``wrap``: what stands between the server and the app (a proxy, say). uvicorn serves on a
+    socket bound and listening before the app is built (which is told its port), as ``serve``
+    does: a port probed, let go and bound again could be taken by another process between."""
     import uvicorn
 
-    options.port = free_port()
-    options.host = "127.0.0.1"
-    app, _lines = build_app(options)
-    served = wrap(app) if wrap is not None else app
-    server = uvicorn.Server(
-        uvicorn.Config(served, host="127.0.0.1", port=options.port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the playground server did not start")
-        time.sleep(0.02)
+    sock = socket.socket()
     try:
-        yield f"http://127.0.0.1:{options.port}"
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        options.port = int(sock.getsockname()[1])
+        options.host = "127.0.0.1"
+        app, _lines = build_app(options)
+        served = wrap(app) if wrap is not None else app
+        server = uvicorn.Server(
+            uvicorn.Config(served, host="127.0.0.1", port=options.port, log_level="warning")
+        )
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 20
+            while not server.started:
+                if time.monotonic() > deadline or not thread.is_alive():
+                    raise RuntimeError("the playground server did not start")
+                time.sleep(0.02)
+            yield f"http://127.0.0.1:{options.port}"
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        sock.close()
 
 
 @contextmanager

@@ -665,29 +665,30 @@ def test_browser_buttons_of_the_chosen_variant_several_responses_and_a_tool(
 def test_browser_a_real_model_that_cannot_be_reached_is_reported_plainly(chrome: Any) -> None:
     """--model openai:... --base-url at a closed loopback port: the model client's own error
     (after its retries) reaches the page as the turn's failure and on the LLM step."""
-    from tests.playground.browser import free_port
+    from tests.playground.browser import refused_port
 
-    dead = f"http://127.0.0.1:{free_port()}/v1"
-    opts = options(ORDER_STATUS, model="openai:gpt-4o-mini", base_url=dead, stubs=LATE_ORDER)
-    with playground_server(opts) as url:
-        context = chrome.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
-        page = context.new_page()
-        try:
-            open_agent(page, url, "Order_Status")
-            assert "openai:gpt-4o-mini" in page.locator("#model").inner_text()
-            send(page, "Where is my order?")
-            error = page.locator(".msg.error").last.inner_text()
-            assert error.startswith("The turn failed: the model failed: Could not connect")
-            assert dead in error
-            # The agent's error message is the reply; the failed call is marked in the trace.
-            assert page.locator(".msg.agent").last.inner_text() == (
-                "Sorry, something went wrong. Please try again."
-            )
-            failed = page.locator("#trace .step-LLM_STEP.failed")
-            assert failed.count() == 1 and "Could not connect" in failed.inner_text()
-            assert not page.locator("#send").is_disabled()  # the session goes on
-        finally:
-            context.close()
+    with refused_port() as port:
+        dead = f"http://127.0.0.1:{port}/v1"
+        opts = options(ORDER_STATUS, model="openai:gpt-4o-mini", base_url=dead, stubs=LATE_ORDER)
+        with playground_server(opts) as url:
+            context = chrome.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+            page = context.new_page()
+            try:
+                open_agent(page, url, "Order_Status")
+                assert "openai:gpt-4o-mini" in page.locator("#model").inner_text()
+                send(page, "Where is my order?")
+                error = page.locator(".msg.error").last.inner_text()
+                assert error.startswith("The turn failed: the model failed: Could not connect")
+                assert dead in error
+                # The agent's error message is the reply; the failed call is marked in the trace.
+                assert page.locator(".msg.agent").last.inner_text() == (
+                    "Sorry, something went wrong. Please try again."
+                )
+                failed = page.locator("#trace .step-LLM_STEP.failed")
+                assert failed.count() == 1 and "Could not connect" in failed.inner_text()
+                assert not page.locator("#send").is_disabled()  # the session goes on
+            finally:
+                context.close()
 
 
 def test_browser_a_failing_button_tool_is_said_under_the_reply(page: Any, studio_url: str) -> None:

@@ -18,21 +18,29 @@ import httpx2 as httpx
 AGENTSCRIPT = str(Path(sys.executable).parent / "agentscript")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
+def listening_socket() -> socket.socket:
+    """A loopback socket on a port the system chose, already listening, for a server run in
+    this process (``uvicorn.Server.run(sockets=[...])``): a port only probed, let go and
+    bound again by the server could be taken by another process in between."""
+    sock = socket.socket()
+    try:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        sock.listen()
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class ServerProcess:
-    def __init__(
-        self, args: list[str], env: dict[str, str], log: Path, *, port: int | None = None
-    ) -> None:
-        """``port=0``: the server binds a port the system chooses, which :meth:`wait_ready`
-        reads from its banner."""
-        self.port = free_port() if port is None else port
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, *, port: int = 0) -> None:
+        """``port=0`` (the default): the server binds a port the system chooses, which
+        :meth:`wait_ready` reads from its banner, so no other process can take it between a
+        probe and the server's bind; ``port`` is only known once :meth:`wait_ready` returned."""
+        self.port = port
         self._log_path = log
         self._log = log.open("ab")
+        self._log_start = log.stat().st_size  # a log written before: its banner is not ours
         self.proc = subprocess.Popen(
             [AGENTSCRIPT, "serve", *args, "--port", str(self.port)],
             env={**os.environ, **env},
@@ -64,7 +72,10 @@ class ServerProcess:
 
     def _banner_port(self) -> int:
         """The port the banner says the server listens on (0 until it is printed)."""
-        found = re.search(r"listening on http://[^ ]+:(\d+) ", self._log_path.read_text())
+        with self._log_path.open("rb") as written:
+            written.seek(self._log_start)
+            text = written.read().decode(errors="replace")
+        found = re.search(r"listening on http://[^ ]+:(\d+) ", text)
         if found and found[1] == "0":
             raise RuntimeError("the banner names port 0, not the port the server listens on")
         return int(found[1]) if found else 0

@@ -20,7 +20,7 @@ from agentscript.server import httptools_nodelay  # noqa: E402
 from agentscript.server.httptools_nodelay import MAX_HEAD_BYTES, NoDelayHttpToolsProtocol  # noqa: E402
 from agentscript.server.nodelay import HTTPTOOLS, protocol  # noqa: E402
 
-from .process import free_port  # noqa: E402
+from .process import listening_socket  # noqa: E402
 
 
 async def echo_length(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -46,19 +46,24 @@ def server() -> Iterator[int]:
 
 
 def _serving(protocol_class: Any) -> Iterator[int]:
-    port = free_port()
+    # uvicorn serves on the socket bound here: no other process can take the port meanwhile.
+    sock = listening_socket()
+    port = int(sock.getsockname()[1])
     config = uvicorn.Config(
         echo_length, host="127.0.0.1", port=port, http=protocol_class, log_level="error"
     )
     running = uvicorn.Server(config)
-    thread = threading.Thread(target=running.run, daemon=True)
+    thread = threading.Thread(target=running.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not running.started and time.monotonic() < deadline:
         time.sleep(0.02)
-    yield port
-    running.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield port
+    finally:
+        running.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
 
 
 def connect(port: int) -> socket.socket:

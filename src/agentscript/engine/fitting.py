@@ -1,7 +1,8 @@
 """Fitting a finished turn's saved session under ``restore.MAX_SESSION_CHARS``.
 
-A turn's additions are bounded one by one (``Limits.max_output_chars`` bounds one action
-output, ``max_reply_chars`` one reply), never as a sum: 72 parallel calls returning 990,000
+A turn's additions are bounded (``Limits.max_turn_output_chars`` its action outputs together,
+``max_reply_chars`` each reply, ``max_variable_chars`` each variable), the state they build over
+turns and variables is not: before the turn budget, 72 parallel calls returning 990,000
 characters each left a 71-million-character state, which every restore refuses. A host that
 saves the state after each turn (``agentscript serve``) measures the text it writes, and only
 when it is too large calls :func:`fit_session`, which shrinks the session's history in place,

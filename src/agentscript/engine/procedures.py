@@ -20,7 +20,7 @@ from agentscript.errors import Signal, TurnError
 from agentscript.expr.evaluate import Env, EvalError
 from agentscript.expr.nodes import EllipsisExpr, Expr, Literal, reference_path
 from agentscript.expr.values import TypeMismatch, coerce_to_type, parse_type, to_display
-from agentscript.jsonsafe import UnsafeValue, json_safe
+from agentscript.jsonsafe import UnsafeValue, json_safe, json_safe_sized
 from agentscript.limits import Limits
 from agentscript.syntax.tree import (
     Block,
@@ -107,6 +107,9 @@ class ProcedureExecutor:
         self.declared = program.outline.variables
         self.knowledge = program.outline.knowledge
         self.actions_run: list[str] = []
+        # Characters this turn's kept action outputs took (Limits.max_turn_output_chars): the
+        # executor is made anew every turn, so the budget is never saved with the session.
+        self.output_chars = 0
         self.displayable: list[dict[str, Any]] = []
         self.warnings: list[str] = []
         # collect: the first unfilled slot found during this resolution
@@ -432,18 +435,27 @@ class ProcedureExecutor:
         return outputs, step
 
     def check_outputs(self, action: ActionDef, outputs: dict[str, Any]) -> dict[str, Any]:
-        """``outputs`` as plain JSON within ``Limits.max_output_chars``, every declared output
-        of its declared type (None, or a missing output, is "not set"); otherwise an
-        ActionError saying why, so a hostile or broken action becomes an error result (S12),
-        never a stored NaN, repr or giant trace."""
-        limit = self.limits.max_output_chars
+        """``outputs`` as plain JSON within ``Limits.max_output_chars`` and what is left of
+        ``Limits.max_turn_output_chars``, every declared output of its declared type (None, or a
+        missing output, is "not set"); otherwise an ActionError saying why, so a hostile or
+        broken action becomes an error result (S12), never a stored NaN, repr or giant trace."""
+        limits = self.limits
+        per_call = limits.max_output_chars
+        left = limits.max_turn_output_chars - self.output_chars
         try:
-            clean: dict[str, Any] = json_safe(outputs, max_chars=limit)
+            # One walk for both bounds: the smaller one is the walk's budget.
+            clean: dict[str, Any]
+            clean, used = json_safe_sized(outputs, max_chars=min(per_call, left))
         except UnsafeValue as exc:
-            if exc.too_large:
+            if exc.too_large and per_call <= left:
                 raise ActionError(
                     f"action '{action.name}' returned outputs larger than "
-                    f"Limits.max_output_chars ({limit} characters)"
+                    f"Limits.max_output_chars ({per_call} characters)"
+                ) from None
+            if exc.too_large:
+                raise ActionError(
+                    f"action '{action.name}' returned outputs that take this turn past "
+                    f"Limits.max_turn_output_chars ({limits.max_turn_output_chars} characters)"
                 ) from None
             raise ActionError(
                 f"action '{action.name}' returned an output that is not JSON: "
@@ -463,6 +475,7 @@ class ProcedureExecutor:
         # unset: callbacks read None, as for any unset value, instead of failing on a name.
         for name in action.outputs:
             clean.setdefault(name, None)
+        self.output_chars += used  # kept: they count against the turn's budget
         return clean
 
 

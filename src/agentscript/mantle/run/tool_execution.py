@@ -17,6 +17,10 @@ it half did is not kept. A tool that returns a result reporting failure (``error
 ``Limits.max_tool_sends`` messages, raises :class:`SendRefused` inside the tool (uncaught, the
 call's error result) and is traced as an ``EVENT_STEP send_refused`` with the text's length
 and its first characters only; nothing is said.
+
+A result is bounded as an Agent Script action's outputs are: one call's by
+``Limits.max_output_chars``, the turn's calls together (hooks and buttons included) by
+``Limits.max_turn_output_chars``; past either it becomes an error result.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agentscript.actions.registry import ActionError
-from agentscript.jsonsafe import UnsafeValue, json_safe
+from agentscript.jsonsafe import UnsafeValue, json_safe_sized
 from agentscript.limits import Limits
 from agentscript.mantle.memory import MemoryWriteError, check_write, resolve_name
 from agentscript.mantle.model import Project, Tool
@@ -43,7 +47,7 @@ from agentscript.mantle.run.tool_handler import (
 )
 from agentscript.mantle.run.turn_context import TurnContext
 from agentscript.trace import elapsed_ms
-from agentscript.trace_steps import ResponseKind, Source, action_step, event_step
+from agentscript.trace_steps import ResponseKind, Source, action_ran, action_step, event_step
 
 _log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -92,19 +96,9 @@ async def run_tool(
     if error is not None:
         undo_failed_call(ctx, tool, since, error)
     else:
-        try:
-            result = json_safe(result, max_chars=ctx.limits.max_output_chars)
-        except UnsafeValue as exc:
-            error = (
-                f"tool '{tool.name}' returned a result larger than Limits.max_output_chars "
-                f"({ctx.limits.max_output_chars} characters)"
-                if exc.too_large
-                else f"tool '{tool.name}' returned a result that is not JSON: {exc}"
-            )
-            result = {"error": error}
-    if request.printed:
-        record["printed"] = request.printed
-    record["stubbed"] = request.stubbed
+        result, error = checked_result(ctx, tool, result)
+    # The same keys, filled the same way, as an Agent Script action's (engine/procedures.py).
+    action_ran(record, printed=request.printed, ran_target=request.ran, stubbed=request.stubbed)
     ok = error is None and not failed(result)
     record.update(
         output=result, error=error, postVars=ctx.snapshot(), durationMs=elapsed_ms(started)
@@ -113,6 +107,34 @@ async def run_tool(
     if constraint is not None:
         ctx.utter(constraint.on_success if ok else constraint.on_failure, ResponseKind.UTTER)
     return result, ok
+
+
+def checked_result(ctx: TurnContext, tool: Tool, result: Any) -> tuple[Any, str | None]:
+    """``result`` as plain JSON within ``Limits.max_output_chars`` and what is left of the
+    turn's ``Limits.max_turn_output_chars`` (then counted against it), or an error result and
+    its message. Hooks and buttons run as tools, so they spend the same budget."""
+    limits = ctx.limits
+    per_call = limits.max_output_chars
+    left = limits.max_turn_output_chars - ctx.output_chars
+    try:
+        # One walk for both bounds: the smaller one is the walk's budget.
+        clean, used = json_safe_sized(result, max_chars=min(per_call, left))
+    except UnsafeValue as exc:
+        if not exc.too_large:
+            error = f"tool '{tool.name}' returned a result that is not JSON: {exc}"
+        elif per_call <= left:
+            error = (
+                f"tool '{tool.name}' returned a result larger than Limits.max_output_chars "
+                f"({per_call} characters)"
+            )
+        else:
+            error = (
+                f"tool '{tool.name}' returned a result that takes this turn past "
+                f"Limits.max_turn_output_chars ({limits.max_turn_output_chars} characters)"
+            )
+        return {"error": error}, error
+    ctx.output_chars += used
+    return clean, None
 
 
 def undo_failed_call(ctx: TurnContext, tool: Tool, since: int, error: str) -> None:

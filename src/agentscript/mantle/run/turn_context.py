@@ -47,6 +47,7 @@ class TurnContext:
     llm_calls: int = 0
     steps_run: int = 0
     tool_sends: int = 0  # context.send messages said this turn (Limits.max_tool_sends)
+    output_chars: int = 0  # characters of the turn's kept tool results (max_turn_output_chars)
     stop: bool = False  # the turn ends now (a confirmation question or a denial was said)
     # Text the model sent with the tool calls being run, not said (S13): said before the
     # engine's words if they end the turn (a confirmation question, a denial, a collect
