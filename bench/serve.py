@@ -84,6 +84,7 @@ from common import REPO, exchange, machine
 
 SEED = REPO / "examples" / "order_status" / "order_status.agent"
 PEER_SERVER = Path(__file__).with_name("langgraph_server.py")
+RELAY = Path(__file__).with_name("relay.py")
 BIN = Path(sys.executable).parent
 PG = os.environ.get("AGENTSCRIPT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 MESSAGE = "/go_to_orders"
@@ -801,6 +802,14 @@ def main() -> None:
                     f"{references[label]:.2f} ms CPU per turn (reference)"
                 )
             print(wakeup_floor(tmp, agents[isolations[0]]))
+            floor = None
+            if REMOTE & set(kinds):
+                floor = relay_floor(model_url, args.delay, args.sequential)
+                print(
+                    f"# relay floor: a server that only relays a turn's two model calls "
+                    f"(bench/relay.py) adds {floor['p50']:.2f} ms p50, {floor['p99']:.2f} ms "
+                    f"p99 one turn at a time (strict), {floor['cpu_ms']:.2f} ms of CPU a turn"
+                )
             print()
             header = (
                 "| model | store | workers | start s | seq p50 ms | seq p99 ms | seq CPU ms/turn "
@@ -850,18 +859,22 @@ def main() -> None:
                             flush=True,
                         )
             if "langgraph" in kinds:
-                print_peer_ratios(rows)
+                print_peer_ratios(rows, floor)
     finally:
         os.killpg(model.pid, signal.SIGTERM)
         model.wait()
 
 
-def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> None:
+def print_peer_ratios(
+    rows: dict[tuple[str, str, int], dict[str, float]], floor: dict[str, float] | None
+) -> None:
     """The peer's figures over agentscript's for each server measured in this run on the same
     store and workers: how many times less CPU per turn, more turns/s and less overhead one
     turn at a time agentscript shows (the issue's three 10x targets), and both p99s. Only
     the servers that, like the peer, call the stand-in model server through a model client:
-    the in-process stand-in does less work than the peer, so its ratio would flatter us."""
+    the in-process stand-in does less work than the peer, so its ratio would flatter us.
+    With the relay ``floor``, each peer server's one-at-a-time p50 over ten is set beside it:
+    a server faster than the floor cannot exist here."""
     pairs = [
         (key, row, rows[("langgraph", key[1], key[2])])
         for key, row in rows.items()
@@ -894,6 +907,16 @@ def print_peer_ratios(rows: dict[tuple[str, str, int], dict[str, float]]) -> Non
             f"| {peer['open_traced_p99']:.1f}, {row['open_traced_p99']:.1f} |",
             flush=True,
         )
+    if floor is not None:
+        print()
+        for (store_kind, workers), peer in sorted(
+            {(k[1], k[2]): rows[("langgraph", k[1], k[2])] for k, _r, _p in pairs}.items()
+        ):
+            print(
+                f"One turn at a time ({store_kind}, {workers} worker(s)): 10x the peer's "
+                f"strict p50 is {peer['p50'] / 10:.2f} ms; the relay floor is "
+                f"{floor['p50']:.2f} ms ({peer['p50'] / floor['p50']:.1f}x the peer's)."
+            )
 
 
 def times(peer_value: float, ours: float) -> str:
@@ -966,6 +989,44 @@ def wakeup_floor(tmp: str, agent: Path, requests: int = 120) -> str:
         f"# wake-up floor: GET /healthz answers in {back_to_back:.2f} ms back to back, "
         f"{apart:.2f} ms when requests come 50 ms apart (p50)"
     )
+
+
+def relay_floor(model_url: str, delay: float, turns: int) -> dict[str, float]:
+    """One turn at a time through ``bench/relay.py``, a server that only relays a turn's two
+    model calls (no parsing, no JSON, no store, no trace), pinned as a 1-worker server is:
+    the overhead (strict ``p50``/``p99``) and CPU a turn (``cpu_ms``) that any Python server
+    pays for a turn of this shape on this machine before its own work."""
+    port = free_port()
+    relay = subprocess.Popen(
+        [sys.executable, str(RELAY), str(port), model_url],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, SERVER_CPUS)) if SERVER_CPUS else None,
+    )
+
+    async def measure() -> tuple[list[float], float]:
+        poster = TurnPoster(f"http://127.0.0.1:{port}")
+        took, cpu = [], 0.0
+        quiet_collector()
+        for i in range(turns + 20):  # the first 20 warm the connections
+            before = group_cpu(relay.pid)
+            started = time.perf_counter()
+            status, _body = await poster.post("relay")
+            if i >= 20:
+                took.append((time.perf_counter() - started - 2 * delay) * 1000)
+                cpu += group_cpu(relay.pid) - before
+            if status != 200:
+                raise RuntimeError(f"the relay answered {status}")
+        poster.close()
+        return took, cpu / turns * 1000
+
+    try:
+        wait_port(port)
+        took, cpu_ms = asyncio.run(measure())
+    finally:
+        os.killpg(relay.pid, signal.SIGTERM)
+        relay.wait()
+    return {"p50": pct(took, 0.5), "p99": pct(took, 0.99), "cpu_ms": cpu_ms}
 
 
 def wait_port(port: int, seconds: float = 30.0) -> None:
