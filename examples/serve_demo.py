@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 import httpx2 as httpx
@@ -26,10 +27,26 @@ ROOT = Path(__file__).resolve().parent
 AGENTSCRIPT = str(Path(sys.executable).parent / "agentscript")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def echo_until_listening(server: subprocess.Popen[str], seconds: float = 30.0) -> str | None:
+    """The URL the server's banner says it listens on (it binds the port the system chooses:
+    ``--port 0``, so no other program can take it first), or None if it exits or says nothing
+    within ``seconds``. All it writes is echoed, now and after, as it would show."""
+    found: queue.Queue[str | None] = queue.Queue()
+
+    def echo() -> None:
+        assert server.stderr is not None
+        for line in server.stderr:  # where serve writes its banner and its log
+            print(line, end="", file=sys.stderr, flush=True)
+            listening = re.search(r"listening on (http://\S+)", line)
+            if listening:
+                found.put(listening[1])
+        found.put(None)
+
+    threading.Thread(target=echo, daemon=True).start()
+    try:
+        return found.get(timeout=seconds)
+    except queue.Empty:
+        return None
 
 
 def show(method: str, path: str, body: object | None, response: httpx.Response) -> None:
@@ -39,8 +56,6 @@ def show(method: str, path: str, body: object | None, response: httpx.Response) 
 
 
 def main() -> int:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     with StandInServer() as model, tempfile.TemporaryDirectory() as tmp:
         server = subprocess.Popen(
             [
@@ -48,7 +63,7 @@ def main() -> int:
                 "serve",
                 str(ROOT / "order_status"),
                 "--port",
-                str(port),
+                "0",
                 "--store",
                 f"sqlite:///{tmp}/sessions.db",
                 "--model",
@@ -57,16 +72,13 @@ def main() -> int:
                 model.base_url,
             ],
             start_new_session=True,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            else:
+            url = echo_until_listening(server)
+            # Ready once the store is open and the agents loaded (the banner comes before).
+            if url is None or httpx.get(f"{url}/readyz", timeout=30).status_code != 200:
                 print("the server did not start", file=sys.stderr)
                 return 1
             print(f"URL={url}")
