@@ -6,10 +6,7 @@ Also the shared retry and error-wording helpers of ``agentscript.models.retry``.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,6 +38,7 @@ from agentscript.models.retry import (
 )
 from agentscript.models.sdk_provider import nonempty
 from fakes.llm_servers import FakeCall, OpenAIServer, Reply, clear_env, complete, model_at
+from fakes.ports import refused_port
 
 KEY = "sk-test-secret-123456"
 
@@ -80,16 +78,6 @@ def request(**overrides: Any) -> ModelRequest:
 
 def make(server: OpenAIServer, **options: Any) -> OpenAIModel:
     return model_at(server, OpenAIModel, "gpt-test", api_key=KEY, **options)
-
-
-@contextmanager
-def refused_port() -> Iterator[int]:
-    """A loopback port that refuses connections while the block runs: bound here and not
-    listening, so the kernel refuses every connection, and no other process can bind it
-    (a port probed and let go could be taken, and answer, before the test connects)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield int(sock.getsockname()[1])
 
 
 # -- requests sent ---------------------------------------------------------------------------

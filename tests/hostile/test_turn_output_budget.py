@@ -12,12 +12,9 @@ from typing import Any
 
 import pytest
 from hostile_helpers import Driven, load_agent, steps
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import agentscript
 from agentscript.engine.session import Reply, Session
-from agentscript.jsonsafe import UnsafeValue, _Walker, json_safe, json_safe_sized
 from agentscript.limits import Limits
 from agentscript.models.base import ModelRequest
 from agentscript.models.scripted import ScriptedModel, parse_move
@@ -116,34 +113,3 @@ def test_max_turn_output_chars_is_read_from_the_limits_table(
     fetch = {"tool": "fetch"}
     reply = driven.send("go", fetch, fetch, fetch, {"say": "done"})
     assert PAST in steps(reply, "ACTION_STEP")[2]["error"]
-
-
-scalar = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**40), max_value=10**40),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=40),
-)
-value = st.recursive(
-    scalar,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=5)
-    ),
-    max_leaves=12,
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(value, st.integers(0, 400))
-def test_the_sized_check_decides_and_counts_as_the_full_walk(data: Any, max_chars: int) -> None:
-    # The turn's budget adds up these counts: a fast path must count as the walker does.
-    walker = _Walker(max_chars, 32, "")
-    try:
-        expected = (walker.copy(data, 0), int(walker.used))
-    except UnsafeValue:
-        with pytest.raises(UnsafeValue):
-            json_safe_sized(data, max_chars=max_chars)
-        return
-    assert json_safe_sized(data, max_chars=max_chars) == expected
-    assert json_safe(data, max_chars=max_chars) == expected[0]

@@ -1,13 +1,10 @@
-"""Helpers for the integration tests: the demo MCP server's path and configs, and a port
-that refuses connections."""
+"""Helpers for the integration tests: the demo MCP server's path and configs, and the port
+its uvicorn says it bound."""
 
 from __future__ import annotations
 
 import re
-import socket
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from agentscript.integrations.config import McpServerConfig
@@ -22,16 +19,6 @@ def stdio_config(name: str = "demo", **options: object) -> McpServerConfig:
         args=(str(DEMO_SERVER), "stdio"),
         **options,  # type: ignore[arg-type]
     )
-
-
-@contextmanager
-def refused_port() -> Iterator[int]:
-    """A loopback port that refuses connections while the block runs: bound here and not
-    listening, so the kernel refuses every connection, and no other process can bind it
-    (a port probed and let go could be taken, and answer, before the test connects)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield int(sock.getsockname()[1])
 
 
 # What uvicorn logs once it listens, naming the port it bound (the one the system chose for

@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.integrations.helpers import DEMO_SERVER, refused_port, stdio_config
+from tests.integrations.helpers import DEMO_SERVER, stdio_config
 
 import agentscript
 from agentscript.actions.registry import ActionError
 from agentscript.integrations.config import McpServerConfig
 from agentscript.integrations.mcp_client import McpHub, parse_target
 from agentscript.models.scripted import Move, ScriptedModel
+from fakes.ports import refused_port
 
 AGENT = """\
 system:

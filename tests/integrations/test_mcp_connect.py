@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner
-from tests.integrations.helpers import DEMO_SERVER, refused_port
+from tests.integrations.helpers import DEMO_SERVER
 
 from agentscript.cli import main
 from agentscript.diagnostics import Severity
 from agentscript.integrations.connect_check import connect_check
 from agentscript.integrations.mcp_client import McpTool
+from fakes.ports import refused_port
 
 AGENT = """\
 system:

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tests.integrations.helpers import refused_port
 from tests.integrations.test_mcp_actions import AGENT
 
 import agentscript
 from agentscript.integrations.config import McpServerConfig
 from agentscript.models.base import Message
 from agentscript.models.function import FunctionInfo, FunctionModel
+from fakes.ports import refused_port
 
 PASSWORD = "HUNTER2-mcp-pass"
 QUERY_KEY = "SECRET-QUERY-KEY"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentscript.jsonsafe import UnsafeValue, _Walker, json_safe
+from agentscript.jsonsafe import UnsafeValue, _Walker, json_safe, json_safe_sized
 
 scalar = st.one_of(
     st.none(),
@@ -73,3 +73,18 @@ def test_unsafe_values_are_named(data: Any, problem: str) -> None:
     with pytest.raises(UnsafeValue) as caught:
         json_safe(data, max_chars=20)
     assert problem in str(caught.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value, st.integers(0, 400))
+def test_the_sized_check_decides_and_counts_as_the_full_walk(data: Any, max_chars: int) -> None:
+    # The turn's budget adds up these counts: a fast path must count as the walker does.
+    walker = _Walker(max_chars, 32, "")
+    try:
+        expected = (walker.copy(data, 0), int(walker.used))
+    except UnsafeValue:
+        with pytest.raises(UnsafeValue):
+            json_safe_sized(data, max_chars=max_chars)
+        return
+    assert json_safe_sized(data, max_chars=max_chars) == expected
+    assert json_safe(data, max_chars=max_chars) == expected[0]

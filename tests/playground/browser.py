@@ -55,16 +55,6 @@ def chromium_path() -> str:
 
 
 @contextmanager
-def refused_port() -> Iterator[int]:
-    """A loopback port that refuses connections while the block runs: bound here and not
-    listening, so the kernel refuses every connection, and no other process can bind it
-    (a port probed and let go could be taken, and answer, before the test connects)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield int(sock.getsockname()[1])
-
-
-@contextmanager
 def playground_server(
     options: ServeOptions, wrap: Callable[[ASGIApp], ASGIApp] | None = None
 ) -> Iterator[str]:

@@ -665,7 +665,7 @@ def test_browser_buttons_of_the_chosen_variant_several_responses_and_a_tool(
 def test_browser_a_real_model_that_cannot_be_reached_is_reported_plainly(chrome: Any) -> None:
     """--model openai:... --base-url at a closed loopback port: the model client's own error
     (after its retries) reaches the page as the turn's failure and on the LLM step."""
-    from tests.playground.browser import refused_port
+    from fakes.ports import refused_port
 
     with refused_port() as port:
         dead = f"http://127.0.0.1:{port}/v1"
