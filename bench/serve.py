@@ -910,7 +910,7 @@ def print_peer_ratios(
     if floor is not None:
         print()
         for (store_kind, workers), peer in sorted(
-            {(k[1], k[2]): rows[("langgraph", k[1], k[2])] for k, _r, _p in pairs}.items()
+            {(key[1], key[2]): peer for key, _row, peer in pairs}.items()
         ):
             print(
                 f"One turn at a time ({store_kind}, {workers} worker(s)): 10x the peer's "

@@ -114,6 +114,21 @@ class Limits:
     max_variable_chars: int = 200_000  # one variable's value: the write fails past it
     max_history_chars: int = 4_000_000  # the history: oldest exchanges dropped past it
 
+    def output_bound(self, spent: int) -> tuple[int, str]:
+        """The most characters one action call's outputs may take when the turn's kept
+        outputs already took ``spent`` (the tighter of ``max_output_chars`` and what is left of
+        ``max_turn_output_chars``), and that bound as a call past it is told: "larger than"
+        it."""
+        left = self.max_turn_output_chars - spent
+        if self.max_output_chars <= left:
+            return self.max_output_chars, (
+                f"Limits.max_output_chars ({self.max_output_chars} characters)"
+            )
+        return left, (
+            "what is left this turn of Limits.max_turn_output_chars "
+            f"({self.max_turn_output_chars} characters)"
+        )
+
     def replaced(self, table: Mapping[str, Any], *, where: str = "limits") -> Limits:
         """A copy with the fields of ``table`` (a ``[limits]`` table) changed; ValueError
         names the first unknown field or ill-typed value."""

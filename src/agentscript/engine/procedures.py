@@ -439,23 +439,14 @@ class ProcedureExecutor:
         ``Limits.max_turn_output_chars``, every declared output of its declared type (None, or a
         missing output, is "not set"); otherwise an ActionError saying why, so a hostile or
         broken action becomes an error result (S12), never a stored NaN, repr or giant trace."""
-        limits = self.limits
-        per_call = limits.max_output_chars
-        left = limits.max_turn_output_chars - self.output_chars
+        bound, bounded_by = self.limits.output_bound(self.output_chars)
         try:
-            # One walk for both bounds: the smaller one is the walk's budget.
             clean: dict[str, Any]
-            clean, used = json_safe_sized(outputs, max_chars=min(per_call, left))
+            clean, used = json_safe_sized(outputs, max_chars=bound)
         except UnsafeValue as exc:
-            if exc.too_large and per_call <= left:
-                raise ActionError(
-                    f"action '{action.name}' returned outputs larger than "
-                    f"Limits.max_output_chars ({per_call} characters)"
-                ) from None
             if exc.too_large:
                 raise ActionError(
-                    f"action '{action.name}' returned outputs that take this turn past "
-                    f"Limits.max_turn_output_chars ({limits.max_turn_output_chars} characters)"
+                    f"action '{action.name}' returned outputs larger than {bounded_by}"
                 ) from None
             raise ActionError(
                 f"action '{action.name}' returned an output that is not JSON: "

@@ -113,25 +113,15 @@ def checked_result(ctx: TurnContext, tool: Tool, result: Any) -> tuple[Any, str 
     """``result`` as plain JSON within ``Limits.max_output_chars`` and what is left of the
     turn's ``Limits.max_turn_output_chars`` (then counted against it), or an error result and
     its message. Hooks and buttons run as tools, so they spend the same budget."""
-    limits = ctx.limits
-    per_call = limits.max_output_chars
-    left = limits.max_turn_output_chars - ctx.output_chars
+    bound, bounded_by = ctx.limits.output_bound(ctx.output_chars)
     try:
-        # One walk for both bounds: the smaller one is the walk's budget.
-        clean, used = json_safe_sized(result, max_chars=min(per_call, left))
+        clean, used = json_safe_sized(result, max_chars=bound)
     except UnsafeValue as exc:
-        if not exc.too_large:
-            error = f"tool '{tool.name}' returned a result that is not JSON: {exc}"
-        elif per_call <= left:
-            error = (
-                f"tool '{tool.name}' returned a result larger than Limits.max_output_chars "
-                f"({per_call} characters)"
-            )
-        else:
-            error = (
-                f"tool '{tool.name}' returned a result that takes this turn past "
-                f"Limits.max_turn_output_chars ({limits.max_turn_output_chars} characters)"
-            )
+        error = (
+            f"tool '{tool.name}' returned a result larger than {bounded_by}"
+            if exc.too_large
+            else f"tool '{tool.name}' returned a result that is not JSON: {exc}"
+        )
         return {"error": error}, error
     ctx.output_chars += used
     return clean, None
