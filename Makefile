@@ -42,8 +42,11 @@ demo-serve: setup
 	@echo "== 5. The agent behind an HTTP API: agentscript serve, one session, two messages (stand-in model) =="
 	$(PY) examples/serve_demo.py
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; the machines have 2 cores, and much of
+# the suite waits on served processes, databases and timeouts). TEST_WORKERS=0 runs it in one.
+TEST_WORKERS ?= 2
 test: setup editors-test
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
 

@@ -183,8 +183,9 @@ _AT_CONNECTION_LIMIT = re.compile(
 )
 # Pauses before each new try of a connection once one of the store's was closed to make room
 # at a connection limit (the presence's), or closed while blocks wait for one (``_opened``):
-# the limit counts a closed connection until its backend has exited.
-ROOM_PAUSES = (0.01, 0.05, 0.2)
+# the limit counts a closed connection until its backend has exited, and a backend that is
+# being refused counts too, so on a loaded machine the room may take longer than 0.26 s to show.
+ROOM_PAUSES = (0.01, 0.05, 0.2, 0.5)
 # How long after the database refused a connection at its limit a block that finds no idle
 # connection queues for one given back without asking for a new one first (while blocks are
 # queued): each try costs the server a backend process started and refused, and the blocks
