@@ -27,7 +27,7 @@ class TurnReport:
 
     def to_json(self) -> dict[str, Any]:
         reply = self.reply
-        report = {
+        report: dict[str, Any] = {
             "user": self.user,
             "response": reply.text,
             "node": reply.node,
@@ -50,6 +50,8 @@ class TurnReport:
             report["delegated"] = reply.delegated
         if reply.buttons:  # Mantle response buttons; absent otherwise (the pinned shape)
             report["buttons"] = reply.buttons
+        if reply.history_trimmed:  # the model no longer sees the oldest exchanges
+            report["history_trimmed"] = reply.history_trimmed
         return report
 
 

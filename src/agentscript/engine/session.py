@@ -78,6 +78,9 @@ class Reply:
     delegated: list[str] = field(default_factory=list)  # nodes run as delegates, in order
     # Buttons offered with the turn's responses ({title, payload}; Mantle projects).
     buttons: list[dict[str, Any]] = field(default_factory=list)
+    # Messages of the history's oldest exchanges dropped before this turn to fit
+    # Limits.max_history_chars (the model no longer sees them); 0 when none were.
+    history_trimmed: int = 0
     # Set when the session's ``export_later`` deferred the turn's telemetry: ends its spans,
     # with the turn's own outcome updated by the keyword arguments given (``error``,
     # ``ended``, ``escalated``...), once. Not part of what a reply says.
@@ -518,9 +521,11 @@ class Session:
         if self.meter.hit is not None and self.meter.budget.on_exceed is OnExceed.ESCALATE:
             result.escalated = True
         state.stub_usage = self.runner.stubs.state()
-        return self._reply(
+        reply = self._reply(
             result, trace, actions=runner.actions_run, displayable=runner.displayable
         )
+        reply.history_trimmed = dropped
+        return reply
 
     def _reply(
         self,
