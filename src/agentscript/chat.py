@@ -45,7 +45,7 @@ from agentscript.models.config import (
 )
 from agentscript.models.recording import ConversationRecorder, RecordingModel
 from agentscript.models.routing import RoutedModel
-from agentscript.playback import describe_changes
+from agentscript.playback import describe_changes, history_trimmed_note
 from agentscript.printable import printable_text
 from agentscript.reading import load_yaml
 
@@ -441,6 +441,8 @@ class Chat:
         problem = trace_problem(reply.trace)
         if problem is not None:
             self.console.notice(f"warning: {problem}; the chat goes on")
+        if reply.history_trimmed:
+            self.console.notice(f"({history_trimmed_note(reply.history_trimmed)})")
         if reply.escalated:
             self.console.notice("[escalated to a human agent]")
         if reply.ended:

@@ -130,6 +130,15 @@ def _shown(value: Any) -> str:
     return json.dumps(value, default=repr, ensure_ascii=False)
 
 
+def history_trimmed_note(dropped: int) -> str:
+    """What a transcript says of a turn whose history was trimmed before it ran."""
+    plural = "message was" if dropped == 1 else "messages were"
+    return (
+        f"the oldest {dropped} {plural} dropped to fit Limits.max_history_chars; "
+        "the model no longer sees them"
+    )
+
+
 def refused_calls(trace: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool calls of a turn that were refused (rule S5 gates, bad arguments, limits), as
     ``{"name", "reason"}``: what ``run --json`` reports beside the actions that ran. A Mantle

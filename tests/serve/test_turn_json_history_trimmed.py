@@ -3,7 +3,8 @@
 sees, as the trace's ``EVENT_STEP`` ``history_trimmed`` records it; absent when none were. A
 client learns from the answer itself, not only from the stored trace, that the model has
 forgotten the start of the conversation. Both formats, in process, through ``run --json``'s
-report and through ``serve`` (a replayed turn says it too)."""
+report and through ``serve`` (a replayed turn says it too); ``chat`` and ``run``'s transcript
+say it in a line on the turn."""
 
 from __future__ import annotations
 
@@ -92,3 +93,35 @@ def test_served_turn_json_says_the_history_was_trimmed_and_its_replay_too(
             assert said[0] == 0 and sum(d > 0 for d in said) >= 8, said
 
     asyncio.run(main())
+
+
+def test_chat_and_the_run_transcript_say_when_the_history_was_trimmed(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """People reading a chat or a ``run`` transcript are told, on the turn it happened."""
+    import agentscript
+    from agentscript.chat import run_chat
+    from agentscript.cli.run import print_transcript
+    from agentscript.conversation import parse_conversation
+    from agentscript.playback import history_trimmed_note, play
+
+    assert history_trimmed_note(1).startswith("the oldest 1 message was dropped")
+    agent = agentscript.load(trimming_agent(tmp_path, 3000))
+    turns = long_turns(12)
+    assert run_chat(agent, model=FunctionModel(answer), interactive=False, lines=turns) == 0
+    err = capsys.readouterr().err
+    session = agent.session(model=FunctionModel(answer))
+    expected = [
+        f"({history_trimmed_note(n)})" for n in map(check_reply, map(session.send, turns)) if n
+    ]
+    assert expected and [line for line in err.splitlines() if "dropped" in line] == expected
+
+    script = "turns:\n" + "".join(
+        f"  - user: {json.dumps(text)}\n    model: [{{say: ok}}]\n" for text in turns
+    )
+    playback = play(agent, parse_conversation(script))
+    print_transcript(playback)
+    out = capsys.readouterr().out.splitlines()
+    said = [line.strip() for line in out if line.strip().startswith("history:")]
+    counts = [t.reply.history_trimmed for t in playback.turns if t.reply.history_trimmed]
+    assert counts and said == [f"history:   {history_trimmed_note(n)}" for n in counts]

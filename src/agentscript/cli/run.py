@@ -92,7 +92,7 @@ def print_transcript(playback: Any) -> None:
     """The played conversation for people: each turn's user text, path, actions, changes,
     messages and failures (details dimmed on a terminal)."""
     from agentscript.chat import trace_problem
-    from agentscript.playback import describe_changes, refused_calls
+    from agentscript.playback import describe_changes, history_trimmed_note, refused_calls
 
     color = sys.stdout.isatty()
 
@@ -129,6 +129,8 @@ def print_transcript(playback: Any) -> None:
             click.echo(red(f"  warning:   {problem}"))
         if turn.unused_moves:
             click.echo(dim(f"  unused:    {len(turn.unused_moves)} scripted move(s) not needed"))
+        if reply.history_trimmed:
+            click.echo(dim(f"  history:   {history_trimmed_note(reply.history_trimmed)}"))
         for message in reply.messages:
             click.echo(f"agent: {message}")
         if reply.escalated:
