@@ -348,6 +348,37 @@ def test_browser_escalation_is_shown_plainly(page: Any, base_url: str, tmp_path:
     assert page.locator("#where .node").inner_text() == "escalate_order"
 
 
+def test_browser_a_turn_after_the_history_was_trimmed_says_so(chrome: Any, tmp_path: Path) -> None:
+    """The turn JSON's history_trimmed is drawn as a notice on that turn, and only there."""
+    import shutil
+
+    folder = tmp_path / "order_status"
+    shutil.copytree(Path(ORDER_STATUS).parent, folder)
+    with (folder / "agentscript.toml").open("a", encoding="utf-8") as toml:
+        toml.write("\n[limits]\nmax_history_chars = 1500\n")
+    agent = str(folder / "order_status.agent")
+    with playground_server(options(agent)) as url, checked_page(chrome) as page:
+        open_agent(page, url, "Order_Status")
+        for number in range(8):
+            send(page, f"{number} " + "words " * 40)
+        trimmed = page.evaluate(
+            """async () => {
+                const dropped = [];
+                for (let n = 1; n <= 8; n++) {
+                    const r = await fetch('/v1/sessions/' + window.playground.state.session + '/turns/' + n + '/trace');
+                    const events = (await r.json()).planTrace.steps.filter((s) => s.event === 'history_trimmed');
+                    dropped.push(events.length ? events[0].dropped : 0);
+                }
+                return dropped;
+            }"""
+        )
+        notices = page.locator(".msg.notice.trimmed").all_inner_texts()
+    dropped = [n for n in trimmed if n]
+    assert dropped and len(notices) == len(dropped), (trimmed, notices)
+    for n, notice in zip(dropped, notices, strict=True):
+        assert notice.startswith(f"History trimmed: the oldest {n} messages were dropped")
+
+
 def test_browser_mantle_response_buttons_send_their_payload(chrome: Any, tmp_path: Path) -> None:
     import shutil
 

@@ -207,6 +207,11 @@
     if (extra) bubble.append(extra);
     if (!turn.response && !extra) bubble.remove();
     if (turn.error) addMessage("error", "The turn failed: " + turn.error);
+    if (turn.history_trimmed) {
+      const n = turn.history_trimmed;
+      addMessage("notice trimmed", "History trimmed: the oldest " + n + (n === 1 ? " message was" : " messages were") +
+        " dropped before this turn to fit max_history_chars; the agent no longer sees them.");
+    }
     if (turn.confirmation) {
       const row = el("div", { class: "buttons" },
         el("button", { class: "confirm-yes", onclick: () => send("yes") }, "Yes"),
