@@ -31,7 +31,7 @@ from agentscript.server.command import ENV, ServeOptions, build_app, worker_app
 from .harness import CARD_BANK, NOTES
 from .process import ServerProcess
 from .test_supervisor_agents_changed import worker_refuses_to_start
-from .test_worker_restart import workers_of
+from .test_worker_restart import wait_until_each_answers, workers_of
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "order_status"
 CHANGED = "changed on disk since the server started"
@@ -250,6 +250,7 @@ def test_a_server_whose_mapping_changed_serves_on_when_a_worker_dies(tmp_path: P
         server.wait_ready()
         workers = workers_of(server.proc.pid)
         assert len(workers) == 2
+        wait_until_each_answers(server.port, workers)  # else one may load the edited files
         EDITS["the toml's mapping edited"][1](agent)
         subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(workers[0])], check=True)
         deadline = time.monotonic() + 20

@@ -8,7 +8,6 @@ workers")."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -41,7 +40,7 @@ from agentscript.server.supervisor import (
 from .harness import NOTES
 from .process import ServerProcess
 from .test_supervisor import FakeWorker
-from .test_worker_restart import _a_worker_that_answered, workers_of
+from .test_worker_restart import wait_until_each_answers, workers_of
 
 REFUSED = (
     "could not start: the files it loads changed on disk since the server started, or no "
@@ -261,17 +260,6 @@ def test_a_worker_failing_its_start_otherwise_exits_as_a_failed_start(
     assert exited.value.code == STARTUP_FAILURE
 
 
-def _wait_until_both_answer(port: int, workers: list[int], seconds: float = 20.0) -> None:
-    """Until each worker has answered a request: the server is ready once one has."""
-    answered: set[int] = set()
-    deadline = time.monotonic() + seconds
-    while answered != set(workers) and time.monotonic() < deadline:
-        # A connection whose end was not found (closed as it was listed) is asked again.
-        with contextlib.suppress(AssertionError):
-            answered.add(_a_worker_that_answered(port, workers))
-    assert answered == set(workers), answered
-
-
 def test_a_server_whose_agent_changed_serves_on_when_a_worker_dies(tmp_path: Path) -> None:
     """A real server of two workers: the agent file edited, one worker killed. The other
     serves on, the place is started again later, and the log says why in one line."""
@@ -288,7 +276,7 @@ def test_a_server_whose_agent_changed_serves_on_when_a_worker_dies(tmp_path: Pat
         session = created.json()["session_id"]
         workers = workers_of(server.proc.pid)
         assert len(workers) == 2
-        _wait_until_both_answer(server.port, workers)  # else one may load the edited file
+        wait_until_each_answers(server.port, workers)  # else one may load the edited file
         agent.write_text(agent.read_text() + "\n# edited while serving\n")
         subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(workers[0])], check=True)
         deadline = time.monotonic() + 20

@@ -144,6 +144,18 @@ def _a_worker_that_answered(port: int, workers: list[int]) -> int:
     raise AssertionError(f"none of the workers {workers} holds the connection")
 
 
+def wait_until_each_answers(port: int, workers: list[int], seconds: float = 20.0) -> None:
+    """Until each worker has answered a request: the server is ready once one has, and a
+    worker still starting when its files are edited refuses them as a new one would."""
+    answered: set[int] = set()
+    deadline = time.monotonic() + seconds
+    while answered != set(workers) and time.monotonic() < deadline:
+        # A connection whose end was not found (closed as it was listed) is asked again.
+        with contextlib.suppress(AssertionError):
+            answered.add(_a_worker_that_answered(port, workers))
+    assert answered == set(workers), answered
+
+
 def test_a_worker_whose_event_loop_is_stuck_is_killed_and_replaced(tmp_path: Path) -> None:
     # SIGSTOP stands for a deadlock or an action that never gives the loop back: the process
     # lives on and keeps its share of the connections, answering none.
