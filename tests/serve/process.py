@@ -16,6 +16,13 @@ from pathlib import Path
 import httpx2 as httpx
 
 AGENTSCRIPT = str(Path(sys.executable).parent / "agentscript")
+# ``agentscript`` as if httptools were not installed: ``serve`` then parses HTTP with h11, its
+# fallback (a worker process would import it again, so one worker only).
+WITHOUT_HTTPTOOLS = [
+    sys.executable,
+    "-c",
+    "import sys; sys.modules['httptools'] = None; from agentscript.cli import main; main()",
+]
 
 
 def listening_socket() -> socket.socket:
@@ -33,16 +40,25 @@ def listening_socket() -> socket.socket:
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, *, port: int = 0) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        log: Path,
+        *,
+        port: int = 0,
+        command: list[str] | None = None,
+    ) -> None:
         """``port=0`` (the default): the server binds a port the system chooses, which
         :meth:`wait_ready` reads from its banner, so no other process can take it between a
-        probe and the server's bind; ``port`` is only known once :meth:`wait_ready` returned."""
+        probe and the server's bind; ``port`` is only known once :meth:`wait_ready` returned.
+        ``command``: what runs ``agentscript`` (``WITHOUT_HTTPTOOLS``, say)."""
         self.port = port
         self._log_path = log
         self._log = log.open("ab")
         self._log_start = log.stat().st_size  # a log written before: its banner is not ours
         self.proc = subprocess.Popen(
-            [AGENTSCRIPT, "serve", *args, "--port", str(self.port)],
+            [*(command or [AGENTSCRIPT]), "serve", *args, "--port", str(self.port)],
             env={**os.environ, **env},
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -1,7 +1,8 @@
 """A request body over the limit (``BodyLimit``, ``413 body_too_large``) ends its connection: the
 server stops reading the body, says ``Connection: close``, and closes after the answer without
 resetting it, so that a client still sending reads the ``413`` rather than a reset
-(server/httptools_nodelay.py: a lingering close, bounded in time and bytes).
+(server/nodelay.py: a lingering close, bounded in time and bytes), with either HTTP parser
+(httptools, and h11, the fallback where httptools is not installed).
 
 Before, the connection stayed open and uvicorn read and dropped whatever the client went on
 sending: a declared 1 GB body was taken at loopback speed, 1 MiB every 0.1 s for as long as
@@ -12,14 +13,15 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from agentscript.server.config import ServerConfig
-from agentscript.server.httptools_nodelay import LINGER_BYTES
+from agentscript.server.nodelay import LINGER_BYTES
 
 from .harness import NOTES
-from .process import ServerProcess
+from .process import WITHOUT_HTTPTOOLS, ServerProcess
 
 LIMIT = ServerConfig().max_body_bytes
 MIB = 1024 * 1024
@@ -29,13 +31,17 @@ ATTEMPT = 256 * MIB
 TAKEN = ATTEMPT // 4  # bytes a refused client may get sent at most
 
 
-@pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def port(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     here = tmp_path_factory.mktemp("body_limit")
     args = [NOTES, "--model", "standin", "--store", f"sqlite:///{here / 's.db'}"]
-    server = ServerProcess(args, {}, here / "server.log")
+    command = WITHOUT_HTTPTOOLS if request.param == "h11" else None
+    server = ServerProcess(args, {}, here / "server.log", command=command)
     try:
         server.wait_ready()
+        # The parser asked for is the one serving: httptools' extension is mapped or not.
+        maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
+        assert ("httptools" in maps) == (request.param == "httptools")
         yield server.port
     finally:
         server.stop()

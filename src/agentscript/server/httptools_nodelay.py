@@ -22,7 +22,14 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentscript.server.nodelay import invalid_http, set_nodelay
+from agentscript.server.nodelay import (
+    LINGER_BYTES,
+    LINGER_SECONDS,
+    CycleTransport,
+    invalid_http,
+    linger,
+    set_nodelay,
+)
 from agentscript.server.shutdown import ShutdownClock
 
 # Bytes of one request's head (request line and headers): four times nginx's default, far
@@ -30,12 +37,6 @@ from agentscript.server.shutdown import ShutdownClock
 MAX_HEAD_BYTES = 64 * 1024
 # Seconds a request's head may take to arrive, from its first byte (nginx waits 60 s).
 HEAD_SECONDS = 30.0
-# Seconds and bytes of a refused client's further sending that are read and dropped before the
-# connection closes: closing with bytes unread resets it, and a client still sending could lose
-# the answer before reading it. Past either the connection closes anyway: the answer went out
-# first, and a client that goes on sending this long or this much would not stop for it.
-LINGER_SECONDS = 2.0
-LINGER_BYTES = 1024 * 1024
 
 _TOO_LARGE = json.dumps(
     {
@@ -165,9 +166,7 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self._lingering = 0
         self.pipeline.clear()  # requests queued behind this one are never answered
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        linger(self)
 
     def _count_unwanted(self, size: int) -> None:
         """A route that answers without reading the body (a 404, a 401) leaves uvicorn reading
@@ -186,15 +185,4 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-class CycleTransport:
-    """The connection's transport as uvicorn's request cycles see it: the same, but for
-    ``close``, which the protocol decides (:meth:`NoDelayHttpToolsProtocol.close_after_response`).
-    A cycle writes through the transport's own bound methods, so a response costs nothing
-    more."""
-
-    def __init__(self, protocol: NoDelayHttpToolsProtocol) -> None:
-        transport = protocol.transport
-        self.write = transport.write
-        self.is_closing = transport.is_closing
-        self.get_extra_info = transport.get_extra_info
-        self.close = protocol.close_after_response
+__all__ = ["LINGER_BYTES", "LINGER_SECONDS", "NoDelayHttpToolsProtocol"]

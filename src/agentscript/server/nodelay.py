@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import json
 import socket
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -27,6 +28,13 @@ from agentscript.server.shutdown import ShutdownClock
 
 H11 = "agentscript.server.nodelay:NoDelayH11Protocol"
 HTTPTOOLS = "agentscript.server.httptools_nodelay:NoDelayHttpToolsProtocol"
+
+# Seconds and bytes of a refused client's further sending that are read and dropped before the
+# connection closes: closing with bytes unread resets it, and a client still sending could lose
+# the answer before reading it. Past either the connection closes anyway: the answer went out
+# first, and a client that goes on sending this long or this much would not stop for it.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 1024 * 1024
 
 
 def protocol() -> str:
@@ -42,9 +50,54 @@ def invalid_http(reason: str) -> bytes:
 
 
 class NoDelayH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with TCP_NODELAY, the API's ``400``, and the lingering close of
+    a response that ends its connection while its request's body is still arriving (the
+    ``413`` of a body over the limit), as the httptools protocol has it."""
+
+    _lingering: int | None = None  # bytes dropped since the connection began to end; None before
+    _unwanted = 0  # bytes of the request's body that came after its response was complete
+    _cycle_transport: CycleTransport
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         set_nodelay(transport)
         super().connection_made(transport)
+        self._cycle_transport = CycleTransport(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering is not None:
+            self._lingering += len(data)
+            if self._lingering > LINGER_BYTES and not self.transport.is_closing():
+                self.transport.close()
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and self.conn.their_state is h11.SEND_BODY:
+            # A route that answered without reading the body (a 404, a 401) leaves uvicorn
+            # reading and dropping it to keep the connection: so much, and no more.
+            self._unwanted += len(data)
+            if self._unwanted > LINGER_BYTES:
+                self.close_after_response()
+                return
+        super().data_received(data)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        # A request's cycle, once created, closes through the protocol (one cycle at a time:
+        # h11 pauses a pipelined request until the answer before it is complete).
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = self._cycle_transport  # type: ignore[assignment]
+            self._unwanted = 0
+
+    def close_after_response(self) -> None:
+        """A request's cycle ends the connection: lingering if the request's body is still
+        arriving, else at once."""
+        if self._lingering is not None:
+            return
+        if self.conn.their_state is h11.SEND_BODY:
+            linger(self)
+            self._lingering = 0
+        else:
+            self.transport.close()
 
     def shutdown(self) -> None:
         ShutdownClock.mark()
@@ -73,3 +126,26 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
         return
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def linger(protocol: H11Protocol | Any) -> None:
+    """End ``protocol``'s connection after what was written: the end of what this side sends
+    now, the connection's close after LINGER_SECONDS (a lingering close, as nginx does; the
+    protocol reads and drops what the client still sends meanwhile, up to LINGER_BYTES)."""
+    transport = protocol.transport
+    if transport.can_write_eof():
+        transport.write_eof()
+    protocol.loop.call_later(LINGER_SECONDS, transport.close)
+
+
+class CycleTransport:
+    """A connection's transport as uvicorn's request cycles see it: the same, but for
+    ``close``, which the protocol decides (its ``close_after_response``). A cycle writes
+    through the transport's own bound methods, so a response costs nothing more."""
+
+    def __init__(self, protocol: Any) -> None:
+        transport = protocol.transport
+        self.write = transport.write
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
+        self.close = protocol.close_after_response
