@@ -128,7 +128,7 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def linger(protocol: H11Protocol | Any) -> None:
+def linger(protocol: Any) -> None:
     """End ``protocol``'s connection after what was written: the end of what this side sends
     now, the connection's close after LINGER_SECONDS (a lingering close, as nginx does; the
     protocol reads and drops what the client still sends meanwhile, up to LINGER_BYTES)."""
