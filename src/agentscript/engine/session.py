@@ -521,11 +521,13 @@ class Session:
         if self.meter.hit is not None and self.meter.budget.on_exceed is OnExceed.ESCALATE:
             result.escalated = True
         state.stub_usage = self.runner.stubs.state()
-        reply = self._reply(
-            result, trace, actions=runner.actions_run, displayable=runner.displayable
+        return self._reply(
+            result,
+            trace,
+            actions=runner.actions_run,
+            displayable=runner.displayable,
+            history_trimmed=dropped,
         )
-        reply.history_trimmed = dropped
-        return reply
 
     def _reply(
         self,
@@ -535,6 +537,7 @@ class Session:
         actions: list[str] | None = None,
         displayable: list[dict[str, Any]] | None = None,
         refused: bool = False,
+        history_trimmed: int = 0,
     ) -> Reply:
         text = "\n\n".join(m for m in result.messages if m)
         trace.response = text
@@ -564,6 +567,7 @@ class Session:
             usage=dict(trace.usage),
             session_usage=self._session_usage(),
             buttons=list(result.buttons),
+            history_trimmed=history_trimmed,
         )
 
     def _write_trace(self, trace: TurnTrace, directory: Path) -> str | None:

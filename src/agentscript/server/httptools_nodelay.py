@@ -22,14 +22,7 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentscript.server.nodelay import (
-    LINGER_BYTES,
-    LINGER_SECONDS,
-    CycleTransport,
-    invalid_http,
-    linger,
-    set_nodelay,
-)
+from agentscript.server.nodelay import CycleTransport, LingeringClose, invalid_http, set_nodelay
 from agentscript.server.shutdown import ShutdownClock
 
 # Bytes of one request's head (request line and headers): four times nginx's default, far
@@ -48,14 +41,12 @@ _TOO_LARGE = json.dumps(
 ).encode()
 
 
-class NoDelayHttpToolsProtocol(HttpToolsProtocol):
+class NoDelayHttpToolsProtocol(LingeringClose, HttpToolsProtocol):
     # Bytes counted of the head being read; None while a request's body is being read.
     _head_bytes: int | None = 0
     _heads = 0  # heads begun on this connection: tells a chunk that ended one from the next
     _in_head = False  # a request's head has begun and not ended
     _head_timer: asyncio.TimerHandle | None = None
-    _lingering: int | None = None  # bytes dropped since the connection began to end; None before
-    _unwanted = 0  # bytes of the request's body that came after its response was complete
     _cycle_transport: CycleTransport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -160,29 +151,11 @@ class NoDelayHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _linger(self) -> None:
-        """End the connection after what was written: then the end of what this side sends,
-        and what the client still sends read and dropped for a while (a lingering close, as
-        nginx does), never parsed."""
         self._stop_head_timer()
-        self._lingering = 0
         self.pipeline.clear()  # requests queued behind this one are never answered
-        linger(self)
+        super()._linger()
 
     def _count_unwanted(self, size: int) -> None:
-        """A route that answers without reading the body (a 404, a 401) leaves uvicorn reading
-        and dropping it to keep the connection: so much, and no more, before it ends."""
         cycle = self.cycle
-        if cycle is None or not cycle.response_complete or self._lingering is not None:
-            return
-        self._unwanted += size
-        if self._unwanted > LINGER_BYTES and not self.transport.is_closing():
-            self._linger()
-
-    def _drop(self, data: bytes) -> None:
-        assert self._lingering is not None
-        self._lingering += len(data)
-        if self._lingering > LINGER_BYTES and not self.transport.is_closing():
-            self.transport.close()
-
-
-__all__ = ["LINGER_BYTES", "LINGER_SECONDS", "NoDelayHttpToolsProtocol"]
+        if cycle is not None and cycle.response_complete and self._lingering is None:
+            self._unwanted_bytes(size)

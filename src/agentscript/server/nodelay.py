@@ -49,13 +49,45 @@ def invalid_http(reason: str) -> bytes:
     return json.dumps({"error": {"code": "invalid_http", "message": reason}}).encode()
 
 
-class NoDelayH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with TCP_NODELAY, the API's ``400``, and the lingering close of
-    a response that ends its connection while its request's body is still arriving (the
-    ``413`` of a body over the limit), as the httptools protocol has it."""
+class LingeringClose:
+    """The lingering close both protocols share (the protocol classes come after it in their
+    bases): a connection whose answer ended it while its request's body still arrives, or
+    whose unread body outlasts an answer kept alive past LINGER_BYTES, ends what this side
+    sends now, reads and drops what the client still sends for LINGER_SECONDS or LINGER_BYTES
+    (a lingering close, as nginx does), then closes. A close with bytes unread resets the
+    connection, which can lose the answer on the way to a client still sending."""
 
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
     _lingering: int | None = None  # bytes dropped since the connection began to end; None before
     _unwanted = 0  # bytes of the request's body that came after its response was complete
+
+    def _linger(self) -> None:
+        self._lingering = 0
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def _drop(self, data: bytes) -> None:
+        """Read and drop what came while lingering; close past LINGER_BYTES."""
+        assert self._lingering is not None
+        self._lingering += len(data)
+        if self._lingering > LINGER_BYTES and not self.transport.is_closing():
+            self.transport.close()
+
+    def _unwanted_bytes(self, size: int) -> None:
+        """``size`` more bytes of a body whose answer was complete and kept the connection
+        (a 404, a 401: routes that read no body, which uvicorn reads and drops to reach the
+        next request): so much, and no more, before the connection ends."""
+        self._unwanted += size
+        if self._unwanted > LINGER_BYTES and not self.transport.is_closing():
+            self._linger()
+
+
+class NoDelayH11Protocol(LingeringClose, H11Protocol):
+    """uvicorn's h11 protocol with TCP_NODELAY, the API's ``400`` and the lingering close, as
+    the httptools protocol has them."""
+
     _cycle_transport: CycleTransport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -64,19 +96,17 @@ class NoDelayH11Protocol(H11Protocol):
         self._cycle_transport = CycleTransport(self)
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering is not None:
-            self._lingering += len(data)
-            if self._lingering > LINGER_BYTES and not self.transport.is_closing():
-                self.transport.close()
-            return
         cycle = self.cycle
-        if cycle is not None and cycle.response_complete and self.conn.their_state is h11.SEND_BODY:
-            # A route that answered without reading the body (a 404, a 401) leaves uvicorn
-            # reading and dropping it to keep the connection: so much, and no more.
-            self._unwanted += len(data)
-            if self._unwanted > LINGER_BYTES:
-                self.close_after_response()
-                return
+        if (
+            self._lingering is None
+            and cycle is not None
+            and cycle.response_complete
+            and self.conn.their_state is h11.SEND_BODY
+        ):
+            self._unwanted_bytes(len(data))
+        if self._lingering is not None:
+            self._drop(data)
+            return
         super().data_received(data)
 
     def handle_events(self) -> None:
@@ -94,8 +124,7 @@ class NoDelayH11Protocol(H11Protocol):
         if self._lingering is not None:
             return
         if self.conn.their_state is h11.SEND_BODY:
-            linger(self)
-            self._lingering = 0
+            self._linger()
         else:
             self.transport.close()
 
@@ -126,16 +155,6 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
         return
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def linger(protocol: Any) -> None:
-    """End ``protocol``'s connection after what was written: the end of what this side sends
-    now, the connection's close after LINGER_SECONDS (a lingering close, as nginx does; the
-    protocol reads and drops what the client still sends meanwhile, up to LINGER_BYTES)."""
-    transport = protocol.transport
-    if transport.can_write_eof():
-        transport.write_eof()
-    protocol.loop.call_later(LINGER_SECONDS, transport.close)
 
 
 class CycleTransport:
